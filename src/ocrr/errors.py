@@ -1,0 +1,9 @@
+"""The one error type users see: a short message that names the fix."""
+
+
+class OcrrError(Exception):
+    """An error the user can cause and fix.
+
+    The CLI prints ``str(error)`` and exits with status 2, never a traceback.
+    Messages end with what to do about it.
+    """

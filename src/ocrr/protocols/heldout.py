@@ -1,0 +1,63 @@
+"""The OCRR held-out-class protocol (paper section 3.2), seed-for-seed with the authors' harness.
+
+1. Held-out classes: ``default_rng(seed).choice(len(labels), size=H, replace=False)``
+   over the sorted label list.
+2. Seed set: training items of the other classes; eval "original": test items of the
+   known classes; eval "novel": test items of the held-out classes. File order kept.
+3. A fresh ``default_rng(seed)`` caps each eval set (original first, then novel) with
+   ``choice(n, size=cap, replace=False)`` when it is larger, then orders the stream (the
+   held-out classes' training items) by ``permutation(n)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ocrr.data.records import Dataset
+from ocrr.errors import OcrrError
+from ocrr.protocols.scenario import Scenario
+from ocrr.systems.base import Batch
+
+
+def heldout_scenario(dataset: Dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int,
+                     n_heldout: int = 10, eval_cap: int | None = 400) -> Scenario:
+    labels = dataset.labels
+    if not 0 < n_heldout < len(labels):
+        raise OcrrError(f"--heldout {n_heldout} is impossible for {dataset.name} with {len(labels)} classes; "
+                        f"choose between 1 and {len(labels) - 1}.")
+    held_idx = np.random.default_rng(seed).choice(len(labels), size=n_heldout, replace=False)
+    heldout = {labels[i] for i in held_idx}
+
+    train_labels = np.array(dataset.train.labels, dtype=object)
+    test_labels = np.array(dataset.test.labels, dtype=object)
+    train_is_novel = np.isin(train_labels, list(heldout))
+    test_is_novel = np.isin(test_labels, list(heldout))
+    seed_idx = np.flatnonzero(~train_is_novel)
+    stream_idx = np.flatnonzero(train_is_novel)
+    original_idx = np.flatnonzero(~test_is_novel)
+    novel_idx = np.flatnonzero(test_is_novel)
+
+    rng = np.random.default_rng(seed)
+    if eval_cap is not None:
+        if len(original_idx) > eval_cap:
+            original_idx = original_idx[rng.choice(len(original_idx), size=eval_cap, replace=False)]
+        if len(novel_idx) > eval_cap:
+            novel_idx = novel_idx[rng.choice(len(novel_idx), size=eval_cap, replace=False)]
+    stream_idx = stream_idx[rng.permutation(len(stream_idx))]
+
+    train, test = dataset.train, dataset.test
+    return Scenario(
+        protocol="heldout",
+        seed_value=seed,
+        labels=labels,
+        seed_set=_batch(train, train_vecs, seed_idx),
+        stream=_batch(train, train_vecs, stream_idx),
+        eval_sets={"original": _batch(test, test_vecs, original_idx), "novel": _batch(test, test_vecs, novel_idx)},
+        heldout=tuple(labels[i] for i in held_idx),
+        info={"n_heldout": n_heldout, "eval_cap": eval_cap},
+    )
+
+
+def _batch(split, vecs: np.ndarray, idx: np.ndarray) -> Batch:
+    texts = None if split.texts is None else [split.texts[i] for i in idx]
+    return Batch(np.ascontiguousarray(vecs[idx]), texts, [split.labels[i] for i in idx])

@@ -1,0 +1,81 @@
+"""Writing a run's results: tidy CSVs, the summary table, and config.json.
+
+Files are written with fixed formats and sorted keys so that the same inputs and seed
+give byte-identical ``per_checkpoint.csv``, ``summary.csv``, ``summary.md`` and
+``config.json``. Wall-clock figures go to ``timings.csv`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ocrr.metrics import THRESHOLDS
+
+PER_CHECKPOINT_COLUMNS = ["dataset", "encoder", "policy", "seed", "system", "step", "corrections",
+                          "acc_novel", "acc_original"]
+SUMMARY_COLUMNS = ["dataset", "encoder", "policy", "system", "n_seeds", "final_novel_mean", "final_novel_std",
+                   "final_original_mean", "final_original_std"] + [
+    f"corrections_to_{t}_{s}" for t in THRESHOLDS for s in ("mean", "reached")
+] + ["footprint_entries", "footprint_bytes", "footprint_params", "corrections_mean"]
+
+
+def write_csv(df: pd.DataFrame, path: Path, first: list[str]) -> None:
+    cols = [c for c in first if c in df.columns] + [c for c in df.columns if c not in first]
+    df[cols].to_csv(path, index=False, lineterminator="\n", float_format="%.6f")
+
+
+def fmt_acc(mean: float, std: float, n: int) -> str:
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.3f} ± {std:.3f}" if n > 1 else f"{mean:.3f}"
+
+
+def fmt_corrections(mean: float, reached: int, n: int) -> str:
+    if reached == 0:
+        return "never"
+    text = f"{mean:.0f}"
+    return text if reached == n else f"{text} ({reached}/{n})"
+
+
+def fmt_buffer(row: pd.Series) -> str:
+    entries, params = int(row.get("footprint_entries", 0) or 0), int(row.get("footprint_params", 0) or 0)
+    parts = []
+    if entries:
+        parts.append(f"{entries:,} entries")
+    if params:
+        parts.append(f"{params:,} params")
+    return " + ".join(parts) or "–"
+
+
+def table_rows(summary: pd.DataFrame) -> list[list[str]]:
+    """The paper's Table 1 columns: system, buffer, final novel/original, corrections to 10/50/70 %."""
+    rows = []
+    for _, r in summary.iterrows():
+        n = int(r["n_seeds"])
+        rows.append([r["system"], fmt_buffer(r),
+                     fmt_acc(r["final_novel_mean"], r["final_novel_std"], n),
+                     fmt_acc(r["final_original_mean"], r["final_original_std"], n)]
+                    + [fmt_corrections(r[f"corrections_to_{t}_mean"], int(r[f"corrections_to_{t}_reached"]), n)
+                       for t in THRESHOLDS])
+    return rows
+
+
+TABLE_HEADER = ["system", "buffer", "final novel", "final original"] + [f"→{t}%" for t in THRESHOLDS]
+
+
+def markdown_table(summary: pd.DataFrame, title: str) -> str:
+    lines = [f"## {title}", "", "| " + " | ".join(TABLE_HEADER) + " |",
+             "| " + " | ".join("---" for _ in TABLE_HEADER) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(summary)]
+    lines += ["", "Final accuracies are mean ± std (population) over seeds at the end of the stream. "
+              "→N%: corrections applied when novel accuracy first reached N % (checkpoints every 50 items), "
+              "mean over the seeds that reached it; '(r/n)' when only r of n seeds did.", ""]
+    return "\n".join(lines)
+
+
+def write_json(obj: dict, path: Path) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")

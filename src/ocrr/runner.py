@@ -1,0 +1,127 @@
+"""Drive one system through one scenario: predict each stream item, maybe correct, checkpoint.
+
+``run`` is a generator of Checkpoint records, so callers can show progress, stop early
+or stream results to disk. ``run_cell`` runs several systems on one scenario and
+returns tidy rows (one per system x checkpoint).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ocrr.policies import Policy
+from ocrr.protocols.scenario import Scenario
+from ocrr.systems.base import Batch, Footprint
+
+CHECKPOINT_EVERY = 50
+
+
+@dataclass
+class Checkpoint:
+    step: int  # stream items seen
+    corrections: int  # corrections applied so far
+    accuracy: dict[str, float]  # eval-set name -> accuracy
+    fit_seconds: float
+    predict_seconds: float  # cumulative, stream predictions only
+    correct_seconds: float  # cumulative
+    eval_seconds: float  # cumulative, checkpoint evaluations
+    footprint: Footprint | None = None  # set on the last checkpoint
+    last: bool = False
+
+
+def accuracy(system, batch: Batch) -> float:
+    """Fraction of ``batch`` predicted right, from one batched predict call."""
+    if len(batch) == 0:
+        return float("nan")
+    predictions = system.predict(batch)
+    return float(np.mean([p == t for p, t in zip(predictions, batch.labels)]))
+
+
+def run(system, scenario: Scenario, policy: Policy, every: int = CHECKPOINT_EVERY) -> Iterator[Checkpoint]:
+    """Fit, then stream; yield a checkpoint at step 0, every ``every`` items and at the end."""
+    stream = scenario.stream
+    n = len(stream)
+    coins = policy.coins(scenario.seed_value, n)
+    t0 = time.perf_counter()
+    system.fit(scenario.seed_set)
+    fit_s = time.perf_counter() - t0
+    predict_s = correct_s = eval_s = 0.0
+    corrections = 0
+
+    def checkpoint(step: int, last: bool) -> Checkpoint:
+        nonlocal eval_s
+        t = time.perf_counter()
+        acc = {name: accuracy(system, batch) for name, batch in scenario.eval_sets.items()}
+        eval_s += time.perf_counter() - t
+        return Checkpoint(step, corrections, acc, fit_s, predict_s, correct_s, eval_s,
+                          system.footprint() if last else None, last)
+
+    yield checkpoint(0, last=(n == 0))
+    labels = stream.labels
+    for i in range(n):
+        item = stream[i]
+        t = time.perf_counter()
+        predicted = system.predict(item)[0]
+        predict_s += time.perf_counter() - t
+        if predicted != labels[i] and coins[i]:
+            t = time.perf_counter()
+            system.correct(item)
+            correct_s += time.perf_counter() - t
+            corrections += 1
+        if (i + 1) % every == 0 or i + 1 == n:
+            yield checkpoint(i + 1, last=(i + 1 == n))
+
+
+@dataclass
+class RunResult:
+    """Tidy rows of one (system, scenario, policy) run."""
+
+    checkpoints: list[dict] = field(default_factory=list)  # reproducible columns only
+    timings: list[dict] = field(default_factory=list)  # wall-clock columns, kept apart
+    footprint: dict = field(default_factory=dict)
+
+
+def run_to_rows(system, scenario: Scenario, policy: Policy, keys: dict, every: int = CHECKPOINT_EVERY,
+                on_checkpoint: Callable[[Checkpoint], None] | None = None) -> RunResult:
+    """Run and flatten checkpoints into rows that start with ``keys`` (dataset, encoder, ...)."""
+    result = RunResult()
+    for cp in run(system, scenario, policy, every):
+        base = {**keys, "step": cp.step, "corrections": cp.corrections}
+        result.checkpoints.append({**base, **{f"acc_{name}": acc for name, acc in cp.accuracy.items()}})
+        result.timings.append({**base, "fit_seconds": cp.fit_seconds, "predict_seconds": cp.predict_seconds,
+                               "correct_seconds": cp.correct_seconds, "eval_seconds": cp.eval_seconds})
+        if cp.last and cp.footprint is not None:
+            fp = cp.footprint
+            result.footprint = {**keys, "footprint_entries": fp.entries, "footprint_params": fp.params,
+                                "footprint_bytes": fp.bytes}
+        if on_checkpoint:
+            on_checkpoint(cp)
+    return result
+
+
+def configure_threads(torch_threads: int = 1) -> None:
+    """Pin torch's intra-op pool: the heads are tiny, and a second pool fighting numpy's
+    BLAS threads over two cores made per-correction steps several times slower."""
+    import torch
+
+    torch.set_num_threads(torch_threads)
+
+
+def n_checkpoints(n_stream: int, every: int = CHECKPOINT_EVERY) -> int:
+    return 1 + n_stream // every + (1 if n_stream % every else 0)
+
+
+def run_systems(specs: Sequence[str], scenario: Scenario, policy: Policy, keys: dict,
+                make: Callable[[str], object], every: int = CHECKPOINT_EVERY,
+                on_checkpoint: Callable[[str, Checkpoint], None] | None = None) -> list[RunResult]:
+    """Run each system spec on the same scenario (same stream, same coins)."""
+    results = []
+    for spec in specs:
+        system = make(spec)
+        cb = (lambda cp, s=spec: on_checkpoint(s, cp)) if on_checkpoint else None
+        results.append(run_to_rows(system, scenario, policy, {**keys, "system": spec}, every, cb))
+    return results

@@ -1,0 +1,20 @@
+"""static_knn: the substrate's retrieval and vote over the seed set, never updated."""
+
+from __future__ import annotations
+
+from ocrr.systems.base import Batch, require_labels
+from ocrr.systems.substrate import Substrate
+
+
+class StaticKNN(Substrate):
+    """Same index and vote as the substrate; ``correct`` is accepted and ignored."""
+
+    family = "strawman"
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("name", "static_knn")
+        super().__init__(**kwargs)
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        require_labels(batch, self.name)  # still reject malformed input

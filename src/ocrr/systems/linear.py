@@ -1,0 +1,131 @@
+"""Linear softmax heads over frozen embeddings: static_linear and online_linear (paper 4.1).
+
+The continual-learning baselines (EWC, A-GEM, LwF) subclass OnlineLinear and change
+only the per-correction loss or step, so seed training and seeding live in one place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.systems.labels import LabelSpace
+from ocrr.systems.training import SeedTraining, derive_seed, init_linear, train_seed
+
+
+class LinearHead:
+    """Shared machinery: label space, seeded head, seed training, batched prediction."""
+
+    family = "parametric"
+    over_all_labels = True  # head over the dataset's whole label list, or the seed's labels only
+
+    def __init__(self, seed_epochs: int = 30, seed_lr: float = 1e-2, seed_weight_decay: float = 1e-4,
+                 seed_batch_size: int = 256, labels=None, seed: int = 0, name: str = "linear"):
+        self.name = name
+        self.seed_epochs = seed_epochs
+        self.seed_lr = seed_lr
+        self.seed_weight_decay = seed_weight_decay
+        self.seed_batch_size = seed_batch_size
+        self.labels = labels
+        self.seed = seed
+        self.head_: torch.nn.Linear | None = None
+
+    def hyperparameters(self) -> dict:
+        return {"seed_epochs": self.seed_epochs, "seed_lr": self.seed_lr,
+                "seed_weight_decay": self.seed_weight_decay, "seed_batch_size": self.seed_batch_size}
+
+    def fit(self, seed: Batch) -> "LinearHead":
+        labels = require_labels(seed, self.name)
+        vecs = check_vectors(seed.vecs, None, "seed vectors")
+        self.dim_ = vecs.shape[1]
+        known = sorted(set(labels))
+        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(known)) if self.over_all_labels else known)
+        self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name))
+        self.head_ = init_linear(self.dim_, len(self.space_), self.generator_)
+        x = torch.from_numpy(vecs)
+        y = torch.from_numpy(self.space_.encode(labels))
+        cfg = SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
+        train_seed(self.head_, x, y, cfg, self.generator_)
+        self._after_seed_training(x, y)
+        return self
+
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Hook for methods that keep something of the seed state (Fisher, teacher, memory)."""
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        with torch.inference_mode():
+            winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
+        return self.space_.decode(winners)
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        require_labels(batch, self.name)
+
+    def footprint(self) -> Footprint:
+        self._require_fitted()
+        params = sum(p.numel() for p in self.head_.parameters())
+        return Footprint(entries=0, params=params, bytes=4 * params)
+
+    def _require_fitted(self) -> None:
+        if self.head_ is None:
+            raise RuntimeError(f"{self.name}: call fit() before predict() or correct()")
+
+
+class StaticLinear(LinearHead):
+    """Softmax head over the seed set's classes only, trained once; corrections are ignored."""
+
+    family = "strawman"
+    over_all_labels = False
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("name", "static_linear")
+        super().__init__(**kwargs)
+
+
+class OnlineLinear(LinearHead):
+    """Head over every class, one plain SGD step (no momentum) per corrected item."""
+
+    family = "strawman"
+
+    def __init__(self, lr: float = 0.05, **kwargs):
+        kwargs.setdefault("name", "online_linear")
+        super().__init__(**kwargs)
+        self.lr = lr
+
+    def hyperparameters(self) -> dict:
+        return {"lr": self.lr, **super().hyperparameters()}
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        if self.space_.add(labels):
+            self._grow_head()
+        ys = self.space_.encode(labels)
+        for i in range(len(ys)):  # one step per correction, in stream order
+            x = torch.from_numpy(vecs[i : i + 1])
+            y = torch.from_numpy(ys[i : i + 1])
+            self._step(x, y)
+
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One SGD step on this correction's loss."""
+        self.head_.zero_grad(set_to_none=True)
+        self._correction_loss(x, y).backward()
+        with torch.no_grad():
+            for p in self.head_.parameters():
+                p.add_(p.grad, alpha=-self.lr)
+
+    def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.head_(x), y)
+
+    def _grow_head(self) -> None:
+        """Add output rows for labels first met in a correction (open label space)."""
+        old = self.head_
+        new = init_linear(self.dim_, len(self.space_), self.generator_)
+        with torch.no_grad():
+            new.weight[: old.out_features] = old.weight
+            new.bias[: old.out_features] = old.bias
+        self.head_ = new

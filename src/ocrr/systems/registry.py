@@ -1,0 +1,88 @@
+"""Names -> system factories, with ``name:key=value`` hyperparameter overrides.
+
+A spec is a registered name followed by optional ``:key=value`` parts, for example
+``substrate:k=3:margin=0.1``. Values are parsed as int, float, bool or None where
+they look like one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ocrr.errors import OcrrError
+
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    factory: Callable[..., object]
+    family: str
+    summary: str
+    defaults: dict = field(default_factory=dict)  # overrides baked into this name
+
+
+REGISTRY: dict[str, Registered] = {}
+
+
+def register(name: str, factory: Callable[..., object], family: str, summary: str, **defaults) -> None:
+    REGISTRY[name] = Registered(name, factory, family, summary, defaults)
+
+
+def parse_value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """'name:key=value:key=value' -> (name, {key: value})."""
+    name, *parts = spec.strip().split(":")
+    overrides = {}
+    for part in parts:
+        if "=" not in part:
+            raise OcrrError(f"system spec {spec!r}: {part!r} is not key=value. Write e.g. 'substrate:k=3'.")
+        key, value = part.split("=", 1)
+        overrides[key.strip()] = parse_value(value.strip())
+    return name, overrides
+
+
+def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0):
+    """Build the system a spec names, seeded and told the dataset's label list."""
+    _ensure_builtins()
+    name, overrides = parse_spec(spec)
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, REGISTRY, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise OcrrError(f"unknown system {name!r}.{hint} Run 'ocrr systems' to list them.")
+    entry = REGISTRY[name]
+    kwargs = {**entry.defaults, **overrides}
+    try:
+        return entry.factory(name=spec.strip(), labels=list(labels) if labels is not None else None, seed=seed, **kwargs)
+    except TypeError as err:
+        raise OcrrError(f"system {spec!r}: {err}. Run 'ocrr systems' to see its hyperparameters.") from None
+
+
+def expand_systems(specs: Sequence[str]) -> list[str]:
+    """Split comma lists and expand 'all' to every registered name."""
+    _ensure_builtins()
+    out: list[str] = []
+    for item in specs:
+        for spec in filter(None, (s.strip() for s in item.split(","))):
+            out.extend(REGISTRY if spec == "all" else [spec])
+    seen = set()
+    return [s for s in out if not (s in seen or seen.add(s))]
+
+
+def _ensure_builtins() -> None:
+    if not REGISTRY:
+        import ocrr.systems.catalog  # noqa: F401  (registers the built-in systems)
