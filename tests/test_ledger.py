@@ -173,7 +173,8 @@ def test_encoding_is_unambiguous():
         0, "a", None, np.array([-0.0], np.float32), p
     )
     assert entry_digest(0, "a", None, v, p) != entry_digest(1, "a", None, v, p)
-    assert entry_digest(0, "a", None, np.zeros(2, np.float32), p) != entry_digest(0, "a", None, np.zeros(1, np.float32), p)
+    two, one = np.zeros(2, np.float32), np.zeros(1, np.float32)
+    assert entry_digest(0, "a", None, two, p) != entry_digest(0, "a", None, one, p)
 
 
 @HYP

@@ -47,5 +47,6 @@ def test_clinc150_with_oos_runs_end_to_end():
     result = run_experiment(Experiment(dataset="clinc150", seeds=[0]))
     assert len(result.dataset.labels) == 151
     s = finals(result)
-    assert s.loc["substrate", "final_novel_mean"] > s.loc["online_linear", "final_novel_mean"]
-    assert s.loc["substrate", "final_original_mean"] > 0.8
+    assert s.loc["substrate", "final_novel_mean"] >= s.loc["online_linear", "final_novel_mean"] + 0.2
+    # appending corrections costs the known classes (oos included) almost nothing
+    assert abs(s.loc["substrate", "final_original_mean"] - s.loc["static_knn", "final_original_mean"]) <= 0.03

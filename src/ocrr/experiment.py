@@ -22,10 +22,10 @@ from ocrr.data import load_dataset
 from ocrr.data.records import Dataset
 from ocrr.encoders import DEFAULT_ENCODER, Embeddings, embed_dataset
 from ocrr.metrics import order_like, summarise
-from ocrr.policies import make_policy
-from ocrr.protocols import heldout_scenario
+from ocrr.policies import Policy, make_policy
+from ocrr.protocols import Scenario, heldout_scenario
 from ocrr.results import PER_CHECKPOINT_COLUMNS, SUMMARY_COLUMNS, markdown_table, write_csv, write_json
-from ocrr.runner import CHECKPOINT_EVERY, Checkpoint, run_systems
+from ocrr.runner import CHECKPOINT_EVERY, Checkpoint, RunResult, run_to_rows
 from ocrr.systems import expand_systems, make_system
 
 MAIN_SYSTEMS = ["substrate", "static_knn", "static_linear", "online_linear"]
@@ -73,14 +73,9 @@ def run_experiment(exp: Experiment, dataset: Dataset | None = None, embed_progre
     for seed in exp.seeds:
         scenario = heldout_scenario(dataset, emb.train, emb.test, seed, exp.n_heldout, exp.eval_cap)
         keys = {"dataset": dataset.name, "encoder": emb.encoder_id, "policy": policy.name, "seed": seed}
-
-        def make(spec: str, seed=seed, labels=scenario.labels):
-            system = make_system(spec, labels=labels, seed=seed)
-            hyper[spec] = {"class": type(system).__name__, **system.hyperparameters()}
-            return system
-
-        cb = (lambda spec, cp, seed=seed: on_checkpoint(seed, spec, cp)) if on_checkpoint else None
-        for res in run_systems(specs, scenario, policy, keys, make, exp.every, cb):
+        for spec in specs:
+            cb = (lambda cp, seed=seed, spec=spec: on_checkpoint(seed, spec, cp)) if on_checkpoint else None
+            res, hyper[spec] = run_one(scenario, policy, spec, keys, exp.every, cb)
             checkpoints += res.checkpoints
             timings += res.timings
             footprints.append(res.footprint)
@@ -89,6 +84,19 @@ def run_experiment(exp: Experiment, dataset: Dataset | None = None, embed_progre
     summary = order_like(summarise(per_checkpoint, footprint_df), specs)
     config = _config(exp, dataset, emb, specs, hyper, policy.p)
     return ExperimentResult(exp, dataset, emb, per_checkpoint, pd.DataFrame(timings), footprint_df, summary, config)
+
+
+def run_one(scenario: Scenario, policy: Policy, spec: str, keys: dict, every: int = CHECKPOINT_EVERY,
+            on_checkpoint: Callable[[Checkpoint], None] | None = None) -> tuple[RunResult, dict]:
+    """One (dataset, encoder, policy, seed, system) run on a built scenario.
+
+    Returns the run's tidy rows (keyed by ``keys`` plus ``system``) and the system's
+    resolved hyperparameters. Sweeps call this once per task; ``run_experiment`` once
+    per seed and system, so both give the same numbers for the same configuration.
+    """
+    system = make_system(spec, labels=scenario.labels, seed=scenario.seed_value)
+    hyper = {"class": type(system).__name__, **system.hyperparameters()}
+    return run_to_rows(system, scenario, policy, {**keys, "system": spec}, every, on_checkpoint), hyper
 
 
 def write_outputs(result: ExperimentResult, out: Path) -> dict[str, Path]:

@@ -189,7 +189,9 @@ class Ledger:
             if vec.ndim == 2 and vec.shape[0] == 1:
                 vec = vec[0]
             else:
-                raise OcrrError(f"append takes one vector of shape (d,) or (1, d), got shape {vec.shape}; use extend() for several")
+                raise OcrrError(
+                    f"append takes one vector of shape (d,) or (1, d), got shape {vec.shape}; use extend() for several"
+                )
         if np.count_nonzero(np.isfinite(vec)) != vec.size:  # ~1 µs cheaper than .all()
             raise OcrrError("vector contains NaN or inf; check the encoder output before appending")
         n = self._n
@@ -219,7 +221,9 @@ class Ledger:
         self._check_open()
         mat = _as_float32(vectors)
         if mat.ndim != 2:
-            raise OcrrError(f"extend takes a 2-D array of shape (m, d), got shape {mat.shape}; use append() for one vector")
+            raise OcrrError(
+                f"extend takes a 2-D array of shape (m, d), got shape {mat.shape}; use append() for one vector"
+            )
         m = mat.shape[0]
         if len(labels) != m or (texts is not None and len(texts) != m):
             got = f"{len(labels)} labels" + ("" if texts is None else f" and {len(texts)} texts")
@@ -267,7 +271,10 @@ class Ledger:
             if self._db is not None:
                 self._db.execute("UPDATE meta SET value = ? WHERE key = 'dim'", (d,))
         elif d != self._dim:
-            raise OcrrError(f"vector has dimension {d} but this ledger holds dimension {self._dim}; use the same encoder for every entry")
+            raise OcrrError(
+                f"vector has dimension {d} but this ledger holds dimension {self._dim}; "
+                "use the same encoder for every entry"
+            )
         need = self._n + extra
         cap = self._buf.shape[0]
         if need > cap:
@@ -291,7 +298,8 @@ class Ledger:
         """
         if expected_head is not None and (not isinstance(expected_head, bytes) or len(expected_head) != 32):
             raise OcrrError("expected_head must be the 32-byte value of Ledger.head; pass the head you saved earlier")
-        ids, labels, texts, prevs, hashes, buf = self._ids, self._labels, self._texts, self._prev, self._hashes, self._buf
+        ids, labels, texts, buf = self._ids, self._labels, self._texts, self._buf
+        prevs, hashes = self._prev, self._hashes
         prev = GENESIS
         for i in range(self._n):
             if ids[i] != i:
@@ -365,7 +373,9 @@ class Ledger:
         if path.exists():
             ledger = cls.load(path, verify=True)
             if dim is not None and ledger._dim is not None and dim != ledger._dim:
-                raise OcrrError(f"ledger {path} holds dimension {ledger._dim}, not {dim}; open it without dim or use another file")
+                raise OcrrError(
+                    f"ledger {path} holds dimension {ledger._dim}, not {dim}; open it without dim or use another file"
+                )
             if ledger._dim is None and dim is not None:
                 ledger = cls(dim)
         else:
@@ -414,13 +424,15 @@ class Ledger:
             self._db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
         except sqlite3.Error as e:
             raise OcrrError(
-                f"could not write to ledger {self._db_path} ({e}); the entry was not added; check disk space and permissions"
+                f"could not write to ledger {self._db_path} ({e}); the entry was not added; "
+                "check disk space and permissions"
             ) from e
 
     def _rows(self) -> Iterator[tuple]:
         """Stored columns per entry, as written to SQLite."""
         for i in range(self._n):
-            yield (self._ids[i], self._labels[i], self._texts[i], self._buf[i].tobytes(), self._prev[i], self._hashes[i])
+            vec = self._buf[i].tobytes()
+            yield (self._ids[i], self._labels[i], self._texts[i], vec, self._prev[i], self._hashes[i])
 
     @classmethod
     def _from_stored(
@@ -470,7 +482,9 @@ class Ledger:
             conn.close()
         dim = meta.get("dim")
         if rows and (type(dim) is not int or dim < 1):
-            raise OcrrError(f"{path} has entries but no valid dim in its meta table ({dim!r}); restore it from a backup")
+            raise OcrrError(
+                f"{path} has entries but no valid dim in its meta table ({dim!r}); restore it from a backup"
+            )
         vectors = np.empty((len(rows), dim or 0), _F4LE)
         for i, row in enumerate(rows):
             blob = row[3]
@@ -504,7 +518,8 @@ def _digest_or_raise(i: int, label: str, text: str | None, vec: np.ndarray, prev
         return entry_digest(i, label, text, vec, prev)
     except UnicodeEncodeError as e:
         raise OcrrError(
-            f"label or text is not valid Unicode ({e.reason} at position {e.start}); remove lone surrogates before appending"
+            f"label or text is not valid Unicode ({e.reason} at position {e.start}); "
+            "remove lone surrogates before appending"
         ) from e
 
 

@@ -36,7 +36,7 @@ def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per (dataset, encoder, policy, system): mean and std over seeds."""
+    """One row per (dataset, encoder, policy, system): mean and std over seeds (footprints: mean, rounded)."""
     runs = per_run(per_checkpoint)
     rows = []
     for key, cell in runs.groupby(CELL_KEYS, sort=False):
@@ -54,7 +54,7 @@ def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = No
     summary = pd.DataFrame(rows)
     if footprints is not None and len(footprints):
         fp = footprints.groupby(CELL_KEYS, sort=False)[["footprint_entries", "footprint_params", "footprint_bytes"]]
-        summary = summary.merge(fp.max().reset_index(), on=CELL_KEYS, how="left")
+        summary = summary.merge(fp.mean().round().astype("int64").reset_index(), on=CELL_KEYS, how="left")
     return summary
 
 

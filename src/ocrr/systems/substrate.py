@@ -83,7 +83,13 @@ class Substrate:
         vecs = check_vectors(batch.vecs, self.ledger_.dim, "vectors")
         texts = list(batch.texts) if (self.store_text and batch.texts is not None) else None
         ids = np.asarray(self.ledger_.extend(vecs, labels, texts), np.int64)
-        self._entry_label = np.concatenate([self._entry_label, self.space_.encode(labels, grow=True)])
+        codes = self.space_.encode(labels, grow=True)
+        end = int(ids[-1]) + 1
+        if end > len(self._entry_label):  # capacity doubling: corrections append one at a time
+            grown = np.empty(max(end, 2 * len(self._entry_label)), np.int64)
+            grown[: len(self._entry_label)] = self._entry_label
+            self._entry_label = grown
+        self._entry_label[ids] = codes
         self._index_new(vecs, ids)
         return ids
 
