@@ -187,3 +187,16 @@ def test_incremental_evaluation_equals_a_fresh_scan():
         fresh = make_system("substrate").fit(seed)
         fresh.correct(new[: lo + 37])
         assert live.predict(evalset) == fresh.predict(evalset)
+
+
+def test_head_methods_share_one_upstream_model_and_never_each_others_updates(toy):
+    seed, new, _, _ = seed_and_new(toy, 8)
+    a = make_system("online_linear", labels=toy.labels, seed=1).fit(seed)
+    b = make_system("online_linear:lr=0.2", labels=toy.labels, seed=1).fit(seed)
+    assert np.array_equal(a.head_.weight.detach().numpy(), b.head_.weight.detach().numpy())
+    a.correct(new[:10])
+    c = make_system("online_linear", labels=toy.labels, seed=1).fit(seed)
+    assert np.array_equal(b.head_.weight.detach().numpy(), c.head_.weight.detach().numpy())
+    assert not np.array_equal(a.head_.weight.detach().numpy(), c.head_.weight.detach().numpy())
+    other_seed = make_system("online_linear", labels=toy.labels, seed=2).fit(seed)
+    assert not np.array_equal(other_seed.head_.weight.detach().numpy(), c.head_.weight.detach().numpy())

@@ -7,6 +7,8 @@ does not depend on how the work was chunked.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
@@ -43,18 +45,56 @@ def top_k(sims: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     return np.take_along_axis(part_sims, order, axis=1), np.take_along_axis(part_ids, order, axis=1)
 
 
+def exact_search(matrix: np.ndarray, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
+                 chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k over rows of ``matrix`` without copying it (ground truth for recall).
+
+    ``rows``: the row numbers (= ids) to search, e.g. a bounded substrate's live ids;
+    None searches every row, with id = row number. Rows are scanned in chunks (a gathered
+    chunk is the only copy), and chunk results merged with ``top_k``, so the answer is
+    identical to ``ExactIndex.search`` over the same rows.
+    """
+    queries = np.ascontiguousarray(queries, np.float32)
+    n_q = queries.shape[0]
+    total = matrix.shape[0] if rows is None else len(rows)
+    if chunk_rows is None:
+        chunk_rows = max(4096, _BLOCK_ELEMENTS // max(1, n_q))
+    best_s = np.empty((n_q, 0), np.float32)
+    best_i = np.empty((n_q, 0), np.int64)
+    for lo in range(0, total, chunk_rows):
+        hi = min(total, lo + chunk_rows)
+        if rows is None:
+            block, ids = matrix[lo:hi], np.arange(lo, hi, dtype=np.int64)
+        else:
+            ids = np.asarray(rows[lo:hi], np.int64)
+            block = matrix[ids]
+        s, i = top_k(queries @ block.T, ids, k)
+        best_s, best_i = top_k(np.concatenate([best_s, s], axis=1), np.concatenate([best_i, i], axis=1), k)
+    return best_s, best_i
+
+
 class ExactIndex:
     """Brute-force search over a growing float32 matrix of unit vectors.
 
-    The index does not own the vectors: ``source`` is a callable returning the current
-    (n, d) matrix (for the substrate, the ledger's vector buffer), and ``ids`` maps
-    its rows to entry ids. Adding means telling the index about more rows.
+    Two storage modes, same results:
+
+    * owned (default): the index keeps its own capacity-doubling copy of the vectors.
+    * borrowed (``source=`` a callable returning a 2-D array, e.g. ``lambda: ledger.vectors``):
+      the index holds no copy; row ``i`` of ``source()`` is the vector of id ``i`` and
+      the index covers rows ``0 .. len-1``. This is the unbounded substrate's case,
+      where the ledger's append-only buffer already holds every vector once.
+      Anything that breaks "ids are 0..n-1 in order" (a removal, an out-of-order add,
+      vectors that differ from the source's rows) first copies the live rows into an
+      owned buffer (``borrowed`` becomes False), so behaviour never depends on the mode.
     """
 
     name = "exact"
+    exact = True  # results equal brute-force float32 search: recall 1.0
+    supports_start = True  # search(..., start=r) scans only rows r: (used by IncrementalSearch)
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, source: Callable[[], np.ndarray] | None = None):
         self.dim = dim
+        self._source = source
         self._vecs = np.empty((0, dim), np.float32)
         self._ids = np.empty(0, np.int64)
         self._n = 0
@@ -63,10 +103,26 @@ class ExactIndex:
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def borrowed(self) -> bool:
+        return self._source is not None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this index holds itself (0 when borrowing; capacity, not just length, when owned)."""
+        return 0 if self.borrowed else int(self._vecs.nbytes + self._ids.nbytes)
+
     def add(self, vecs: np.ndarray, ids: np.ndarray) -> None:
         """Append rows (capacity doubles, so appends are amortised O(1))."""
         vecs = np.asarray(vecs, np.float32).reshape(-1, self.dim)
         ids = np.asarray(ids, np.int64).reshape(-1)
+        if len(vecs) != len(ids):
+            raise ValueError(f"add got {len(vecs)} vectors but {len(ids)} ids")
+        if self.borrowed:
+            if self._borrow_fits(vecs, ids):
+                self._n += len(ids)
+                return
+            self._own()
         need = self._n + len(ids)
         if need > len(self._ids):
             cap = max(need, 2 * len(self._ids), 1024)
@@ -79,8 +135,29 @@ class ExactIndex:
         self._ids[self._n : need] = ids
         self._n = need
 
+    def _borrow_fits(self, vecs: np.ndarray, ids: np.ndarray) -> bool:
+        m, n = len(ids), self._n
+        if m == 0:
+            return True
+        if ids[0] != n or ids[-1] != n + m - 1 or (m > 1 and not np.array_equal(ids, np.arange(n, n + m))):
+            return False
+        src = self._source()
+        return src.ndim == 2 and src.shape[0] >= n + m and np.array_equal(src[n : n + m], vecs)
+
+    def _own(self) -> None:
+        """Switch from borrowed to owned: copy the live rows once."""
+        src = self._source()
+        cap = max(self._n, 1024)
+        self._vecs = np.empty((cap, self.dim), np.float32)
+        self._vecs[: self._n] = src[: self._n]
+        self._ids = np.empty(cap, np.int64)
+        self._ids[: self._n] = np.arange(self._n)
+        self._source = None
+
     def remove(self, ids: np.ndarray) -> None:
         """Drop entries by id (used by bounded variants); order of the rest is kept."""
+        if self.borrowed:
+            self._own()
         keep = ~np.isin(self._ids[: self._n], np.asarray(ids, np.int64))
         kept = int(keep.sum())
         self._vecs[:kept] = self._vecs[: self._n][keep]
@@ -90,10 +167,14 @@ class ExactIndex:
 
     @property
     def ids(self) -> np.ndarray:
+        if self.borrowed:
+            return np.arange(self._n, dtype=np.int64)
         return self._ids[: self._n]
 
     @property
     def vectors(self) -> np.ndarray:
+        if self.borrowed:
+            return self._source()[: self._n]
         return self._vecs[: self._n]
 
     def search(self, queries: np.ndarray, k: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -102,8 +183,13 @@ class ExactIndex:
         Returns (sims, ids) of shape (n_queries, min(k, rows)). Queries are processed
         in blocks so memory stays bounded for any index size.
         """
-        vecs = self._vecs[start : self._n]
-        ids = self._ids[start : self._n]
+        queries = np.asarray(queries, np.float32).reshape(-1, self.dim)
+        if self.borrowed:
+            vecs = self._source()[start : self._n]
+            ids = np.arange(start, max(start, self._n), dtype=np.int64)
+        else:
+            vecs = self._vecs[start : self._n]
+            ids = self._ids[start : self._n]
         n_q = queries.shape[0]
         kk = min(k, len(ids))
         out_s = np.empty((n_q, kk), np.float32)

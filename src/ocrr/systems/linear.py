@@ -11,7 +11,7 @@ import torch
 
 from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.training import SeedTraining, derive_seed, init_linear, train_seed
+from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
 
 
 class LinearHead:
@@ -42,11 +42,10 @@ class LinearHead:
         known = sorted(set(labels))
         self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(known)) if self.over_all_labels else known)
         self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name))
-        self.head_ = init_linear(self.dim_, len(self.space_), self.generator_)
         x = torch.from_numpy(vecs)
         y = torch.from_numpy(self.space_.encode(labels))
         cfg = SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
-        train_seed(self.head_, x, y, cfg, self.generator_)
+        self.head_ = seed_head(x, y, len(self.space_), cfg, self.seed)
         self._after_seed_training(x, y)
         return self
 
@@ -78,6 +77,7 @@ class StaticLinear(LinearHead):
     """Softmax head over the seed set's classes only, trained once; corrections are ignored."""
 
     family = "strawman"
+    learns = False  # capability the conformance suite reads: corrections never change predictions
     over_all_labels = False
 
     def __init__(self, **kwargs):

@@ -2,12 +2,18 @@
 
 Every linear-head system trains its seed state here: AdamW (lr 1e-2, weight decay
 1e-4), batch 256, 30 epochs, shuffled by a torch.Generator derived from the run seed.
+The upstream head depends only on (seed set, label list, training config, seed), not
+on the method that will later correct it: online_linear, EWC, A-GEM, LwF and kNN-LM
+therefore all start from the same seed model, so their differences are due to how
+they absorb corrections alone. It is trained once per process and copied.
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import astuple, dataclass
 
 import numpy as np
 import torch
@@ -54,3 +60,27 @@ def train_seed(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Se
             loss.backward()
             opt.step()
     model.eval()
+
+
+_SEED_HEADS: OrderedDict[bytes, dict] = OrderedDict()
+_SEED_HEADS_KEPT = 4
+
+
+def seed_head(x: torch.Tensor, y: torch.Tensor, n_out: int, cfg: SeedTraining, seed: int) -> torch.nn.Linear:
+    """A fresh copy of the upstream linear head for this seed set (trained on first request)."""
+    key = hashlib.blake2b(x.numpy().tobytes(), digest_size=16)
+    key.update(y.numpy().tobytes())
+    key.update(repr((n_out, astuple(cfg), int(seed))).encode())
+    digest = key.digest()
+    generator = torch.Generator().manual_seed(derive_seed(seed, "seed-head"))
+    head = init_linear(x.shape[1], n_out, generator)
+    if digest in _SEED_HEADS:
+        _SEED_HEADS.move_to_end(digest)
+        head.load_state_dict(_SEED_HEADS[digest])
+    else:
+        train_seed(head, x, y, cfg, generator)
+        _SEED_HEADS[digest] = {k: v.detach().clone() for k, v in head.state_dict().items()}
+        while len(_SEED_HEADS) > _SEED_HEADS_KEPT:
+            _SEED_HEADS.popitem(last=False)
+    head.eval()
+    return head

@@ -1,0 +1,215 @@
+"""Continual-learning baselines over the online linear head: EWC, A-GEM, LwF (paper 4.2).
+
+Each is an OnlineLinear with the same seed training (``training.train_seed``) and the
+same one-SGD-step-per-corrected-item rule (lr 0.05); they differ only in what they
+keep from the seed state and in the loss or step of a correction.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ocrr.errors import OcrrError
+from ocrr.systems.base import Footprint
+from ocrr.systems.linear import OnlineLinear
+from ocrr.systems.training import derive_seed
+
+
+def _check_positive_int(who: str, **values) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise OcrrError(f"{who}: {key} must be a whole number >= 0, got {value!r}. Pass e.g. {who}:{key}=1000.")
+
+
+def _check_nonnegative(who: str, **values) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise OcrrError(f"{who}: {key} must be a number >= 0, got {value!r}.")
+
+
+def predicted_class_fisher(head: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Diagonal Fisher of a linear softmax head: mean over rows of x of the squared gradient
+    of log p(c|x), c the head's own predicted class.
+
+    For logits Wx + b, d log p_c / dW = (e_c - p) x^T and d/db = e_c - p, so the mean of
+    the squares is ((e_c - p)^2)^T (x^2) / n: closed form, no per-sample backward passes.
+    """
+    with torch.no_grad():
+        x64 = x.double()
+        logits = x64 @ head.weight.double().T + head.bias.double()
+        p = torch.softmax(logits, dim=1)
+        r = -p
+        r[torch.arange(len(x)), logits.argmax(dim=1)] += 1.0
+        r2 = r.square()
+        n = max(len(x), 1)
+        return (r2.T @ x64.square() / n).float(), (r2.sum(dim=0) / n).float()
+
+
+class EWC(OnlineLinear):
+    """Elastic weight consolidation: CE + ewc_lambda/2 * sum F (theta - theta*)^2 per correction.
+
+    F: diagonal Fisher (predicted-class log-likelihood) on ``fisher_samples`` seed items
+    drawn without replacement; theta*: the seed head. Output rows added for labels first
+    met in a correction get F = 0 (nothing to protect).
+    """
+
+    family = "continual"
+
+    def __init__(self, ewc_lambda: float = 1000.0, fisher_samples: int = 2000, **kwargs):
+        kwargs.setdefault("name", "ewc")
+        super().__init__(**kwargs)
+        _check_nonnegative(self.name, ewc_lambda=ewc_lambda)
+        _check_positive_int(self.name, fisher_samples=fisher_samples)
+        self.ewc_lambda = ewc_lambda
+        self.fisher_samples = fisher_samples
+
+    def hyperparameters(self) -> dict:
+        return {"ewc_lambda": self.ewc_lambda, "fisher_samples": self.fisher_samples, **super().hyperparameters()}
+
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        # Own generator: the head's generator must stay in step with online_linear's.
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, self.name + "/fisher"))
+        idx = torch.randperm(len(x), generator=gen)[: self.fisher_samples]
+        self.fisher_n_ = len(idx)
+        self.fisher_w_, self.fisher_b_ = predicted_class_fisher(self.head_, x[idx])
+        self.anchor_w_ = self.head_.weight.detach().clone()
+        self.anchor_b_ = self.head_.bias.detach().clone()
+
+    def penalty(self) -> torch.Tensor:
+        """ewc_lambda/2 * sum F (theta - theta*)^2 over weight and bias (differentiable)."""
+        w, b = self.head_.weight, self.head_.bias
+        quad = (self.fisher_w_ * (w - self.anchor_w_).square()).sum() + (self.fisher_b_ * (b - self.anchor_b_).square()).sum()
+        return 0.5 * self.ewc_lambda * quad
+
+    def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return super()._correction_loss(x, y) + self.penalty()
+
+    def _grow_head(self) -> None:
+        super()._grow_head()
+        extra = self.head_.out_features - self.fisher_w_.shape[0]
+        self.fisher_w_ = F.pad(self.fisher_w_, (0, 0, 0, extra))
+        self.fisher_b_ = F.pad(self.fisher_b_, (0, extra))
+        self.anchor_w_ = F.pad(self.anchor_w_, (0, 0, 0, extra))
+        self.anchor_b_ = F.pad(self.anchor_b_, (0, extra))
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()  # head, plus the Fisher and the anchor: 3x the head's bytes
+        return Footprint(entries=0, params=fp.params, bytes=3 * fp.bytes, extra={"fisher_samples": self.fisher_n_})
+
+
+def reservoir_indices(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Vitter's Algorithm R over items 0..n-1 in order: a uniform sample of min(n, size)."""
+    keep = np.arange(min(n, size))
+    if n > size:
+        draws = rng.integers(0, np.arange(size + 1, n + 1))  # item i draws j in [0, i]
+        for i, j in zip(range(size, n), draws.tolist()):
+            if j < size:
+                keep[j] = i
+    return keep
+
+
+def agem_project(g: torch.Tensor, g_mem: torch.Tensor) -> torch.Tensor:
+    """A-GEM: if g conflicts with the memory gradient (g . g_mem < 0), drop its component
+    along g_mem, so the step does not increase the memory loss to first order."""
+    dot = torch.dot(g, g_mem)
+    if dot < 0:
+        norm2 = torch.dot(g_mem, g_mem)
+        if norm2 > 0:
+            return g - (dot / norm2) * g_mem
+    return g
+
+
+class AGEM(OnlineLinear):
+    """Averaged GEM: a reservoir memory of ``memory_size`` seed items; each correction's
+    gradient is projected against the mean-CE gradient of ``memory_batch`` memory items.
+
+    The memory holds seed items only (the seed task is the one to protect); the batch is
+    drawn without replacement by a generator derived from the run seed.
+    """
+
+    family = "continual"
+
+    def __init__(self, memory_size: int = 1000, memory_batch: int = 64, **kwargs):
+        kwargs.setdefault("name", "a_gem")
+        super().__init__(**kwargs)
+        _check_positive_int(self.name, memory_size=memory_size, memory_batch=memory_batch)
+        self.memory_size = memory_size
+        self.memory_batch = memory_batch
+
+    def hyperparameters(self) -> dict:
+        return {"memory_size": self.memory_size, "memory_batch": self.memory_batch, **super().hyperparameters()}
+
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        rng = np.random.default_rng(derive_seed(self.seed, self.name + "/memory"))
+        keep = torch.from_numpy(reservoir_indices(len(x), self.memory_size, rng))
+        self.memory_x_ = x[keep].clone()
+        self.memory_y_ = y[keep].clone()
+        self.batch_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name + "/batches"))
+
+    def _flat_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        params = list(self.head_.parameters())
+        loss = F.cross_entropy(self.head_(x), y)
+        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        g = self._flat_grad(x, y)
+        if len(self.memory_y_) and self.memory_batch:
+            pick = torch.randperm(len(self.memory_y_), generator=self.batch_generator_)[: self.memory_batch]
+            g = agem_project(g, self._flat_grad(self.memory_x_[pick], self.memory_y_[pick]))
+        with torch.no_grad():
+            offset = 0
+            for p in self.head_.parameters():
+                p.add_(g[offset : offset + p.numel()].view_as(p), alpha=-self.lr)
+                offset += p.numel()
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()
+        n, d = self.memory_x_.shape
+        return Footprint(entries=n, params=fp.params, bytes=fp.bytes + n * (4 * d + 8))
+
+
+class LwF(OnlineLinear):
+    """Learning without forgetting: CE + lwf_lambda * T^2 * KL(teacher_T || student_T) on
+    the corrected item, the teacher a frozen copy of the seed head.
+
+    The KL runs over the teacher's outputs (every class the seed head had); rows added
+    later for labels first met in a correction are not distilled.
+    """
+
+    family = "continual"
+
+    def __init__(self, lwf_lambda: float = 1.0, temperature: float = 2.0, **kwargs):
+        kwargs.setdefault("name", "lwf")
+        super().__init__(**kwargs)
+        _check_nonnegative(self.name, lwf_lambda=lwf_lambda)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise OcrrError(f"{self.name}: temperature must be a number > 0, got {temperature!r}.")
+        self.lwf_lambda = lwf_lambda
+        self.temperature = temperature
+
+    def hyperparameters(self) -> dict:
+        return {"lwf_lambda": self.lwf_lambda, "temperature": self.temperature, **super().hyperparameters()}
+
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.teacher_ = copy.deepcopy(self.head_).requires_grad_(False)
+
+    def distillation_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over rows of x."""
+        t = self.temperature
+        with torch.no_grad():
+            log_teacher = F.log_softmax(self.teacher_(x) / t, dim=1)
+        student = self.head_(x)[:, : log_teacher.shape[1]]
+        kl = F.kl_div(F.log_softmax(student / t, dim=1), log_teacher, reduction="batchmean", log_target=True)
+        return t * t * kl
+
+    def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return super()._correction_loss(x, y) + self.lwf_lambda * self.distillation_loss(x)
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()
+        teacher = sum(p.numel() for p in self.teacher_.parameters())
+        return Footprint(entries=0, params=fp.params, bytes=fp.bytes + 4 * teacher)

@@ -1,0 +1,100 @@
+"""knn_lm: a frozen parametric head interpolated with a growing k-NN datastore (paper 4.2).
+
+p(y|x) = knn_lambda * p_kNN(y|x) + (1 - knn_lambda) * p_head(y|x), after Khandelwal et
+al. (2020). p_head is the softmax of a linear head trained on the seed set exactly like
+online_linear's and never updated; p_kNN is a softmax of similarity / tau over the k
+nearest datastore entries (cosine), summed per label. ``correct`` only appends to the
+datastore, which starts as the seed set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ocrr.errors import OcrrError
+from ocrr.index import ExactIndex
+from ocrr.index.cache import IncrementalSearch
+from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.systems.linear import LinearHead
+
+
+class KNNLM(LinearHead):
+    family = "hybrid"
+
+    def __init__(self, k: int = 5, tau: float = 0.1, knn_lambda: float = 0.5, **kwargs):
+        kwargs.setdefault("name", "knn_lm")
+        super().__init__(**kwargs)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise OcrrError(f"{self.name}: k must be a whole number >= 1, got {k!r}. Pass e.g. knn_lm:k=5.")
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
+            raise OcrrError(f"{self.name}: tau must be a number > 0, got {tau!r}. Pass e.g. knn_lm:tau=0.1.")
+        if isinstance(knn_lambda, bool) or not isinstance(knn_lambda, (int, float)) or not 0 <= knn_lambda <= 1:
+            raise OcrrError(f"{self.name}: knn_lambda must be between 0 and 1, got {knn_lambda!r}.")
+        self.k = int(k)
+        self.tau = float(tau)
+        self.knn_lambda = float(knn_lambda)
+
+    def hyperparameters(self) -> dict:
+        return {"k": self.k, "tau": self.tau, "knn_lambda": self.knn_lambda, **super().hyperparameters()}
+
+    def fit(self, seed: Batch) -> "KNNLM":
+        super().fit(seed)  # trains the head, builds the label space
+        self.head_.requires_grad_(False)
+        # float64 copies: the same arithmetic for one query or many (batched == one by one).
+        self.w64_ = self.head_.weight.detach().double().numpy()
+        self.b64_ = self.head_.bias.detach().double().numpy()
+        self.index_ = ExactIndex(self.dim_)
+        self.search_ = IncrementalSearch(self.index_)
+        self.entry_label_ = np.empty(0, np.int64)
+        self._append(check_vectors(seed.vecs, self.dim_, "seed vectors"), seed.labels)
+        return self
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        self.space_.add(labels)  # a new label gets a p_head of 0: the frozen head has no row for it
+        self._append(vecs, labels)
+
+    def _append(self, vecs: np.ndarray, labels) -> None:
+        start = len(self.index_)
+        self.index_.add(vecs, np.arange(start, start + len(vecs)))
+        self.entry_label_ = np.concatenate([self.entry_label_, self.space_.encode(labels)])
+
+    def head_proba(self, vecs: np.ndarray) -> np.ndarray:
+        """p_head over the current label space (n, C); labels newer than the head get 0."""
+        logits = vecs.astype(np.float64) @ self.w64_.T + self.b64_
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        p /= p.sum(axis=1, keepdims=True)
+        return np.pad(p, ((0, 0), (0, len(self.space_) - p.shape[1])))
+
+    def knn_proba(self, vecs: np.ndarray) -> np.ndarray:
+        """p_kNN over the current label space (n, C): softmax(sim / tau) over the k
+        neighbours, summed per neighbour label."""
+        sims, ids = self.search_.search(vecs, self.k)
+        out = np.zeros((len(vecs), len(self.space_)))
+        if ids.shape[1] == 0:
+            return out
+        z = sims.astype(np.float64) / self.tau
+        w = np.exp(z - z.max(axis=1, keepdims=True))
+        w /= w.sum(axis=1, keepdims=True)
+        rows = np.repeat(np.arange(len(vecs)), ids.shape[1])
+        np.add.at(out, (rows, self.entry_label_[ids].reshape(-1)), w.reshape(-1))
+        return out
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        lam = self.knn_lambda
+        p = (1 - lam) * self.head_proba(vecs) if lam < 1 else 0.0
+        if lam > 0:
+            p = p + lam * self.knn_proba(vecs)
+        return self.space_.decode(np.argmax(p, axis=1))
+
+    def footprint(self) -> Footprint:
+        self._require_fitted()
+        params = sum(p.numel() for p in self.head_.parameters())
+        n = len(self.index_)
+        return Footprint(entries=n, params=params, bytes=4 * params + n * (4 * self.dim_ + 8))
