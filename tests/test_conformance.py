@@ -8,6 +8,9 @@ is skipped, saying which. Capabilities a system may declare:
 
 * ``learns = False``: corrections never change its predictions (static strawmen), so it
   is not required to ever predict a label first seen in a correction.
+* ``conformance_overrides = {...}``: hyperparameters to build it with here, so that a
+  heavy system is checked in seconds (e.g. lora on a tiny random encoder). The checks
+  are about the protocol, not accuracy, so a smaller configuration is a fair stand-in.
 """
 
 from __future__ import annotations
@@ -32,14 +35,27 @@ def batch_of(split, idx):
     return Batch(split.vecs[idx], [split.texts[i] for i in idx], [split.labels[i] for i in idx])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """As the runner does (ocrr.runner.configure_threads): on a shared 2-core machine torch's
+    default pool made the small models here 10-20x slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def data():
     """Seed set of 8 known classes, a stream of 4 novel ones, and one eval set of both.
 
     Noisy enough that some predictions are wrong (tie-breaks and ranks matter), large
-    enough (120 eval queries) that the substrate's incremental search cache is used.
+    enough (120 eval queries) that the substrate's incremental search cache is used, and
+    64-d rather than tinier so per-weight Fisher values (EWC) are in a realistic range.
     """
-    ds = clustered_dataset(n_classes=12, dim=16, n_train=20, n_test=10, noise=0.25, seed=11, name="conf")
+    ds = clustered_dataset(n_classes=12, dim=64, n_train=20, n_test=10, noise=0.15, seed=11, name="conf")
     known = set(ds.labels[:8])
     seed = batch_of(ds.train, [i for i, l in enumerate(ds.train.labels) if l in known])
     stream = batch_of(ds.train, [i for i, l in enumerate(ds.train.labels) if l not in known])
@@ -49,8 +65,13 @@ def data():
 
 def build(name: str, data, seed: int = SEED):
     """A fitted system, or a skip when it needs an extra this environment lacks."""
+    entry = REGISTRY[name]
+    overrides = dict(getattr(entry.factory, "conformance_overrides", None) or {})
     try:
-        system = make_system(name, labels=data["labels"], seed=seed)
+        if overrides:
+            system = entry.factory(name=name, labels=data["labels"], seed=seed, **{**entry.defaults, **overrides})
+        else:
+            system = make_system(name, labels=data["labels"], seed=seed)
         return system, system.fit(data["seed"])
     except ImportError as err:
         pytest.skip(f"{name} needs an optional extra that is not installed: {err}")
@@ -66,7 +87,7 @@ def fitted(name, data, seed=SEED):
 
 
 # Corrections in uneven batches, as a stream with a batching caller would send them.
-CHUNKS = [(0, 7), (7, 8), (8, 30), (30, 31), (31, 60)]
+CHUNKS = [(0, 5), (5, 6), (6, 18), (18, 19), (19, 30)]
 
 
 def correct_chunks(system, stream, chunks=CHUNKS):

@@ -157,6 +157,21 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger(n={self._n}, dim={self._dim}, head={self.head.hex()[:16]}…)"
 
+    # Pickle: numpy pickles a view as a separate copy, so _ro would stop tracking _buf
+    # (appends after unpickling then hashed and served stale rows). Rebuild the view.
+    def __getstate__(self) -> dict:
+        if self._db is not None:
+            raise OcrrError(f"cannot pickle a ledger open on {self._db_path}; close() it and pickle "
+                            "Ledger.load(path), or pickle the path")
+        state = self.__dict__.copy()
+        state["_ro"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._buf is not None:
+            self._set_buffer(self._buf)
+
     @property
     def dim(self) -> int | None:
         return self._dim

@@ -5,6 +5,8 @@ has only appended a few entries. Re-scanning all entries each time is wasted wor
 this cache keeps each large query set's top-k and, after appends, scans only the new
 rows and merges. The merge gives exactly the top-k of a full scan because neighbours
 are totally ordered (similarity desc, then id desc). Removals invalidate the cache.
+Indexes that cannot search from a row offset (``supports_start`` False: HNSW, sq8, and
+``auto`` after its switch) are passed through uncached.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ocrr.index.exact import ExactIndex, top_k
+from ocrr.index.exact import top_k
 
 
 @dataclass
@@ -27,14 +29,14 @@ class _Entry:
 
 
 class IncrementalSearch:
-    def __init__(self, index: ExactIndex, min_queries: int = 64, max_sets: int = 4):
+    def __init__(self, index, min_queries: int = 64, max_sets: int = 4):
         self.index = index
         self.min_queries = min_queries  # single stream queries are not worth caching
         self.max_sets = max_sets
         self._sets: OrderedDict[bytes, _Entry] = OrderedDict()
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if len(queries) < self.min_queries:
+        if len(queries) < self.min_queries or not getattr(self.index, "supports_start", True):
             return self.index.search(queries, k)
         key = hashlib.blake2b(queries.tobytes(), digest_size=16, person=str(k).encode()).digest()
         hit = self._sets.get(key)

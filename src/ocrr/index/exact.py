@@ -52,7 +52,8 @@ def exact_search(matrix: np.ndarray, queries: np.ndarray, k: int, rows: np.ndarr
     ``rows``: the row numbers (= ids) to search, e.g. a bounded substrate's live ids;
     None searches every row, with id = row number. Rows are scanned in chunks (a gathered
     chunk is the only copy), and chunk results merged with ``top_k``, so the answer is
-    identical to ``ExactIndex.search`` over the same rows.
+    ``ExactIndex.search``'s over the same rows (BLAS may round a similarity differently,
+    by an ulp, for a different block shape; only such exact near-ties can reorder).
     """
     queries = np.ascontiguousarray(queries, np.float32)
     n_q = queries.shape[0]

@@ -23,6 +23,9 @@ into the chain: the live set is a deterministic function of (seed, budget, numbe
 entries), so ``verify()`` also replays the policy and checks that the index holds
 exactly that live set, with vectors bit-equal to their ledger entries.
 
+Any ``index=`` backend of the substrate works: eviction only calls ``index.remove`` and
+``index.add``, and removal bumps ``index.epoch`` so cached incremental searches restart.
+
 What the budget bounds: retrieval memory. ``footprint()`` reports the live entries
 (and their bytes) as the storage the system needs; ``extra`` reports the ledger's
 length and the number of evicted entries. This implementation still keeps evicted
@@ -103,11 +106,11 @@ class BoundedSubstrate(Substrate):
             bad = np.setxor1d(expected, live)
             return VerifyResult(False, int(bad[0]), f"live set differs from the {self.eviction} policy "
                                                     f"replayed over {n} entries (first odd id {int(bad[0])})")
-        index_ids = getattr(self.index_, "ids", None)  # exact index: also compare its stored rows
-        if index_ids is not None:
-            order = np.argsort(index_ids, kind="stable")
-            if not np.array_equal(np.asarray(index_ids)[order], live):
-                return VerifyResult(False, None, "retrieval index does not hold exactly the live entries")
+        index_ids = np.asarray(self.index_.ids)
+        order = np.argsort(index_ids, kind="stable")
+        if not np.array_equal(index_ids[order], live):
+            return VerifyResult(False, None, "retrieval index does not hold exactly the live entries")
+        if not self.index_kind.endswith("_sq8"):  # 8-bit codes cannot equal the float32 entries
             rows = np.asarray(self.index_.vectors)[order]
             same = (rows == self.ledger_.vectors[live]).all(axis=1)
             if not same.all():
@@ -117,10 +120,17 @@ class BoundedSubstrate(Substrate):
                                         f"(budget {self.budget}, {self.eviction})")
 
     def footprint(self) -> Footprint:
-        fp = super().footprint()  # entries/bytes: the live (searchable) entries only
-        return Footprint(entries=fp.entries, params=0, bytes=fp.bytes,
+        fp = super().footprint()  # entries: the live (searchable) entries only
+        live, evicted = fp.entries, len(self.ledger_) - fp.entries
+        per_entry = 4 * (self.ledger_.dim or 0) + 8 + 32  # vector, label index, hash
+        # Exact search: once anything is evicted the index owns a copy of the live vectors,
+        # which is the bounded store itself -- count it once, by entries, not by capacity.
+        nbytes = live * per_entry if self.index_kind == "exact" else fp.bytes
+        return Footprint(entries=live, params=0, bytes=nbytes,
                          extra={**fp.extra, "budget": self.budget, "eviction": self.eviction,
-                                "evicted_entries": len(self.ledger_) - fp.entries})
+                                "evicted_entries": evicted,
+                                # still held in memory by the full ledger (see module docstring)
+                                "history_bytes": evicted * per_entry})
 
 
 class BoundedReservoir(BoundedSubstrate):

@@ -33,3 +33,30 @@ register("substrate_count_only", Substrate, "ablation",
 register("substrate_no_recency", Substrate, "ablation",
          "substrate without the recency tie-break (max-sim ties go to the label that sorts first)",
          tiebreak_recency=False)
+
+# -- continual learning, retrieval/parametric hybrid, online-ML library (paper 4.2) ------
+from ocrr.systems.continual import AGEM, EWC, LwF  # noqa: E402
+from ocrr.systems.knn_lm import KNNLM  # noqa: E402
+from ocrr.systems.river_systems import RiverLogReg, RiverOvRBalanced, RiverSoftmax  # noqa: E402
+
+register("ewc", EWC, "continual",
+         "online_linear + Fisher-weighted L2 penalty to the seed head (lambda 1000, Fisher on 2000 seed items)")
+register("a_gem", AGEM, "continual",
+         "online_linear + 1000-item seed reservoir; each step projected off the memory-batch (64) gradient")
+register("lwf", LwF, "continual",
+         "online_linear + distillation to a frozen seed-head teacher (KL at T=2, lambda 1)")
+register("knn_lm", KNNLM, "hybrid",
+         "frozen seed head interpolated (0.5) with a growing cosine k-NN datastore (k=5, softmax at tau 0.1)")
+register("river_logreg", RiverLogReg, "online-ml",
+         "river one-vs-rest LogisticRegression, SGD 0.01, one pass over 3000 seed items (paper config)")
+register("river_softmax", RiverSoftmax, "online-ml",
+         "river SoftmaxRegression, SGD 0.01, one pass over 3000 seed items (fair river baseline)")
+register("river_ovr_balanced", RiverOvRBalanced, "online-ml",
+         "river_logreg whose new-class models first replay the 3000 stored seed items as negatives")
+
+# -- LoRA fine-tuning of a transformer encoder (paper 4.5, 5.5); needs the extra ocrr[lora] --
+from ocrr.systems.lora import LoRA  # noqa: E402  (imports peft/transformers only when fitted)
+
+register("lora", LoRA, "fine-tuning",
+         "reads text: packaged MiniLM (mean-pooled) + LoRA r=8/alpha 16 on query+value of every block + head "
+         "over all classes; seed: 2 epochs AdamW 1e-3, batch 32; one SGD step (lr 5e-4) per correction")

@@ -50,7 +50,8 @@ def predicted_class_fisher(head: torch.nn.Linear, x: torch.Tensor) -> tuple[torc
 
 
 class EWC(OnlineLinear):
-    """Elastic weight consolidation: CE + ewc_lambda/2 * sum F (theta - theta*)^2 per correction.
+    """Elastic weight consolidation: one SGD step on CE + ewc_lambda/2 * sum F (theta - theta*)^2
+    per corrected item (see ``_step`` for the cap that keeps large lambdas stable).
 
     F: diagonal Fisher (predicted-class log-likelihood) on ``fisher_samples`` seed items
     drawn without replacement; theta*: the seed head. Output rows added for labels first
@@ -85,8 +86,23 @@ class EWC(OnlineLinear):
         quad = (self.fisher_w_ * (w - self.anchor_w_).square()).sum() + (self.fisher_b_ * (b - self.anchor_b_).square()).sum()
         return 0.5 * self.ewc_lambda * quad
 
-    def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return super()._correction_loss(x, y) + self.penalty()
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One SGD step on CE + penalty, the penalty's gradient lambda F (theta - theta*) taken
+        in closed form. Its pull on a coordinate is capped at returning it to the anchor:
+        plain SGD overshoots where lr * lambda * F > 1 and diverges beyond 2 (small or
+        unconverged seed sets at lambda 1000); below the cap this is exactly plain SGD."""
+        self.head_.zero_grad(set_to_none=True)
+        self._correction_loss(x, y).backward()
+        with torch.no_grad():
+            for p, fisher, anchor in ((self.head_.weight, self.fisher_w_, self.anchor_w_),
+                                      (self.head_.bias, self.fisher_b_, self.anchor_b_)):
+                pull = (self.lr * self.ewc_lambda * fisher).clamp_(max=1.0) * (p - anchor)
+                p.add_(p.grad, alpha=-self.lr)
+                p.sub_(pull)
+
+    def capped_parameters(self) -> int:
+        """How many coordinates the pull cap applies to (0: every step is plain SGD)."""
+        return int((self.lr * self.ewc_lambda * self.fisher_w_ > 1).sum() + (self.lr * self.ewc_lambda * self.fisher_b_ > 1).sum())
 
     def _grow_head(self) -> None:
         super()._grow_head()
@@ -98,7 +114,8 @@ class EWC(OnlineLinear):
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # head, plus the Fisher and the anchor: 3x the head's bytes
-        return Footprint(entries=0, params=fp.params, bytes=3 * fp.bytes, extra={"fisher_samples": self.fisher_n_})
+        return Footprint(entries=0, params=fp.params, bytes=3 * fp.bytes, extra={"fisher_samples": self.fisher_n_,
+                                                                           "capped_params": self.capped_parameters()})
 
 
 def reservoir_indices(n: int, size: int, rng: np.random.Generator) -> np.ndarray:

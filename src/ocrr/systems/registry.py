@@ -84,5 +84,6 @@ def expand_systems(specs: Sequence[str]) -> list[str]:
 
 
 def _ensure_builtins() -> None:
-    if not REGISTRY:
-        import ocrr.systems.catalog  # noqa: F401  (registers the built-in systems)
+    # Importing the catalog registers the built-in systems; Python runs it once, even if
+    # a plugin or test registered something first.
+    import ocrr.systems.catalog  # noqa: F401

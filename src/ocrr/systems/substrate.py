@@ -6,9 +6,12 @@ nothing is ever updated in place, so nothing learned is ever overwritten (paper 
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ocrr.index import ExactIndex
+from ocrr.errors import OcrrError
+from ocrr.index import KINDS, ExactIndex, exact_search, make_index, recall_at_k
 from ocrr.index.cache import IncrementalSearch
 from ocrr.ledger import Ledger, VerifyResult
 from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
@@ -21,6 +24,15 @@ class Substrate:
 
     Hyperparameters (paper Appendix B): k=5, margin=0.05, count weighting, max-similarity
     then recency tie-breaks. ``store_text`` keeps each item's text in the ledger entry.
+
+    Retrieval backend (paper 6.5): ``index`` is one of ocrr.index.KINDS -- ``exact``
+    (default; numpy brute force reading the ledger's own vector buffer, no second copy),
+    ``hnsw`` (FAISS HNSW, M=``hnsw_m``, efConstruction=``ef_construction``,
+    efSearch=``ef_search``), ``auto`` (exact until ``auto_threshold`` entries, then HNSW),
+    and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``. ``force_exact=True``
+    overrides ``index`` with exact search: the 100 %-recall mode at any scale. The ledger
+    is the store of record; the index is a cache of it (``rebuild_index``), and
+    ``verify_recall`` measures how much of the exact top-k an approximate index finds.
     """
 
     family = "retrieval"
@@ -33,6 +45,12 @@ class Substrate:
         tiebreak_maxsim: bool = True,
         tiebreak_recency: bool = True,
         store_text: bool = True,
+        index: str = "exact",
+        hnsw_m: int = 16,
+        ef_construction: int = 200,
+        ef_search: int = 64,
+        auto_threshold: int = 200_000,
+        force_exact: bool = False,
         labels=None,
         seed: int = 0,
         name: str = "substrate",
@@ -44,6 +62,15 @@ class Substrate:
         self.tiebreak_maxsim = tiebreak_maxsim
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
+        if index not in KINDS:
+            raise OcrrError(f"{name}: index must be one of {', '.join(KINDS)}, got {index!r}; "
+                            f"write e.g. 'substrate:index=hnsw'.")
+        self.index = index
+        self.hnsw_m = hnsw_m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
+        self.auto_threshold = auto_threshold
+        self.force_exact = bool(force_exact)
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
@@ -60,13 +87,31 @@ class Substrate:
             "tiebreak_maxsim": self.tiebreak_maxsim,
             "tiebreak_recency": self.tiebreak_recency,
             "store_text": self.store_text,
+            **self._index_hyperparameters(),
         }
+
+    def _index_hyperparameters(self) -> dict:
+        """The backend and only the knobs it uses (exact has none)."""
+        out = {"index": self.index_kind}
+        if self.force_exact:
+            out["force_exact"] = True
+        if self.index_kind != "exact":
+            if self.index_kind != "exact_sq8":
+                out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
+            if self.index_kind.startswith("auto"):
+                out["auto_threshold"] = self.auto_threshold
+        return out
+
+    @property
+    def index_kind(self) -> str:
+        """The backend in use: ``index``, or ``exact`` under ``force_exact``."""
+        return "exact" if self.force_exact else self.index
 
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> "Substrate":
         dim = int(np.asarray(seed.vecs).shape[1])
         self.ledger_ = Ledger(dim)
-        self.index_ = ExactIndex(dim)
+        self.index_ = self._new_index(dim)
         self.search_ = IncrementalSearch(self.index_)
         self._entry_label = np.empty(0, np.int64)
         if len(seed):
@@ -97,6 +142,60 @@ class Substrate:
         """Make new ledger entries searchable (bounded variants override to evict)."""
         self.index_.add(vecs, ids)
 
+    def _new_index(self, dim: int):
+        """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
+        (row i = entry i), so vectors are stored once; see ExactIndex. (A partial, not a
+        lambda, so the system still pickles.)"""
+        source = partial(getattr, self.ledger_, "vectors")
+        try:
+            return make_index(self.index_kind, dim, source=source, threshold=self.auto_threshold,
+                              m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
+        except ValueError as err:
+            raise OcrrError(f"{self.name}: {err}") from None
+
+    def rebuild_index(self, chunk: int = 65_536) -> None:
+        """Drop the index and rebuild it from the ledger (the store of record).
+
+        The rebuilt index holds the same live ids with their ledger vectors, added in id
+        order. Exact kinds then give identical results. An HNSW graph is rebuilt from
+        scratch, so it is not the graph that grew one correction at a time: the live set
+        and the vectors are the same, neighbours and predictions can differ where the
+        search is approximate (measure with ``verify_recall``); two rebuilds of the same
+        ledger with one FAISS thread give identical graphs.
+        """
+        self._require_fitted()
+        live = np.sort(np.asarray(self.index_.ids, np.int64))
+        vectors = self.ledger_.vectors
+        self.index_ = self._new_index(self.ledger_.dim)
+        for lo in range(0, len(live), chunk):
+            ids = live[lo : lo + chunk]
+            self.index_.add(vectors[ids], ids)
+        self.search_ = IncrementalSearch(self.index_)
+
+    def verify_recall(self, k: int = 5, n_queries: int = 200, seed: int = 0, queries=None) -> float:
+        """Recall@k of the index against exact search over the ledger's live vectors.
+
+        Queries: ``queries`` if given, else ``n_queries`` live entries sampled with ``seed``
+        (a stored vector is its own nearest neighbour, which exact search always finds;
+        pass fresh queries to leave that out). Returns the mean, over queries, of the
+        fraction of the exact top-k ids that the index's top-k contains (1.0 for exact).
+        """
+        self._require_fitted()
+        live = np.sort(np.asarray(self.index_.ids, np.int64))
+        vectors = self.ledger_.vectors
+        if queries is None:
+            if len(live) == 0:
+                return 1.0
+            rng = np.random.default_rng(seed)
+            pick = np.sort(rng.choice(len(live), size=min(n_queries, len(live)), replace=False))
+            queries = vectors[live[pick]]
+        else:
+            queries = check_vectors(queries, self.ledger_.dim, "query vectors")
+        _, approx = self.index_.search(queries, k)
+        everything = len(live) == len(vectors) and (len(live) == 0 or live[-1] == len(live) - 1)
+        _, truth = exact_search(vectors, queries, k, rows=None if everything else live)
+        return recall_at_k(approx, truth)
+
     # -- inference ------------------------------------------------------------------
     def predict(self, batch: Batch) -> list[str | None]:
         self._require_fitted()
@@ -109,7 +208,8 @@ class Substrate:
         """Sorted-order rank of each neighbour's label (so the last tie-break is 'sorts first')."""
         if ids.size == 0:
             return np.empty(ids.shape, np.int64)
-        return self.space_.ranks[self._entry_label[ids]]
+        ranks = self.space_.ranks[self._entry_label[np.maximum(ids, 0)]]
+        return np.where(ids >= 0, ranks, -1)  # id -1: a slot an approximate index left empty
 
     # -- audit and accounting -----------------------------------------------------------
     def verify(self, expected_head: bytes | None = None) -> VerifyResult:
@@ -120,9 +220,16 @@ class Substrate:
         self._require_fitted()
         live = len(self.index_)
         dim = self.ledger_.dim or 0
-        # Per live entry: the float32 vector, its label index, and its 32-byte hash.
-        return Footprint(entries=live, params=0, bytes=live * (4 * dim + 8 + 32),
-                         extra={"ledger_entries": len(self.ledger_)})
+        # Per live entry: the float32 vector, its label index, and its 32-byte hash. An
+        # approximate index is a second structure a deployment must hold, so its bytes
+        # (vectors or codes + graph + id map) are added; exact search needs no second copy
+        # (the unbounded substrate's reads the ledger's buffer; a bounded variant's copy of
+        # its live rows is reported in extra["index_bytes"] only).
+        index_bytes = int(getattr(self.index_, "nbytes", 0))
+        extra_bytes = 0 if self.index_kind == "exact" else index_bytes
+        return Footprint(entries=live, params=0, bytes=live * (4 * dim + 8 + 32) + extra_bytes,
+                         extra={"ledger_entries": len(self.ledger_), "index": self.index_kind,
+                                "index_bytes": index_bytes})
 
     def _require_fitted(self) -> None:
         if self.ledger_ is None:

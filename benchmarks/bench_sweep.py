@@ -1,0 +1,89 @@
+"""Wall time of `ocrr sweep` for the paper's presets, with embeddings already cached.
+
+Run: OCRR_DATA_DIR=/path/to/data python benchmarks/bench_sweep.py [--presets main storage]
+     [--jobs N] [--executor local|ray] [--extra --seeds 0 ...]
+Budget: --preset main (180 runs) under 10 minutes on a 2-core machine.
+
+Encoding is done first (`ocrr embed`, cached) and not counted. Each preset runs in a fresh
+folder, so nothing is skipped. Prints the wall time, runs per minute, and the mean seconds
+per run of each system (from the sweep's execution log) so slow systems stand out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+BUDGET_S = {"main": 600.0}
+DATASETS = {"main": ["banking77", "clinc150"], "storage": ["banking77"], "ablation": ["banking77"], "smoke": []}
+
+
+def ocrr(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ocrr.cli", *args]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", nargs="+", default=["main", "storage"])
+    ap.add_argument("--executor", default="local")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the sweep folders under this folder")
+    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                    help="more `ocrr sweep` options, e.g. --extra --seeds 0 (a reduced grid)")
+    args = ap.parse_args()
+    if not os.environ.get("OCRR_DATA_DIR") and any(DATASETS.get(p) for p in args.presets):
+        print("note: OCRR_DATA_DIR is not set; banking77/clinc150 must be in the cache or downloadable.")
+
+    for dataset in sorted({d for p in args.presets for d in DATASETS.get(p, [])}):
+        t0 = time.perf_counter()
+        subprocess.run(ocrr("embed", "--dataset", dataset), check=True, stdout=subprocess.DEVNULL)
+        print(f"embeddings of {dataset} ready ({time.perf_counter() - t0:.1f} s, not counted)")
+
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    try:
+        for preset in args.presets:
+            out = root / f"sweep-{preset}"
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = ocrr("sweep", "--preset", preset, "--out", str(out), "--executor", args.executor, "--quiet",
+                       *(["--jobs", str(args.jobs)] if args.jobs else []), *args.extra)
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                print(f"{preset}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+                continue
+            log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+            done = [r for r in log if r["event"] == "done"]
+            start = next(r for r in log if r["event"] == "start")
+            budget = BUDGET_S.get(preset)
+            verdict = "" if budget is None or args.extra else (
+                f"  [{'within' if wall <= budget else 'OVER'} the {budget / 60:.0f}-minute budget]")
+            print(f"\nsweep --preset {preset} {' '.join(args.extra)}: {len(done)} runs on {start['workers']} "
+                  f"{args.executor} workers in {wall:.1f} s wall ({60 * len(done) / wall:.1f} runs/min){verdict}")
+            per_system = defaultdict(list)
+            for r in done:
+                per_system[r["system"]].append((r["seconds"], r.get("cpu_seconds", float("nan"))))
+            busy = sum(w for v in per_system.values() for w, _ in v)
+            cpu = sum(c for v in per_system.values() for _, c in v)
+            print(f"  in runs: {busy:.1f} worker-seconds wall, {cpu:.1f} CPU-seconds "
+                  f"(CPU/wall {cpu / busy:.0%}: below 100 % means the cores were shared)")
+            print(f"  {'system':28s} runs   mean wall   mean CPU   total CPU")
+            for system, secs in sorted(per_system.items(), key=lambda kv: -sum(c for _, c in kv[1])):
+                walls, cpus = [w for w, _ in secs], [c for _, c in secs]
+                print(f"  {system:28s} {len(secs):4d} {sum(walls) / len(walls):9.2f} s {sum(cpus) / len(cpus):8.2f} s "
+                      f"{sum(cpus):9.1f} s")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""``make_index(kind, dim, **params)``: one entry point for every search backend.
+
+Kinds (all share the interface of ExactIndex: add, remove, search(queries, k, start=0),
+epoch, ids, vectors, len, plus ``exact``, ``supports_start``, ``nbytes``, ``name``):
+
+=============  ==========================================================================
+``exact``      numpy brute force, float32, 100 % recall (ExactIndex; ``source=`` borrows
+               a buffer such as the ledger's instead of copying)
+``hnsw``       FAISS IndexHNSWFlat, inner product, id-mapped, tombstone removal
+``auto``       exact until ``threshold`` entries (default 200 000), then HNSW built from
+               the stored vectors
+``exact_sq8``  FAISS IndexScalarQuantizer QT_8bit: exhaustive scan of 8-bit codes
+``hnsw_sq8``   FAISS IndexHNSWSQ QT_8bit: HNSW over 8-bit codes
+``auto_sq8``   auto, switching to hnsw_sq8
+=============  ==========================================================================
+
+``compress="sq8"`` is the same as the ``_sq8`` suffix. HNSW parameters: ``m`` (alias
+``hnsw_m``, default 16), ``ef_construction`` (200), ``ef_search`` (64); removal:
+``rebuild_fraction`` (0.25); sq8: ``min_train`` (4096), ``sq_range_expand`` (0.5). Parameters that a kind does not use
+(e.g. ``ef_search`` for ``exact``) are accepted and ignored, so one set of
+hyperparameters can be passed whatever the kind; unknown names raise.
+
+Adopting it (e.g. a kNN-LM datastore)::
+
+    from ocrr.index import make_index
+    self.index_ = make_index(self.index, dim, ef_search=self.ef_search)
+    self.index_.add(vecs, ids)
+    sims, ids = self.index_.search(queries, k)   # same contract as ExactIndex.search
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ocrr.index.auto import DEFAULT_THRESHOLD, AutoIndex
+from ocrr.index.exact import ExactIndex
+from ocrr.index.faiss_index import FaissIndex
+
+KINDS = ("exact", "hnsw", "auto", "exact_sq8", "hnsw_sq8", "auto_sq8")
+HNSW_DEFAULTS = {"m": 16, "ef_construction": 200, "ef_search": 64}
+_FAISS_PARAMS = ("m", "ef_construction", "ef_search", "min_train", "rebuild_fraction", "sq_range_expand")
+
+
+def make_index(kind: str = "exact", dim: int | None = None, *, compress: str | None = None,
+               source: Callable[[], np.ndarray] | None = None, threshold: int = DEFAULT_THRESHOLD,
+               **params):
+    """Build an empty search index of ``kind`` for ``dim``-dimensional unit vectors."""
+    if dim is None or int(dim) < 1:
+        raise ValueError(f"make_index needs a positive dim, got {dim!r}")
+    if "hnsw_m" in params:
+        params["m"] = params.pop("hnsw_m")
+    unknown = set(params) - set(_FAISS_PARAMS)
+    if unknown:
+        raise ValueError(f"make_index: unknown parameter(s) {sorted(unknown)}; known: "
+                         f"compress, source, threshold, {', '.join(_FAISS_PARAMS)}, hnsw_m")
+    base = str(kind).lower()
+    if base.endswith("_sq8"):
+        base, compress = base[: -len("_sq8")], "sq8"
+    if compress not in (None, "none", "sq8"):
+        raise ValueError(f"compress must be None or 'sq8', got {compress!r}")
+    compress = None if compress == "none" else compress
+    if base not in ("exact", "hnsw", "auto"):
+        raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
+    dim = int(dim)
+    if base == "exact":
+        if compress == "sq8":
+            return FaissIndex(dim, "exact_sq8", **params)
+        return ExactIndex(dim, source=source)
+    if base == "hnsw":
+        return FaissIndex(dim, "hnsw_sq8" if compress == "sq8" else "hnsw", **params)
+    return AutoIndex(dim, threshold=threshold, compress=compress, source=source, **params)

@@ -1,0 +1,97 @@
+"""Read results for a report: a sweep folder, an ``ocrr run`` folder, or a results file.
+
+Whatever the source, the report works on one tidy per-checkpoint table with the run-level
+footprint columns: dataset, encoder, policy, seed, system, step, corrections, acc_novel,
+acc_original, footprint_entries, footprint_params, footprint_bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ocrr.errors import OcrrError
+
+BASE_COLUMNS = ["dataset", "encoder", "policy", "seed", "system", "step", "corrections", "acc_novel", "acc_original"]
+FOOTPRINT_COLUMNS = ["footprint_entries", "footprint_params", "footprint_bytes"]
+VARIANT_COLUMNS = ["data_options", "n_heldout", "eval_cap", "every"]  # sweep columns besides the cell keys
+
+
+@dataclass
+class Loaded:
+    per_checkpoint: pd.DataFrame
+    source: str  # "sweep", "run" or "file"
+    path: Path
+
+
+def load_results_any(path: str | Path) -> Loaded:
+    path = Path(path)
+    if not path.exists():
+        raise OcrrError(f"{str(path)!r} does not exist. Give a sweep folder (ocrr sweep --out), "
+                        "an ocrr run folder, or a results .parquet/.csv file.")
+    if path.is_dir():
+        if (path / "tasks").is_dir():
+            from ocrr.sweep import load_results
+
+            return Loaded(_normalise(load_results(path), path), "sweep", path)
+        if (path / "results.parquet").exists():
+            return Loaded(_normalise(pd.read_parquet(path / "results.parquet"), path), "sweep", path)
+        if (path / "per_checkpoint.csv").exists():
+            return Loaded(_from_run(path), "run", path)
+        raise OcrrError(f"{str(path)!r} holds no results: expected tasks/ or results.parquet (from ocrr sweep) "
+                        "or per_checkpoint.csv (from ocrr run). Point ocrr report at one of those folders.")
+    if path.suffix == ".parquet":
+        return Loaded(_normalise(pd.read_parquet(path), path), "file", path)
+    if path.suffix == ".csv":
+        return Loaded(_normalise(pd.read_csv(path), path), "file", path)
+    raise OcrrError(f"{str(path)!r}: ocrr report reads a folder, a .parquet or a .csv file.")
+
+
+def _from_run(folder: Path) -> pd.DataFrame:
+    per = pd.read_csv(folder / "per_checkpoint.csv")
+    fp_path = folder / "footprints.csv"
+    if fp_path.exists():
+        fp = pd.read_csv(fp_path)
+        keys = ["dataset", "encoder", "policy", "seed", "system"]
+        per = per.merge(fp[keys + [c for c in FOOTPRINT_COLUMNS if c in fp.columns]], on=keys, how="left")
+    return _normalise(per, folder)
+
+
+def _normalise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    missing = [c for c in BASE_COLUMNS if c not in df.columns]
+    if missing:
+        raise OcrrError(f"{str(path)!r} lacks the column(s) {', '.join(missing)}; it is not an ocrr results table. "
+                        "Use the results.parquet of a sweep or the per_checkpoint.csv of a run.")
+    if not len(df):
+        raise OcrrError(f"{str(path)!r} holds no finished runs yet. Run (or resume) the sweep first.")
+    df = df.copy()
+    for col in FOOTPRINT_COLUMNS:
+        df[col] = df[col].fillna(0).astype("int64") if col in df.columns else 0
+    df["dataset"] = _dataset_labels(df)
+    df = df.drop_duplicates(subset=["dataset", "encoder", "policy", "system", "seed", "step"], keep="last")
+    return df.reset_index(drop=True)
+
+
+def _dataset_labels(df: pd.DataFrame) -> pd.Series:
+    """The dataset name, plus the differing protocol/loader options when one dataset was
+    run under several (so two variants never share a table)."""
+    cols = [c for c in VARIANT_COLUMNS if c in df.columns]
+    labels = df["dataset"].astype(str).copy()
+    if not cols:
+        return labels
+    for name, group in df.groupby("dataset", sort=False):
+        variants = group[cols].drop_duplicates()
+        if len(variants) < 2:
+            continue
+        varying = [c for c in cols if c != "data_options" and variants[c].nunique() > 1]
+        options = [json.loads(v) for v in variants["data_options"]] if "data_options" in cols else []
+        option_keys = sorted({k for o in options for k in o if len({json.dumps(x.get(k)) for x in options}) > 1})
+        for _, variant in variants.iterrows():
+            mask = (df["dataset"] == name) & (df[cols] == variant[cols].values).all(axis=1)
+            parts = [f"{k}={json.loads(variant['data_options']).get(k)}" for k in option_keys]
+            parts += [f"{c}={variant[c]}" for c in varying]
+            labels[mask] = f"{name} [{', '.join(parts)}]"
+    return labels
