@@ -365,3 +365,14 @@ def test_verify_recall_on_a_bounded_live_set_uses_only_live_rows():
     sub = make_system("substrate").fit(train)
     sub.index_.remove(np.arange(0, len(train), 2))  # what a bounded variant does
     assert sub.verify_recall(k=5, n_queries=30) == 1.0
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "exact_sq8", "hnsw_sq8"])
+def test_faiss_ties_are_ordered_by_id_desc(kind):
+    x, _, q = clustered(n_classes=4, per_class=50)
+    x[10] = x[20] = x[30] = x[5]  # four identical vectors: equal similarity to any query
+    index = build(kind, x, min_train=64)
+    sims, ids = index.search(x[5:6], 4)
+    assert ids[0].tolist() == [30, 20, 10, 5] and np.all(sims[0] == sims[0, 0])
+    one_by_one = np.concatenate([index.search(q[i : i + 1], 5)[1] for i in range(len(q))])
+    assert np.array_equal(one_by_one, index.search(q, 5)[1])

@@ -283,3 +283,17 @@ def test_cli_sweep_errors(tmp_path, capsys):
     assert main(["sweep", "--preset", "smoke", "--systems", "substrate,sbustrate", "--out", str(tmp_path)]) == 2
     assert "unknown system 'sbustrate'" in capsys.readouterr().err
     assert not (tmp_path / "tasks").exists() or not list((tmp_path / "tasks").iterdir())
+
+
+def test_runs_start_longest_first_without_changing_results(tmp_path):
+    tasks = Grid(datasets=["synthetic"], seeds=[0, 1], systems=["substrate", "online_linear"]).tasks(resolve=False)
+    slow = Task("synthetic", "{}", "dataset", 10, 400, 50, "oracle", 0, "river_logreg")
+    # nothing known yet: the systems known to be slow go first, the rest keep grid order
+    assert sweep.longest_first(tasks + [slow], tmp_path) == [slow] + tasks
+    # then the folder's log decides
+    log = sweep._Log(tmp_path / "log.jsonl")
+    log.write(event="done", dataset="synthetic", system="online_linear", cpu_seconds=9.0)
+    log.write(event="done", dataset="synthetic", system="substrate", cpu_seconds=1.0)
+    log.write(event="done", dataset="synthetic", system="river_logreg", cpu_seconds=5.0)
+    order = [t.system for t in sweep.longest_first(tasks + [slow], tmp_path)]
+    assert order == ["online_linear", "online_linear", "river_logreg", "substrate", "substrate"]

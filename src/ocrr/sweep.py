@@ -384,7 +384,7 @@ _VECS: dict[str, np.ndarray] = {}
 
 
 def pin_threads() -> None:
-    """One thread for BLAS, OpenMP and torch in this process.
+    """One thread for BLAS, OpenMP and torch in this (worker) process, for good.
 
     The systems' modules are imported first: threadpoolctl only limits libraries that are
     already loaded. Without this, two workers on two cores each start a pool per library
@@ -414,7 +414,6 @@ def execute_task(task: Task, shared: SharedData, vecs: np.ndarray | None = None)
     from ocrr.policies import make_policy
     from ocrr.protocols import heldout_scenario
 
-    pin_threads()
     started, cpu = time.perf_counter(), time.process_time()  # CPU time: meaningful on a shared machine
     vecs = _vectors(shared) if vecs is None else vecs
     train, test = vecs[: shared.n_train], vecs[shared.n_train:]
@@ -448,18 +447,29 @@ def task_frames(task: Task, output: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 class SerialExecutor:
-    """In this process, one task after another: for debugging and tiny grids."""
+    """In this process, one task after another: for debugging and tiny grids. Threads are
+    pinned as in a worker while it runs (same numbers), and restored afterwards."""
 
     name = "serial"
     workers = 1
 
     def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
-        for task in tasks:
+        import ocrr.systems.catalog  # noqa: F401  (load the native libraries before limiting them)
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        torch_threads = torch.get_num_threads()
+        with threadpool_limits(1):
+            torch.set_num_threads(1)
             try:
-                output = execute_task(task, data[task.data_key])
-            except Exception as err:  # a failing run must not stop the grid
-                output = err
-            yield task, output
+                for task in tasks:
+                    try:
+                        output = execute_task(task, data[task.data_key])
+                    except Exception as err:  # a failing run must not stop the grid
+                        output = err
+                    yield task, output
+            finally:
+                torch.set_num_threads(torch_threads)
 
 
 _WORKER_DATA: dict[str, SharedData] = {}
@@ -518,6 +528,7 @@ class LocalExecutor:
 
 
 def _ray_execute(task: Task, shared: SharedData, vecs: np.ndarray) -> dict:
+    pin_threads()
     return execute_task(task, shared, vecs)
 
 

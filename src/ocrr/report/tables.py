@@ -71,7 +71,11 @@ def cell_summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def seeds_text(rows: pd.DataFrame) -> str:
-    return ", ".join(str(s) for s in sorted(rows["seed"].unique()))
+    text = ", ".join(str(s) for s in sorted(rows["seed"].unique()))
+    per_system = rows.groupby("system")["seed"].nunique()
+    if per_system.nunique() > 1:  # e.g. two sweeps merged: say so rather than imply n everywhere
+        text += f" (systems ran {per_system.min()} to {per_system.max()} of them; no ± means one seed)"
+    return text
 
 
 def table1_markdown(summary: pd.DataFrame, cell: Cell, seeds: str) -> str:
