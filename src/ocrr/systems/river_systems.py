@@ -33,6 +33,7 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.systems.fit_cache import cached_fit
 from ocrr.systems.training import derive_seed
 
 
@@ -84,13 +85,27 @@ class RiverSystem:
         # One key for every river variant: they start from the same subsample (paired rows).
         rng = np.random.default_rng(derive_seed(self.seed, "river/subsample"))
         self.subsample_idx_ = rng.choice(len(vecs), size=min(self.subsample, len(vecs)), replace=False)
-        self.model_ = self._make_model()
+        self.model_ = cached_fit("river", self._seed_key(vecs, labels), lambda: self._seed_pass(vecs, labels))
         self._dirty = True
+        self._after_seed(vecs, labels)
+        return self
+
+    def _seed_pass(self, vecs: np.ndarray, labels):
+        """The seed pass itself: learn_one over the subsample, ``seed_passes`` times."""
+        self.model_ = self._make_model()
         for _ in range(self.seed_passes):
             for i in self.subsample_idx_.tolist():
                 self._learn(vecs[i], labels[i])
-        self._after_seed(vecs, labels)
-        return self
+        return self.model_
+
+    def _seed_key(self, vecs: np.ndarray, labels) -> list:
+        """Everything the seed model depends on: river's version, the model's repr (its
+        settings), the passes, and the exact subsample in order."""
+        import river
+
+        idx = self.subsample_idx_
+        return [river.__version__, repr(self._make_model()), str(self.seed_passes),
+                np.ascontiguousarray(vecs[idx]).tobytes(), "\0".join(labels[i] for i in idx.tolist())]
 
     def _after_seed(self, vecs: np.ndarray, labels) -> None:
         """Hook for variants that keep part of the seed set."""
