@@ -27,7 +27,7 @@ from ocrr.data import load_dataset
 from ocrr.encoders import embed_dataset
 from ocrr.protocols import heldout_scenario
 from ocrr.runner import configure_threads
-from ocrr.systems import Batch, make_system
+from ocrr.systems import make_system
 
 SYSTEMS = ["substrate", "online_linear", "lora:progress=false:seed_epochs=0"]
 

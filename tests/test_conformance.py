@@ -196,6 +196,7 @@ def test_label_first_seen_in_a_correction(name, data):
     system = fitted(name, data)  # told the dataset's labels, which lack the new one
     item = Batch(data["stream"].vecs[:1], ["a brand new intent"], ["never_seen_label"])
     assert "never_seen_label" not in data["labels"]
+    eval_before = system.predict(data["eval"])
     learned_at = None
     for i in range(100):  # one correction at a time, as the runner sends them
         system.correct(item)
@@ -209,6 +210,8 @@ def test_label_first_seen_in_a_correction(name, data):
         assert learned_at is not None, "a learning system should predict a corrected new label eventually"
     else:
         assert learned_at is None, "declares learns=False but picked up a correction"
+        # the runner relies on this: it never re-predicts after correcting such a system
+        assert system.predict(data["eval"]) == eval_before
 
 
 @pytest.mark.parametrize("name", NAMES)

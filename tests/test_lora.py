@@ -158,7 +158,7 @@ def test_pickle_round_trip_carries_on_identically(data):
     assert torch.equal(clone.head_.weight, lora.head_.weight)
 
 
-def test_errors_name_the_fix(data):
+def test_errors_name_the_fix(data, tmp_path):
     lora = fitted(data)
     no_text = Batch(data["eval"].vecs[:2])
     with pytest.raises(OcrrError, match="lora reads text; this dataset is embeddings-only"):
@@ -173,8 +173,10 @@ def test_errors_name_the_fix(data):
         make_system("lora:pooling=max")
     with pytest.raises(OcrrError, match="rank must be a whole number"):
         make_system("lora:rank=0")
-    with pytest.raises(OcrrError, match="could not load the encoder 'no/such-model'.*HF_HUB_OFFLINE"):
-        fitted(data, "lora:model=no/such-model:progress=false")
+    empty = tmp_path / "not-a-model"  # a folder without config or weights: fails fast, no network
+    empty.mkdir()
+    with pytest.raises(OcrrError, match="could not load the encoder .*not-a-model.*Hugging Face id"):
+        LoRA(model=str(empty), progress=False, labels=data["labels"]).fit(data["seed"])
     if not torch.cuda.is_available():
         with pytest.raises(OcrrError, match="no CUDA GPU"):
             fitted(data, TINY + ":device=cuda")
@@ -218,3 +220,6 @@ def test_hyperparameters_round_trip_and_capabilities():
     assert hyper["lr"] == 0.001 and hyper["targets"] == "query+value" and hyper["model"] == "minilm"
     assert LoRA(**hyper).hyperparameters() == hyper
     assert LoRA.reads_text is True and LoRA.conformance_overrides["model"] == "tiny-random"
+    paper = make_system("lora_deberta").hyperparameters()  # built lazily: no hub access needed to construct
+    assert (paper["model"], paper["pooling"], paper["rank"], paper["alpha"], paper["lr"], paper["seed_epochs"]) == \
+        ("microsoft/deberta-v3-large", "cls", 8, 16, 5e-4, 2)

@@ -13,6 +13,8 @@ import numpy as np
 
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
 _BLOCK_ELEMENTS = 16_000_000
+# Below this many queries, one matrix-vector product per query beats one matrix product.
+_GEMV_BELOW = 8
 
 
 def top_k(sims: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -196,6 +198,12 @@ class ExactIndex:
         out_s = np.empty((n_q, kk), np.float32)
         out_i = np.empty((n_q, kk), np.int64)
         if kk == 0 or n_q == 0:
+            return out_s, out_i
+        if n_q < _GEMV_BELOW:
+            # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
+            # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
+            sims = np.stack([vecs @ q for q in queries])
+            out_s[:], out_i[:] = top_k(sims, ids, kk)
             return out_s, out_i
         rows_per_block = max(1, _BLOCK_ELEMENTS // max(1, len(ids)))
         for lo in range(0, n_q, rows_per_block):

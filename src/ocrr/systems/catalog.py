@@ -60,3 +60,7 @@ from ocrr.systems.lora import LoRA  # noqa: E402  (imports peft/transformers onl
 register("lora", LoRA, "fine-tuning",
          "reads text: packaged MiniLM (mean-pooled) + LoRA r=8/alpha 16 on query+value of every block + head "
          "over all classes; seed: 2 epochs AdamW 1e-3, batch 32; one SGD step (lr 5e-4) per correction")
+register("lora_deberta", LoRA, "fine-tuning",
+         "the paper's lora: microsoft/deberta-v3-large ([CLS] pooling, query_proj+value_proj); needs the model "
+         "from the Hugging Face hub or its cache, and realistically a GPU (lora_deberta:device=cuda)",
+         model="microsoft/deberta-v3-large", pooling="cls")

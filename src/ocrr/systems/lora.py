@@ -9,9 +9,11 @@ output. Only adapters and head are trained; the base weights are frozen througho
 * Base model: ``model="minilm"``, the packaged all-MiniLM-L6-v2 (a 6-layer BERT, offline),
   pooled by the mean over tokens as sentence-transformers does (``pooling="mean"``;
   ``pooling="cls"`` takes the first token, the paper's choice for DeBERTa). Any
-  Hugging Face encoder id or local folder works (``lora:model=microsoft/deberta-v3-large``,
-  the paper's model, needs hub access or a cached copy); ``model="tiny-random"`` is a
-  2-layer, 32-wide BERT initialised from a fixed seed with the MiniLM tokenizer, for tests.
+  Hugging Face encoder id or local folder works (``lora_deberta`` = ``lora:model=microsoft/
+  deberta-v3-large:pooling=cls``, the paper's model, needs hub access or a cached copy);
+  ``model="tiny-random"`` is a 2-layer, 32-wide BERT initialised from a fixed seed with
+  the MiniLM tokenizer, for tests. Target modules are found by name (query/value,
+  query_proj/value_proj, q_lin/v_lin, q_proj/v_proj) or given as ``targets=a+b``.
 * Seed phase: ``seed_epochs`` (2) epochs of AdamW (lr 1e-3, no weight decay, batch 32)
   on adapters and head. Batches are drawn at random and then grouped by token length
   (a shuffled order, stably sorted by length, cut into batches whose order is shuffled)
@@ -22,6 +24,8 @@ output. Only adapters and head are trained; the base weights are frozen througho
   correction is a deterministic function of the state and the item.
 * Prediction is batched under ``torch.inference_mode()``: texts of equal token length
   are run together (no padding), at most ``predict_batch_size`` (128) per forward.
+* Threads: whatever the caller set (the runner pins torch to 1). ``threads=N`` sets N for
+  each call and restores it; on a shared 2-core machine 2 threads measured 5-25x slower.
 
 Randomness (adapter init, head init and growth, seed-batch order) comes from seeds
 derived with ``derive_seed(seed, "lora/...")``, independent of the spec's other
