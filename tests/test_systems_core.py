@@ -200,3 +200,14 @@ def test_head_methods_share_one_upstream_model_and_never_each_others_updates(toy
     assert not np.array_equal(a.head_.weight.detach().numpy(), c.head_.weight.detach().numpy())
     other_seed = make_system("online_linear", labels=toy.labels, seed=2).fit(seed)
     assert not np.array_equal(other_seed.head_.weight.detach().numpy(), c.head_.weight.detach().numpy())
+
+
+def test_all_means_every_paper_system_but_not_the_optional_lora_ones():
+    from ocrr.systems import expand_systems
+
+    everything = expand_systems(["all"])
+    for name in ("substrate", "static_knn", "static_linear", "online_linear", "ewc", "a_gem", "lwf", "knn_lm",
+                 "river_logreg", "bounded_reservoir_1000", "bounded_fifo_100", "substrate_sumsim"):
+        assert name in everything
+    assert "lora" not in everything and "bounded_reservoir" not in everything
+    assert expand_systems(["substrate,online_linear", "substrate"]) == ["substrate", "online_linear"]

@@ -17,9 +17,10 @@ from ocrr.systems.bounded import BUDGETS, BoundedFIFO, BoundedReservoir  # noqa:
 
 register("bounded_reservoir", BoundedReservoir, "retrieval",
          "substrate searching at most `budget` entries, a uniform sample (Vitter's Algorithm R) of seed "
-         "+ corrections; the full ledger is kept for audit")
+         "+ corrections; the full ledger is kept for audit", in_all=False)
 register("bounded_fifo", BoundedFIFO, "retrieval",
-         "substrate searching only the newest `budget` entries (seed included); the full ledger is kept for audit")
+         "substrate searching only the newest `budget` entries (seed included); the full ledger is kept for audit",
+         in_all=False)
 for _factory, _base in ((BoundedReservoir, "bounded_reservoir"), (BoundedFIFO, "bounded_fifo")):
     for _n in BUDGETS:  # the paper's names: an alias per budget of the storage sweep
         register(f"{_base}_{_n}", _factory, "retrieval", f"{_base} with budget={_n}", budget=_n)
@@ -59,8 +60,9 @@ from ocrr.systems.lora import LoRA  # noqa: E402  (imports peft/transformers onl
 
 register("lora", LoRA, "fine-tuning",
          "reads text: packaged MiniLM (mean-pooled) + LoRA r=8/alpha 16 on query+value of every block + head "
-         "over all classes; seed: 2 epochs AdamW 1e-3, batch 32; one SGD step (lr 5e-4) per correction")
+         "over all classes; seed: 2 epochs AdamW 1e-3, batch 32; one SGD step (lr 5e-4) per correction",
+         in_all=False)
 register("lora_deberta", LoRA, "fine-tuning",
          "the paper's lora: microsoft/deberta-v3-large ([CLS] pooling, query_proj+value_proj); needs the model "
          "from the Hugging Face hub or its cache, and realistically a GPU (lora_deberta:device=cuda)",
-         model="microsoft/deberta-v3-large", pooling="cls")
+         model="microsoft/deberta-v3-large", pooling="cls", in_all=False)

@@ -21,13 +21,17 @@ class Registered:
     family: str
     summary: str
     defaults: dict = field(default_factory=dict)  # overrides baked into this name
+    in_all: bool = True  # part of `--systems all`
 
 
 REGISTRY: dict[str, Registered] = {}
 
 
-def register(name: str, factory: Callable[..., object], family: str, summary: str, **defaults) -> None:
-    REGISTRY[name] = Registered(name, factory, family, summary, defaults)
+def register(name: str, factory: Callable[..., object], family: str, summary: str, *, in_all: bool = True,
+             **defaults) -> None:
+    """Register a system. ``in_all=False`` keeps it out of ``--systems all`` (parametrised
+    generic names whose aliases are listed, and systems that need an optional extra)."""
+    REGISTRY[name] = Registered(name, factory, family, summary, defaults, in_all)
 
 
 def parse_value(text: str):
@@ -73,12 +77,13 @@ def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0
 
 
 def expand_systems(specs: Sequence[str]) -> list[str]:
-    """Split comma lists and expand 'all' to every registered name."""
+    """Split comma lists and expand 'all' to every registered system except those marked
+    in_all=False (the LoRA systems, and generic names whose per-budget aliases are in)."""
     _ensure_builtins()
     out: list[str] = []
     for item in specs:
         for spec in filter(None, (s.strip() for s in item.split(","))):
-            out.extend(REGISTRY if spec == "all" else [spec])
+            out.extend([n for n, r in REGISTRY.items() if r.in_all] if spec == "all" else [spec])
     seen = set()
     return [s for s in out if not (s in seen or seen.add(s))]
 
