@@ -459,10 +459,12 @@ def _cmd_scale(args) -> int:
                           f"{r['build_s']:.1f} s, peak {r['peak_rss_mb']:.0f} MB", highlight=False)
         write_outputs(rows, cfg, args.out, notes)  # partial results survive an interrupted long run
 
-    ledger_bpe = ledger_bytes_per_entry(args.dim)
-    notes = [f"Ledger bytes per entry, measured with tracemalloc on a 20k-entry ocrr Ledger without texts: "
-             f"{ledger_bpe:.0f} (the float32 vector is {4 * args.dim}). Exact search reads the ledger's buffer "
-             f"(0 extra bytes); an approximate backend adds its B/entry on top.",
+    led = ledger_bytes_per_entry(args.dim)
+    notes = [f"Ledger bytes per entry (tracemalloc, 16384-entry ocrr Ledger, no texts): {led['total']:.0f} = "
+             f"{led['vector_buffer']:.0f} float32 vector + {led['python_objects']:.0f} of Python objects (id, "
+             f"label, prev-hash and hash per entry); the capacity-doubling buffer can hold up to 2x the vectors "
+             f"right after it grows. Exact search reads the ledger's buffer (0 extra bytes); an approximate "
+             f"backend adds its B/entry on top.",
              "brute_acc: the substrate vote over exact top-k (streamed ground truth); exact ms/q: numpy "
              "ExactIndex over the vectors held in memory (n/a when not held)."]
     run_study(cfg, isolate=not args.no_isolate, on_scale=progress)

@@ -353,9 +353,13 @@ def _child_main(argv: list[str]) -> None:
     print(json.dumps(run_scale(n, ScaleConfig(**raw))))
 
 
-def ledger_bytes_per_entry(dim: int = 384, n: int = 20_000) -> float:
-    """Measured (tracemalloc) bytes per entry of an ``ocrr.ledger.Ledger`` with no texts:
-    vector buffer (capacity-doubled) + id, label, prev-hash and hash Python objects."""
+def ledger_bytes_per_entry(dim: int = 384, n: int = 16_384) -> dict:
+    """Measured (tracemalloc) bytes per entry of an ``ocrr.ledger.Ledger`` with no texts.
+
+    ``n`` is a power of two so the capacity-doubling vector buffer has no slack; returns
+    {"total", "vector_buffer", "python_objects"} per entry. (Right after a doubling the
+    buffer holds up to twice the live vectors: between 1x and 2x of ``4 * dim``.)
+    """
     import tracemalloc
 
     from ocrr.ledger import Ledger
@@ -369,8 +373,10 @@ def ledger_bytes_per_entry(dim: int = 384, n: int = 20_000) -> float:
     led.extend(x, labels)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
+    buffer = led._buf.nbytes / n
     del led
-    return (after - before) / n
+    total = (after - before) / n
+    return {"total": total, "vector_buffer": buffer, "python_objects": total - buffer}
 
 
 def scale_label(n: int) -> str:
