@@ -104,13 +104,14 @@ def _cmd_run(args) -> int:
 
     from ocrr.experiment import load_experiment_dataset, run_experiment, write_outputs
     from ocrr.results import TABLE_HEADER, table_rows
-    from ocrr.runner import configure_threads, n_checkpoints
+    from ocrr.runner import configure_threads
     from ocrr.systems import expand_systems, make_system
 
     console = _console()
     exp = _experiment(args, policy=args.policy, seeds=args.seeds, n_heldout=args.heldout,
                       eval_cap=args.eval_cap or None, every=args.every)
-    for spec in expand_systems(exp.systems):  # unknown names fail now, not after encoding
+    specs = expand_systems(exp.systems)
+    for spec in specs:  # unknown names fail now, not after encoding
         make_system(spec)
     try:
         dataset = load_experiment_dataset(exp)
@@ -125,7 +126,7 @@ def _cmd_run(args) -> int:
     started = time.perf_counter()
     with _Progress(console, args.quiet) as progress:
         result = run_experiment(exp, dataset, embed_progress=progress.embedding,
-                                on_checkpoint=progress.checkpoint_factory(exp, n_checkpoints))
+                                on_checkpoint=progress.checkpoint_factory(exp, len(exp.seeds) * len(specs)))
     paths = write_outputs(result, out)
     _print_table(console, result, TABLE_HEADER, table_rows)
     console.print(f"{len(result.per_checkpoint)} checkpoints in {time.perf_counter() - started:.1f} s; "
@@ -178,17 +179,16 @@ class _Progress:
         task = self.bar.add_task("encoding texts (cached afterwards)", total=total)
         return lambda n: self.bar.advance(task, n)
 
-    def checkpoint_factory(self, exp, n_checkpoints):
+    def checkpoint_factory(self, exp, n_runs: int):
+        """Advance once per finished run; the description follows the run in progress."""
         state = {}
 
         def on_checkpoint(seed, spec, cp):
             if "task" not in state:
-                state["task"] = self.bar.add_task("runs", total=None)
-            key = (seed, spec)
-            if key not in state:
-                state[key] = True
-                self.bar.update(state["task"], description=f"seed {seed} · {spec}")
-            self.bar.advance(state["task"], 1)
+                state["task"] = self.bar.add_task("runs", total=n_runs)
+            self.bar.update(state["task"], description=f"seed {seed} · {spec} · item {cp.step}")
+            if cp.last:
+                self.bar.advance(state["task"], 1)
 
         return on_checkpoint
 

@@ -149,10 +149,6 @@ def configure_threads(torch_threads: int = 1, blas_threads: int | None = 1) -> N
         _BLAS_LIMIT = threadpool_limits(limits=blas_threads, user_api="blas")
 
 
-def n_checkpoints(n_stream: int, every: int = CHECKPOINT_EVERY) -> int:
-    return 1 + n_stream // every + (1 if n_stream % every else 0)
-
-
 def run_systems(specs: Sequence[str], scenario: Scenario, policy: Policy, keys: dict,
                 make: Callable[[str], object], every: int = CHECKPOINT_EVERY,
                 on_checkpoint: Callable[[str, Checkpoint], None] | None = None) -> list[RunResult]:
