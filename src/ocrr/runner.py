@@ -1,8 +1,8 @@
 """Drive one system through one scenario: predict each stream item, maybe correct, checkpoint.
 
 ``run`` is a generator of Checkpoint records, so callers can show progress, stop early
-or stream results to disk. ``run_cell`` runs several systems on one scenario and
-returns tidy rows (one per system x checkpoint).
+or stream results to disk. ``run_to_rows`` flattens one run into tidy rows (one per
+checkpoint), keeping wall-clock timings apart from the reproducible columns.
 """
 
 from __future__ import annotations
@@ -147,15 +147,3 @@ def configure_threads(torch_threads: int = 1, blas_threads: int | None = 1) -> N
     torch.set_num_threads(torch_threads)
     if blas_threads is not None:
         _BLAS_LIMIT = threadpool_limits(limits=blas_threads, user_api="blas")
-
-
-def run_systems(specs: Sequence[str], scenario: Scenario, policy: Policy, keys: dict,
-                make: Callable[[str], object], every: int = CHECKPOINT_EVERY,
-                on_checkpoint: Callable[[str, Checkpoint], None] | None = None) -> list[RunResult]:
-    """Run each system spec on the same scenario (same stream, same coins)."""
-    results = []
-    for spec in specs:
-        system = make(spec)
-        cb = (lambda cp, s=spec: on_checkpoint(s, cp)) if on_checkpoint else None
-        results.append(run_to_rows(system, scenario, policy, {**keys, "system": spec}, every, cb))
-    return results
