@@ -111,3 +111,11 @@ def test_cli_scale(tmp_path, capsys):
     assert main(["scale", "--scales", "5", "--classes", "6", "--out", str(out)]) == 2
     assert main(["scale", "--backends", "annoy", "--out", str(out)]) == 2
     assert "annoy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("exact", ["yes", "no"])
+def test_shuffled_insertion_order_indexes_the_same_entries(exact):
+    cfg = tiny(order="shuffled", exact=exact, query_modes=("stored",))
+    rows = {r["backend"]: r for r in run_scale(1500, cfg)}
+    assert rows["hnsw"]["order"] == "shuffled" and rows["hnsw"]["self_hit"] == 1.0
+    assert rows["hnsw"]["recall@5"] > 0.9 and rows["hnsw"]["brute_acc"] == 1.0

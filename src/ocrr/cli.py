@@ -408,6 +408,9 @@ def _scale_parser(sub) -> None:
     sc.add_argument("--hnsw-m", type=int, default=16, help="HNSW M (default 16)")
     sc.add_argument("--ef-construction", type=int, default=200, help="HNSW efConstruction (default 200)")
     sc.add_argument("--ef-search", type=int, default=64, help="HNSW efSearch (default 64)")
+    sc.add_argument("--order", choices=("class", "shuffled"), default="class",
+                    help="insertion order into the approximate index: class (class by class, as a "
+                         "class-incremental ledger grows; default) or shuffled (same entries, random order)")
     sc.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
     sc.add_argument("--threads", type=int, default=2, help="FAISS / BLAS threads (default 2)")
     sc.add_argument("--out", type=Path, default=Path("results/scale"), help="output folder (default results/scale)")
@@ -445,7 +448,7 @@ def _cmd_scale(args) -> int:
     cfg = ScaleConfig(scales=scales, n_classes=args.classes, dim=args.dim, sigma=args.sigma, n_queries=args.queries,
                       seed=args.seed, backends=backends, exact=args.exact, exact_max_gb=args.exact_max_gb,
                       query_modes=modes, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
-                      ef_search=args.ef_search, threads=args.threads)
+                      ef_search=args.ef_search, threads=args.threads, order=args.order)
     console = _console()
     started = time.perf_counter()
     rows: list[dict] = []

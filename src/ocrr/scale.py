@@ -10,7 +10,9 @@ would append them to the ledger. At each scale N the study
 2. computes the exact top-k of every query by brute force over the chunks (the ground
    truth; ``ocrr.index.exact_search`` semantics, merged with ``top_k``),
 3. adds the chunks to each approximate backend (``hnsw`` by default; ``hnsw_sq8``,
-   ``exact_sq8`` on request) and, when it fits (``exact="auto"``: N x dim x 4 bytes <=
+   ``exact_sq8`` on request) in stream order (``order="class"``; ``"shuffled"`` inserts
+   the same entries, same ids, in a random order -- HNSW graphs are sensitive to it)
+   and, when it fits (``exact="auto"``: N x dim x 4 bytes <=
    ``exact_max_gb``), keeps the vectors in one array read by an ``ExactIndex`` in
    borrowed mode -- the unbounded substrate's exact path, whose query time is reported,
 4. answers the queries with each backend and applies the substrate's vote
@@ -80,6 +82,7 @@ class ScaleConfig:
     ef_construction: int = 200
     ef_search: int = 64
     threads: int = 2
+    order: str = "class"  # insertion order into the approximate backends: "class" (the stream's) or "shuffled"
     index_params: dict = field(default_factory=dict)  # extra make_index parameters
 
     def keep_exact(self, n: int) -> bool:
@@ -212,6 +215,17 @@ def _time_queries(index, queries: np.ndarray, k: int, threads: int, repeats: int
             "ms_per_query_batched": b_wall * per, "cpu_ms_per_query_batched": b_cpu * per}
 
 
+def _add_all(backends: dict, x: np.ndarray, ids: np.ndarray, first_chunk: bool, build_s: dict,
+             build_cpu: dict) -> None:
+    for name, index in backends.items():
+        t0, c0 = time.perf_counter(), time.process_time()
+        if getattr(index, "compressed", False) and first_chunk:
+            index.train(x)  # the 8-bit quantiser sees the head of the stream (the first chunk), as in a deployment
+        index.add(x, ids)
+        build_s[name] += time.perf_counter() - t0
+        build_cpu[name] += time.process_time() - c0
+
+
 def _band_size(sims: np.ndarray, ids: np.ndarray, margin: float) -> float:
     """Mean number of retrieved neighbours inside the vote's margin band."""
     valid = ids >= 0
@@ -269,15 +283,16 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
             exact.add(x, ids)
             build_s["exact"] += time.perf_counter() - t0
             build_cpu["exact"] += time.process_time() - c0
-        for name, index in backends.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            if getattr(index, "compressed", False) and first == 0:
-                index.train(x)  # the 8-bit quantiser sees the head of the stream (the first chunk), as in a deployment
-            index.add(x, ids)
-            build_s[name] += time.perf_counter() - t0
-            build_cpu[name] += time.process_time() - c0
+        if cfg.order == "class":
+            _add_all(backends, x, ids, first == 0, build_s, build_cpu)
         t_gen = time.perf_counter()
     del x
+    if cfg.order == "shuffled":  # same entries and ids, inserted into the backends in a random order
+        perm = np.random.default_rng([cfg.seed, 4]).permutation(n)
+        for lo in range(0, n, CHUNK_ROWS):
+            ids = np.sort(perm[lo : lo + CHUNK_ROWS])
+            x = store[ids] if keep else stream.rows(ids)
+            _add_all(backends, x, ids, lo == 0, build_s, build_cpu)
 
     timed = dict(backends)
     if keep:
@@ -308,7 +323,7 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
                 "band_size": _band_size(s, i, rule.margin), "exact_band_size": _band_size(t_s, t_i, rule.margin),
                 "self_hit": float(np.mean(i[:, 0] == qids)) if qids is not None else math.nan,
                 "hnsw_m": cfg.hnsw_m, "ef_construction": cfg.ef_construction, "ef_search": cfg.ef_search,
-                "threads": cfg.threads, "gen_s": gen_s, "ground_truth_s": gt_s,
+                "threads": cfg.threads, "order": cfg.order, "gen_s": gen_s, "ground_truth_s": gt_s,
             }
             rows.append(row)
     peak = _peak_rss_mb()
