@@ -55,7 +55,8 @@ def test_run_writes_the_documented_files(tmp_path):
     assert sub["acc_novel"].iloc[-1] > sub["acc_novel"].iloc[0] + 0.5
 
 
-def test_offline_without_data_names_the_url_and_both_fixes(tmp_path, capsys):
+def test_offline_without_data_names_the_url_and_both_fixes(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("OCRR_DATA_DIR", raising=False)  # CI points it at the real data
     assert run_cli("run", "--dataset", "banking77", "--quiet", "--out", tmp_path) == 2
     err = capsys.readouterr().err
     assert "raw.githubusercontent.com/PolyAI-LDN" in err
@@ -78,6 +79,7 @@ def test_systems_lists_the_registry(capsys):
 
 def test_fallback_runs_the_demo_with_the_real_encoder_and_says_so(tmp_path, capsys, monkeypatch, shared_cache):
     monkeypatch.setenv("OCRR_CACHE_DIR", str(shared_cache))
+    monkeypatch.delenv("OCRR_DATA_DIR", raising=False)  # CI points it at the real data
     out = tmp_path / "r"
     assert run_cli("run", "--dataset", "banking77", "--fallback-demo", "--seeds", "0", "--quiet", "--out", out) == 0
     printed = capsys.readouterr().out
