@@ -67,14 +67,18 @@ def table_rows(summary: pd.DataFrame) -> list[list[str]]:
 TABLE_HEADER = ["system", "buffer", "final novel", "final original"] + [f"→{t}%" for t in THRESHOLDS]
 
 
+def markdown(title: str, header: list[str], rows: list[list[str]], footnote: str) -> str:
+    """A titled markdown table with a footnote."""
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines + ["", footnote, ""])
+
+
 def markdown_table(summary: pd.DataFrame, title: str) -> str:
-    lines = [f"## {title}", "", "| " + " | ".join(TABLE_HEADER) + " |",
-             "| " + " | ".join("---" for _ in TABLE_HEADER) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(summary)]
-    lines += ["", "Final accuracies are mean ± std (population) over seeds at the end of the stream. "
-              "→N%: corrections applied when novel accuracy first reached N % (checkpoints every 50 items), "
-              "mean over the seeds that reached it; '(r/n)' when only r of n seeds did.", ""]
-    return "\n".join(lines)
+    return markdown(title, TABLE_HEADER, table_rows(summary),
+                    "Final accuracies are mean ± std (population) over seeds at the end of the stream. "
+                    "→N%: corrections applied when novel accuracy first reached N % (checkpoints every 50 items), "
+                    "mean over the seeds that reached it; '(r/n)' when only r of n seeds did.")
 
 
 def write_json(obj: dict, path: Path) -> None:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ocrr.metrics import RUN_KEYS, summarise
 from ocrr.report.load import FOOTPRINT_COLUMNS
-from ocrr.results import markdown_table
+from ocrr.results import markdown, markdown_table
 
 # The paper's row order (Table 1, then the ablations); other systems follow alphabetically.
 SYSTEM_ORDER = (["substrate"] + [f"bounded_reservoir_{n}" for n in (5000, 1000, 500, 100)]
@@ -134,10 +134,7 @@ def storage_rows(storage: pd.DataFrame) -> list[list[str]]:
 
 
 def storage_markdown(storage: pd.DataFrame, title: str) -> str:
-    lines = [f"## {title}", "", "| " + " | ".join(STORAGE_HEADER) + " |",
-             "| " + " | ".join("---" for _ in STORAGE_HEADER) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in storage_rows(storage)]
-    lines += ["", "Memory: what each system stores at the end of the stream (retrieval entries and trainable "
-              "parameters, in bytes), smallest first. Pareto (novel): no system with at most this memory "
-              "reaches a higher final novel accuracy; Pareto (original): likewise for final original accuracy.", ""]
-    return "\n".join(lines)
+    return markdown(title, STORAGE_HEADER, storage_rows(storage),
+                    "Memory: what each system stores at the end of the stream (retrieval entries and trainable "
+                    "parameters, in bytes), smallest first. Pareto (novel): no system with at most this memory "
+                    "reaches a higher final novel accuracy; Pareto (original): likewise for final original accuracy.")
