@@ -45,3 +45,27 @@ def test_cache_keys_cover_every_part():
     assert cached_fit("t", ["a\x00"], lambda: build(3)) == 3  # length-prefixed: no collision
     assert calls == [1, 3]
     assert np.array_equal(cached_fit("t", ["arr"], lambda: np.arange(3)), np.arange(3))
+
+
+def _slow_build(marker: str) -> int:
+    import time
+
+    with open(marker, "a") as fh:  # one line per build actually run
+        fh.write("built\n")
+    time.sleep(0.5)
+    return 42
+
+
+def _ask(marker: str) -> int:
+    import functools
+
+    return cached_fit("race", ["same key"], functools.partial(_slow_build, marker))
+
+
+def test_concurrent_requests_for_one_key_build_it_once(tmp_path):
+    import multiprocessing as mp
+
+    marker = str(tmp_path / "builds.txt")
+    with mp.get_context("fork").Pool(3) as pool:  # OCRR_CACHE_DIR is inherited from the test fixture
+        assert pool.map(_ask, [marker] * 3) == [42, 42, 42]
+    assert Path(marker).read_text().splitlines() == ["built"]

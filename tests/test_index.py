@@ -299,6 +299,25 @@ def test_substrate_behaves_the_same_on_every_backend(kind):
         assert sub.verify_recall() == 1.0 and sub.footprint().extra["index_bytes"] == 0
 
 
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_knn_lm_datastore_on_every_backend(kind):
+    train, test = toy_batches()
+    known = [i for i, l in enumerate(train.labels) if l < "c08"]
+    new = [i for i, l in enumerate(train.labels) if l >= "c08"]
+    exact = make_system("knn_lm:knn_lambda=1.0").fit(train[known])
+    sys = make_system(f"knn_lm:knn_lambda=1.0:index={kind}:auto_threshold=100").fit(train[known])
+    assert sys.hyperparameters()["index"] == kind
+    assert ("ef_search" in sys.hyperparameters()) == ("hnsw" in kind or "auto" in kind)
+    for system in (exact, sys):
+        system.correct(train[new])
+    # well-separated clusters: every backend finds the same label (8-bit codes included)
+    assert sys.predict(test) == exact.predict(test) == list(test.labels)
+    assert [sys.predict(test[i])[0] for i in range(len(test))] == sys.predict(test)
+    assert sys.footprint().entries == len(train)
+    with pytest.raises(OcrrError, match="index must be one of"):
+        make_system("knn_lm:index=annoy")
+
+
 def test_force_exact_overrides_the_index():
     train, test = toy_batches()
     sub = make_system("substrate:index=hnsw:force_exact=true").fit(train)

@@ -640,3 +640,61 @@ def test_entry_equality_is_bit_exact():
     b = Entry(0, "a", None, np.array([-0.0], np.float32), GENESIS, GENESIS)
     c = Entry(0, "a", None, np.array([0.0], np.float32), GENESIS, GENESIS)
     assert a == c and a != b and hash(a) == hash(c)
+
+
+# --- vectors on disk ------------------------------------------------------------------------
+
+
+def test_vectors_on_disk_give_the_same_chain_and_leave_nothing_behind(tmp_path):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 8)).astype(np.float32)  # grows past the initial capacity (64) twice
+    labels = [f"c{i % 7}" for i in range(300)]
+    ram, disk = Ledger(8), Ledger(8, vectors_on_disk=tmp_path)
+    assert disk.on_disk and not ram.on_disk
+    for led in (ram, disk):
+        led.extend(x[:100], labels[:100])
+        old_view = led.vectors
+        for i in range(100, 300):
+            led.append(x[i], labels[i])
+        assert np.array_equal(old_view, x[:100])  # views taken before growth still read right
+    assert disk.head == ram.head and disk.verify().ok
+    assert isinstance(disk.vectors.base, np.memmap) or isinstance(disk.vectors, np.memmap)
+    assert np.array_equal(disk.vectors, x) and not disk.vectors.flags.writeable
+    assert list(tmp_path.iterdir()) == []  # an unlinked scratch file: nothing to clean up
+    # the chain still covers the vectors: a changed byte in the mapped file is caught
+    disk._buf[17, 3] += 1.0
+    assert disk.verify().first_bad == 17
+    disk._buf[17, 3] -= 1.0
+    # pickling gives an in-memory copy of the same chain
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(disk))
+    assert not copy.on_disk and copy.head == disk.head and copy.verify().ok
+    copy.append(x[0], "c0")
+    assert copy.verify().ok and len(disk) == 300
+
+
+def test_vectors_on_disk_needs_an_existing_folder(tmp_path):
+    with pytest.raises(OcrrError, match="not an existing folder"):
+        Ledger(8, vectors_on_disk=tmp_path / "missing")
+
+
+def test_substrate_with_vectors_on_disk_predicts_the_same(tmp_path):
+    from ocrr.systems import Batch, make_system
+
+    rng = np.random.default_rng(6)
+    cent = rng.standard_normal((6, 16))
+    lab = np.repeat(np.arange(6), 30)
+    v = cent[lab] + 0.3 * rng.standard_normal((len(lab), 16))
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+    names = [f"c{c}" for c in lab]
+    seed, stream = Batch(v[::2], None, names[::2]), Batch(v[1::2], None, names[1::2])
+    ram = make_system("substrate").fit(seed)
+    disk = make_system(f"substrate:vectors_on_disk={tmp_path}").fit(seed)
+    assert disk.ledger_.on_disk and "vectors_on_disk" not in disk.hyperparameters()
+    for i in range(0, len(stream), 10):
+        ram.correct(stream[i : i + 10])
+        disk.correct(stream[i : i + 10])
+    queries = Batch(v)
+    assert disk.predict(queries) == ram.predict(queries)
+    assert disk.ledger_.head == ram.ledger_.head

@@ -43,17 +43,6 @@ def test_predict_is_batched_consistent_and_side_effect_free(spec, toy):
     assert system.footprint().bytes > 0
 
 
-@pytest.mark.parametrize("spec", CORE)
-def test_same_seed_same_predictions(spec, toy):
-    seed, new, old_test, new_test = seed_and_new(toy, 8)
-    runs = []
-    for _ in range(2):
-        s = make_system(spec, labels=toy.labels, seed=3).fit(seed)
-        s.correct(new[:20])
-        runs.append(s.predict(old_test) + s.predict(new_test))
-    assert runs[0] == runs[1]
-
-
 def test_substrate_learns_from_one_correction_and_forgets_nothing(toy):
     seed, new, old_test, new_test = seed_and_new(toy, 8)
     sub = make_system("substrate", labels=toy.labels).fit(seed)

@@ -8,7 +8,10 @@ the caller passes the last head it held (``verify(expected_head=...)``).
 
 Vectors live in one contiguous, capacity-doubling float32 buffer so appends
 are amortised O(1) and retrieval can do a single matrix product over
-``Ledger.vectors``.
+``Ledger.vectors``. ``Ledger(dim, vectors_on_disk=folder)`` puts that buffer in a
+memory-mapped scratch file instead of RAM (10M x 384 float32 is 15.4 GB): the OS
+pages vectors in when a scan or ``verify`` reads them, and the resident set holds only
+the per-entry metadata and whatever index sits beside the ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import sqlite3
 import struct
 import tempfile
+from typing import IO
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,17 +122,26 @@ class Ledger:
     entry to an SQLite file; ``save``/``load`` write and read whole files.
     """
 
-    def __init__(self, dim: int | None = None) -> None:
+    def __init__(self, dim: int | None = None, vectors_on_disk: str | os.PathLike[str] | None = None) -> None:
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1):
             raise OcrrError(f"dim must be a positive integer, got {dim!r}; pass e.g. Ledger(dim=384) or leave it None")
         self._dim: int | None = None if dim is None else int(dim)
         self._n = 0
+        # vectors_on_disk: the vector buffer is an anonymous file in this folder (unlinked at
+        # once, so nothing is left behind), memory-mapped; None keeps it in RAM.
+        self._vec_file: IO[bytes] | None = None
+        if vectors_on_disk is not None:
+            folder = Path(vectors_on_disk).expanduser()
+            if not folder.is_dir():
+                raise OcrrError(f"vectors_on_disk={str(folder)!r} is not an existing folder; create it or pass "
+                                "another folder with room for the vectors (4 x dim bytes per entry)")
+            self._vec_file = tempfile.TemporaryFile(prefix="ocrr-ledger-vectors-", dir=folder)
         # Parallel per-entry columns. ids are just positions at append time,
         # but are stored so verify() can see ids a file or caller rewrote.
         self._buf: np.ndarray | None = None
         self._ro: np.ndarray | None = None  # read-only view of _buf, handed out to callers
         if self._dim is not None:
-            self._set_buffer(np.empty((_INITIAL_CAPACITY, self._dim), _F4LE))
+            self._set_buffer(self._allocate(_INITIAL_CAPACITY, self._dim))
         self._ids: list[int] = []
         self._labels: list[str] = []
         self._texts: list[str | None] = []
@@ -165,9 +178,13 @@ class Ledger:
                             "Ledger.load(path), or pickle the path")
         state = self.__dict__.copy()
         state["_ro"] = None
+        if self._vec_file is not None:  # the copy holds its vectors in memory
+            state["_vec_file"] = None
+            state["_buf"] = np.array(self._buf[: max(self._n, 1)])
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("_vec_file", None)
         self.__dict__.update(state)
         if self._buf is not None:
             self._set_buffer(self._buf)
@@ -282,7 +299,7 @@ class Ledger:
             if d < 1:
                 raise OcrrError("vector is empty; pass a vector with at least one component")
             self._dim = d
-            self._set_buffer(np.empty((max(_INITIAL_CAPACITY, extra), d), _F4LE))
+            self._set_buffer(self._allocate(max(_INITIAL_CAPACITY, extra), d))
             if self._db is not None:
                 self._db.execute("UPDATE meta SET value = ? WHERE key = 'dim'", (d,))
         elif d != self._dim:
@@ -295,9 +312,29 @@ class Ledger:
         if need > cap:
             while cap < need:
                 cap *= 2
-            grown = np.empty((cap, self._dim), _F4LE)
-            grown[: self._n] = self._buf[: self._n]
+            grown = self._allocate(cap, self._dim)
+            if self._vec_file is None:  # a file-backed buffer grows in place: its rows are already there
+                grown[: self._n] = self._buf[: self._n]
             self._set_buffer(grown)  # old views keep the old buffer alive; its rows never change
+
+    def _allocate(self, rows: int, dim: int) -> np.ndarray:
+        """An uninitialised (rows, dim) buffer: in RAM, or the whole scratch file re-mapped
+        at the new size (growing a file keeps its first rows; the tail is a sparse hole)."""
+        if self._vec_file is None:
+            return np.empty((rows, dim), _F4LE)
+        size = rows * dim * _F4LE.itemsize
+        try:
+            if os.fstat(self._vec_file.fileno()).st_size < size:
+                self._vec_file.truncate(size)
+        except OSError as e:
+            raise OcrrError(f"cannot grow the ledger's vector file to {size / 1e9:.1f} GB ({e}); free disk space "
+                            "or pass another vectors_on_disk folder") from e
+        return np.memmap(self._vec_file, dtype=_F4LE, mode="r+", shape=(rows, dim))
+
+    @property
+    def on_disk(self) -> bool:
+        """True when the vectors live in a memory-mapped file (``vectors_on_disk``)."""
+        return self._vec_file is not None
 
     def _set_buffer(self, buf: np.ndarray) -> None:
         self._buf = buf

@@ -6,10 +6,16 @@ three times per cell, and a user re-running a cell would redo it each time. The 
 keyed by a digest of everything it depends on and stored under the user cache
 (``<cache>/fitted``); loading it gives exactly the model a fresh fit would (tested).
 Set OCRR_NO_FIT_CACHE=1 to bypass it.
+
+Two processes asking for the same state (two sweep workers on two policies of one cell)
+do not both compute it: the first takes an exclusive lock on ``<key>.lock``; the second
+waits for the lock, then finds the finished file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import pickle
@@ -35,20 +41,42 @@ def cached_fit(kind: str, parts: Iterable[bytes | str], build: Callable[[], T]) 
     if os.environ.get("OCRR_NO_FIT_CACHE"):
         return build()
     path = cache_root() / "fitted" / kind / f"{fit_key(parts)}.pkl"
-    if path.exists():
-        try:
-            with open(path, "rb") as f:
-                return pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            pass  # torn or stale file: rebuild and overwrite
-    state = build()
+    state = _load(path)
+    if state is not None:
+        return state
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with _exclusive(path.with_suffix(".lock")):
+        state = _load(path)  # another process may have built it while this one waited
+        if state is not None:
+            return state
+        state = build()
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     return state
+
+
+def _load(path):
+    if not path.exists():
+        return None
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None  # torn or stale file: rebuild and overwrite
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path):
+    """An advisory lock held until the block ends (released by the OS if the process dies)."""
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

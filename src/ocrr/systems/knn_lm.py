@@ -5,6 +5,11 @@ al. (2020). p_head is the softmax of a linear head trained on the seed set exact
 online_linear's and never updated; p_kNN is a softmax of similarity / tau over the k
 nearest datastore entries (cosine), summed per label. ``correct`` only appends to the
 datastore, which starts as the seed set.
+
+The datastore is searched by any ocrr.index backend, with the substrate's options:
+``knn_lm:index=hnsw`` (or ``exact`` (default), ``auto``, ``exact_sq8``, ``hnsw_sq8``,
+``auto_sq8``; ``hnsw_m``, ``ef_construction``, ``ef_search``, ``auto_threshold``,
+``force_exact``).
 """
 
 from __future__ import annotations
@@ -13,18 +18,21 @@ import numpy as np
 import torch
 
 from ocrr.errors import OcrrError
-from ocrr.index import ExactIndex
 from ocrr.index.cache import IncrementalSearch
+from ocrr.index.options import IndexedSystem
 from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
 from ocrr.systems.linear import LinearHead
 
 
-class KNNLM(LinearHead):
+class KNNLM(IndexedSystem, LinearHead):
     family = "hybrid"
 
-    def __init__(self, k: int = 5, tau: float = 0.1, knn_lambda: float = 0.5, **kwargs):
+    def __init__(self, k: int = 5, tau: float = 0.1, knn_lambda: float = 0.5, index: str = "exact",
+                 hnsw_m: int = 16, ef_construction: int = 200, ef_search: int = 64, auto_threshold: int = 200_000,
+                 force_exact: bool = False, **kwargs):
         kwargs.setdefault("name", "knn_lm")
         super().__init__(**kwargs)
+        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OcrrError(f"{self.name}: k must be a whole number >= 1, got {k!r}. Pass e.g. knn_lm:k=5.")
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
@@ -36,7 +44,8 @@ class KNNLM(LinearHead):
         self.knn_lambda = float(knn_lambda)
 
     def hyperparameters(self) -> dict:
-        return {"k": self.k, "tau": self.tau, "knn_lambda": self.knn_lambda, **super().hyperparameters()}
+        return {"k": self.k, "tau": self.tau, "knn_lambda": self.knn_lambda, **super().hyperparameters(),
+                **self.index_options.hyperparameters()}
 
     def fit(self, seed: Batch) -> "KNNLM":
         super().fit(seed)  # trains the head, builds the label space
@@ -44,7 +53,7 @@ class KNNLM(LinearHead):
         # float64 copies: the same arithmetic for one query or many (batched == one by one).
         self.w64_ = self.head_.weight.detach().double().numpy()
         self.b64_ = self.head_.bias.detach().double().numpy()
-        self.index_ = ExactIndex(self.dim_)
+        self.index_ = self.index_options.make(self.dim_, self.name)
         self.search_ = IncrementalSearch(self.index_)
         self.entry_label_ = np.empty(0, np.int64)
         self._append(check_vectors(seed.vecs, self.dim_, "seed vectors"), seed.labels)
@@ -77,11 +86,14 @@ class KNNLM(LinearHead):
         out = np.zeros((len(vecs), len(self.space_)))
         if ids.shape[1] == 0:
             return out
-        z = sims.astype(np.float64) / self.tau
-        w = np.exp(z - z.max(axis=1, keepdims=True))
-        w /= w.sum(axis=1, keepdims=True)
+        found = ids >= 0  # an approximate index may leave a slot empty (id -1)
+        z = np.where(found, sims.astype(np.float64) / self.tau, -np.inf)
+        top = z.max(axis=1, keepdims=True)
+        w = np.exp(z - np.where(np.isfinite(top), top, 0.0))
+        total = w.sum(axis=1, keepdims=True)
+        w = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
         rows = np.repeat(np.arange(len(vecs)), ids.shape[1])
-        np.add.at(out, (rows, self.entry_label_[ids].reshape(-1)), w.reshape(-1))
+        np.add.at(out, (rows, self.entry_label_[np.maximum(ids, 0)].reshape(-1)), w.reshape(-1))
         return out
 
     def predict(self, batch: Batch) -> list[str | None]:
@@ -97,4 +109,8 @@ class KNNLM(LinearHead):
         self._require_fitted()
         params = sum(p.numel() for p in self.head_.parameters())
         n = len(self.index_)
-        return Footprint(entries=n, params=params, bytes=4 * params + n * (4 * self.dim_ + 8))
+        # Exact search: the datastore is the float32 vectors plus a label per entry. Other
+        # backends store their own form (codes, graph), counted instead of the raw vectors.
+        store = n * (4 * self.dim_) if self.index_options.kind == "exact" else int(self.index_.nbytes)
+        return Footprint(entries=n, params=params, bytes=4 * params + store + 8 * n,
+                         extra={"index": self.index_options.kind})

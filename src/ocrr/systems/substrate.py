@@ -10,16 +10,16 @@ from functools import partial
 
 import numpy as np
 
-from ocrr.errors import OcrrError
-from ocrr.index import KINDS, ExactIndex, exact_search, make_index, recall_at_k
+from ocrr.index import ExactIndex, exact_search, recall_at_k
 from ocrr.index.cache import IncrementalSearch
+from ocrr.index.options import IndexedSystem
 from ocrr.ledger import Ledger, VerifyResult
 from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.vote import VoteRule, vote
 
 
-class Substrate:
+class Substrate(IndexedSystem):
     """Append-only ledger + cosine k-NN + margin-band majority vote.
 
     Hyperparameters (paper Appendix B): k=5, margin=0.05, count weighting, max-similarity
@@ -33,6 +33,10 @@ class Substrate:
     overrides ``index`` with exact search: the 100 %-recall mode at any scale. The ledger
     is the store of record; the index is a cache of it (``rebuild_index``), and
     ``verify_recall`` measures how much of the exact top-k an approximate index finds.
+
+    ``vectors_on_disk=<folder>`` keeps the ledger's float32 vectors in a memory-mapped
+    scratch file there instead of RAM: with a compressed index (``exact_sq8``,
+    ``hnsw_sq8``) a 10M-entry substrate then needs a few GB of memory, not 20+.
     """
 
     family = "retrieval"
@@ -51,6 +55,7 @@ class Substrate:
         ef_search: int = 64,
         auto_threshold: int = 200_000,
         force_exact: bool = False,
+        vectors_on_disk: str | None = None,
         labels=None,
         seed: int = 0,
         name: str = "substrate",
@@ -62,15 +67,8 @@ class Substrate:
         self.tiebreak_maxsim = tiebreak_maxsim
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
-        if index not in KINDS:
-            raise OcrrError(f"{name}: index must be one of {', '.join(KINDS)}, got {index!r}; "
-                            f"write e.g. 'substrate:index=hnsw'.")
-        self.index = index
-        self.hnsw_m = hnsw_m
-        self.ef_construction = ef_construction
-        self.ef_search = ef_search
-        self.auto_threshold = auto_threshold
-        self.force_exact = bool(force_exact)
+        self.vectors_on_disk = vectors_on_disk  # where, not what: not a hyperparameter
+        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact)
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
@@ -87,30 +85,18 @@ class Substrate:
             "tiebreak_maxsim": self.tiebreak_maxsim,
             "tiebreak_recency": self.tiebreak_recency,
             "store_text": self.store_text,
-            **self._index_hyperparameters(),
+            **self.index_options.hyperparameters(),
         }
-
-    def _index_hyperparameters(self) -> dict:
-        """The backend and only the knobs it uses (exact has none)."""
-        out = {"index": self.index_kind}
-        if self.force_exact:
-            out["force_exact"] = True
-        if self.index_kind != "exact":
-            if self.index_kind != "exact_sq8":
-                out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
-            if self.index_kind.startswith("auto"):
-                out["auto_threshold"] = self.auto_threshold
-        return out
 
     @property
     def index_kind(self) -> str:
         """The backend in use: ``index``, or ``exact`` under ``force_exact``."""
-        return "exact" if self.force_exact else self.index
+        return self.index_options.kind
 
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> "Substrate":
         dim = int(np.asarray(seed.vecs).shape[1])
-        self.ledger_ = Ledger(dim)
+        self.ledger_ = Ledger(dim, vectors_on_disk=self.vectors_on_disk)
         self.index_ = self._new_index(dim)
         self.search_ = IncrementalSearch(self.index_)
         self._entry_label = np.empty(0, np.int64)
@@ -146,12 +132,7 @@ class Substrate:
         """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
         (row i = entry i), so vectors are stored once; see ExactIndex. (A partial, not a
         lambda, so the system still pickles.)"""
-        source = partial(getattr, self.ledger_, "vectors")
-        try:
-            return make_index(self.index_kind, dim, source=source, threshold=self.auto_threshold,
-                              m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
-        except ValueError as err:
-            raise OcrrError(f"{self.name}: {err}") from None
+        return self.index_options.make(dim, self.name, source=partial(getattr, self.ledger_, "vectors"))
 
     def rebuild_index(self, chunk: int = 65_536) -> None:
         """Drop the index and rebuild it from the ledger (the store of record).

@@ -1,0 +1,110 @@
+"""Measured growth of the scale study, and what it implies at a scale not run (10M by default).
+
+Run: python benchmarks/scale_extrapolation.py results/scale-sigma0.1/scale.csv [more scale.csv ...]
+     [--target 10000000] [--dim 384] [--ram-gib 24]
+
+For every backend of the given `ocrr scale` outputs it prints, per decade of N, the growth
+factor of build time (wall and CPU), single-query ms, index bytes per entry and peak RSS,
+then projects each to ``--target`` by applying the LAST measured decade's growth rate
+(log-log slope; memory: the last decade's bytes per added entry), and states the memory a substrate of that size needs with each index:
+ledger (float32 vectors + measured per-entry objects) plus the index. Every projected
+number is an extrapolation, printed as such; measured rows at the target (if a CSV has
+them) are printed next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from ocrr.scale import read_csv, scale_label
+
+# (column, label, model): "power" fits y = a N^b through the last two scales; "affine" fits
+# y = c + d N (memory: a fixed interpreter/library base plus bytes per entry, which a
+# power law through small scales would underestimate); "last" keeps the largest scale's value
+# (a per-entry size).
+METRICS = [("build_s", "build s (wall)", "power"), ("build_cpu_s", "build CPU s", "power"),
+           ("ms_per_query", "ms/query", "power"), ("index_bytes_per_entry", "index B/entry", "last"),
+           ("peak_rss_mb", "peak RSS MB", "affine")]
+LEDGER_OBJECT_BYTES = 137  # per entry beyond the vector: scale.ledger_bytes_per_entry() on this machine
+
+
+def slope(x0: float, y0: float, x1: float, y1: float) -> float:
+    """Exponent b of y = a x^b through two points (nan when a value is not positive)."""
+    if min(x0, y0, x1, y1) <= 0:
+        return math.nan
+    return math.log(y1 / y0) / math.log(x1 / x0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", nargs="+", type=Path)
+    ap.add_argument("--target", type=int, default=10_000_000)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--ram-gib", type=float, default=24.0)
+    ap.add_argument("--queries", default="fresh", help="which query set's timings to use (fresh|stored)")
+    args = ap.parse_args()
+
+    # (source, backend) -> {scale: row}; build and memory are per scale, queries per set
+    series: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
+    for path in args.csv:
+        if not path.exists():
+            sys.exit(f"{path}: not found. Give the scale.csv that `ocrr scale --out DIR` wrote.")
+        for row in read_csv(path):
+            if row["queries"] == args.queries:
+                series[(path.parent.name, row["backend"])][int(row["scale"])] = row
+
+    target = args.target
+    print(f"Growth per decade and projection to N = {scale_label(target)} "
+          f"({args.queries} queries; projections apply the last measured decade's log-log slope)\n")
+    for (source, backend), by_scale in sorted(series.items()):
+        scales = sorted(by_scale)
+        print(f"## {source} · {backend}  (measured at {', '.join(scale_label(n) for n in scales)})")
+        header = f"  {'metric':18s}" + "".join(f"{scale_label(n):>12s}" for n in scales)
+        header += "   growth/10x (last)" + f"{'projected ' + scale_label(target):>18s}"
+        print(header)
+        for key, name, model in METRICS:
+            values = [float(by_scale[n].get(key, math.nan)) for n in scales]
+            line = f"  {name:18s}" + "".join(f"{v:12.2f}" for v in values)
+            if target in by_scale or len(scales) < 2:
+                print(line + ("   (measured at the target)" if target in by_scale else ""))
+                continue
+            (n0, v0), (n1, v1) = (scales[-2], values[-2]), (scales[-1], values[-1])
+            if model == "last":
+                print(line + f"   {'per entry: kept':>20s} {v1:14.1f}  [extrapolated]")
+                continue
+            if model == "affine":
+                per_million = (v1 - v0) / (n1 - n0) * 1e6
+                projected = v1 + per_million * (target - n1) / 1e6
+                print(line + f"   {f'+{per_million:.0f} MB per 1M':>20s} {projected:14.1f}  [extrapolated]")
+                continue
+            b = slope(n0, v0, n1, v1)
+            projected = v1 * (target / n1) ** b if not math.isnan(b) else math.nan
+            growth = 10 ** b if not math.isnan(b) else math.nan
+            print(line + f"   {growth:8.2f}x (b={b:+.2f}) {projected:16.1f}  [extrapolated]")
+        print()
+
+    n = target
+    vec_gb = n * args.dim * 4 / 1e9
+    ledger_gb = vec_gb + n * LEDGER_OBJECT_BYTES / 1e9
+    ram_gb = args.ram_gib * 2**30 / 1e9
+    print(f"Memory of a substrate with {scale_label(n)} entries of dim {args.dim} (this machine: "
+          f"{args.ram_gib:g} GiB = {ram_gb:.1f} GB):")
+    print(f"  ledger: {vec_gb:.1f} GB float32 vectors + {n * LEDGER_OBJECT_BYTES / 1e9:.1f} GB per-entry objects "
+          f"= {ledger_gb:.1f} GB (exact search reads this buffer: no index bytes)")
+    per_entry = {}
+    for (source, backend), by_scale in series.items():
+        largest = max(by_scale)
+        per_entry.setdefault(backend, float(by_scale[largest]["index_bytes_per_entry"]))
+    for backend, bpe in sorted(per_entry.items()):
+        index_gb = n * bpe / 1e9
+        total = ledger_gb + index_gb
+        verdict = "fits" if total < 0.8 * ram_gb else ("tight" if total < ram_gb else "does NOT fit")
+        print(f"  + {backend:10s} index {bpe:7.0f} B/entry = {index_gb:5.1f} GB  -> {total:5.1f} GB  [{verdict}]")
+
+
+if __name__ == "__main__":
+    main()
