@@ -145,7 +145,12 @@ class ExactIndex:
         if ids[0] != n or ids[-1] != n + m - 1 or (m > 1 and not np.array_equal(ids, np.arange(n, n + m))):
             return False
         src = self._source()
-        return src.ndim == 2 and src.shape[0] >= n + m and np.array_equal(src[n : n + m], vecs)
+        if src.ndim != 2 or src.shape[0] < n + m:
+            return False
+        rows = src[n : n + m]
+        if rows.shape == vecs.shape and rows.strides == vecs.strides and rows.ctypes.data == vecs.ctypes.data:
+            return True  # the caller passed the source's own rows (same memory): nothing to compare
+        return np.array_equal(rows, vecs)
 
     def _own(self) -> None:
         """Switch from borrowed to owned: copy the live rows once."""

@@ -113,7 +113,11 @@ class Substrate(IndexedSystem):
         labels = require_labels(batch, who)
         vecs = check_vectors(batch.vecs, self.ledger_.dim, "vectors")
         texts = list(batch.texts) if (self.store_text and batch.texts is not None) else None
-        ids = np.asarray(self.ledger_.extend(vecs, labels, texts), np.int64)
+        if len(vecs) == 1:  # one correction: the ledger's single-entry path is ~3x cheaper
+            first = self.ledger_.append(vecs[0], labels[0], texts[0] if texts else None).id
+            ids = np.arange(first, first + 1, dtype=np.int64)
+        else:
+            ids = np.asarray(self.ledger_.extend(vecs, labels, texts), np.int64)
         codes = self.space_.encode(labels, grow=True)
         end = int(ids[-1]) + 1
         if end > len(self._entry_label):  # capacity doubling: corrections append one at a time
@@ -121,7 +125,9 @@ class Substrate(IndexedSystem):
             grown[: len(self._entry_label)] = self._entry_label
             self._entry_label = grown
         self._entry_label[ids] = codes
-        self._index_new(vecs, ids)
+        # The ledger's own rows (a view, not the caller's array): an index that borrows the
+        # ledger's buffer recognises them by address and skips comparing them.
+        self._index_new(self.ledger_.vectors[int(ids[0]) : end], ids)
         return ids
 
     def _index_new(self, vecs: np.ndarray, ids: np.ndarray) -> None:
