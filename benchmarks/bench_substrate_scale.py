@@ -98,7 +98,10 @@ def main() -> None:
         ok = sub.verify().ok
         print(f"  verify: chain of {len(sub.ledger_):,} entries {'intact' if ok else 'BROKEN'} "
               f"in {time.perf_counter() - t:.0f} s")
-    print(f"  peak RSS at the end: {proc_status()['VmHWM']:.2f} GB")
+    mem = proc_status()
+    print(f"  at the end: anonymous {mem['RssAnon']:.2f} GB, file-backed {mem['RssFile']:.2f} GB (verify pages the "
+          f"whole vector file in; the kernel drops those pages under memory pressure), peak RSS {mem['VmHWM']:.2f} GB "
+          "(file-backed pages included)")
 
 
 if __name__ == "__main__":

@@ -48,14 +48,15 @@ def main() -> None:
     ap.add_argument("--queries", default="fresh", help="which query set's timings to use (fresh|stored)")
     args = ap.parse_args()
 
-    # (source, backend) -> {scale: row}; build and memory are per scale, queries per set
+    # (sigma, backend) -> {scale: row}, merged over the files (a 10M run can sit in a folder of
+    # its own); build and memory are per scale, query timings per query set
     series: dict[tuple[str, str], dict[int, dict]] = defaultdict(dict)
     for path in args.csv:
         if not path.exists():
             sys.exit(f"{path}: not found. Give the scale.csv that `ocrr scale --out DIR` wrote.")
         for row in read_csv(path):
             if row["queries"] == args.queries:
-                series[(path.parent.name, row["backend"])][int(row["scale"])] = row
+                series[(f"sigma {row['sigma']}", row["backend"])][int(row["scale"])] = row
 
     target = args.target
     print(f"Growth per decade and projection to N = {scale_label(target)} "
@@ -95,6 +96,7 @@ def main() -> None:
           f"{args.ram_gib:g} GiB = {ram_gb:.1f} GB):")
     print(f"  ledger: {vec_gb:.1f} GB float32 vectors + {n * LEDGER_OBJECT_BYTES / 1e9:.1f} GB per-entry objects "
           f"= {ledger_gb:.1f} GB (exact search reads this buffer: no index bytes)")
+    objects_gb = n * LEDGER_OBJECT_BYTES / 1e9
     per_entry = {}
     for (source, backend), by_scale in series.items():
         largest = max(by_scale)
@@ -103,7 +105,12 @@ def main() -> None:
         index_gb = n * bpe / 1e9
         total = ledger_gb + index_gb
         verdict = "fits" if total < 0.8 * ram_gb else ("tight" if total < ram_gb else "does NOT fit")
-        print(f"  + {backend:10s} index {bpe:7.0f} B/entry = {index_gb:5.1f} GB  -> {total:5.1f} GB  [{verdict}]")
+        line = f"  + {backend:10s} index {bpe:7.0f} B/entry = {index_gb:5.1f} GB  -> {total:5.1f} GB  [{verdict}]"
+        if backend != "exact":  # an index with its own copy or codes: the ledger's vectors can live on disk
+            on_disk = objects_gb + index_gb
+            ok = "fits" if on_disk < 0.8 * ram_gb else ("tight" if on_disk < ram_gb else "does NOT fit")
+            line += f"; with vectors_on_disk: {on_disk:5.1f} GB in RAM [{ok}]"
+        print(line)
 
 
 if __name__ == "__main__":
