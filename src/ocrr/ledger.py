@@ -214,8 +214,6 @@ class Ledger:
     # ------------------------------------------------------------ appending
     def append(self, vector: np.ndarray | Sequence[float], label: str, text: str | None = None) -> Entry:
         """Add one entry and return it. Accepts shape (d,) or (1, d)."""
-        self._check_open()
-        _check_label_text(label, text)
         vec = _as_float32(vector)
         if vec.ndim != 1:
             if vec.ndim == 2 and vec.shape[0] == 1:
@@ -226,6 +224,15 @@ class Ledger:
                 )
         if np.count_nonzero(np.isfinite(vec)) != vec.size:  # ~1 µs cheaper than .all()
             raise OcrrError("vector contains NaN or inf; check the encoder output before appending")
+        n = self._append_checked(vec, label, text)
+        return Entry(n, label, text, self._ro[n], self._prev[n], self._hashes[n])
+
+    def _append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
+        """Append one entry whose vector is already a finite 1-D float array (the caller
+        checked it: ``append`` here, or a system that validated its batch); return its id.
+        No Entry object is built: this is the path one correction takes."""
+        self._check_open()
+        _check_label_text(label, text)
         n = self._n
         if vec.shape[0] != self._dim or n == self._buf.shape[0]:
             self._reserve(vec.shape[0], 1)
@@ -241,7 +248,7 @@ class Ledger:
         self._prev.append(prev)
         self._hashes.append(digest)
         self._n = n + 1
-        return Entry(n, label, text, row, prev, digest)
+        return n
 
     def extend(
         self,

@@ -145,12 +145,17 @@ class ExactIndex:
         if ids[0] != n or ids[-1] != n + m - 1 or (m > 1 and not np.array_equal(ids, np.arange(n, n + m))):
             return False
         src = self._source()
-        if src.ndim != 2 or src.shape[0] < n + m:
-            return False
-        rows = src[n : n + m]
-        if rows.shape == vecs.shape and rows.strides == vecs.strides and rows.ctypes.data == vecs.ctypes.data:
-            return True  # the caller passed the source's own rows (same memory): nothing to compare
-        return np.array_equal(rows, vecs)
+        return src.ndim == 2 and src.shape[0] >= n + m and np.array_equal(src[n : n + m], vecs)
+
+    def cover_source(self, ids: np.ndarray) -> None:
+        """Make the source's rows ``ids`` live: for the owner of the source, who has just
+        appended exactly these rows to it (the unbounded substrate after a ledger append),
+        so there is nothing to copy or compare. Anything else goes through ``add``."""
+        n, m = self._n, len(ids)
+        if self.borrowed and m and ids[0] == n and ids[-1] == n + m - 1 and self._source().shape[0] >= n + m:
+            self._n += m
+        else:
+            self.add(self._source()[ids], ids)
 
     def _own(self) -> None:
         """Switch from borrowed to owned: copy the live rows once."""

@@ -80,12 +80,14 @@ def check_vectors(vecs: np.ndarray, dim: int | None, what: str = "vectors") -> n
             f"{what} have dimension {arr.shape[1]} but this system was fitted on dimension {dim}. "
             "Encode queries with the same encoder as the seed set (see --encoder)."
         )
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():  # the method, not np.all: this runs once per correction
         bad = int(np.flatnonzero(~np.all(np.isfinite(arr), axis=1))[0])
         raise OcrrError(
             f"{what} row {bad} contains NaN or infinity. Check the encoder output or the precomputed "
             "embedding file; ocrr will not score non-finite vectors."
         )
+    if arr.dtype == np.float32 and arr.flags.c_contiguous:
+        return arr
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 

@@ -51,6 +51,14 @@ class LabelSpace:
             raise OcrrError(f"unknown label {err.args[0]!r}: this system has not seen it. "
                             "Correct the system with this label first.") from None
 
+    def encode_one(self, label: str) -> int:
+        """Index of one label, adding it if unseen (the one-correction path of encode)."""
+        index = self._index.get(label)
+        if index is None:
+            self.add((label,))
+            index = self._index[label]
+        return index
+
     def decode(self, indices: np.ndarray) -> list[str | None]:
         return [self.names[i] if i >= 0 else None for i in indices.tolist()]
 

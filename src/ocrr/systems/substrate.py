@@ -113,26 +113,28 @@ class Substrate(IndexedSystem):
         labels = require_labels(batch, who)
         vecs = check_vectors(batch.vecs, self.ledger_.dim, "vectors")
         texts = list(batch.texts) if (self.store_text and batch.texts is not None) else None
-        if len(vecs) == 1:  # one correction: the ledger's single-entry path is ~3x cheaper
-            first = self.ledger_.append(vecs[0], labels[0], texts[0] if texts else None).id
+        if len(vecs) == 1:  # one correction: the ledger's single-entry path (vecs are checked)
+            first = self.ledger_._append_checked(vecs[0], labels[0], texts[0] if texts else None)
             ids = np.arange(first, first + 1, dtype=np.int64)
+            codes = self.space_.encode_one(labels[0])
         else:
             ids = np.asarray(self.ledger_.extend(vecs, labels, texts), np.int64)
-        codes = self.space_.encode(labels, grow=True)
+            codes = self.space_.encode(labels, grow=True)
         end = int(ids[-1]) + 1
         if end > len(self._entry_label):  # capacity doubling: corrections append one at a time
             grown = np.empty(max(end, 2 * len(self._entry_label)), np.int64)
             grown[: len(self._entry_label)] = self._entry_label
             self._entry_label = grown
-        self._entry_label[ids] = codes
-        # The ledger's own rows (a view, not the caller's array): an index that borrows the
-        # ledger's buffer recognises them by address and skips comparing them.
-        self._index_new(self.ledger_.vectors[int(ids[0]) : end], ids)
+        self._entry_label[int(ids[0]) : end] = codes  # ids are consecutive: a slice, not fancy indexing
+        self._index_new(vecs, ids)
         return ids
 
     def _index_new(self, vecs: np.ndarray, ids: np.ndarray) -> None:
         """Make new ledger entries searchable (bounded variants override to evict)."""
-        self.index_.add(vecs, ids)
+        if isinstance(self.index_, ExactIndex) and self.index_.borrowed:
+            self.index_.cover_source(ids)  # the rows the ledger just wrote: no copy, no compare
+        else:
+            self.index_.add(vecs, ids)
 
     def _new_index(self, dim: int):
         """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
