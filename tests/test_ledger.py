@@ -698,3 +698,22 @@ def test_substrate_with_vectors_on_disk_predicts_the_same(tmp_path):
     queries = Batch(v)
     assert disk.predict(queries) == ram.predict(queries)
     assert disk.ledger_.head == ram.ledger_.head
+
+
+def test_load_and_open_with_vectors_on_disk(tmp_path):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((150, 8)).astype(np.float32)
+    led = Ledger(8)
+    led.extend(x, [f"c{i % 3}" for i in range(150)], [None if i % 2 else f"t{i}" for i in range(150)])
+    led.save(tmp_path / "l.db")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    back = Ledger.load(tmp_path / "l.db", vectors_on_disk=scratch)
+    assert back.on_disk and back.head == led.head and np.array_equal(back.vectors, x)
+    assert list(back) == list(led)
+    with Ledger.open(tmp_path / "l.db", vectors_on_disk=scratch) as opened:
+        assert opened.on_disk
+        opened.append(x[0], "c0")
+    again = Ledger.load(tmp_path / "l.db")
+    assert len(again) == 151 and not again.on_disk and again.verify().ok
+    assert list(scratch.iterdir()) == []

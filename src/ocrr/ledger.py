@@ -44,6 +44,7 @@ _ID_LABEL_LEN = struct.Struct("<QI")
 _TEXT_PRESENT_LEN = struct.Struct("<BI")
 _U32 = struct.Struct("<I")
 _INITIAL_CAPACITY = 64
+_LOAD_BATCH = 65_536  # rows read from SQLite at a time
 
 
 def entry_digest(
@@ -408,10 +409,15 @@ class Ledger:
             raise
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], verify: bool = True) -> Ledger:
-        """Read a ledger file as stored (nothing recomputed), then verify it."""
+    def load(cls, path: str | os.PathLike[str], verify: bool = True,
+             vectors_on_disk: str | os.PathLike[str] | None = None) -> Ledger:
+        """Read a ledger file as stored (nothing recomputed), then verify it.
+
+        Rows are streamed, so memory holds one batch of rows at a time plus the ledger
+        itself; ``vectors_on_disk`` puts the vectors in a memory-mapped scratch file.
+        """
         path = Path(path)
-        ledger = cls._from_db_file(path)
+        ledger = cls._from_db_file(path, vectors_on_disk)
         if verify:
             result = ledger.verify()
             if not result:
@@ -422,7 +428,8 @@ class Ledger:
         return ledger
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], dim: int | None = None) -> Ledger:
+    def open(cls, path: str | os.PathLike[str], dim: int | None = None,
+             vectors_on_disk: str | os.PathLike[str] | None = None) -> Ledger:
         """Open (or create) a file-backed ledger that INSERTs every append.
 
         Appends become durable on ``flush()`` or ``close()`` (or leaving a
@@ -430,17 +437,17 @@ class Ledger:
         """
         path = Path(path)
         if path.exists():
-            ledger = cls.load(path, verify=True)
+            ledger = cls.load(path, verify=True, vectors_on_disk=vectors_on_disk)
             if dim is not None and ledger._dim is not None and dim != ledger._dim:
                 raise OcrrError(
                     f"ledger {path} holds dimension {ledger._dim}, not {dim}; open it without dim or use another file"
                 )
             if ledger._dim is None and dim is not None:
-                ledger = cls(dim)
+                ledger = cls(dim, vectors_on_disk=vectors_on_disk)
         else:
             if not path.parent.is_dir():
                 raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
-            ledger = cls(dim)
+            ledger = cls(dim, vectors_on_disk=vectors_on_disk)
         try:
             conn = sqlite3.connect(path)
             if not path.stat().st_size:
@@ -516,7 +523,7 @@ class Ledger:
         return ledger
 
     @classmethod
-    def _from_db_file(cls, path: Path) -> Ledger:
+    def _from_db_file(cls, path: Path, vectors_on_disk: str | os.PathLike[str] | None = None) -> Ledger:
         if not path.is_file():
             raise OcrrError(f"ledger file {path} does not exist; check the path or create it with Ledger.open(path)")
         try:
@@ -530,32 +537,42 @@ class Ledger:
                     f"{path} is not an ocrr ledger v{_FORMAT_VERSION} file (meta says format={meta.get('format')!r}, "
                     f"version={meta.get('version')!r}); pass a file written by Ledger.save of this ocrr version"
                 )
-            rows = conn.execute(
-                "SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid"
-            ).fetchall()
+            count = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+            dim = meta.get("dim")
+            if count and (type(dim) is not int or dim < 1):
+                raise OcrrError(
+                    f"{path} has entries but no valid dim in its meta table ({dim!r}); restore it from a backup"
+                )
+            ledger = cls(dim if type(dim) is int and dim >= 1 else None, vectors_on_disk=vectors_on_disk)
+            if count:
+                ledger._set_buffer(ledger._allocate(max(_INITIAL_CAPACITY, count), dim))
+            cursor = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid")
+            i = 0
+            while rows := cursor.fetchmany(_LOAD_BATCH):  # streamed: a 10M-entry file never sits in memory twice
+                for row in rows:
+                    blob = row[3]
+                    if not isinstance(blob, bytes) or len(blob) != 4 * dim:
+                        size = len(blob) if isinstance(blob, (bytes, str)) else type(blob).__name__
+                        raise OcrrError(
+                            f"{path}: entry {i} stores a vector of {size} bytes, expected {4 * dim} for dim {dim}; "
+                            "the ledger file is corrupt or was modified; restore it from a backup"
+                        )
+                    ledger._buf[i] = np.frombuffer(blob, _F4LE)
+                    i += 1
+                ids, labels, texts, _, prevs, hashes = zip(*rows)
+                ledger._ids.extend(ids)
+                ledger._labels.extend(labels)
+                ledger._texts.extend(texts)
+                ledger._prev.extend(prevs)
+                ledger._hashes.extend(hashes)
         except sqlite3.Error as e:
             raise OcrrError(
                 f"{path} is not a readable ocrr ledger ({e}); pass a file written by Ledger.save or Ledger.open"
             ) from e
         finally:
             conn.close()
-        dim = meta.get("dim")
-        if rows and (type(dim) is not int or dim < 1):
-            raise OcrrError(
-                f"{path} has entries but no valid dim in its meta table ({dim!r}); restore it from a backup"
-            )
-        vectors = np.empty((len(rows), dim or 0), _F4LE)
-        for i, row in enumerate(rows):
-            blob = row[3]
-            if not isinstance(blob, bytes) or len(blob) != 4 * dim:
-                size = len(blob) if isinstance(blob, (bytes, str)) else type(blob).__name__
-                raise OcrrError(
-                    f"{path}: entry {i} stores a vector of {size} bytes, expected {4 * dim} for dim {dim}; "
-                    "the ledger file is corrupt or was modified; restore it from a backup"
-                )
-            vectors[i] = np.frombuffer(blob, _F4LE)
-        cols = list(zip(*rows)) if rows else [[]] * 6
-        return cls._from_stored(dim, list(cols[0]), list(cols[1]), list(cols[2]), vectors, list(cols[4]), list(cols[5]))
+        ledger._n = i
+        return ledger
 
 
 def _check_label_text(label: object, text: object) -> None:
