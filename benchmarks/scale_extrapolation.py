@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ocrr.scale import read_csv, scale_label
+from ocrr.scale import ledger_bytes_per_entry, read_csv, scale_label
 
 # (column, label, model): "power" fits y = a N^b through the last two scales; "affine" fits
 # y = c + d N (memory: a fixed interpreter/library base plus bytes per entry, which a
@@ -29,7 +29,6 @@ from ocrr.scale import read_csv, scale_label
 METRICS = [("build_s", "build s (wall)", "power"), ("build_cpu_s", "build CPU s", "power"),
            ("ms_per_query", "ms/query", "power"), ("index_bytes_per_entry", "index B/entry", "last"),
            ("peak_rss_mb", "peak RSS MB", "affine")]
-LEDGER_OBJECT_BYTES = 137  # per entry beyond the vector: scale.ledger_bytes_per_entry() on this machine
 
 
 def slope(x0: float, y0: float, x1: float, y1: float) -> float:
@@ -89,14 +88,15 @@ def main() -> None:
         print()
 
     n = target
+    object_bytes = ledger_bytes_per_entry(args.dim)["python_objects"]  # measured here, per entry
     vec_gb = n * args.dim * 4 / 1e9
-    ledger_gb = vec_gb + n * LEDGER_OBJECT_BYTES / 1e9
+    objects_gb = n * object_bytes / 1e9
+    ledger_gb = vec_gb + objects_gb
     ram_gb = args.ram_gib * 2**30 / 1e9
     print(f"Memory of a substrate with {scale_label(n)} entries of dim {args.dim} (this machine: "
           f"{args.ram_gib:g} GiB = {ram_gb:.1f} GB):")
-    print(f"  ledger: {vec_gb:.1f} GB float32 vectors + {n * LEDGER_OBJECT_BYTES / 1e9:.1f} GB per-entry objects "
+    print(f"  ledger: {vec_gb:.1f} GB float32 vectors + {objects_gb:.1f} GB per-entry objects "
           f"= {ledger_gb:.1f} GB (exact search reads this buffer: no index bytes)")
-    objects_gb = n * LEDGER_OBJECT_BYTES / 1e9
     per_entry = {}
     for (source, backend), by_scale in series.items():
         largest = max(by_scale)

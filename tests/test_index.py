@@ -217,6 +217,20 @@ def test_exact_borrowed_mode_reads_the_source_and_copies_only_when_needed():
     assert not other.borrowed and np.array_equal(other.ids, np.arange(5, 10))
 
 
+def test_add_from_source_covers_new_rows_or_adds_them_when_owned():
+    x, _, q = clustered(n_classes=5, per_class=40)
+    n = {"rows": 100}
+    index = ExactIndex(DIM, source=lambda: x[: n["rows"]])
+    index.add_from_source(x[:100], np.arange(100))
+    assert index.borrowed and len(index) == 100 and index.nbytes == 0
+    index.remove([0])  # now owned: the same call must add the rows it is given
+    n["rows"] = 150
+    index.add_from_source(x[100:150], np.arange(100, 150))
+    assert not index.borrowed and len(index) == 149
+    owned = build("exact", x[1:150], np.arange(1, 150))
+    assert np.array_equal(index.search(q, 5)[1], owned.search(q, 5)[1])
+
+
 def test_exact_search_matches_index_and_chunking():
     x, _, q = clustered(n_classes=10, per_class=50)
     x[7] = x[3]  # exact duplicate: the tie goes to the larger id

@@ -21,10 +21,10 @@ import os
 import sqlite3
 import struct
 import tempfile
-from typing import IO
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -511,7 +511,8 @@ class Ledger:
         prevs: list[bytes],
         hashes: list[bytes],
     ) -> Ledger:
-        """Build a ledger from stored columns as-is: no hashing, no checks."""
+        """Build a ledger from stored columns as-is: no hashing, no checks (the seam the
+        tests use to build tampered ledgers; files load through ``_from_db_file``)."""
         ledger = cls(dim)
         n = len(ids)
         if n:

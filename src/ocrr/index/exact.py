@@ -147,15 +147,15 @@ class ExactIndex:
         src = self._source()
         return src.ndim == 2 and src.shape[0] >= n + m and np.array_equal(src[n : n + m], vecs)
 
-    def cover_source(self, ids: np.ndarray) -> None:
-        """Make the source's rows ``ids`` live: for the owner of the source, who has just
-        appended exactly these rows to it (the unbounded substrate after a ledger append),
-        so there is nothing to copy or compare. Anything else goes through ``add``."""
+    def add_from_source(self, vecs: np.ndarray, ids: np.ndarray) -> None:
+        """``add`` for the owner of the source, who has just appended exactly these rows to
+        it (the unbounded substrate after a ledger append): while borrowing, the rows are
+        covered without copying or comparing them; an owned index adds them as usual."""
         n, m = self._n, len(ids)
         if self.borrowed and m and ids[0] == n and ids[-1] == n + m - 1 and self._source().shape[0] >= n + m:
             self._n += m
         else:
-            self.add(self._source()[ids], ids)
+            self.add(vecs, ids)
 
     def _own(self) -> None:
         """Switch from borrowed to owned: copy the live rows once."""

@@ -131,8 +131,8 @@ class Substrate(IndexedSystem):
 
     def _index_new(self, vecs: np.ndarray, ids: np.ndarray) -> None:
         """Make new ledger entries searchable (bounded variants override to evict)."""
-        if isinstance(self.index_, ExactIndex) and self.index_.borrowed:
-            self.index_.cover_source(ids)  # the rows the ledger just wrote: no copy, no compare
+        if isinstance(self.index_, ExactIndex):
+            self.index_.add_from_source(vecs, ids)  # the rows the ledger just wrote: no copy, no compare
         else:
             self.index_.add(vecs, ids)
 
