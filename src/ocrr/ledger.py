@@ -212,6 +212,11 @@ class Ledger:
     def labels(self) -> tuple[str, ...]:
         return tuple(self._labels)
 
+    @property
+    def vector_buffer_bytes(self) -> int:
+        """Bytes of the vector buffer as allocated (capacity, not just the live rows)."""
+        return 0 if self._buf is None else int(self._buf.nbytes)
+
     # ------------------------------------------------------------ appending
     def append(self, vector: np.ndarray | Sequence[float], label: str, text: str | None = None) -> Entry:
         """Add one entry and return it. Accepts shape (d,) or (1, d)."""
@@ -225,12 +230,12 @@ class Ledger:
                 )
         if np.count_nonzero(np.isfinite(vec)) != vec.size:  # ~1 µs cheaper than .all()
             raise OcrrError("vector contains NaN or inf; check the encoder output before appending")
-        n = self._append_checked(vec, label, text)
+        n = self.append_checked(vec, label, text)
         return Entry(n, label, text, self._ro[n], self._prev[n], self._hashes[n])
 
-    def _append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
-        """Append one entry whose vector is already a finite 1-D float array (the caller
-        checked it: ``append`` here, or a system that validated its batch); return its id.
+    def append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
+        """Append one entry whose vector the caller already checked (a finite 1-D float32
+        array: ``append`` here, or a system that validated its batch); return its id.
         No Entry object is built: this is the path one correction takes."""
         self._check_open()
         _check_label_text(label, text)

@@ -15,7 +15,8 @@ import numpy as np
 
 from ocrr.policies import Policy
 from ocrr.protocols.scenario import Scenario
-from ocrr.systems.base import Batch, Footprint
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint
 
 CHECKPOINT_EVERY = 50
 

@@ -388,7 +388,7 @@ def ledger_bytes_per_entry(dim: int = 384, n: int = 16_384) -> dict:
     led.extend(x, labels)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    buffer = led._buf.nbytes / n
+    buffer = led.vector_buffer_bytes / n
     del led
     total = (after - before) / n
     return {"total": total, "vector_buffer": buffer, "python_objects": total - buffer}

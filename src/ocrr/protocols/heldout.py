@@ -16,7 +16,7 @@ import numpy as np
 from ocrr.data.records import Dataset
 from ocrr.errors import OcrrError
 from ocrr.protocols.scenario import Scenario
-from ocrr.systems.base import Batch
+from ocrr.batch import Batch
 
 
 def heldout_scenario(dataset: Dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int,

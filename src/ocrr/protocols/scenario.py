@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ocrr.systems.base import Batch
+from ocrr.batch import Batch
 
 
 @dataclass(frozen=True)

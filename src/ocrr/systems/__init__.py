@@ -1,6 +1,7 @@
 """Systems under test: the System protocol, the registry, and one module per family."""
 
-from ocrr.systems.base import Batch, Footprint, System
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, System
 from ocrr.systems.registry import REGISTRY, expand_systems, make_system, parse_spec
 
 __all__ = ["Batch", "Footprint", "System", "REGISTRY", "expand_systems", "make_system", "parse_spec"]

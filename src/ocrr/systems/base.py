@@ -12,34 +12,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ocrr.batch import Batch
 from ocrr.errors import OcrrError
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Items handed to a system.
-
-    ``vecs``: float32, L2-normalised, shape (n, d). ``texts``: the raw strings
-    (text-level systems read these). ``labels``: true labels, when known.
-    """
-
-    vecs: np.ndarray
-    texts: Sequence[str] | None = None
-    labels: Sequence[str] | None = None
-
-    def __len__(self) -> int:
-        return int(self.vecs.shape[0])
-
-    def __getitem__(self, index) -> "Batch":
-        """Rows selected by an int, slice or integer array."""
-        if isinstance(index, (int, np.integer)):
-            index = slice(int(index), int(index) + 1)
-        if isinstance(index, slice):
-            pick = lambda seq: None if seq is None else list(seq[index])  # noqa: E731
-        else:
-            index = np.asarray(index)
-            pick = lambda seq: None if seq is None else [seq[i] for i in index]  # noqa: E731
-        return Batch(self.vecs[index], pick(self.texts), pick(self.labels))
 
 
 @dataclass(frozen=True)

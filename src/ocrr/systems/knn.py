@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ocrr.systems.base import Batch, require_labels
+from ocrr.batch import Batch
+from ocrr.systems.base import require_labels
 from ocrr.systems.substrate import Substrate
 
 

@@ -20,7 +20,8 @@ import torch
 from ocrr.errors import OcrrError
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
-from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.linear import LinearHead
 
 

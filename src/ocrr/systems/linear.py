@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
 

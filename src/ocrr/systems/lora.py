@@ -47,7 +47,8 @@ import numpy as np
 import torch
 
 from ocrr.errors import OcrrError
-from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import derive_seed, init_linear
 

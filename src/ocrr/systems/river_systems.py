@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
 from ocrr.systems.training import derive_seed
 

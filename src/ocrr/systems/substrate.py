@@ -14,7 +14,8 @@ from ocrr.index import ExactIndex, exact_search, recall_at_k
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.ledger import Ledger, VerifyResult
-from ocrr.systems.base import Batch, Footprint, check_vectors, require_labels
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.vote import VoteRule, vote
 
@@ -114,7 +115,7 @@ class Substrate(IndexedSystem):
         vecs = check_vectors(batch.vecs, self.ledger_.dim, "vectors")
         texts = list(batch.texts) if (self.store_text and batch.texts is not None) else None
         if len(vecs) == 1:  # one correction: the ledger's single-entry path (vecs are checked)
-            first = self.ledger_._append_checked(vecs[0], labels[0], texts[0] if texts else None)
+            first = self.ledger_.append_checked(vecs[0], labels[0], texts[0] if texts else None)
             ids = np.arange(first, first + 1, dtype=np.int64)
             codes = self.space_.encode_one(labels[0])
         else:
