@@ -32,17 +32,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ocrr", description="Online Correction Recovery benchmark.")
     sub = p.add_subparsers(dest="command")
 
-    run = sub.add_parser("run", help="run systems through the held-out-class protocol; write tables")
+    run = sub.add_parser("run", help="run systems through a protocol (default: held-out classes); write tables")
     _data_options(run)
+    run.add_argument("--protocol", default="heldout",
+                     help="protocol spec, name:key=value (default heldout; 'ocrr protocols' lists them)")
     run.add_argument("--policy", default="oracle", help="oracle | random50 | random10 | random:<p> (default oracle)")
     run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     run.add_argument("--systems", nargs="+", default=None,
                      help="system specs, space- or comma-separated; 'all' for every registered system; "
                           "override hyperparameters as name:key=value (default: substrate static_knn "
                           "static_linear online_linear)")
-    run.add_argument("--heldout", type=int, default=10, help="number of held-out classes (default 10)")
-    run.add_argument("--eval-cap", type=int, default=400, help="cap on each eval set, 0 for none (default 400)")
-    run.add_argument("--every", type=int, default=50, help="checkpoint every N stream items (default 50)")
+    run.add_argument("--heldout", type=int, default=None, help="heldout protocol: held-out classes (default 10)")
+    run.add_argument("--eval-cap", type=int, default=None,
+                     help="heldout protocol: cap on each eval set, 0 for none (default 400)")
+    run.add_argument("--every", type=int, default=None,
+                     help="heldout protocol: checkpoint every N stream items (default 50)")
     run.add_argument("--out", type=Path, default=None, help="output folder (default results/<dataset>-<policy>)")
     run.add_argument("--fallback-demo", action="store_true",
                      help="if the dataset cannot be found or downloaded, run on the bundled demo set instead")
@@ -55,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
 
     systems = sub.add_parser("systems", help="list registered systems and their hyperparameters")
     systems.set_defaults(handler=_cmd_systems)
+    protocols = sub.add_parser("protocols", help="list registered protocols and their options")
+    protocols.set_defaults(handler=_cmd_protocols)
     _sweep_parser(sub)
     _report_parser(sub)
     _scale_parser(sub)
@@ -72,13 +78,13 @@ def _data_options(p: argparse.ArgumentParser) -> None:
                    help="your CSV/JSONL without a test file: fraction held for testing (default 0.2)")
     p.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",
                    help="any other loader option, e.g. synthetic's n_classes=50 dim=384 sigma=0.02")
-    p.add_argument("--encoder", default="minilm",
+    p.add_argument("--encoder", default=None,
                    help="minilm (default, offline) | st:<sentence-transformers id> | precomputed:<file.npy|.npz>")
 
 
 def _experiment(args, **extra):
     from ocrr.experiment import MAIN_SYSTEMS, Experiment
-    from ocrr.systems.registry import parse_value
+    from ocrr.specs import parse_value
 
     options = {}
     for item in args.data_option:
@@ -89,8 +95,14 @@ def _experiment(args, **extra):
     for key in ("text_col", "label_col", "test_fraction"):
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
-    return Experiment(dataset=args.dataset, encoder=args.encoder, data_dir=args.data_dir, oos=not args.no_oos,
-                      data_options=options, systems=list(getattr(args, "systems", None) or MAIN_SYSTEMS), **extra)
+    from ocrr.sweep.grid import EMBEDDING_ONLY
+
+    if args.encoder is not None and args.dataset in EMBEDDING_ONLY:
+        raise OcrrError(f"{args.dataset} carries its own vectors, so --encoder {args.encoder} would be ignored. "
+                        "Drop --encoder, or use a dataset with texts (e.g. csv:FILE or jsonl:FILE).")
+    return Experiment(dataset=args.dataset, encoder=args.encoder or "minilm", data_dir=args.data_dir,
+                      oos=not args.no_oos, data_options=options,
+                      systems=list(getattr(args, "systems", None) or MAIN_SYSTEMS), **extra)
 
 
 def _console():
@@ -101,18 +113,13 @@ def _console():
 
 
 def _cmd_run(args) -> int:
-
-    from ocrr.experiment import load_experiment_dataset, run_experiment, write_outputs
-    from ocrr.results import TABLE_HEADER, table_rows
-    from ocrr.runner import configure_threads
-    from ocrr.systems import expand_systems, make_system
+    from ocrr.cli_progress import RunProgress
+    from ocrr.experiment import experiment_grid, load_experiment_dataset, run_experiment, write_outputs
 
     console = _console()
-    exp = _experiment(args, policy=args.policy, seeds=args.seeds, n_heldout=args.heldout,
-                      eval_cap=args.eval_cap or None, every=args.every)
-    specs = expand_systems(exp.systems)
-    for spec in specs:  # unknown names fail now, not after encoding
-        make_system(spec)
+    exp = _experiment(args, policy=args.policy, seeds=args.seeds, protocol=args.protocol, n_heldout=args.heldout,
+                      eval_cap=args.eval_cap, every=args.every)
+    n_runs = len(experiment_grid(exp).tasks())  # bad systems, options and protocols fail now, not after encoding
     try:
         dataset = load_experiment_dataset(exp)
     except OcrrError as err:
@@ -121,14 +128,13 @@ def _cmd_run(args) -> int:
         _demo_banner(console, exp.dataset, err)
         exp.dataset = "demo"
         dataset = load_experiment_dataset(exp)
-    configure_threads()
     out = args.out or Path("results") / f"{dataset.name}-{exp.policy.replace(':', '')}"
     started = time.perf_counter()
-    with _Progress(console, args.quiet) as progress:
+    with RunProgress(console, args.quiet) as progress:
         result = run_experiment(exp, dataset, embed_progress=progress.embedding,
-                                on_checkpoint=progress.checkpoint_factory(exp, len(exp.seeds) * len(specs)))
+                                on_checkpoint=progress.checkpoints(n_runs))
     paths = write_outputs(result, out)
-    _print_table(console, result, TABLE_HEADER, table_rows)
+    _print_table(console, result)
     console.print(f"{len(result.per_checkpoint)} checkpoints in {time.perf_counter() - started:.1f} s; "
                   f"wrote {', '.join(p.name for p in paths.values())} to {out}/")
     return 0
@@ -145,64 +151,31 @@ def _demo_banner(console, name: str, err: OcrrError) -> None:
         title="[bold red]RUNNING ON DEMO DATA[/]", border_style="red"))
 
 
-def _print_table(console, result, header, table_rows) -> None:
+def _print_table(console, result) -> None:
     from rich.table import Table
 
     exp = result.experiment
-    table = Table(title=f"{result.dataset.name} · {exp.policy} · {result.embeddings.encoder_id} · "
+    table = Table(title=f"{result.dataset.name} · {exp.policy} · {result.encoder_id} · "
                         f"seeds {' '.join(map(str, exp.seeds))}")
+    header, rows, _ = result.protocol.table(result.summary)
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
-    for row in table_rows(result.summary):
+    for row in rows:
         table.add_row(*row)
     console.print(table)
-
-
-class _Progress:
-    """A rich progress display for encoding and for the runs' checkpoints."""
-
-    def __init__(self, console, quiet: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.quiet = quiet
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, disable=quiet)
-
-    def __enter__(self):
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.bar.__exit__(*exc)
-
-    def embedding(self, total: int):
-        task = self.bar.add_task("encoding texts (cached afterwards)", total=total)
-        return lambda n: self.bar.advance(task, n)
-
-    def checkpoint_factory(self, exp, n_runs: int):
-        """Advance once per finished run; the description follows the run in progress."""
-        state = {}
-
-        def on_checkpoint(seed, spec, cp):
-            if "task" not in state:
-                state["task"] = self.bar.add_task("runs", total=n_runs)
-            self.bar.update(state["task"], description=f"seed {seed} · {spec} · item {cp.step}")
-            if cp.last:
-                self.bar.advance(state["task"], 1)
-
-        return on_checkpoint
 
 
 def _cmd_embed(args) -> int:
     from rich.console import Console
 
+    from ocrr.cli_progress import RunProgress
     from ocrr.encoders import embed_dataset
     from ocrr.experiment import load_experiment_dataset
 
     console = Console()
     exp = _experiment(args)
     dataset = load_experiment_dataset(exp)
-    with _Progress(console, quiet=False) as progress:
+    with RunProgress(console, quiet=False) as progress:
         emb = embed_dataset(dataset, exp.encoder, progress=progress.embedding)
     console.print(f"{dataset.name}: {len(emb.train)} train + {len(emb.test)} test vectors of dimension "
                   f"{emb.train.shape[1]} from {emb.encoder_id} ({emb.source}); sha256 {emb.sha256[:16]}…")
@@ -233,6 +206,23 @@ def _cmd_systems(args) -> int:
             tails = ", ".join(a[len(name):] for a in group[1:])
             summary += f". Aliases: {group[0]}{', ' + tails if tails else ''} (= {name}:{key}=N)"
         table.add_row(name, entry.family, hyper, summary)
+    _console().print(table)
+    return 0
+
+
+def _cmd_protocols(args) -> int:
+    from rich.table import Table
+
+    from ocrr.protocols import PROTOCOLS
+
+    table = Table(title="registered protocols (options as name:key=value, e.g. --protocol heldout:every=25)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("options (default)", overflow="fold")
+    table.add_column("metrics")
+    table.add_column("what it is")
+    for name, cls in PROTOCOLS.items():
+        options = ", ".join(f"{k}={o.default}" + (f" ({o.help})" if o.help else "") for k, o in cls.options.items())
+        table.add_row(name, options or "(none)", ", ".join(cls.metrics), cls.summary_text)
     _console().print(table)
     return 0
 
@@ -291,9 +281,13 @@ def _sweep_parser(sub) -> None:
                     help="system specs (name:key=value overrides); '+name' adds to the preset's systems, "
                          "e.g. --systems +lora_deberta")
     sw.add_argument("--encoders", nargs="+", default=None, help="encoder specs (default minilm)")
-    sw.add_argument("--heldout", type=int, default=None, help="held-out classes (default 10)")
-    sw.add_argument("--eval-cap", type=int, default=None, help="cap on each eval set, 0 for none (default 400)")
-    sw.add_argument("--every", type=int, default=None, help="checkpoint every N stream items (default 50)")
+    sw.add_argument("--protocol", "--protocols", dest="protocols", nargs="+", default=None,
+                    help="protocol specs, name:key=value (default heldout; 'ocrr protocols' lists them)")
+    sw.add_argument("--heldout", type=int, default=None, help="heldout protocol: held-out classes (default 10)")
+    sw.add_argument("--eval-cap", type=int, default=None,
+                    help="heldout protocol: cap on each eval set, 0 for none (default 400)")
+    sw.add_argument("--every", type=int, default=None,
+                    help="heldout protocol: checkpoint every N stream items (default 50)")
     sw.add_argument("--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache)")
     sw.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",
                     help="loader option for every dataset of the grid (per dataset: use --config)")
@@ -316,8 +310,9 @@ def _report_parser(sub) -> None:
 
 
 def _cmd_sweep(args) -> int:
-    from ocrr.sweep import RichProgress, finished_ids, load_config, resolve_grid, run_sweep
-    from ocrr.systems.registry import parse_value
+    from ocrr.cli_progress import SweepProgress
+    from ocrr.sweep import finished_ids, load_config, resolve_grid, run_sweep
+    from ocrr.specs import parse_value
 
     config = load_config(args.config) if args.config else {}
     preset = args.preset or config.get("preset")
@@ -331,7 +326,8 @@ def _cmd_sweep(args) -> int:
         key, value = item.split("=", 1)
         options[key.strip()] = parse_value(value.strip())
     grid = resolve_grid(preset, config, datasets=args.datasets, policies=args.policies, seeds=args.seeds,
-                        systems=args.systems, encoders=args.encoders, n_heldout=args.heldout,
+                        systems=args.systems, encoders=args.encoders, protocols=args.protocols,
+                        n_heldout=args.heldout,
                         eval_cap=args.eval_cap, every=args.every, data_dir=args.data_dir,
                         data_options=options or None, oos=False if args.no_oos else None)
     out = args.out or Path(config.get("out") or Path("results") / f"sweep-{preset or 'custom'}")
@@ -344,10 +340,11 @@ def _cmd_sweep(args) -> int:
         done = finished_ids(Path(out)) if Path(out).exists() else set()
         n_done = sum(t.task_id in done for t in tasks)
         console.print(f"{len(tasks)} runs = {len(grid.datasets)} datasets x {len(grid.encoders)} encoders x "
+                      f"{len(set(t.protocol for t in tasks))} protocols x "
                       f"{len(grid.policies)} policies x {len(set(t.system for t in tasks))} systems x "
                       f"{len(grid.seeds)} seeds; {n_done} already done in {out}/, {len(tasks) - n_done} to run.")
         return 0
-    progress = RichProgress(console, quiet=args.quiet)
+    progress = SweepProgress(console, quiet=args.quiet)
     result = run_sweep(grid, out, executor=executor, jobs=jobs, address=address, progress=progress)
     n_runs = result.results[["task_id"]].drop_duplicates().shape[0] if len(result.results) else 0
     console.print(f"{len(result.tasks)} runs in the grid: {len(result.skipped)} already done, {len(result.ran)} ran, "

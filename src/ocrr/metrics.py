@@ -1,7 +1,9 @@
-"""Summaries of tidy per-checkpoint results: final accuracies and corrections-to-N%.
+"""Summaries of tidy per-checkpoint results: final accuracies, corrections-to-N%, online accuracy.
 
 Inputs are tables (one row per run x checkpoint), never objects, so summaries can be
 recomputed from files. Standard deviations are population std (ddof=0) over seeds.
+``summarise`` is the held-out protocol's (the paper's Table 1 numbers); ``add_footprints``
+and ``add_online_accuracy`` serve every protocol.
 """
 
 from __future__ import annotations
@@ -51,11 +53,29 @@ def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = No
             row[f"corrections_to_{t}_mean"] = float(reached.mean()) if len(reached) else float("nan")
             row[f"corrections_to_{t}_reached"] = int(len(reached))
         rows.append(row)
-    summary = pd.DataFrame(rows)
-    if footprints is not None and len(footprints):
-        fp = footprints.groupby(CELL_KEYS, sort=False)[["footprint_entries", "footprint_params", "footprint_bytes"]]
-        summary = summary.merge(fp.mean().round().astype("int64").reset_index(), on=CELL_KEYS, how="left")
-    return summary
+    return add_footprints(pd.DataFrame(rows), footprints)
+
+
+FOOTPRINT_COLUMNS = ["footprint_entries", "footprint_params", "footprint_bytes"]
+
+
+def add_footprints(summary: pd.DataFrame, footprints: pd.DataFrame | None) -> pd.DataFrame:
+    """Each cell's footprint: the mean over its runs, rounded."""
+    if footprints is None or not len(footprints) or not len(summary):
+        return summary
+    fp = footprints.groupby(CELL_KEYS, sort=False)[FOOTPRINT_COLUMNS]
+    return summary.merge(fp.mean().round().astype("int64").reset_index(), on=CELL_KEYS, how="left")
+
+
+def add_online_accuracy(summary: pd.DataFrame, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
+    """``online_accuracy_mean`` / ``_std``: over seeds, each run's accuracy on its whole stream
+    (every prediction made before the system learned that item)."""
+    if "online_accuracy" not in per_checkpoint.columns or not len(summary):
+        return summary
+    last = per_checkpoint.sort_values("step", kind="mergesort").groupby(RUN_KEYS, sort=False).tail(1)
+    stats = last.groupby(CELL_KEYS, sort=False)["online_accuracy"].agg(
+        online_accuracy_mean="mean", online_accuracy_std=lambda v: float(v.std(ddof=0)))
+    return summary.merge(stats.reset_index(), on=CELL_KEYS, how="left")
 
 
 def order_like(summary: pd.DataFrame, systems: list[str]) -> pd.DataFrame:

@@ -74,12 +74,47 @@ def markdown(title: str, header: list[str], rows: list[list[str]], footnote: str
     return "\n".join(lines + ["", footnote, ""])
 
 
+TABLE_NOTE = ("Final accuracies are mean ± std (population) over seeds at the end of the stream. "
+              "→N%: corrections applied when novel accuracy first reached N % (checkpoints every 50 items), "
+              "mean over the seeds that reached it; '(r/n)' when only r of n seeds did.")
+
+
 def markdown_table(summary: pd.DataFrame, title: str) -> str:
-    return markdown(title, TABLE_HEADER, table_rows(summary),
-                    "Final accuracies are mean ± std (population) over seeds at the end of the stream. "
-                    "→N%: corrections applied when novel accuracy first reached N % (checkpoints every 50 items), "
-                    "mean over the seeds that reached it; '(r/n)' when only r of n seeds did.")
+    return markdown(title, TABLE_HEADER, table_rows(summary), TABLE_NOTE)
 
 
 def write_json(obj: dict, path: Path) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+
+
+# --- long format -> wide tables -----------------------------------------------------------------
+
+FOOTPRINT_METRICS = ("footprint_entries", "footprint_params", "footprint_bytes")  # run-level
+INT_METRICS = ("corrections",) + FOOTPRINT_METRICS
+
+
+def wide_table(long: pd.DataFrame, keys: list[str], metric_order: list[str] | tuple = ()) -> pd.DataFrame:
+    """One row per (run keys, step) with one column per metric, from the long table
+    (keys..., step, episode, metric, value). Footprints are run-level: every row of a run
+    gets its run's. Columns: keys, step, corrections, ``metric_order``, footprints, any other
+    metric (sorted), episode. Rows: sorted by keys, then step."""
+    if not len(long):
+        return pd.DataFrame(columns=list(keys) + ["step", "corrections", *metric_order, "episode"])
+    long = long.drop_duplicates(subset=list(keys) + ["step", "episode", "metric"], keep="last")
+    is_fp = long["metric"].isin(FOOTPRINT_METRICS)
+    table = long[~is_fp].pivot(index=list(keys) + ["step", "episode"], columns="metric", values="value")
+    table = table.reset_index()
+    table.columns.name = None
+    if is_fp.any():
+        fp = long[is_fp].pivot(index=list(keys), columns="metric", values="value").reset_index()
+        fp.columns.name = None
+        table = table.merge(fp, on=list(keys), how="left")
+    for col in INT_METRICS:
+        if col in table.columns:
+            table[col] = table[col].fillna(0).astype("int64")
+    table["step"] = table["step"].astype("int64")
+    table["episode"] = table["episode"].astype("int64")
+    metrics = ["corrections"] + [m for m in metric_order if m in table.columns] + [
+        m for m in FOOTPRINT_METRICS if m in table.columns]
+    rest = sorted(c for c in table.columns if c not in set(keys) | {"step", "episode"} | set(metrics))
+    return table[list(keys) + ["step"] + metrics + rest + ["episode"]]

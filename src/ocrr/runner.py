@@ -1,30 +1,35 @@
-"""Drive one system through one scenario: predict each stream item, maybe correct, checkpoint.
+"""Drive one system through one scenario: episodes of predict, then correct; evaluate where planned.
 
-``run`` is a generator of Checkpoint records, so callers can show progress, stop early
-or stream results to disk. ``run_to_rows`` flattens one run into tidy rows (one per
-checkpoint), keeping wall-clock timings apart from the reproducible columns.
+A stream is a sequence of episodes. Within an episode the system predicts every item with
+the state it has at the episode's start; then the policy picks which errors are corrected,
+in one ``correct`` call. The held-out protocol is the case of one-item episodes, which has
+an exact fast path (lookahead batching, see ``_one_item_episodes``).
+
+``run`` is a generator of Checkpoint records, so callers can show progress, stop early or
+stream results to disk; every stream prediction goes into a ``StreamTrace``.
+``run_to_output`` collects one run as tidy long-format rows.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 import numpy as np
 
-from ocrr.policies import Policy
-from ocrr.protocols.scenario import Scenario
 from ocrr.batch import Batch
+from ocrr.policies import Policy
+from ocrr.protocols.base import RunSoFar
+from ocrr.protocols.scenario import Scenario
 from ocrr.systems.base import Footprint
-
-CHECKPOINT_EVERY = 50
 
 
 @dataclass
 class Checkpoint:
     step: int  # stream items seen
-    corrections: int  # corrections applied so far
+    episode: int  # episodes finished
+    corrections: int  # items corrected so far
     accuracy: dict[str, float]  # eval-set name -> accuracy
     fit_seconds: float
     predict_seconds: float  # cumulative, stream predictions only
@@ -32,6 +37,15 @@ class Checkpoint:
     eval_seconds: float  # cumulative, checkpoint evaluations
     footprint: Footprint | None = None  # set on the last checkpoint
     last: bool = False
+
+
+class StreamTrace:
+    """Every stream prediction of a run: ``predicted[i]`` was made before the system learned
+    item i (with the state at its episode's start); ``corrected[i]``: was it corrected."""
+
+    def __init__(self, n: int):
+        self.predicted: list = [None] * n
+        self.corrected = np.zeros(n, bool)
 
 
 def accuracy(system, batch: Batch) -> float:
@@ -42,109 +56,154 @@ def accuracy(system, batch: Batch) -> float:
     return float(np.mean([p == t for p, t in zip(predictions, batch.labels)]))
 
 
-def run(system, scenario: Scenario, policy: Policy, every: int = CHECKPOINT_EVERY,
-        lookahead: bool = True) -> Iterator[Checkpoint]:
-    """Fit, then stream; yield a checkpoint at step 0, every ``every`` items and at the end.
+class _Clock:
+    """Cumulative seconds per phase; kept apart from results (never reproducible)."""
 
-    Each stream item is predicted by the system in the state it has when the item arrives.
-    With ``lookahead`` the runner gets those predictions in batches: it predicts a window
-    of upcoming items (up to the next checkpoint) in one call and, as soon as an item is
-    corrected, drops the predictions after it and goes on from the next item with a
-    window of one, doubling it after every window that needed no correction. Since
-    ``predict`` has no side effects and batched equals one-by-one prediction (both checked
-    for every system by the conformance suite), the results are those of predicting item
-    by item; a static system then costs one batched call per segment instead of fifty.
-    """
+    def __init__(self):
+        self.fit = self.predict = self.correct = self.eval = 0.0
+
+
+def run(system, scenario: Scenario, policy: Policy, lookahead: bool = True,
+        trace: StreamTrace | None = None) -> Iterator[Checkpoint]:
+    """Fit, then stream; yield a checkpoint before the stream and after each planned episode."""
     stream = scenario.stream
-    n = len(stream)
-    coins = policy.coins(scenario.seed_value, n)
+    trace = trace if trace is not None else StreamTrace(len(stream))
+    coins = policy.coins(scenario.seed_value, len(stream))
+    clock = _Clock()
     t0 = time.perf_counter()
     system.fit(scenario.seed_set)
-    fit_s = time.perf_counter() - t0
-    predict_s = correct_s = eval_s = 0.0
-    corrections = 0
+    clock.fit = time.perf_counter() - t0
+    points = scenario.eval_points()
+    bounds = scenario.bounds()
+    counts = {"corrections": 0}
 
-    def checkpoint(step: int, last: bool) -> Checkpoint:
-        nonlocal eval_s
+    def checkpoint(episode: int) -> Checkpoint:
         t = time.perf_counter()
-        acc = {name: accuracy(system, batch) for name, batch in scenario.eval_sets.items()}
-        eval_s += time.perf_counter() - t
-        return Checkpoint(step, corrections, acc, fit_s, predict_s, correct_s, eval_s,
-                          system.footprint() if last else None, last)
+        sets = dict(scenario.eval_sets)
+        if scenario.dynamic_eval_sets is not None:
+            so_far = RunSoFar(int(bounds[episode]), episode, trace.predicted, trace.corrected, bounds)
+            sets.update(scenario.dynamic_eval_sets(so_far))
+        acc = {name: accuracy(system, batch) for name, batch in sets.items()}
+        clock.eval += time.perf_counter() - t
+        last = episode == points[-1]
+        return Checkpoint(int(bounds[episode]), episode, counts["corrections"], acc, clock.fit, clock.predict,
+                          clock.correct, clock.eval, system.footprint() if last else None, last)
 
-    yield checkpoint(0, last=(n == 0))
+    yield checkpoint(0)
+    step_through = _one_item_episodes if scenario.episode_bounds is None else _episodes
+    for start, end in zip(points[:-1], points[1:]):
+        step_through(system, stream, bounds, int(start), int(end), coins, trace, clock, counts, lookahead,
+                     first_window=int(points[1]) if len(points) > 1 else 1)
+        yield checkpoint(int(end))
+
+
+def _episodes(system, stream: Batch, bounds, start: int, end: int, coins, trace: StreamTrace, clock: _Clock,
+              counts: dict, lookahead: bool, first_window: int) -> None:
+    """Episodes start..end-1: one predict call per episode, then one correct call with the
+    errors the policy reveals (none: no call)."""
     labels = stream.labels
-    # A system declaring learns=False is not changed by corrections (the conformance
-    # suite checks it), so its predictions never go stale.
-    static = getattr(system, "learns", True) is False
-    window = every
-    for start in range(0, n, every):
-        end = min(n, start + every)
-        pos = start
-        while pos < end:
-            upto = min(end, pos + window) if lookahead else pos + 1
+    for e in range(start, end):
+        a, b = int(bounds[e]), int(bounds[e + 1])
+        if a == b:
+            continue
+        t = time.perf_counter()
+        predicted = system.predict(stream[a:b])
+        clock.predict += time.perf_counter() - t
+        trace.predicted[a:b] = predicted
+        chosen = [i for i in range(a, b) if predicted[i - a] != labels[i] and coins[i]]
+        if chosen:
             t = time.perf_counter()
-            predicted = system.predict(stream[pos:upto])
-            predict_s += time.perf_counter() - t
-            first = pos
-            window *= 2  # no correction in this window: look further ahead next time
-            for offset, guess in enumerate(predicted):
-                i = first + offset
-                pos = i + 1
-                if guess != labels[i] and coins[i]:
-                    t = time.perf_counter()
-                    system.correct(stream[i])
-                    correct_s += time.perf_counter() - t
-                    corrections += 1
-                    if not static:
-                        window = 1  # errors come in runs: predict the next item alone
-                        break  # the state changed: predictions after i are stale
-        yield checkpoint(end, last=(end == n))
+            system.correct(stream[np.asarray(chosen)])
+            clock.correct += time.perf_counter() - t
+            trace.corrected[chosen] = True
+            counts["corrections"] += len(chosen)
+
+
+def _one_item_episodes(system, stream: Batch, bounds, start: int, end: int, coins, trace: StreamTrace,
+                       clock: _Clock, counts: dict, lookahead: bool, first_window: int) -> None:
+    """Items start..end-1, each predicted by the state it arrives to.
+
+    With ``lookahead`` the predictions come in batches: a window of upcoming items (up to the
+    next checkpoint) in one call and, as soon as an item is corrected, the predictions after
+    it are dropped and the next window is one item, doubling after every window that needed
+    no correction. Since ``predict`` has no side effects and batched equals one-by-one
+    prediction (both checked for every system by ocrr.checks), the results are those of
+    predicting item by item; a static system costs one call per segment instead of fifty.
+    """
+    labels = stream.labels
+    # A system declaring learns=False is not changed by corrections (ocrr.checks verifies
+    # it), so its predictions never go stale.
+    static = getattr(system, "learns", True) is False
+    window = counts.setdefault("window", first_window)
+    pos = start
+    while pos < end:
+        upto = min(end, pos + window) if lookahead else pos + 1
+        t = time.perf_counter()
+        predicted = system.predict(stream[pos:upto])
+        clock.predict += time.perf_counter() - t
+        first = pos
+        window *= 2  # no correction in this window: look further ahead next time
+        for offset, guess in enumerate(predicted):
+            i = first + offset
+            pos = i + 1
+            trace.predicted[i] = guess
+            if guess != labels[i] and coins[i]:
+                t = time.perf_counter()
+                system.correct(stream[i])
+                clock.correct += time.perf_counter() - t
+                trace.corrected[i] = True
+                counts["corrections"] += 1
+                if not static:
+                    window = 1  # errors come in runs: predict the next item alone
+                    break  # the state changed: predictions after i are stale
+    counts["window"] = window
 
 
 @dataclass
-class RunResult:
-    """Tidy rows of one (system, scenario, policy) run."""
+class RunOutput:
+    """One run as plain data: long-format metric rows, timings, footprint, stream predictions."""
 
-    checkpoints: list[dict] = field(default_factory=list)  # reproducible columns only
+    metrics: list[dict] = field(default_factory=list)  # {step, episode, metric, value}
     timings: list[dict] = field(default_factory=list)  # wall-clock columns, kept apart
     footprint: dict = field(default_factory=dict)
+    predictions: dict = field(default_factory=dict)  # column -> list, one entry per stream item
 
 
-def run_to_rows(system, scenario: Scenario, policy: Policy, keys: dict, every: int = CHECKPOINT_EVERY,
-                on_checkpoint: Callable[[Checkpoint], None] | None = None) -> RunResult:
-    """Run and flatten checkpoints into rows that start with ``keys`` (dataset, encoder, ...)."""
-    result = RunResult()
-    for cp in run(system, scenario, policy, every):
-        base = {**keys, "step": cp.step, "corrections": cp.corrections}
-        result.checkpoints.append({**base, **{f"acc_{name}": acc for name, acc in cp.accuracy.items()}})
-        result.timings.append({**base, "fit_seconds": cp.fit_seconds, "predict_seconds": cp.predict_seconds,
-                               "correct_seconds": cp.correct_seconds, "eval_seconds": cp.eval_seconds})
+def run_to_output(system, scenario: Scenario, policy: Policy,
+                  on_checkpoint: Callable[[Checkpoint], None] | None = None) -> RunOutput:
+    """Run and collect: per checkpoint the corrections, ``acc_<set>`` per eval set and the
+    online accuracy so far (stream predictions right, before learning the item)."""
+    out = RunOutput()
+    trace = StreamTrace(len(scenario.stream))
+    labels = scenario.stream.labels
+    right = 0
+    seen = 0
+    for cp in run(system, scenario, policy, trace=trace):
+        right += sum(trace.predicted[i] == labels[i] for i in range(seen, cp.step))
+        seen = cp.step
+        at = {"step": cp.step, "episode": cp.episode}
+        out.metrics.append({**at, "metric": "corrections", "value": float(cp.corrections)})
+        out.metrics += [{**at, "metric": f"acc_{name}", "value": acc} for name, acc in cp.accuracy.items()]
+        if cp.step:
+            out.metrics.append({**at, "metric": "online_accuracy", "value": right / cp.step})
+        out.timings.append({**at, "fit_seconds": cp.fit_seconds, "predict_seconds": cp.predict_seconds,
+                            "correct_seconds": cp.correct_seconds, "eval_seconds": cp.eval_seconds})
         if cp.last and cp.footprint is not None:
             fp = cp.footprint
-            result.footprint = {**keys, "footprint_entries": fp.entries, "footprint_params": fp.params,
-                                "footprint_bytes": fp.bytes}
+            out.footprint = {"footprint_entries": fp.entries, "footprint_params": fp.params,
+                             "footprint_bytes": fp.bytes}
         if on_checkpoint:
             on_checkpoint(cp)
-    return result
+    out.predictions = prediction_columns(scenario, trace)
+    return out
 
 
-_BLAS_LIMIT = None  # keeps threadpoolctl's limit alive for the process
-
-
-def configure_threads(torch_threads: int = 1, blas_threads: int | None = 1) -> None:
-    """Pin the thread pools deliberately.
-
-    Torch: the heads are tiny, and a torch pool fighting numpy's BLAS threads over two
-    cores made per-correction steps several times slower. BLAS: single-query retrieval
-    is a memory-bound matrix-vector product that a second thread only slows down, and a
-    fixed thread count keeps floating-point summation order, hence results, the same on
-    every machine. ``blas_threads=None`` leaves BLAS alone.
-    """
-    global _BLAS_LIMIT
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(torch_threads)
-    if blas_threads is not None:
-        _BLAS_LIMIT = threadpool_limits(limits=blas_threads, user_api="blas")
+def prediction_columns(scenario: Scenario, trace: StreamTrace) -> dict:
+    """One row per stream item: episode, step (items the predicting state had seen), item,
+    true label, predicted label, corrected."""
+    bounds = scenario.bounds()
+    n = len(scenario.stream)
+    episode = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    return {"episode": episode.tolist(), "step": bounds[episode].tolist(), "item": list(range(n)),
+            "label": list(scenario.stream.labels), "predicted": [None if p is None else str(p) for p in trace.predicted],
+            "corrected": trace.corrected.tolist()}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -45,12 +44,10 @@ def load_cached(path: Path, n_rows: int) -> np.ndarray | None:
 
 def save_cached(path: Path, vecs: np.ndarray) -> None:
     """Write atomically so an interrupted run never leaves a half file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
+    from ocrr.files import atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as out:
             np.save(out, np.ascontiguousarray(vecs, dtype=np.float32), allow_pickle=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    atomic_write(path, write)

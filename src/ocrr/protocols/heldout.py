@@ -13,14 +13,60 @@ from __future__ import annotations
 
 import numpy as np
 
+from ocrr.batch import Batch
 from ocrr.data.records import Dataset
 from ocrr.errors import OcrrError
-from ocrr.protocols.scenario import Scenario
-from ocrr.batch import Batch
+from ocrr.protocols.base import Option, Protocol
+from ocrr.protocols.scenario import Scenario, every_n
+
+
+class HeldoutProtocol(Protocol):
+    """The paper's protocol: a seed set of known classes, a stream of H held-out classes'
+    items (one-item episodes), novel and original accuracy every ``every`` items.
+
+    The storage split of the paper's section 4.4 (the seed corpus goes through the same
+    eviction as corrections) is a property of the bounded systems, not of this protocol:
+    a bounded substrate's budget already covers its seed entries.
+    """
+
+    name = "heldout"
+    summary_text = "held-out classes (OCRR paper 3.2): recover novel classes, keep the original ones"
+    options = {
+        "n_heldout": Option(10, int, low=1, help="classes held out of the seed set"),
+        "eval_cap": Option(400, int, low=0, help="cap on each eval set; 0 for none"),
+        "every": Option(50, int, low=1, help="checkpoint every N stream items"),
+    }
+    metrics = ("acc_novel", "acc_original")
+    recovery_metric = "acc_novel"
+
+    def scenario(self, dataset, train_vecs, test_vecs, seed):
+        v = self.values
+        return heldout_scenario(dataset, train_vecs, test_vecs, seed, v["n_heldout"], v["eval_cap"] or None,
+                                v["every"])
+
+    def summarise(self, per_checkpoint, footprints=None):
+        from ocrr.metrics import add_online_accuracy, summarise
+
+        return add_online_accuracy(summarise(per_checkpoint, footprints), per_checkpoint)
+
+    def summary_columns(self):
+        from ocrr.results import SUMMARY_COLUMNS
+
+        return SUMMARY_COLUMNS
+
+    def table(self, summary):
+        from ocrr.results import TABLE_HEADER, TABLE_NOTE, table_rows
+
+        return TABLE_HEADER, table_rows(summary), TABLE_NOTE
+
+    def report_sections(self, per_checkpoint, summary_of, styles, out, title):
+        from ocrr.report.heldout import heldout_sections
+
+        return heldout_sections(per_checkpoint, summary_of, styles, title)
 
 
 def heldout_scenario(dataset: Dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int,
-                     n_heldout: int = 10, eval_cap: int | None = 400) -> Scenario:
+                     n_heldout: int = 10, eval_cap: int | None = 400, every: int = 50) -> Scenario:
     labels = dataset.labels
     if not 0 < n_heldout < len(labels):
         raise OcrrError(f"--heldout {n_heldout} is impossible for {dataset.name} with {len(labels)} classes; "
@@ -53,8 +99,9 @@ def heldout_scenario(dataset: Dataset, train_vecs: np.ndarray, test_vecs: np.nda
         seed_set=_batch(train, train_vecs, seed_idx),
         stream=_batch(train, train_vecs, stream_idx),
         eval_sets={"original": _batch(test, test_vecs, original_idx), "novel": _batch(test, test_vecs, novel_idx)},
+        eval_after=every_n(len(stream_idx), every),
         heldout=tuple(labels[i] for i in held_idx),
-        info={"n_heldout": n_heldout, "eval_cap": eval_cap},
+        info={"n_heldout": n_heldout, "eval_cap": eval_cap, "every": every},
     )
 
 

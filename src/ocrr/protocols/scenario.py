@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
 
 from ocrr.batch import Batch
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """The seed set a system is fitted on, the stream it is corrected on, and the eval sets.
+    """The seed set a system is fitted on, the stream in episodes, and the evaluation plan.
 
-    ``labels`` is the dataset's full sorted label list (parametric heads pre-allocate it).
-    ``eval_sets`` maps a name ("original", "novel") to its items.
+    ``labels``: the dataset's full sorted label list (parametric heads pre-allocate it).
+    ``episode_bounds``: item offsets, episode e = stream items [bounds[e], bounds[e + 1]);
+    None means one item per episode (the held-out protocol). Within an episode every item
+    is predicted with the state at the episode's start; then the chosen errors are
+    corrected in one call.
+    ``eval_after``: the episode counts after which to evaluate (0 = before the stream; the
+    last episode is always evaluated).
+    ``eval_sets``: name -> items, evaluated at every point; ``dynamic_eval_sets``, when set,
+    gives more sets from the run so far (an ``ocrr.protocols.base.RunSoFar``), e.g. the
+    errors of the last episode. Each set yields the metric ``acc_<name>``.
     """
 
     protocol: str
@@ -21,5 +32,28 @@ class Scenario:
     seed_set: Batch
     stream: Batch
     eval_sets: dict[str, Batch]
+    eval_after: np.ndarray | None = None  # None: every 50 episodes, as the paper's checkpoints
+    episode_bounds: np.ndarray | None = None
+    dynamic_eval_sets: Callable | None = None
     heldout: tuple[str, ...] = ()
     info: dict = field(default_factory=dict)
+
+    @property
+    def n_episodes(self) -> int:
+        return len(self.stream) if self.episode_bounds is None else len(self.episode_bounds) - 1
+
+    def bounds(self) -> np.ndarray:
+        if self.episode_bounds is None:
+            return np.arange(len(self.stream) + 1)
+        return np.asarray(self.episode_bounds)
+
+    def eval_points(self) -> np.ndarray:
+        """Sorted episode counts to evaluate after, always with 0 and the last."""
+        n = self.n_episodes
+        points = np.arange(0, n, 50) if self.eval_after is None else np.asarray(self.eval_after, int)
+        return np.unique(np.concatenate([[0], points[(points >= 0) & (points <= n)], [n]]))
+
+
+def every_n(n_episodes: int, every: int) -> np.ndarray:
+    """Evaluation after 0, every, 2 * every, ... episodes and after the last."""
+    return np.unique(np.concatenate([np.arange(0, n_episodes, every), [n_episodes]]))

@@ -19,9 +19,9 @@ import fcntl
 import hashlib
 import os
 import pickle
-import tempfile
 from typing import Callable, Iterable, TypeVar
 
+from ocrr.files import atomic_write
 from ocrr.paths import cache_root
 
 T = TypeVar("T")
@@ -50,14 +50,12 @@ def cached_fit(kind: str, parts: Iterable[bytes | str], build: Callable[[], T]) 
         if state is not None:
             return state
         state = build()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
                 pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+
+        atomic_write(path, write)
     return state
 
 

@@ -1,0 +1,175 @@
+"""What a protocol is: canonical options, a scenario per (dataset, seed), and its results' shape.
+
+A protocol owns everything between the data and the tidy results that is particular to it:
+
+* ``options``: declared with defaults and checks, validated when the protocol is built
+  (so ``--protocol heldout:every=0`` fails at the door), and hashed into task ids;
+* ``scenario(dataset, train_vecs, test_vecs, seed)``: the upstream (seed) set, the stream
+  cut into episodes, and the evaluation plan (when, and on which sets);
+* ``metrics``: the names its evaluations produce (``acc_<eval set>``), in table order;
+* ``summarise`` / ``report_sections``: its per-cell summary and its report tables and
+  figures. The defaults here work for any protocol: final value of every metric, online
+  accuracy, and one curve per metric; the held-out protocol overrides them with the paper's.
+
+Adding a protocol is one module with a ``Protocol`` subclass and one ``register_protocol``
+line (ocrr.protocols.registry), as adding a system is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ocrr.errors import OcrrError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One protocol option: its default, its type, and the range it must lie in."""
+
+    default: Any
+    kind: type = int
+    low: float | None = None  # inclusive
+    high: float | None = None  # inclusive
+    allow_none: bool = False
+    help: str = ""
+
+    def check(self, protocol: str, name: str, value: Any) -> Any:
+        if value is None and self.allow_none:
+            return None
+        ok = not isinstance(value, bool) or self.kind is bool
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        ok = ok and isinstance(value, self.kind)
+        ok = ok and (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+        if not ok:
+            bounds = []
+            if self.low is not None:
+                bounds.append(f">= {self.low:g}")
+            if self.high is not None:
+                bounds.append(f"<= {self.high:g}")
+            what = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}[self.kind]
+            need = what + (f" {' and '.join(bounds)}" if bounds else "") + (" (or none)" if self.allow_none else "")
+            raise OcrrError(f"protocol {protocol}: option {name}={value!r} must be {need}"
+                            f"{f' ({self.help})' if self.help else ''}. Write e.g. {protocol}:{name}={self.default}.")
+        return value
+
+
+@dataclass(frozen=True)
+class RunSoFar:
+    """What an evaluation may depend on: the stream so far and what the system did with it.
+
+    ``predicted[i]`` is the prediction for stream item i (made before learning it) and
+    ``corrected[i]`` whether it was corrected; both are filled up to ``step`` items.
+    """
+
+    step: int  # stream items seen
+    episode: int  # episodes finished
+    predicted: list
+    corrected: np.ndarray
+    episode_bounds: np.ndarray  # item offsets: episode e is items [bounds[e], bounds[e + 1])
+
+    def last_episode(self) -> range:
+        if self.episode == 0:
+            return range(0)
+        return range(int(self.episode_bounds[self.episode - 1]), int(self.episode_bounds[self.episode]))
+
+
+class Protocol:
+    """Base class: subclass it, declare ``name``, ``options``, ``metrics`` and ``scenario``."""
+
+    name: ClassVar[str] = ""
+    summary_text: ClassVar[str] = ""
+    options: ClassVar[dict[str, Option]] = {}
+    metrics: ClassVar[tuple[str, ...]] = ()  # metric columns of its results, in table order
+    # which metric the "corrections to N %" columns of the default summary follow (None: none)
+    recovery_metric: ClassVar[str | None] = None
+
+    def __init__(self, **values):
+        unknown = sorted(set(values) - set(self.options))
+        if unknown:
+            known = ", ".join(f"{k} (default {o.default})" for k, o in self.options.items()) or "none"
+            raise OcrrError(f"protocol {self.name} has no option {', '.join(unknown)}. Its options: {known}.")
+        self.values = {k: opt.check(self.name, k, values.get(k, opt.default)) for k, opt in self.options.items()}
+
+    def __getattr__(self, key: str):
+        values = self.__dict__.get("values", {})
+        if key in values:
+            return values[key]
+        raise AttributeError(key)
+
+    def canonical(self) -> dict:
+        """The options that define its results, with the name: hashed into task ids."""
+        return {"name": self.name, **{k: self.values[k] for k in sorted(self.values)}}
+
+    def spec(self) -> str:
+        from ocrr.specs import format_spec
+
+        return format_spec(self.name, self.values)
+
+    def scenario(self, dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int):
+        raise NotImplementedError
+
+    # -- results -----------------------------------------------------------------------------
+
+    def summarise(self, per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
+        """One row per (dataset, encoder, policy, system): the final value of every metric
+        (mean and population std over seeds), corrections, online accuracy, footprint."""
+        from ocrr.metrics import CELL_KEYS, RUN_KEYS, add_footprints, add_online_accuracy
+
+        rows = []
+        metrics = [m for m in self.metrics if m in per_checkpoint.columns]
+        for key, cell in per_checkpoint.groupby(CELL_KEYS, sort=False):
+            finals = cell.sort_values("step").groupby(RUN_KEYS[-1:], sort=True).tail(1)
+            row = dict(zip(CELL_KEYS, key))
+            row["n_seeds"] = len(finals)
+            for m in metrics:
+                row[f"final_{m}_mean"] = float(finals[m].mean())
+                row[f"final_{m}_std"] = float(finals[m].std(ddof=0))
+            row["corrections_mean"] = float(finals["corrections"].mean())
+            rows.append(row)
+        summary = add_footprints(pd.DataFrame(rows), footprints)
+        return add_online_accuracy(summary, per_checkpoint)
+
+    def summary_columns(self) -> list[str]:
+        """Leading columns of summary.csv, in order (the rest follow as they come)."""
+        from ocrr.metrics import CELL_KEYS
+
+        return CELL_KEYS + ["n_seeds"] + [f"final_{m}_{s}" for m in self.metrics for s in ("mean", "std")]
+
+    def table(self, summary: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
+        """(header, rows, footnote) of its main table: final metrics per system."""
+        from ocrr.results import fmt_acc, fmt_buffer
+
+        header = ["system", "buffer"] + [f"final {m}" for m in self.metrics] + ["online acc", "corrections"]
+        rows = []
+        for _, r in summary.iterrows():
+            n = int(r["n_seeds"])
+            rows.append([r["system"], fmt_buffer(r)]
+                        + [fmt_acc(r[f"final_{m}_mean"], r[f"final_{m}_std"], n) for m in self.metrics]
+                        + [fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0.0), n),
+                           f"{r['corrections_mean']:.0f}"])
+        note = ("Final values at the end of the stream: mean ± std (population) over seeds. Online acc: accuracy "
+                "of the stream predictions, each made before the system learned that item.")
+        return header, rows, note
+
+    def report_sections(self, per_checkpoint: pd.DataFrame, summary_of: Callable, styles: dict, out, title: str):
+        """Tables and figures of one report cell; see ocrr.report. Default: the main table and
+        one figure with every metric's mean curve per system."""
+        from ocrr.report.figures import metric_curves_figure
+
+        summary = summary_of(per_checkpoint)
+        header, rows, note = self.table(summary)
+        tables = [(f"{title} · {self.name}", header, rows, note)]
+        systems = list(summary["system"])
+        figures = [("curves", metric_curves_figure(per_checkpoint, systems, list(self.metrics), styles, title),
+                    f"{', '.join(self.metrics)} against stream items, {title}: mean over seeds per checkpoint.")]
+        return summary, tables, figures
+
+
+# Re-exported for protocols that declare options.
+__all__ = ["Option", "Protocol", "RunSoFar"]
