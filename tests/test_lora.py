@@ -219,6 +219,12 @@ def test_hyperparameters_round_trip_and_capabilities():
     hyper = lora.hyperparameters()
     assert hyper["lr"] == 0.001 and hyper["targets"] == "query+value" and hyper["model"] == "minilm"
     assert LoRA(**hyper).hyperparameters() == hyper
+    # execution settings are constructor arguments, but not hyperparameters (not in task ids)
+    assert not set(LoRA.execution_settings) & set(hyper)
+    run_elsewhere = make_system("lora:lr=0.001:targets=query+value:device=cuda:threads=2:progress=false"
+                                ":predict_batch_size=7")
+    assert (run_elsewhere.device, run_elsewhere.threads, run_elsewhere.predict_batch_size) == ("cuda", 2, 7)
+    assert run_elsewhere.hyperparameters() == hyper
     assert LoRA.reads_text is True and LoRA.conformance_overrides["model"] == "tiny-random"
     paper = make_system("lora_deberta").hyperparameters()  # built lazily: no hub access needed to construct
     assert (paper["model"], paper["pooling"], paper["rank"], paper["alpha"], paper["lr"], paper["seed_epochs"]) == \

@@ -7,3 +7,11 @@ class OcrrError(Exception):
     The CLI prints ``str(error)`` and exits with status 2, never a traceback.
     Messages end with what to do about it.
     """
+
+
+class NotFittedError(OcrrError):
+    """A system was asked to predict, correct or report before ``fit`` gave it a seed state.
+
+    Raised by ``ocrr.systems.base.System._require_fitted``, whose message names the fix
+    (call ``fit(seed_batch)`` first).
+    """

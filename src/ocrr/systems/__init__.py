@@ -1,4 +1,4 @@
-"""Systems under test: the System protocol, the registry, and one module per family."""
+"""Systems under test: the System base class, the registry, and one module per family."""
 
 from ocrr.batch import Batch
 from ocrr.systems.base import Footprint, System

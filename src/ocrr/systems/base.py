@@ -1,4 +1,4 @@
-"""The System protocol every classifier under test implements, and its inputs.
+"""The System base class every classifier under test implements, and input checks.
 
 A system is fitted once on the seed set (its "upstream" state), then sees a stream:
 ``predict`` is called on each item and, when the correction policy says so,
@@ -7,13 +7,15 @@ A system is fitted once on the seed set (its "upstream" state), then sees a stre
 
 from __future__ import annotations
 
+import inspect
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Sequence
 
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.errors import OcrrError
+from ocrr.errors import NotFittedError, OcrrError
 
 
 @dataclass(frozen=True)
@@ -26,17 +28,88 @@ class Footprint:
     extra: dict = field(default_factory=dict)
 
 
-@runtime_checkable
-class System(Protocol):
+# Constructor arguments every factory receives from the registry: they say which run this
+# is, not how the system works, so they are never hyperparameters.
+RUN_ARGUMENTS = ("name", "labels", "seed")
+
+
+class System(ABC):
+    """Base class of the systems under test: four methods, a few declared capabilities.
+
+    Conventions (scikit-learn's): the constructor only stores its arguments, each as an
+    attribute of the same name; ``fit`` learns the seed state into attributes whose names
+    end in ``_`` and returns ``self``. The runner calls only the four abstract methods, so a
+    system that does not inherit this class still runs; inheriting gives the defaults below.
+
+    Capabilities, read by the runner and by ``ocrr.checks``:
+
+    * ``learns``: False for a system whose predictions corrections never change (static
+      strawmen); the runner then skips re-predicting after a correction.
+    * ``reads_text``: True for a system that reads ``batch.texts`` (vectors are only
+      validated); it must refuse a batch without texts.
+    * ``execution_settings``: constructor arguments that say how to run, not what to
+      compute (device, threads, progress bars, scratch folders). They are left out of
+      ``hyperparameters()``, which is recorded in results and hashed into sweep task ids.
+    """
+
     name: str
+    learns: bool = True
+    reads_text: bool = False
+    execution_settings: tuple[str, ...] = ()
 
-    def fit(self, seed: Batch) -> "System": ...
+    @abstractmethod
+    def fit(self, seed: Batch) -> "System":
+        """Learn the seed state from the seed set (labels given); return self."""
 
-    def predict(self, batch: Batch) -> list[str | None]: ...
+    @abstractmethod
+    def predict(self, batch: Batch) -> list[str | None]:
+        """One label (or None) per item; must not change the system."""
 
-    def correct(self, batch: Batch) -> None: ...
+    @abstractmethod
+    def correct(self, batch: Batch) -> None:
+        """Learn from corrected items (labels given), in order."""
 
-    def footprint(self) -> Footprint: ...
+    @abstractmethod
+    def footprint(self) -> Footprint:
+        """What the system stores now."""
+
+    def hyperparameters(self) -> dict:
+        """Constructor arguments that change what the system computes, by name.
+
+        The default reads the constructor signatures (following ``**kwargs`` up the class
+        hierarchy) and leaves out RUN_ARGUMENTS and ``execution_settings``. Override it to
+        record fewer (e.g. only the knobs a chosen backend uses).
+        """
+        names: list[str] = []
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None or cls is object:
+                continue
+            params = list(inspect.signature(init).parameters.values())[1:]  # without self
+            names += [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                      and p.name not in names]
+            if not any(p.kind == p.VAR_KEYWORD for p in params):
+                break  # this constructor does not pass arguments on to its parents
+        skip = set(RUN_ARGUMENTS) | set(self.execution_settings)
+        missing = [n for n in names if n not in skip and not hasattr(self, n)]
+        if missing:
+            raise OcrrError(f"{type(self).__name__} does not store the constructor argument(s) "
+                            f"{', '.join(missing)} as attributes of the same name; store them in "
+                            "__init__ or override hyperparameters().")
+        return {n: getattr(self, n) for n in names if n not in skip}
+
+    def _require_fitted(self) -> None:
+        """Raise NotFittedError (an OcrrError naming the fix) unless ``fit`` has run."""
+        if not self._is_fitted():
+            name = getattr(self, "name", type(self).__name__)
+            raise NotFittedError(f"{name} is not fitted yet: call fit(seed_batch) first, "
+                                 "then predict() or correct().")
+
+    def _is_fitted(self) -> bool:
+        """Whether ``fit`` has run: by default, some learned state (a public attribute whose
+        name ends in ``_``) is set and not None. Override if learned state is named otherwise."""
+        return any(key.endswith("_") and not key.startswith("_") and value is not None
+                   for key, value in vars(self).items())
 
 
 def check_vectors(vecs: np.ndarray, dim: int | None, what: str = "vectors") -> np.ndarray:

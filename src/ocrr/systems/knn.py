@@ -11,7 +11,7 @@ class StaticKNN(Substrate):
     """Same index and vote as the substrate; ``correct`` is accepted and ignored."""
 
     family = "strawman"
-    learns = False  # capability the conformance suite reads: corrections never change predictions
+    learns = False  # corrections never change predictions (see System)
 
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "static_knn")

@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from ocrr.batch import Batch
-from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
 
 
-class LinearHead:
+class LinearHead(System):
     """Shared machinery: label space, seeded head, seed training, batched prediction."""
 
     family = "parametric"
@@ -69,16 +69,12 @@ class LinearHead:
         params = sum(p.numel() for p in self.head_.parameters())
         return Footprint(entries=0, params=params, bytes=4 * params)
 
-    def _require_fitted(self) -> None:
-        if self.head_ is None:
-            raise RuntimeError(f"{self.name}: call fit() before predict() or correct()")
-
 
 class StaticLinear(LinearHead):
     """Softmax head over the seed set's classes only, trained once; corrections are ignored."""
 
     family = "strawman"
-    learns = False  # capability the conformance suite reads: corrections never change predictions
+    learns = False  # corrections never change predictions (see System)
     over_all_labels = False
 
     def __init__(self, **kwargs):

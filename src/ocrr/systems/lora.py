@@ -48,7 +48,7 @@ import torch
 
 from ocrr.errors import OcrrError
 from ocrr.batch import Batch
-from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import derive_seed, init_linear
 
@@ -140,7 +140,7 @@ def _progress_console():
     return Console(stderr=True)
 
 
-class LoRA:
+class LoRA(System):
     """Transformer encoder + LoRA adapters on query/value + linear head, SGD per correction."""
 
     family = "fine-tuning"
@@ -148,6 +148,9 @@ class LoRA:
     # What a fast protocol test should build (seconds, offline): the tiny random BERT, and a
     # step large enough for it to pick up a correction (at 5e-4 it needs hundreds).
     conformance_overrides = {"model": TINY, "lr": 0.05}
+    # How to run, not what to compute: kept out of hyperparameters() and so out of task ids
+    # (predict_batch_size only caps how many equal-length texts share one forward pass).
+    execution_settings = ("predict_batch_size", "device", "threads", "progress")
 
     def __init__(self, model: str = PACKAGED, rank: int = 8, alpha: float = 16, targets: str | None = None,
                  pooling: str = "mean", max_length: int = 64, seed_epochs: int = 2, seed_lr: float = 1e-3,
@@ -180,9 +183,7 @@ class LoRA:
         return {"model": self.model, "rank": self.rank, "alpha": self.alpha, "targets": self.targets,
                 "pooling": self.pooling, "max_length": self.max_length, "seed_epochs": self.seed_epochs,
                 "seed_lr": self.seed_lr, "seed_weight_decay": self.seed_weight_decay,
-                "seed_batch_size": self.seed_batch_size, "lr": self.lr,
-                "predict_batch_size": self.predict_batch_size, "device": self.device, "threads": self.threads,
-                "progress": self.progress}
+                "seed_batch_size": self.seed_batch_size, "lr": self.lr}
 
     # -- fitting ---------------------------------------------------------------------------
 
@@ -450,7 +451,3 @@ class LoRA:
                             f"got {self.model!r}.")
         if not isinstance(self.progress, bool):
             raise OcrrError(f"lora: progress must be true or false, got {self.progress!r}.")
-
-    def _require_fitted(self) -> None:
-        if self.model_ is None:
-            raise RuntimeError(f"{self.name}: call fit() before predict() or correct()")

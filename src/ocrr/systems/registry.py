@@ -60,15 +60,26 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name, overrides
 
 
-def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0):
-    """Build the system a spec names, seeded and told the dataset's label list."""
+def lookup(name: str) -> Registered:
+    """The registry entry of a system name (without ``:key=value`` parts)."""
     _ensure_builtins()
-    name, overrides = parse_spec(spec)
     if name not in REGISTRY:
         close = difflib.get_close_matches(name, REGISTRY, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise OcrrError(f"unknown system {name!r}.{hint} Run 'ocrr systems' to list them.")
-    entry = REGISTRY[name]
+    return REGISTRY[name]
+
+
+def registered_names() -> list[str]:
+    """Every registered system name, sorted (built-ins included)."""
+    _ensure_builtins()
+    return sorted(REGISTRY)
+
+
+def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0):
+    """Build the system a spec names, seeded and told the dataset's label list."""
+    name, overrides = parse_spec(spec)
+    entry = lookup(name)
     kwargs = {**entry.defaults, **overrides}
     try:
         return entry.factory(name=spec.strip(), labels=list(labels) if labels is not None else None, seed=seed, **kwargs)

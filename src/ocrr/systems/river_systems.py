@@ -33,7 +33,7 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.batch import Batch
-from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
 from ocrr.systems.training import derive_seed
 
@@ -51,7 +51,7 @@ def _river():
     return linear_model, multiclass, optim
 
 
-class RiverSystem:
+class RiverSystem(System):
     """Shared machinery: seed subsample, learn_one loop, cached numpy weights, prediction."""
 
     family = "online-ml"
@@ -155,10 +155,6 @@ class RiverSystem:
         classes, _ = self.raw_scores(np.zeros((0, self.dim_), np.float32))
         params = len(classes) * (self.dim_ + int(self.has_intercept))
         return Footprint(entries=0, params=params, bytes=8 * params)  # river stores float64
-
-    def _require_fitted(self) -> None:
-        if self.model_ is None:
-            raise RuntimeError(f"{self.name}: call fit() before predict() or correct()")
 
 
 def _fill_row(w: np.ndarray, row: int, weights: dict) -> None:

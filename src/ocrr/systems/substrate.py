@@ -15,12 +15,12 @@ from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.ledger import Ledger, VerifyResult
 from ocrr.batch import Batch
-from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.vote import VoteRule, vote
 
 
-class Substrate(IndexedSystem):
+class Substrate(IndexedSystem, System):
     """Append-only ledger + cosine k-NN + margin-band majority vote.
 
     Hyperparameters (paper Appendix B): k=5, margin=0.05, count weighting, max-similarity
@@ -41,6 +41,7 @@ class Substrate(IndexedSystem):
     """
 
     family = "retrieval"
+    execution_settings = ("vectors_on_disk",)  # where the vectors live, not what is computed
 
     def __init__(
         self,
@@ -68,7 +69,7 @@ class Substrate(IndexedSystem):
         self.tiebreak_maxsim = tiebreak_maxsim
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
-        self.vectors_on_disk = vectors_on_disk  # where, not what: not a hyperparameter
+        self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
         self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact)
         self.labels = labels
         self.seed = seed
@@ -221,6 +222,5 @@ class Substrate(IndexedSystem):
                          extra={"ledger_entries": len(self.ledger_), "index": self.index_kind,
                                 "index_bytes": index_bytes})
 
-    def _require_fitted(self) -> None:
-        if self.ledger_ is None:
-            raise RuntimeError(f"{self.name}: call fit() before predict() or correct()")
+    def _is_fitted(self) -> bool:
+        return self.ledger_ is not None  # the vote rule and label space exist from __init__
