@@ -17,6 +17,7 @@ pytest.importorskip("peft", reason="lora needs the extra: pip install 'ocrr[lora
 from ocrr.errors import OcrrError  # noqa: E402
 from ocrr.systems import Batch, make_system  # noqa: E402
 from ocrr.systems.lora import LoRA, resolve_targets  # noqa: E402
+from ocrr.systems.registry import execution_settings  # noqa: E402
 from tests.conftest import clustered_dataset  # noqa: E402
 
 TINY = "lora:model=tiny-random:progress=false"
@@ -225,6 +226,7 @@ def test_hyperparameters_round_trip_and_capabilities():
                                 ":predict_batch_size=7")
     assert (run_elsewhere.device, run_elsewhere.threads, run_elsewhere.predict_batch_size) == ("cuda", 2, 7)
     assert run_elsewhere.hyperparameters() == hyper
+    assert set(execution_settings("lora")) == {"device", "threads", "progress", "predict_batch_size"}
     assert LoRA.reads_text is True and LoRA.conformance_overrides["model"] == "tiny-random"
     paper = make_system("lora_deberta").hyperparameters()  # built lazily: no hub access needed to construct
     assert (paper["model"], paper["pooling"], paper["rank"], paper["alpha"], paper["lr"], paper["seed_epochs"]) == \

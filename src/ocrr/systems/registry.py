@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ocrr.errors import OcrrError
+from ocrr.specs import parse_spec, parse_value  # noqa: F401  (one spec parser for every registry; re-exported)
 
 
 @dataclass(frozen=True)
@@ -34,32 +35,6 @@ def register(name: str, factory: Callable[..., object], family: str, summary: st
     REGISTRY[name] = Registered(name, factory, family, summary, defaults, in_all)
 
 
-def parse_value(text: str):
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_spec(spec: str) -> tuple[str, dict]:
-    """'name:key=value:key=value' -> (name, {key: value})."""
-    name, *parts = spec.strip().split(":")
-    overrides = {}
-    for part in parts:
-        if "=" not in part:
-            raise OcrrError(f"system spec {spec!r}: {part!r} is not key=value. Write e.g. 'substrate:k=3'.")
-        key, value = part.split("=", 1)
-        overrides[key.strip()] = parse_value(value.strip())
-    return name, overrides
-
-
 def lookup(name: str) -> Registered:
     """The registry entry of a system name (without ``:key=value`` parts)."""
     _ensure_builtins()
@@ -68,6 +43,13 @@ def lookup(name: str) -> Registered:
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise OcrrError(f"unknown system {name!r}.{hint} Run 'ocrr systems' to list them.")
     return REGISTRY[name]
+
+
+def execution_settings(name: str) -> tuple[str, ...]:
+    """Constructor arguments of a registered system that say how to run it, not what it
+    computes (``System.execution_settings``, e.g. lora's device): a spec's overrides of
+    these must not change what a run is, so task ids leave them out."""
+    return tuple(getattr(lookup(name).factory, "execution_settings", ()))
 
 
 def registered_names() -> list[str]:
