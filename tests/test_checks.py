@@ -182,3 +182,16 @@ def test_built_in_systems_raise_not_fitted_error():
     for spec in ("substrate", "static_knn", "online_linear", "knn_lm", "river_logreg"):
         with pytest.raises(NotFittedError, match="call fit"):
             make_system(spec).predict(Batch(np.ones((1, 4), np.float32)))
+
+
+def test_pytest_stays_a_test_dependency():
+    """Importing ocrr.checks (and running a check) must not need pytest."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['pytest'] = None\n"  # any import of pytest now fails
+            "from ocrr.checks import check_system\n"
+            "print(len(check_system('static_knn')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 13

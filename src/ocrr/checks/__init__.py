@@ -17,7 +17,9 @@ checked in one line. A system is given as a registered spec (``"substrate"``,
 The checks build their own small data and fresh systems. Which checks run depends on the
 capabilities a system declares (see ``ocrr.systems.base.System``): ``learns = False``
 systems must ignore corrections instead of learning from them; ``reads_text = True``
-systems must refuse batches without texts, the others must work without any.
+systems must refuse batches without texts, the others must work without any. A factory's
+``conformance_overrides`` dict holds hyperparameters to check it with, so that a heavy
+system is checked in seconds (lora uses a tiny random encoder).
 """
 
 from __future__ import annotations
