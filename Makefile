@@ -15,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test,ray,lora]"
+	$(PY) -m pip install --quiet -e ".[test,ray,lora,service]"
 	touch $(STAMP)
 
 # Banking77 when it can be found (--data-dir / $$OCRR_DATA_DIR / cache) or downloaded;

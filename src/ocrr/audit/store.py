@@ -41,8 +41,9 @@ _FORMAT, _VERSION = "ocrr-ledger", 1
 _F4LE = np.dtype("<f4")
 _BATCH = 65_536
 
-# apply(vectors (m, d) float32, labels, texts): feed committed entries to the in-memory side.
-Apply = Callable[[np.ndarray, list, list], None]
+# apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
+# feeds committed entries to the in-memory side, which must hash them to the same chain.
+Apply = Callable[[np.ndarray, list, list], bytes]
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,11 @@ class DurableLedger:
         else:
             self._apply = apply
             if scan.hashes:
-                apply(scan.vectors, scan.labels, scan.texts)
+                try:
+                    self._feed(scan.vectors, scan.labels, scan.texts)
+                except BaseException:
+                    conn.close()
+                    raise
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
@@ -476,7 +481,7 @@ class DurableLedger:
             labels = [x for p in ok for x in p.labels]
             texts = [x for p in ok for x in p.texts]
             try:
-                self._apply(vecs, labels, texts)
+                self._feed(vecs, labels, texts)
             except BaseException as e:  # on disk but not in memory: refuse appends until reopened
                 self._broken = OcrrError(f"ledger {self.path}: the in-memory copy could not take committed "
                                          f"entries ({e}); reopen the ledger")
@@ -484,15 +489,19 @@ class DurableLedger:
         for p in ok:
             p.done = True
 
-    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list) -> None:
+    def _feed(self, vecs: np.ndarray, labels: list, texts: list) -> None:
+        if self._apply(vecs, labels, texts) != self.chain_head:  # same bytes in, same digests out
+            raise OcrrError(f"ledger {self.path}: the in-memory chain does not match the file (was the "
+                            "substrate opened with other settings than the ones that wrote it?)")
+
+    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list) -> bytes:
         if self.memory.dim is None:
             self.memory = Ledger(vecs.shape[1])
         if len(labels) == 1:
             self.memory.append_checked(vecs[0], labels[0], texts[0])
         else:
             self.memory.extend(vecs, labels, texts)
-        if self.memory.head != self.chain_head:  # same bytes in, same digests out: never expected
-            raise OcrrError(f"ledger {self.path}: in-memory chain diverged from the file; reopen it")
+        return self.memory.head
 
     # -- checking -----------------------------------------------------------------------
     def verify(self, verify: str = "full") -> LedgerReport:

@@ -1,0 +1,139 @@
+"""A substrate whose ledger lives on disk: corrections survive restarts.
+
+``open_substrate(path)`` opens (or creates) a durable ledger file, checks it, and
+rebuilds the substrate from it: the substrate is ``fit`` on every stored entry, which
+recomputes each digest, so its in-memory chain must end at the file's chain head. Each
+``correct`` is written (and fsynced, group-committed with concurrent ones) before the
+substrate learns it. Bounded substrates replay their evictions the same way: the live
+set is a function of the seed and the entry count, and the full history stays on file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ocrr.audit.store import DurableLedger, LedgerReport
+from ocrr.batch import Batch
+from ocrr.errors import OcrrError
+from ocrr.systems.base import check_vectors
+from ocrr.systems.substrate import Substrate
+
+__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate"]
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: int
+    label: str
+    similarity: float
+    votes: bool  # inside the margin band, so it took part in the vote
+
+
+@dataclass(frozen=True)
+class Explanation:
+    label: str | None
+    neighbours: list[Neighbour]
+    margin: float | None  # the band: neighbours within this of the top similarity vote
+
+
+class PersistentSubstrate:
+    """A substrate (``system``) over a durable ledger (``ledger``). Thread-safe: many
+    threads may predict while corrections are committed."""
+
+    def __init__(self, ledger: DurableLedger, system: Substrate):
+        self.ledger, self.system = ledger, system
+
+    # -- learning -------------------------------------------------------------------
+    def correct(self, vecs, labels, texts=None) -> range:
+        """Append corrections durably, then let the substrate learn them; return entry ids."""
+        vecs = check_vectors(vecs, self.ledger.dim, "correction vectors")
+        return self.ledger.extend(vecs, labels, texts)
+
+    # -- inference --------------------------------------------------------------------
+    def _fitted(self) -> Substrate:
+        if self.system.ledger_ is None:
+            raise OcrrError(f"ledger {self.ledger.path} is empty: nothing to predict from yet; correct some "
+                            "items first or start from a dataset (ocrr serve --fit DATASET)")
+        return self.system
+
+    def predict(self, vecs) -> list[str | None]:
+        with self.ledger.lock:
+            sub = self._fitted()
+            return sub.predict(Batch(check_vectors(vecs, sub.ledger_.dim, "query vectors")))
+
+    def explain(self, vecs) -> list[Explanation]:
+        """Predicted label per query, with the neighbours that were retrieved."""
+        with self.ledger.lock:
+            sub = self._fitted()
+            queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
+            labels = sub.predict(Batch(queries))
+            sims, ids = sub.search_.search(queries, sub.k)
+            entry_labels = sub.ledger_.labels if len(ids) else ()
+        out = []
+        for row, (s, i) in enumerate(zip(sims, ids)):
+            live = i >= 0
+            top = float(s[live].max()) if live.any() else 0.0
+            band = sub.margin
+            nbrs = [Neighbour(int(e), entry_labels[int(e)], float(v), band is None or float(v) >= top - band)
+                    for v, e in zip(s, i) if e >= 0]
+            out.append(Explanation(labels[row], nbrs, band))
+        return out
+
+    # -- audit --------------------------------------------------------------------------
+    def verify(self) -> LedgerReport:
+        """Check the file on disk, then that the substrate's chain is the file's."""
+        report = self.ledger.verify()
+        if report and self.system.ledger_ is not None:
+            with self.ledger.lock:
+                same = self.system.ledger_.head.hex() == report.chain_head or len(self.system.ledger_) > report.size
+            if not same:
+                return LedgerReport(False, report.size, None, "the substrate's chain differs from the file's")
+        return report
+
+    def __len__(self) -> int:
+        return len(self.ledger)
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> PersistentSubstrate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_substrate(path: str | os.PathLike[str], system: str | Substrate = "substrate", dim: int | None = None,
+                   verify: str = "full", seed: int = 0) -> PersistentSubstrate:
+    """Open (or create) a substrate persisted in the ledger file ``path``.
+
+    ``system``: a substrate spec (``substrate``, ``bounded_fifo_1000``,
+    ``substrate:k=3``...) or an unfitted Substrate. The file is checked
+    (``verify="full"``, or ``"checkpoint"`` to rehash only what follows its last
+    checkpoint) and a damaged one is refused with the first bad entry.
+    """
+    if isinstance(system, str):
+        from ocrr.systems import make_system
+
+        system = make_system(system, seed=seed)
+    if not isinstance(system, Substrate):
+        raise OcrrError(f"{getattr(system, 'name', system)!r} is not a substrate; a persistent system needs a "
+                        "ledger (pass substrate, bounded_fifo_1000, substrate:k=3, ...)")
+    if system.ledger_ is not None:
+        raise OcrrError("pass an unfitted substrate: open_substrate fits it on the ledger file's entries")
+    if not system.store_text:
+        raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
+
+    def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
+        batch = Batch(vecs, texts, labels)
+        if system.ledger_ is None:
+            system.fit(batch)  # the stored entries are the substrate's history
+        else:
+            system.correct(batch)
+        return system.ledger_.head
+
+    ledger = DurableLedger.open(path, dim=dim, verify=verify, apply=apply)
+    return PersistentSubstrate(ledger, system)
