@@ -10,6 +10,7 @@ set is a function of the seed and the entry count, and the full history stays on
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 
@@ -88,7 +89,7 @@ class PersistentSubstrate:
         report = self.ledger.verify()
         if report and self.system.ledger_ is not None:
             with self.ledger.lock:
-                same = self.system.ledger_.head.hex() == report.chain_head or len(self.system.ledger_) > report.size
+                same = base64.b64encode(self.system.ledger_.head).decode() == report.chain_head or len(self.system.ledger_) > report.size
             if not same:
                 return LedgerReport(False, report.size, None, "the substrate's chain differs from the file's")
         return report

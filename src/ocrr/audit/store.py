@@ -19,6 +19,7 @@ that mirror is a cache of the file, rebuilt on every open.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import sqlite3
@@ -54,7 +55,7 @@ class LedgerReport:
     size: int
     first_bad: int | None
     reason: str
-    root: str | None = None  # hex, when ok
+    root: str | None = None  # base64, when ok (as in heads, proofs and checkpoints)
     chain_head: str | None = None
     checked_from: int = 0  # entries before this were vouched for by a checkpoint
 
@@ -250,7 +251,7 @@ def _report_of(conn: sqlite3.Connection, trust_until: int | None) -> tuple[Ledge
     n = len(scan.hashes)
     trusted = 0 if trust_until is None else _last_checkpoint(conn)
     return LedgerReport(True, n, None, f"ok: {n} entries, chain and Merkle tree intact",
-                        scan.tree.root().hex(), (scan.hashes[-1] if n else GENESIS).hex(), trusted), scan
+                        _b64(scan.tree.root()), _b64(scan.hashes[-1] if n else GENESIS), trusted), scan
 
 
 def _last_checkpoint(conn: sqlite3.Connection) -> int:
@@ -362,7 +363,26 @@ class DurableLedger:
         return self._hashes[i]
 
     def root(self, size: int | None = None) -> bytes:
-        return self.tree.root(size)
+        """Merkle root of the first ``size`` entries (default: every committed one)."""
+        return self.tree.root(len(self) if size is None else self._size(size))
+
+    def head(self) -> tuple[int, bytes, bytes]:
+        """(size, root, chain head) of the committed log, read together."""
+        with self.lock:
+            size = len(self._hashes)
+            return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        return self.tree.inclusion_proof(index, len(self) if size is None else self._size(size))
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        return self.tree.consistency_proof(size1, len(self) if size2 is None else self._size(size2))
+
+    def _size(self, size: int) -> int:
+        # The tree may already hold the leaves of a commit in flight: never prove past the committed end.
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= len(self):
+            raise IndexError(f"size {size!r} is outside 0..{len(self)} (the committed log)")
+        return size
 
     def read_entries(self, lo: int = 0, hi: int | None = None):
         """Yield (id, label, text, vector bytes, prev_hash, hash) from the file, in id order."""
@@ -539,6 +559,10 @@ class DurableLedger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
 
 
 def _check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:

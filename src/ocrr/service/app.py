@@ -1,0 +1,313 @@
+"""The HTTP service over a persistent substrate (FastAPI).
+
+Reads (``/predict``, proofs, heads) are open; ``/correct`` needs the bearer token.
+Handlers are plain ``def``s, so FastAPI runs them in its worker threads: encoding,
+search and the fsync of a commit never block the event loop, and corrections that
+arrive together share one commit (the ledger's group commit). Every error a client can
+cause is a 4xx JSON ``{"detail": "<what is wrong and what to do>"}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import threading
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+
+from ocrr.audit.heads import Signer, TreeHead
+from ocrr.errors import OcrrError
+from ocrr.persistent import PersistentSubstrate
+
+MAX_BATCH = 256  # items per request
+MAX_DIM = 4096  # components per vector
+MAX_TEXT = 2000  # characters per text or label
+MAX_BODY = 2_000_000  # bytes per request body
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+@dataclass
+class ServiceState:
+    """What the app serves: the substrate, an optional encoder and signer, the token."""
+
+    substrate: PersistentSubstrate
+    token: str
+    encoder: Any = None  # has .encode(list[str]) -> (n, d) float32; None: vectors only
+    signer: Signer | None = None
+    recent: deque = field(default_factory=lambda: deque(maxlen=20))
+    last_verify: dict | None = None
+    counts: dict = field(default_factory=dict)  # (path, status) -> requests
+    seconds: dict = field(default_factory=dict)  # path -> [total seconds, requests]
+    started: float = field(default_factory=time.time)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# -- request and response bodies ------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+Vector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
+
+
+class PredictRequest(_Strict):
+    """Exactly one of ``texts`` (needs an encoder) or ``vectors``."""
+
+    texts: Annotated[list[Text], Field(min_length=1, max_length=MAX_BATCH)] | None = None
+    vectors: Annotated[list[Vector], Field(min_length=1, max_length=MAX_BATCH)] | None = None
+
+
+class CorrectRequest(PredictRequest):
+    """The items (``texts`` or ``vectors``, or both: vectors are then stored with their texts)
+    and one label each."""
+
+    labels: Annotated[list[Text], Field(min_length=1, max_length=MAX_BATCH)]
+
+
+class NeighbourOut(BaseModel):
+    id: int
+    label: str
+    similarity: float
+    votes: bool
+
+
+class PredictionOut(BaseModel):
+    label: str | None
+    neighbours: list[NeighbourOut]
+    margin: float | None
+
+
+class PredictResponse(BaseModel):
+    predictions: list[PredictionOut]
+
+
+class ProofOut(BaseModel):
+    index: int
+    size: int
+    root: str
+    leaf_hash: str
+    proof: list[str]
+
+
+class CorrectResponse(BaseModel):
+    ids: list[int]
+    head: dict
+    proofs: list[ProofOut]
+
+
+class ConsistencyOut(BaseModel):
+    size1: int = Field(alias="from")
+    size2: int = Field(alias="to")
+    root_from: str
+    root_to: str
+    proof: list[str]
+
+
+# -- the app --------------------------------------------------------------------------
+# Module level: FastAPI resolves the (string) annotations of handlers in this module's namespace.
+_bearer = HTTPBearer(auto_error=False, description="the service token (printed or set at `ocrr serve`)")
+
+
+def create_app(state: ServiceState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        state.substrate.close()  # waits for the commit in flight; acknowledged ones are on disk
+
+    app = FastAPI(title="ocrr substrate", version="1", lifespan=lifespan,
+                  description="Predict with a persistent substrate, correct it, and prove what its ledger holds.")
+    def require_token(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+        if cred is None or not hmac.compare_digest(cred.credentials.encode(), state.token.encode()):
+            raise HTTPException(401, "a correction needs the service token: send 'Authorization: Bearer <token>'",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(OcrrError)
+    async def _ocrr_error(request: Request, exc: OcrrError):
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        parts = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next):
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "other")
+        with state.lock:
+            key = (path, response.status_code)
+            state.counts[key] = state.counts.get(key, 0) + 1
+            tot = state.seconds.setdefault(path, [0.0, 0])
+            tot[0] += time.perf_counter() - t0
+            tot[1] += 1
+        return response
+
+    def vectors_of(req: PredictRequest) -> tuple[np.ndarray, list | None]:
+        if req.vectors is None and req.texts is None:
+            raise OcrrError("send 'texts' (a list of strings) or 'vectors' (a list of float lists)")
+        if req.vectors is not None:
+            if req.texts is not None and len(req.texts) != len(req.vectors):
+                raise OcrrError(f"got {len(req.texts)} texts but {len(req.vectors)} vectors; send one per item")
+            if len({len(v) for v in req.vectors}) != 1:
+                raise OcrrError("vectors have different lengths; every vector needs the ledger's dimension")
+            with np.errstate(over="ignore"):
+                vecs = np.asarray(req.vectors, np.float32)
+            if not np.isfinite(vecs).all():
+                raise OcrrError("a vector contains NaN, infinity or a value beyond float32's range (3.4e38); "
+                                "send finite float32 numbers")
+            return vecs, req.texts
+        if state.encoder is None:
+            raise OcrrError("this service has no encoder: send 'vectors', or restart it with --encoder minilm")
+        return np.asarray(state.encoder.encode(list(req.texts)), np.float32), req.texts
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> str:
+        return resources.files("ocrr.service").joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "entries": len(state.substrate), "encoder": state.encoder is not None,
+                "signed": state.signer is not None}
+
+    @app.post("/predict", response_model=PredictResponse)
+    def predict(req: PredictRequest) -> dict:
+        vecs, _ = vectors_of(req)
+        out = state.substrate.explain(vecs)
+        return {"predictions": [{"label": e.label, "margin": e.margin,
+                                 "neighbours": [n.__dict__ for n in e.neighbours]} for e in out]}
+
+    @app.post("/correct", response_model=CorrectResponse, dependencies=[Depends(require_token)])
+    def correct(req: CorrectRequest) -> dict:
+        vecs, texts = vectors_of(req)
+        if len(req.labels) != len(vecs):
+            raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
+        ids = state.substrate.correct(vecs, list(req.labels), texts)
+        led = state.substrate.ledger
+        with led.lock:  # the head and the proofs of one size
+            size, root, chain = led.head()
+            proofs = [{"index": i, "size": size, "root": _b64(root), "leaf_hash": _b64(led.tree.node(0, i)),
+                       "proof": [_b64(p) for p in led.inclusion_proof(i, size)]} for i in ids]
+        for i, label, text in zip(ids, req.labels, texts or [None] * len(ids)):
+            state.recent.appendleft({"id": i, "label": label, "text": text, "time": time.time()})
+        return {"ids": list(ids), "head": _signed(TreeHead.now(size, root, chain)), "proofs": proofs}
+
+    def _signed(head: TreeHead) -> dict:
+        if state.signer is None:
+            return {**head.to_dict(), "signed": False}
+        return {**state.signer.sign_head(head), "signed": True}
+
+    @app.get("/head")
+    def head() -> dict:
+        return _signed(TreeHead.now(*state.substrate.ledger.head()))
+
+    @app.get("/proof/inclusion/{index}", response_model=ProofOut)
+    def inclusion(index: int, size: Annotated[int | None, Query(ge=1)] = None) -> dict:
+        led = state.substrate.ledger
+        with led.lock:
+            n = len(led) if size is None else size
+            if not 0 <= index < n <= len(led):
+                raise HTTPException(404, f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
+                                         "ask for 0 <= index < size <= the ledger's size")
+            return {"index": index, "size": n, "root": _b64(led.root(n)), "leaf_hash": _b64(led.tree.node(0, index)),
+                    "proof": [_b64(p) for p in led.inclusion_proof(index, n)]}
+
+    @app.get("/proof/consistency", response_model=ConsistencyOut)
+    def consistency(size1: Annotated[int, Query(alias="from", ge=1)],
+                    size2: Annotated[int | None, Query(alias="to", ge=1)] = None) -> dict:
+        led = state.substrate.ledger
+        with led.lock:
+            n = len(led) if size2 is None else size2
+            if not 0 < size1 <= n <= len(led):
+                raise HTTPException(404, f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
+                                         "ask for 1 <= from <= to <= the ledger's size")
+            return {"from": size1, "to": n, "root_from": _b64(led.root(size1)), "root_to": _b64(led.root(n)),
+                    "proof": [_b64(p) for p in led.consistency_proof(size1, n)]}
+
+    @app.get("/verify")
+    def verify() -> dict:
+        report = state.substrate.verify()
+        state.last_verify = {**report.to_dict(), "time": time.time()}
+        return state.last_verify
+
+    @app.get("/corrections/recent")
+    def recent() -> dict:
+        return {"corrections": list(state.recent), "last_verify": state.last_verify}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> str:
+        return _prometheus(state)
+
+    return app
+
+
+def _prometheus(state: ServiceState) -> str:
+    """Prometheus text exposition format (version 0.0.4)."""
+    led = state.substrate.ledger
+    lines = ["# HELP ocrr_requests_total HTTP requests by route and status.",
+             "# TYPE ocrr_requests_total counter"]
+    with state.lock:
+        for (path, status), n in sorted(state.counts.items()):
+            lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
+        lines += ["# HELP ocrr_request_seconds Time spent answering requests, by route.",
+                  "# TYPE ocrr_request_seconds summary"]
+        for path, (total, n) in sorted(state.seconds.items()):
+            lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
+            lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
+    lines += ["# HELP ocrr_ledger_entries Entries committed to the ledger.", "# TYPE ocrr_ledger_entries gauge",
+              f"ocrr_ledger_entries {len(led)}",
+              "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits).",
+              "# TYPE ocrr_ledger_commits_total counter", f"ocrr_ledger_commits_total {led.commits}",
+              "# HELP ocrr_uptime_seconds Seconds since the service started.", "# TYPE ocrr_uptime_seconds gauge",
+              f"ocrr_uptime_seconds {time.time() - state.started:.3f}"]
+    return "\n".join(lines) + "\n"
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with a 413 JSON answer,
+    by the declared length before reading, or while reading a chunked body."""
+
+    def __init__(self, app, limit: int = MAX_BODY):
+        self.app, self.limit = app, limit
+
+    def _detail(self) -> str:
+        return f"request body over {self.limit} bytes; send at most {MAX_BATCH} items per request"
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers", ())).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            response = JSONResponse({"detail": self._detail()}, status_code=413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:  # FastAPI passes an HTTPException raised here to its handler
+                    raise HTTPException(413, self._detail())
+            return message
+
+        await self.app(scope, counted, send)

@@ -1,0 +1,112 @@
+"""``ocrr serve``: open the ledger, optionally seed it from a dataset, and run uvicorn."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from ocrr.errors import OcrrError
+
+
+def add_serve(sub) -> None:
+    s = sub.add_parser("serve", help="serve a persistent substrate over HTTP, with a review page at /")
+    s.add_argument("--ledger", type=Path, required=True, help="the durable ledger file (created if missing)")
+    s.add_argument("--system", default="substrate",
+                   help="substrate spec, e.g. substrate:k=3 or bounded_fifo_1000 (default substrate)")
+    s.add_argument("--seed", type=int, default=0, help="seed of a bounded substrate's eviction (default 0)")
+    s.add_argument("--encoder", default=None,
+                   help="encoder for texts (minilm, st:<model id>); without one, /predict takes vectors only")
+    s.add_argument("--fit", default=None, metavar="DATASET",
+                   help="when the ledger is empty, seed it with this dataset's train split (needs --encoder "
+                        "unless the dataset carries vectors)")
+    s.add_argument("--data-dir", default=None, help="where --fit looks for the dataset")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--token-file", type=Path, default=None,
+                   help="file holding the bearer token for /correct (default: $OCRR_TOKEN, else a new random one)")
+    s.add_argument("--key", type=Path, default=None, help="Ed25519 key to sign heads (ocrr ledger keygen)")
+    s.add_argument("--origin", default=None, help="the log's name in signed heads (default ocrr.invalid/<file>)")
+    s.add_argument("--quick-open", action="store_true",
+                   help="on open, rehash only the entries after the last checkpoint")
+    s.set_defaults(handler=_cmd_serve)
+
+
+def _token(args) -> tuple[str, bool]:
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as e:
+            raise OcrrError(f"cannot read --token-file {args.token_file} ({e})") from e
+        if len(token) < 16:
+            raise OcrrError(f"the token in {args.token_file} is shorter than 16 characters; use a longer one")
+        return token, False
+    if os.environ.get("OCRR_TOKEN"):
+        return os.environ["OCRR_TOKEN"], False
+    return secrets.token_urlsafe(24), True
+
+
+def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str | None = None,
+                data_dir: str | None = None, key: Path | None = None, origin: str | None = None,
+                token: str = "", seed: int = 0, verify: str = "full", log=print):
+    """Open everything ``ocrr serve`` serves (also used by tests and the benchmark)."""
+    from ocrr.audit.heads import Signer, default_origin
+    from ocrr.persistent import open_substrate
+    from ocrr.service.app import ServiceState
+
+    if isinstance(encoder, str):
+        from ocrr.encoders import make_encoder
+
+        encoder = make_encoder(encoder)
+    signer = Signer.load(key, origin or default_origin(ledger)) if key is not None else None
+    sub = open_substrate(ledger, system, seed=seed, verify=verify)
+    try:
+        if fit is not None:
+            if len(sub):
+                log(f"--fit {fit}: the ledger already holds {len(sub)} entries; not seeding it again")
+            else:
+                _seed_from_dataset(sub, fit, encoder, data_dir, log)
+    except BaseException:
+        sub.close()
+        raise
+    return ServiceState(substrate=sub, token=token, encoder=encoder, signer=signer)
+
+
+def _seed_from_dataset(sub, name: str, encoder, data_dir, log) -> None:
+    import numpy as np
+
+    from ocrr.data import load_dataset
+    from ocrr.encoders.base import l2_normalise
+
+    dataset = load_dataset(name, data_dir=data_dir)
+    train = dataset.train
+    if train.vecs is not None:
+        vecs = train.vecs
+    elif encoder is None:
+        raise OcrrError(f"--fit {name} needs an encoder for its texts; add --encoder minilm")
+    else:
+        log(f"encoding {len(train)} {name} train texts…")
+        vecs = l2_normalise(np.asarray(encoder.encode(list(train.texts)), np.float32))
+    sub.correct(vecs, list(train.labels), list(train.texts) if train.texts is not None else None)
+    log(f"seeded the ledger with {len(train)} {name} train items ({len(set(train.labels))} labels)")
+
+
+def _cmd_serve(args) -> int:
+    try:
+        import uvicorn
+
+        from ocrr.service.app import BodyLimit, create_app
+    except ImportError as e:
+        raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); "
+                        "pip install 'ocrr[service]'") from e
+    token, generated = _token(args)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    state = build_state(args.ledger, args.system, args.encoder, args.fit, args.data_dir, args.key, args.origin,
+                        token, args.seed, "checkpoint" if args.quick_open else "full", log)
+    log(f"ledger {args.ledger}: {len(state.substrate)} entries, verified")
+    if generated:
+        log(f"bearer token for /correct (set OCRR_TOKEN or --token-file to choose one): {token}")
+    log(f"review page: http://{args.host}:{args.port}/   API: http://{args.host}:{args.port}/docs")
+    uvicorn.run(BodyLimit(create_app(state)), host=args.host, port=args.port, log_level="warning")
+    return 0

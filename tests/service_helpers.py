@@ -1,0 +1,67 @@
+"""Shared by the service tests: a tiny text encoder and a real server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+DIM = 64
+TOKEN = "test-token-0123456789abcdef"
+
+
+class HashingEncoder:
+    """Character-trigram hashing into DIM dimensions: deterministic, instant, no model."""
+
+    id = "test-hashing"
+
+    def encode(self, texts, progress=None) -> np.ndarray:
+        out = np.zeros((len(texts), DIM), np.float32)
+        for row, text in enumerate(texts):
+            padded = f"  {text.lower()}  "
+            for j in range(len(padded) - 2):
+                h = hashlib.blake2b(padded[j : j + 3].encode(), digest_size=4).digest()
+                out[row, int.from_bytes(h, "little") % DIM] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+SEED_TEXTS = {
+    "card_arrival": ["my card has not arrived", "when will my new card come", "card still not delivered"],
+    "balance": ["what is my balance", "how much money do i have", "show my account balance"],
+    "transfer": ["send money to a friend", "transfer funds to another account", "make a bank transfer"],
+}
+
+
+def seed(state) -> None:
+    texts = [t for ts in SEED_TEXTS.values() for t in ts]
+    labels = [lab for lab, ts in SEED_TEXTS.items() for _ in ts]
+    state.substrate.correct(HashingEncoder().encode(texts), labels, texts)
+
+
+@contextmanager
+def running(app):
+    """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yield its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        sock.close()

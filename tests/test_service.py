@@ -1,0 +1,169 @@
+"""`ocrr serve`'s app over a real socket on 127.0.0.1: auth, bad input, proofs, metrics,
+a restart that keeps every acknowledged correction, and schemathesis against the schema."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+requests = pytest.importorskip("requests")
+
+from ocrr.audit.heads import Signer, verify_checkpoint, verify_head  # noqa: E402
+from ocrr.audit.verify import verify_consistency, verify_inclusion  # noqa: E402
+from ocrr.service.app import MAX_BATCH, BodyLimit, create_app  # noqa: E402
+from ocrr.service.cli import build_state  # noqa: E402
+from service_helpers import DIM, TOKEN, HashingEncoder, running, seed  # noqa: E402
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _b(s: str) -> bytes:
+    return base64.b64decode(s)
+
+
+@pytest.fixture(scope="module")
+def signer():
+    return Signer.generate("example.com/service-test")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, signer):
+    path = tmp_path_factory.mktemp("svc") / "ledger.db"
+    key = path.parent / "key.pem"
+    signer.save(key)
+    state = build_state(path, encoder=HashingEncoder(), key=key, origin=signer.origin, token=TOKEN, log=lambda m: None)
+    seed(state)
+    with running(BodyLimit(create_app(state))) as url:
+        yield url, state, path, key
+
+
+def test_predict_by_text_and_vector(server):
+    url, *_ = server
+    r = requests.post(f"{url}/predict", json={"texts": ["my card has not arrived yet"]})
+    assert r.status_code == 200
+    (p,) = r.json()["predictions"]
+    assert p["label"] == "card_arrival" and p["margin"] == 0.05
+    assert {"id", "label", "similarity", "votes"} <= set(p["neighbours"][0])
+    vec = HashingEncoder().encode(["what is my balance"])[0].tolist()
+    r = requests.post(f"{url}/predict", json={"vectors": [vec, vec]})
+    assert [p["label"] for p in r.json()["predictions"]] == ["balance", "balance"]
+
+
+def test_correct_needs_the_token_and_returns_a_signed_head_and_proof(server, signer):
+    url, state, *_ = server
+    body = {"texts": ["lost my card in a taxi"], "labels": ["lost_card"]}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + TOKEN}):
+        r = requests.post(f"{url}/correct", json=body, headers=headers)
+        assert r.status_code in (401, 403) and "token" in r.json()["detail"]
+    before = requests.get(f"{url}/head").json()
+    r = requests.post(f"{url}/correct", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    (i,) = out["ids"]
+    head = verify_head(out["head"], signer.vkey)
+    assert head.size == i + 1 and out["head"]["signed"]
+    assert verify_checkpoint(out["head"]["checkpoint"], signer.vkey)[1:] == (head.size, head.root)
+    (proof,) = out["proofs"]
+    verify_inclusion(i, head.size, _b(proof["leaf_hash"]), [_b(p) for p in proof["proof"]], head.root)
+    # The corrected label is now predicted for the same text, and the log only grew.
+    r = requests.post(f"{url}/predict", json={"texts": ["lost my card in a taxi"]})
+    assert r.json()["predictions"][0]["label"] == "lost_card"
+    cons = requests.get(f"{url}/proof/consistency", params={"from": before["size"]}).json()
+    verify_consistency(before["size"], cons["to"], [_b(p) for p in cons["proof"]], _b(before["root"]),
+                       _b(cons["root_to"]))
+    inc = requests.get(f"{url}/proof/inclusion/0").json()
+    verify_inclusion(0, inc["size"], _b(inc["leaf_hash"]), [_b(p) for p in inc["proof"]], _b(inc["root"]))
+
+
+BAD = [
+    ({"vectors": [[float("nan")] + [0.0] * (DIM - 1)]}, "NaN"),
+    ({"vectors": [[0.1] * (DIM - 1)]}, "dimension"),
+    ({"vectors": [[0.1] * DIM, [0.1] * (DIM + 1)]}, "different lengths"),
+    ({"texts": []}, "texts"),
+    ({"texts": ["a"], "vectors": [[0.1] * DIM], "extra": 1}, "extra"),
+    ({}, "texts"),
+    ({"texts": "not a list"}, "texts"),
+    ({"texts": ["x"] * (MAX_BATCH + 1)}, "texts"),
+]
+
+
+@pytest.mark.parametrize("body, word", BAD, ids=range(len(BAD)))
+def test_bad_predict_input_gets_a_4xx_with_a_message(server, body, word):
+    url, *_ = server
+    data = json.dumps(body, allow_nan=True)  # NaN travels as the literal Python's json accepts
+    r = requests.post(f"{url}/predict", data=data, headers={"Content-Type": "application/json"})
+    assert 400 <= r.status_code < 500 and word in r.json()["detail"], r.text
+
+
+def test_bad_correct_input_and_oversized_bodies(server):
+    url, state, *_ = server
+    n = len(state.substrate)
+    r = requests.post(f"{url}/correct", json={"texts": ["a", "b"], "labels": ["x"]}, headers=AUTH)
+    assert r.status_code == 400 and "one label per item" in r.json()["detail"]
+    r = requests.post(f"{url}/correct", json={"texts": ["a"], "labels": [""]}, headers=AUTH)
+    assert r.status_code == 422 and "labels" in r.json()["detail"]
+    r = requests.post(f"{url}/predict", data=b"{" + b" " * 3_000_000 + b"}", headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "bytes" in r.json()["detail"]
+    r = requests.post(f"{url}/predict", data=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 422
+    assert requests.get(f"{url}/proof/inclusion/99999").status_code == 404
+    assert requests.get(f"{url}/proof/consistency", params={"from": 0}).status_code == 422
+    assert len(state.substrate) == n  # nothing was appended
+
+
+def test_verify_health_metrics_and_page(server):
+    url, *_ = server
+    v = requests.get(f"{url}/verify").json()
+    assert v["ok"] and "intact" in v["reason"]
+    assert requests.get(f"{url}/health").json()["status"] == "ok"
+    text = requests.get(f"{url}/metrics").text
+    assert "# TYPE ocrr_requests_total counter" in text and "ocrr_ledger_entries " in text
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            assert math.isfinite(float(line.rsplit(" ", 1)[1]))
+    page = requests.get(url + "/")
+    assert page.status_code == 200 and "predict-btn" in page.text
+    assert "/correct" in requests.get(f"{url}/openapi.json").json()["paths"]
+
+
+def test_a_restart_keeps_every_acknowledged_correction(tmp_path):
+    path = tmp_path / "l.db"
+    state = build_state(path, encoder=HashingEncoder(), token=TOKEN, log=lambda m: None)
+    seed(state)
+    with running(BodyLimit(create_app(state))) as url:
+        ids = [requests.post(f"{url}/correct", json={"texts": [f"query {k}"], "labels": [f"l{k}"]},
+                             headers=AUTH).json()["ids"][0] for k in range(5)]
+        head = requests.get(f"{url}/head").json()
+    state = build_state(path, encoder=HashingEncoder(), token=TOKEN, log=lambda m: None)
+    with running(BodyLimit(create_app(state))) as url:
+        again = requests.get(f"{url}/head").json()
+        assert (again["size"], again["root"]) == (head["size"], head["root"]) and again["size"] == ids[-1] + 1
+        r = requests.post(f"{url}/predict", json={"texts": ["query 3"]})
+        assert r.json()["predictions"][0]["label"] == "l3"
+
+
+def test_schemathesis_finds_no_server_error(server):
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+
+    url, *_ = server
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    failures = []
+    for op in schema.get_all_operations():
+        operation = op.ok()
+
+        @settings(max_examples=25, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=operation.as_strategy())
+        def check(case):
+            case.headers = {**(case.headers or {}), **AUTH}
+            response = case.call(base_url=url)
+            if response.status_code >= 500:
+                failures.append((case.method, case.path, response.status_code, response.text[:200]))
+
+        check()
+    assert not failures, failures
