@@ -36,7 +36,16 @@ def test_run_writes_the_documented_files(tmp_path):
                    "--quiet", "--out", out) == 0
     per = pd.read_csv(out / "per_checkpoint.csv")
     assert list(per.columns) == ["dataset", "encoder", "policy", "seed", "system", "step", "corrections",
-                                 "acc_novel", "acc_original"]
+                                 "acc_novel", "acc_original", "online_accuracy", "episode"]
+    # every stream prediction, one row per stream item of each run
+    preds = pd.read_parquet(out / "predictions.parquet")
+    assert list(preds.columns) == ["episode", "step", "item", "label", "predicted", "corrected", "dataset",
+                                   "encoder", "policy", "seed", "system"]
+    last = per.groupby("system").tail(1).set_index("system")
+    assert preds.groupby("system").size().to_dict() == last["step"].to_dict()
+    assert preds.groupby("system")["corrected"].sum().to_dict() == last["corrections"].to_dict()
+    right = (preds["label"] == preds["predicted"]).groupby(preds["system"]).mean()
+    assert right.round(6).to_dict() == last["online_accuracy"].round(6).to_dict()
     assert set(per["system"]) == {"substrate", "online_linear"} and set(per["policy"]) == {"random50"}
     steps = per[per.system == "substrate"]["step"].tolist()
     assert steps[0] == 0 and all(b - a == 50 for a, b in zip(steps[:-2], steps[1:-1]))
@@ -69,6 +78,34 @@ def test_unknown_system_fails_before_any_work(tmp_path, capsys):
     assert "unknown system 'sbustrate'" in err and "ocrr systems" in err
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--systems", "substrate:k=-3"], "system 'substrate:k=-3': k must be at least 1"),
+    (["--every", "0"], "option every=0 must be a whole number >= 1"),
+    (["--eval-cap", "-1"], "option eval_cap=-1 must be a whole number >= 0"),
+    (["--protocol", "heldout:every=0"], "option every=0 must be a whole number >= 1"),
+    (["--protocol", "heldout:evry=5"], "protocol heldout has no option evry"),
+    (["--protocol", "heldot"], "unknown protocol 'heldot'. Did you mean heldout?"),
+    (["--encoder", "precomputed:vectors.npy"], "synthetic carries its own vectors"),
+    (["--seeds", "-1"], "seeds must be whole numbers >= 0"),
+])
+def test_bad_options_end_in_one_clear_error(args, message, tmp_path, capsys):
+    assert run_cli("run", "--dataset", "synthetic", "--quiet", "--out", tmp_path / "r", *args) == 2
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # failed at the door, before any work
+
+
+def test_sweep_rejects_bad_jobs(tmp_path, capsys):
+    assert run_cli("sweep", "--preset", "smoke", "--jobs", "0", "--out", tmp_path) == 2
+    assert "--jobs 0: give a whole number of workers >= 1" in " ".join(capsys.readouterr().err.split())
+
+
+def test_protocols_lists_the_registry(capsys):
+    assert run_cli("protocols") == 0
+    out = capsys.readouterr().out
+    assert "heldout" in out and "every=50" in out and "acc_novel" in out
+
+
 def test_systems_lists_the_registry(capsys):
     assert run_cli("systems") == 0
     out = capsys.readouterr().out
@@ -84,6 +121,7 @@ def test_fallback_runs_the_demo_with_the_real_encoder_and_says_so(tmp_path, caps
     assert run_cli("run", "--dataset", "banking77", "--fallback-demo", "--seeds", "0", "--quiet", "--out", out) == 0
     printed = capsys.readouterr().out
     assert "RUNNING ON DEMO DATA" in printed and "--data-dir" in printed
+    assert printed.count("Fix") == 1  # the fix is said once
     summary = pd.read_csv(out / "summary.csv").set_index("system")
     assert set(summary["dataset"]) == {"demo"} and set(summary["encoder"]) == {"minilm"}
     # real text through the real encoder: the substrate learns the held-out intents

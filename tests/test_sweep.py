@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import ocrr.sweep as sweep
+import ocrr.sweep.executors as executors
 from ocrr.cli import main
 from ocrr.errors import OcrrError
 from ocrr.sweep import Grid, Task, load_config, read_log, resolve_grid, run_sweep
@@ -52,11 +53,17 @@ def test_main_preset_is_the_papers_5_1_grid_without_lora():
     assert "bounded_fifo_5000" in sweep.STORAGE_SYSTEMS and "bounded_reservoir_100" in sweep.STORAGE_SYSTEMS
 
 
+HELDOUT = "heldout:eval_cap=400:every=50:n_heldout=10"
+
+
 def test_task_ids_are_stable_across_processes():
-    task = Task("synthetic", '{"dim":16}', "dataset", 10, 400, 50, "oracle", 0, "substrate:k=3", '{"k":3}')
+    task = Task("synthetic", '{"dim":16}', "dataset", HELDOUT, "oracle", 0, "substrate:k=3", '{"k":3}')
     # a golden value: changes only if the task's canonical form changes (then bump TASK_SCHEMA)
-    assert task.task_id == "951975b794605d9d6931"
-    code = ("from ocrr.sweep import Task; print(Task('synthetic', '{\"dim\":16}', 'dataset', 10, 400, 50, "
+    assert task.task_id == "02c8e0199335c17f48fe"
+    # the protocol's options are canonical: defaults spelled out or not, the same task
+    assert Task("synthetic", '{"dim":16}', "dataset", "heldout", "oracle", 0, "substrate:k=3",
+                '{"k":3}').task_id == task.task_id
+    code = ("from ocrr.sweep import Task; print(Task('synthetic', '{\"dim\":16}', 'dataset', 'heldout', "
             "'oracle', 0, 'substrate:k=3', '{\"k\":3}').task_id)")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other.stdout.strip() == task.task_id
@@ -68,10 +75,14 @@ def test_every_configuration_field_is_part_of_the_key():
     ids = {base.tasks()[0].task_id}
     for change in (dict(seeds=[1]), dict(policies=["random50"]), dict(systems=["substrate:k=3"]),
                    dict(systems=["online_linear"]), dict(data_options={"dim": 8}), dict(n_heldout=5),
-                   dict(eval_cap=100), dict(every=25), dict(datasets=["demo"]), dict(overrides={"substrate": {"k": 2}})):
+                   dict(eval_cap=100), dict(every=25), dict(datasets=["demo"]), dict(overrides={"substrate": {"k": 2}}),
+                   dict(protocols=["heldout:every=10"])):
         grid = Grid(**{**base.__dict__, **change})
         ids.add(grid.tasks()[0].task_id)
-    assert len(ids) == 11
+    assert len(ids) == 12
+    # a shortcut and the protocol option it stands for are the same task
+    assert Grid(**{**base.__dict__, "every": 10}).tasks()[0].task_id == \
+        Grid(**{**base.__dict__, "protocols": ["heldout:every=10"]}).tasks()[0].task_id
 
 
 def test_equivalent_specs_share_one_key():
@@ -133,12 +144,26 @@ def test_sweep_writes_one_tidy_table_with_every_configuration_column(serial_run)
     out, result = serial_run
     assert len(result.ran) == 8 and not result.failed
     table = pd.read_parquet(out / "results.parquet")
-    assert list(table.columns) == sweep.RESULT_COLUMNS
+    columns = ["task_id", "dataset", "data_options", "encoder", "protocol", "protocol_options", "n_heldout",
+               "eval_cap", "every", "policy", "system", "seed", "system_name", "overrides", "hyperparameters",
+               "step", "corrections", "acc_novel", "acc_original", "footprint_entries", "footprint_params",
+               "footprint_bytes", "online_accuracy", "episode"]
+    assert list(table.columns) == columns
     assert table["task_id"].nunique() == 8 and not table.duplicated(["task_id", "step"]).any()
+    assert set(table["protocol"]) == {"heldout"} and set(table["every"]) == {50}
+    # the long table holds the same numbers, one row per (task, step, metric)
+    long = pd.read_parquet(out / "metrics.parquet")
+    novel = long[long["metric"] == "acc_novel"].set_index(["task_id", "step"])["value"]
+    assert (table.set_index(["task_id", "step"])["acc_novel"] == novel.loc[table.set_index(["task_id", "step"]).index]).all()
+    # every stream prediction, one row per stream item of every task
+    preds = pd.read_parquet(out / "predictions.parquet")
+    last = table.sort_values("step").groupby("task_id").tail(1).set_index("task_id")
+    assert preds.groupby("task_id").size().to_dict() == last["step"].to_dict()
+    assert preds.groupby("task_id")["corrected"].sum().to_dict() == last["corrections"].to_dict()
     assert set(table["policy"]) == {"oracle", "random50"} and set(table["system"]) == {"substrate", "online_linear"}
     assert (table["step"] == 0).sum() == 8  # one row per run x checkpoint, starting at step 0
     csv = pd.read_csv(out / "results.csv")
-    assert len(csv) == len(table) and list(csv.columns) == sweep.RESULT_COLUMNS
+    assert len(csv) == len(table) and list(csv.columns) == columns
     assert len(list((out / "tasks").glob("*.parquet"))) == 8
     assert set(pd.read_csv(out / "timings.csv")["task_id"]) == set(table["task_id"])
     manifest = json.loads((out / "sweep.json").read_text())
@@ -174,23 +199,23 @@ def test_rerun_skips_everything_finished(serial_run, tmp_path):
 
 def test_interrupted_sweep_resumes_without_redoing_or_duplicating(serial_run, tmp_path, monkeypatch):
     out = tmp_path / "sweep"
-    real = sweep.execute_task
+    real = executors.execute_task
     calls = []
 
-    def crash_on_fourth(task, shared, vecs=None):
+    def crash_on_fourth(task, shared, vecs=None, on_checkpoint=None):
         calls.append(task.task_id)
         if len(calls) == 4:
             raise KeyboardInterrupt  # as Ctrl-C (or a kill) in the middle of the grid
         return real(task, shared, vecs)
 
-    monkeypatch.setattr(sweep, "execute_task", crash_on_fourth)
+    monkeypatch.setattr(executors, "execute_task", crash_on_fourth)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(resolve_grid(**SMOKE), out, executor="serial")
     first = done_ids(out)
     assert len(first) == 3 and len(list((out / "tasks").glob("*.parquet"))) == 3
     assert len(pd.read_parquet(out / "results.parquet")["task_id"].unique()) == 3  # consolidated on interrupt
 
-    monkeypatch.setattr(sweep, "execute_task", real)
+    monkeypatch.setattr(executors, "execute_task", real)
     resumed = run_sweep(resolve_grid(**SMOKE), out, executor="serial")
     second = done_ids(out, since=1)
     all_ids = {t.task_id for t in resumed.tasks}
@@ -218,19 +243,19 @@ def test_a_lost_task_file_is_the_only_run_redone(serial_run, tmp_path):
 
 def test_a_failing_run_is_reported_kept_out_and_retried(tmp_path, monkeypatch):
     out = tmp_path / "sweep"
-    real = sweep.execute_task
+    real = executors.execute_task
 
-    def broken_linear(task, shared, vecs=None):
+    def broken_linear(task, shared, vecs=None, on_checkpoint=None):
         if task.system == "online_linear":
             raise RuntimeError("diverged")
         return real(task, shared, vecs)
 
-    monkeypatch.setattr(sweep, "execute_task", broken_linear)
+    monkeypatch.setattr(executors, "execute_task", broken_linear)
     result = run_sweep(resolve_grid(**SMOKE), out, executor="serial")
     assert len(result.ran) == 4 and len(result.failed) == 4
     assert all("RuntimeError: diverged" in message for _, message in result.failed)
     assert set(pd.read_parquet(out / "results.parquet")["system"]) == {"substrate"}
-    monkeypatch.setattr(sweep, "execute_task", real)
+    monkeypatch.setattr(executors, "execute_task", real)
     retried = run_sweep(resolve_grid(**SMOKE), out, executor="serial")
     assert {t.system for t in retried.ran} == {"online_linear"} and len(retried.ran) == 4
 
@@ -289,11 +314,11 @@ def test_cli_sweep_errors(tmp_path, capsys):
 
 def test_runs_start_longest_first_without_changing_results(tmp_path):
     tasks = Grid(datasets=["synthetic"], seeds=[0, 1], systems=["substrate", "online_linear"]).tasks(resolve=False)
-    slow = Task("synthetic", "{}", "dataset", 10, 400, 50, "oracle", 0, "river_logreg")
+    slow = Task("synthetic", "{}", "dataset", HELDOUT, "oracle", 0, "river_logreg")
     # nothing known yet: the systems known to be slow go first, the rest keep grid order
     assert sweep.longest_first(tasks + [slow], tmp_path) == [slow] + tasks
     # then the folder's log decides
-    log = sweep._Log(tmp_path / "log.jsonl")
+    log = sweep.Log(tmp_path / "log.jsonl")
     log.write(event="done", dataset="synthetic", system="online_linear", cpu_seconds=9.0)
     log.write(event="done", dataset="synthetic", system="substrate", cpu_seconds=1.0)
     log.write(event="done", dataset="synthetic", system="river_logreg", cpu_seconds=5.0)

@@ -148,9 +148,7 @@ def _demo_banner(console, name: str, err: OcrrError) -> None:
 
     console.print(Panel(
         f"[bold]{name} is not available here, so this run uses the small bundled 'demo' help-desk dataset.[/]\n"
-        f"Its numbers are NOT the paper's benchmark.\n\nWhy: {err}\n\n"
-        f"Fix: put the {name} files in a folder and pass --data-dir DIR (or set OCRR_DATA_DIR=DIR), "
-        "or run where the upstream URL can be reached so ocrr can download them.",
+        f"Its numbers are NOT the paper's benchmark.\n\nWhy: {err}",  # the error names the fix
         title="[bold red]RUNNING ON DEMO DATA[/]", border_style="red"))
 
 
@@ -335,7 +333,7 @@ def _cmd_sweep(args) -> int:
                         data_options=options or None, oos=False if args.no_oos else None)
     out = args.out or Path(config.get("out") or Path("results") / f"sweep-{preset or 'custom'}")
     executor = args.executor or config.get("executor", "local")
-    jobs = args.jobs or config.get("jobs")
+    jobs = args.jobs if args.jobs is not None else config.get("jobs")
     address = args.address or config.get("address")
     console = _console()
     if args.dry_run:

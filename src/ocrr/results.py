@@ -79,10 +79,6 @@ TABLE_NOTE = ("Final accuracies are mean ± std (population) over seeds at the e
               "mean over the seeds that reached it; '(r/n)' when only r of n seeds did.")
 
 
-def markdown_table(summary: pd.DataFrame, title: str) -> str:
-    return markdown(title, TABLE_HEADER, table_rows(summary), TABLE_NOTE)
-
-
 def write_json(obj: dict, path: Path) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
 

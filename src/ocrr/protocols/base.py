@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -157,18 +157,29 @@ class Protocol:
                 "of the stream predictions, each made before the system learned that item.")
         return header, rows, note
 
-    def report_sections(self, per_checkpoint: pd.DataFrame, summary_of: Callable, styles: dict, out, title: str):
-        """Tables and figures of one report cell; see ocrr.report. Default: the main table and
-        one figure with every metric's mean curve per system."""
+    def per_run(self, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
+        """One row per run: the final value of every metric and the corrections (report's runs.csv)."""
+        from ocrr.metrics import RUN_KEYS
+
+        metrics = [m for m in self.metrics if m in per_checkpoint.columns]
+        last = per_checkpoint.sort_values("step", kind="mergesort").groupby(RUN_KEYS, sort=True).tail(1)
+        cols = RUN_KEYS + ["step", "corrections"] + metrics
+        cols += [c for c in ("online_accuracy",) if c in last.columns]
+        return last[cols].rename(columns={m: f"final_{m}" for m in metrics}).reset_index(drop=True)
+
+    def report_cell(self, rows: pd.DataFrame, summary: pd.DataFrame, title: str, styles: dict):
+        """Tables [(title, header, rows, note)], figures [(kind, Figure, caption)] and extra CSV
+        tables {name: frame} of one report cell (dataset, encoder, policy). Default: the main
+        table and every metric's curves."""
         from ocrr.report.figures import metric_curves_figure
 
-        summary = summary_of(per_checkpoint)
-        header, rows, note = self.table(summary)
-        tables = [(f"{title} · {self.name}", header, rows, note)]
-        systems = list(summary["system"])
-        figures = [("curves", metric_curves_figure(per_checkpoint, systems, list(self.metrics), styles, title),
-                    f"{', '.join(self.metrics)} against stream items, {title}: mean over seeds per checkpoint.")]
-        return summary, tables, figures
+        header, body, note = self.table(summary)
+        metrics = [m for m in self.metrics if m in rows.columns] + (
+            ["online_accuracy"] if "online_accuracy" in rows.columns else [])
+        figure = metric_curves_figure(rows, list(summary["system"]), metrics, styles, title)
+        return ([(title, header, body, note)],
+                [("curves", figure, f"{', '.join(metrics)} against stream items seen, {title}: mean over seeds.")],
+                {})
 
 
 # Re-exported for protocols that declare options.

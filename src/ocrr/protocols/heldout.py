@@ -59,10 +59,15 @@ class HeldoutProtocol(Protocol):
 
         return TABLE_HEADER, table_rows(summary), TABLE_NOTE
 
-    def report_sections(self, per_checkpoint, summary_of, styles, out, title):
-        from ocrr.report.heldout import heldout_sections
+    def per_run(self, per_checkpoint):
+        from ocrr.metrics import per_run
 
-        return heldout_sections(per_checkpoint, summary_of, styles, title)
+        return per_run(per_checkpoint)
+
+    def report_cell(self, rows, summary, title, styles):
+        from ocrr.report.heldout import heldout_cell
+
+        return heldout_cell(rows, summary, title, styles)
 
 
 def heldout_scenario(dataset: Dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int,

@@ -128,3 +128,27 @@ def storage_figure(storage: pd.DataFrame, styles: dict, title: str) -> Figure:
     fig.legend(handles, labels, fontsize=8, loc="outside right center", frameon=False)
     fig.suptitle(f"Storage vs recovery — {title}", fontsize=11)
     return fig
+
+
+def metric_curves_figure(rows: pd.DataFrame, systems: list[str], metrics: list[str], styles: dict,
+                         title: str) -> Figure:
+    """Any protocol: one panel per metric, its mean over seeds against stream items seen,
+    one line per system (a finished run's last value is carried forward)."""
+    n = max(1, len(metrics))
+    fig = Figure(figsize=(4.2 * n, 3.4), layout="constrained")
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        for system in systems:
+            own = rows[rows["system"] == system]
+            if metric not in own.columns or not len(own):
+                continue
+            wide = own.pivot_table(index="step", columns="seed", values=metric, aggfunc="first").sort_index().ffill()
+            colour, marker = styles.get(system, ("#333333", "o"))
+            ax.plot(wide.index, wide.mean(axis=1), color=colour, marker=marker, markersize=3, label=system)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("stream items seen")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return fig

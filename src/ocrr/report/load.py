@@ -1,8 +1,8 @@
 """Read results for a report: a sweep folder, an ``ocrr run`` folder, or a results file.
 
-Whatever the source, the report works on one tidy per-checkpoint table with the run-level
-footprint columns: dataset, encoder, policy, seed, system, step, corrections, acc_novel,
-acc_original, footprint_entries, footprint_params, footprint_bytes.
+Whatever the source, the report works on one tidy per-checkpoint table: protocol, dataset,
+encoder, policy, seed, system, step, corrections, the protocol's metric columns (held-out:
+acc_novel, acc_original), and the run-level footprint columns.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import pandas as pd
 
 from ocrr.errors import OcrrError
 
-BASE_COLUMNS = ["dataset", "encoder", "policy", "seed", "system", "step", "corrections", "acc_novel", "acc_original"]
+BASE_COLUMNS = ["dataset", "encoder", "policy", "seed", "system", "step", "corrections"]
 FOOTPRINT_COLUMNS = ["footprint_entries", "footprint_params", "footprint_bytes"]
-VARIANT_COLUMNS = ["data_options", "n_heldout", "eval_cap", "every"]  # sweep columns besides the cell keys
+# sweep columns besides the cell keys that tell variants of one dataset apart (the held-out
+# option columns serve results tables written before protocols had protocol_options)
+VARIANT_COLUMNS = ["data_options", "protocol_options", "n_heldout", "eval_cap", "every"]
 
 
 @dataclass
@@ -51,7 +53,12 @@ def load_results_any(path: str | Path) -> Loaded:
 
 
 def _from_run(folder: Path) -> pd.DataFrame:
+    import json
+
     per = pd.read_csv(folder / "per_checkpoint.csv")
+    config = folder / "config.json"
+    if config.exists():  # the run's protocol: one per run folder
+        per["protocol"] = json.loads(config.read_text(encoding="utf-8")).get("protocol", {}).get("name", "heldout")
     fp_path = folder / "footprints.csv"
     if fp_path.exists():
         fp = pd.read_csv(fp_path)
@@ -68,10 +75,23 @@ def _normalise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     if not len(df):
         raise OcrrError(f"{str(path)!r} holds no finished runs yet. Run (or resume) the sweep first.")
     df = df.copy()
+    from ocrr.protocols import PROTOCOLS
+
+    if "protocol" not in df.columns:  # tables written before protocols were named
+        df["protocol"] = "heldout"
+    unknown = sorted(set(df["protocol"]) - set(PROTOCOLS))
+    if unknown:
+        raise OcrrError(f"{str(path)!r} holds results of the protocol(s) {', '.join(unknown)}, which are not "
+                        "registered here. Import the module that registers them before building the report.")
+    for name, group in df.groupby("protocol"):
+        missing = [m for m in PROTOCOLS[name].metrics if m not in group.columns or group[m].isna().all()]
+        if missing:
+            raise OcrrError(f"{str(path)!r}: the {name} results lack the column(s) {', '.join(missing)}; it is not "
+                            "a complete ocrr results table. Use the results.parquet of a sweep or an ocrr run folder.")
     for col in FOOTPRINT_COLUMNS:
         df[col] = df[col].fillna(0).astype("int64") if col in df.columns else 0
     df["dataset"] = _dataset_labels(df)
-    df = df.drop_duplicates(subset=["dataset", "encoder", "policy", "system", "seed", "step"], keep="last")
+    df = df.drop_duplicates(subset=["protocol", "dataset", "encoder", "policy", "system", "seed", "step"], keep="last")
     return df.reset_index(drop=True)
 
 
@@ -79,6 +99,8 @@ def _dataset_labels(df: pd.DataFrame) -> pd.Series:
     """The dataset name, plus the differing protocol/loader options when one dataset was
     run under several (so two variants never share a table)."""
     cols = [c for c in VARIANT_COLUMNS if c in df.columns]
+    if "protocol_options" in cols:  # its keys are expanded below; the option columns repeat them
+        cols = ["data_options", "protocol_options"]
     labels = df["dataset"].astype(str).copy()
     if not cols:
         return labels
@@ -86,12 +108,17 @@ def _dataset_labels(df: pd.DataFrame) -> pd.Series:
         variants = group[cols].drop_duplicates()
         if len(variants) < 2:
             continue
-        varying = [c for c in cols if c != "data_options" and variants[c].nunique() > 1]
-        options = [json.loads(v) for v in variants["data_options"]] if "data_options" in cols else []
+        json_cols = [c for c in ("data_options", "protocol_options") if c in cols]
+        varying = [c for c in cols if c not in json_cols and variants[c].nunique() > 1]
+
+        def merged(variant) -> dict:
+            return {k: v for c in json_cols for k, v in json.loads(variant[c]).items()}
+
+        options = [merged(v) for _, v in variants.iterrows()]
         option_keys = sorted({k for o in options for k in o if len({json.dumps(x.get(k)) for x in options}) > 1})
         for _, variant in variants.iterrows():
             mask = (df["dataset"] == name) & (df[cols] == variant[cols].values).all(axis=1)
-            parts = [f"{k}={json.loads(variant['data_options']).get(k)}" for k in option_keys]
+            parts = [f"{k}={merged(variant).get(k)}" for k in option_keys]
             parts += [f"{c}={variant[c]}" for c in varying]
             labels[mask] = f"{name} [{', '.join(parts)}]"
     return labels

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ocrr.metrics import RUN_KEYS, summarise
+from ocrr.metrics import RUN_KEYS
 from ocrr.report.load import FOOTPRINT_COLUMNS
-from ocrr.results import markdown, markdown_table
 
 # The paper's row order (Table 1, then the ablations); other systems follow alphabetically.
 SYSTEM_ORDER = (["substrate"] + [f"bounded_reservoir_{n}" for n in (5000, 1000, 500, 100)]
@@ -38,34 +37,42 @@ class Cell:
     dataset: str
     encoder: str
     policy: str
+    protocol: str = "heldout"
 
     @property
     def title(self) -> str:
         # "dataset": the data carried its own vectors (synthetic), no encoder to name
-        return f"{self.dataset} · {self.policy}" + ("" if self.encoder == "dataset" else f" · {self.encoder}")
+        text = f"{self.dataset} · {self.policy}" + ("" if self.encoder == "dataset" else f" · {self.encoder}")
+        return text if self.protocol == "heldout" else f"{self.protocol} · {text}"
 
     @property
     def slug(self) -> str:
         text = f"{self.dataset}-{self.policy}-{self.encoder}"
+        text = text if self.protocol == "heldout" else f"{self.protocol}-{text}"
         return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip("_")[:120]
 
 
 def cells(per_checkpoint: pd.DataFrame) -> list[Cell]:
-    keys = per_checkpoint[["dataset", "encoder", "policy"]].drop_duplicates()
-    out = [Cell(str(d), str(e), str(p)) for d, e, p in keys.itertuples(index=False)]
+    keys = per_checkpoint[["dataset", "encoder", "policy", "protocol"]].drop_duplicates()
+    out = [Cell(str(d), str(e), str(p), str(pr)) for d, e, p, pr in keys.itertuples(index=False)]
     policy_rank = lambda p: (POLICY_ORDER.index(p) if p in POLICY_ORDER else len(POLICY_ORDER), p)  # noqa: E731
-    return sorted(out, key=lambda c: (c.dataset, c.encoder, policy_rank(c.policy)))
+    return sorted(out, key=lambda c: (c.protocol != "heldout", c.protocol, c.dataset, c.encoder, policy_rank(c.policy)))
 
 
 def cell_rows(per_checkpoint: pd.DataFrame, cell: Cell) -> pd.DataFrame:
     df = per_checkpoint
-    return df[(df["dataset"] == cell.dataset) & (df["encoder"] == cell.encoder) & (df["policy"] == cell.policy)]
+    return df[(df["dataset"] == cell.dataset) & (df["encoder"] == cell.encoder) & (df["policy"] == cell.policy)
+              & (df["protocol"] == cell.protocol)]
 
 
-def cell_summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 numbers of one cell (mean/std over seeds), systems in the paper's order."""
+def cell_summary(rows: pd.DataFrame, protocol=None) -> pd.DataFrame:
+    """The protocol's summary of one cell (mean/std over seeds; the held-out protocol's is
+    Table 1), systems in the paper's order."""
+    from ocrr.protocols import HeldoutProtocol
+
+    protocol = protocol or HeldoutProtocol()
     footprints = rows.groupby(RUN_KEYS, sort=True)[FOOTPRINT_COLUMNS].max().reset_index()
-    summary = summarise(rows, footprints)
+    summary = protocol.summarise(rows, footprints)
     order = order_systems(summary["system"])
     return summary.set_index("system").loc[order].reset_index()[summary.columns]
 
@@ -76,10 +83,6 @@ def seeds_text(rows: pd.DataFrame) -> str:
     if per_system.nunique() > 1:  # e.g. two sweeps merged: say so rather than imply n everywhere
         text += f" (systems ran {per_system.min()} to {per_system.max()} of them; no ± means one seed)"
     return text
-
-
-def table1_markdown(summary: pd.DataFrame, cell: Cell, seeds: str) -> str:
-    return markdown_table(summary, f"{cell.title} · seeds {seeds}")
 
 
 def fmt_bytes(n: float) -> str:
@@ -131,10 +134,3 @@ def storage_rows(storage: pd.DataFrame) -> list[list[str]]:
                      fmt_acc(r["final_original_mean"], r["final_original_std"], n),
                      "yes" if r["pareto_novel"] else "", "yes" if r["pareto_original"] else ""])
     return rows
-
-
-def storage_markdown(storage: pd.DataFrame, title: str) -> str:
-    return markdown(title, STORAGE_HEADER, storage_rows(storage),
-                    "Memory: what each system stores at the end of the stream (retrieval entries and trainable "
-                    "parameters, in bytes), smallest first. Pareto (novel): no system with at most this memory "
-                    "reaches a higher final novel accuracy; Pareto (original): likewise for final original accuracy.")

@@ -20,8 +20,8 @@ import pandas as pd
 from ocrr.errors import OcrrError
 from ocrr.sweep.data import SharedData, prepare_data
 from ocrr.sweep.executors import available_cores, make_executor
-from ocrr.sweep.grid import (CONFIG_COLUMNS, KEY_COLUMNS, MAIN_SYSTEMS, PRESETS, STORAGE_SYSTEMS, Grid, Task,
-                             load_config, resolve_grid)
+from ocrr.sweep.grid import (CONFIG_COLUMNS, KEY_COLUMNS, MAIN_SYSTEMS, PRESETS, SMOKE_DATA, STORAGE_SYSTEMS, Grid,
+                             Task, load_config, resolve_grid)
 from ocrr.sweep.store import (Log, consolidate, finished_ids, load_metrics, load_results, read_log, save_task,
                               write_manifest)
 
@@ -139,6 +139,7 @@ def longest_first(tasks: list[Task], out: Path) -> list[Task]:
     return sorted(tasks, key=lambda t: (-cost(t), rank[t]))  # stable: otherwise grid order
 
 
-__all__ = ["CONFIG_COLUMNS", "Grid", "KEY_COLUMNS", "MAIN_SYSTEMS", "PRESETS", "Progress", "STORAGE_SYSTEMS",
+__all__ = ["CONFIG_COLUMNS", "Grid", "KEY_COLUMNS", "MAIN_SYSTEMS", "PRESETS", "Progress", "SMOKE_DATA",
+           "STORAGE_SYSTEMS",
            "SharedData", "SweepResult", "Task", "available_cores", "consolidate", "finished_ids", "load_config",
            "load_metrics", "load_results", "longest_first", "prepare_data", "read_log", "resolve_grid", "run_sweep"]

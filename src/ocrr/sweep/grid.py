@@ -94,8 +94,11 @@ class Task:
 
     def config(self) -> dict:
         from ocrr.specs import parse_spec
+        from ocrr.systems.registry import execution_settings
 
         name, overrides = parse_spec(self.system)
+        settings = execution_settings(name)  # how to run (device, threads), not what: not in the id
+        overrides = {k: v for k, v in overrides.items() if k not in settings}
         return {"schema": TASK_SCHEMA, "dataset": self.dataset, "data_options": json.loads(self.data_options),
                 "encoder": self.encoder, "protocol": self.protocol_object.canonical(),
                 "policy": self.policy, "seed": self.seed,

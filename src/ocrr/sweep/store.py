@@ -70,12 +70,14 @@ def wide_results(metrics: pd.DataFrame) -> pd.DataFrame:
     from ocrr.protocols import PROTOCOLS
     from ocrr.results import wide_table
 
-    order = []
+    order, names = [], []
     for name in dict.fromkeys(metrics["protocol"]) if len(metrics) else []:
-        order += [m for m in getattr(PROTOCOLS.get(name), "metrics", ()) if m not in order]
+        protocol = PROTOCOLS.get(name)
+        order += [m for m in getattr(protocol, "metrics", ()) if m not in order]
+        names += [k for k in getattr(protocol, "options", {}) if k not in names]  # as the protocol declares them
     table = wide_table(metrics, CONFIG_COLUMNS, order)
     options = [json.loads(o) for o in table["protocol_options"]] if len(table) else []
-    names = list(dict.fromkeys(k for o in options for k in o))
+    names += [k for k in dict.fromkeys(k for o in options for k in o) if k not in names]
     at = table.columns.get_loc("protocol_options") + 1
     for i, name in enumerate(names):
         table.insert(at + i, name, [o.get(name) for o in options])

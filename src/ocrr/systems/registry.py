@@ -65,8 +65,11 @@ def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0
     kwargs = {**entry.defaults, **overrides}
     try:
         return entry.factory(name=spec.strip(), labels=list(labels) if labels is not None else None, seed=seed, **kwargs)
-    except TypeError as err:
+    except TypeError as err:  # an unknown hyperparameter name
         raise OcrrError(f"system {spec!r}: {err}. Run 'ocrr systems' to see its hyperparameters.") from None
+    except ValueError as err:  # a value the system's constructor refuses (k=-3, ...)
+        raise OcrrError(f"system {spec!r}: {err}. Fix that value in the spec; 'ocrr systems' lists every "
+                        "hyperparameter with its default.") from None
 
 
 def expand_systems(specs: Sequence[str]) -> list[str]:
