@@ -26,7 +26,7 @@ import pandas as pd
 from ocrr.data import load_dataset
 from ocrr.encoders import embed_dataset
 from ocrr.protocols import heldout_scenario
-from ocrr.runner import configure_threads
+from ocrr.threads import pin_threads
 from ocrr.systems import make_system
 
 SYSTEMS = ["substrate", "online_linear", "lora:progress=false:seed_epochs=0"]
@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--seed-sample", type=int, default=256, help="seed texts timed for the lora seed phase")
     parser.add_argument("--data-dir", default=None, help="Banking77 folder (else $OCRR_DATA_DIR or the cache)")
     args = parser.parse_args()
-    configure_threads()
+    pin_threads()
     dataset = load_dataset("banking77", data_dir=args.data_dir)
     emb = embed_dataset(dataset, "minilm")
     scenario = heldout_scenario(dataset, emb.train, emb.test, 0)

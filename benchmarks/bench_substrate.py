@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ocrr.runner import configure_threads
+from ocrr.threads import pin_threads
 from ocrr.systems import Batch, make_system
 
 DIM, N, CLASSES = 384, 10_000, 77
@@ -23,7 +23,7 @@ def unit(rng, n):
 
 
 def main() -> None:
-    configure_threads()
+    pin_threads()
     rng = np.random.default_rng(0)
     labels = [f"c{i:02d}" for i in rng.integers(0, CLASSES, N)]
     sub = make_system("substrate").fit(Batch(unit(rng, N), [f"t{i}" for i in range(N)], labels))

@@ -26,7 +26,7 @@ import numpy as np
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
 from ocrr.protocols import heldout_scenario
-from ocrr.runner import configure_threads
+from ocrr.threads import pin_threads
 from ocrr.systems import REGISTRY, expand_systems, make_system
 
 
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--systems", default="all", help="comma list of system specs (default: all registered)")
     ap.add_argument("--river-subsample", type=int, default=600)
     args = ap.parse_args()
-    configure_threads()
+    pin_threads()
 
     ds = make_synthetic(n_classes=77, dim=384, n_train_per_class=130, n_test_per_class=40, sigma=0.12, seed=0)
     sc = heldout_scenario(ds, ds.train.vecs, ds.test.vecs, seed=0, n_heldout=10, eval_cap=400)

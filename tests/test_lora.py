@@ -26,7 +26,7 @@ FAST = TINY + ":lr=0.05"  # the tiny random model needs a larger step to move wi
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """As the runner does (ocrr.runner.configure_threads): one intra-op thread."""
+    """As the runner does (ocrr.threads.pin_threads): one intra-op thread."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

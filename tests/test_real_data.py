@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ocrr.experiment import Experiment, run_experiment
-from ocrr.runner import configure_threads
+from ocrr.threads import pin_threads
 from tests.conftest import USER_CACHE
 
 pytestmark = [
@@ -21,7 +21,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def real_cache(monkeypatch):
     monkeypatch.setenv("OCRR_CACHE_DIR", str(USER_CACHE))
-    configure_threads()
+    pin_threads()
 
 
 def finals(result):
