@@ -127,3 +127,20 @@ def test_online_accuracy_equals_the_hand_computed_value():
     online = {r["step"]: r["value"] for r in out.metrics if r["metric"] == "online_accuracy"}
     assert online == {2: 0.5, 5: 0.6}
     assert out.predictions["corrected"] == [True, False, True, False, False]
+
+
+def test_eval_sets_can_depend_on_the_run_so_far():
+    """A CMR-style set: the errors of the last episode, re-evaluated after the correction."""
+    seen = []
+
+    def last_errors(so_far):
+        idx = [i for i in so_far.last_episode() if so_far.predicted[i] != "c"]
+        seen.append((so_far.step, so_far.episode, idx))
+        scenario = toy_episodes()
+        return {"last_errors": scenario.stream[np.asarray(idx, int)]} if idx else {}
+
+    scenario = dataclasses.replace(toy_episodes(), dynamic_eval_sets=last_errors)
+    out = run_to_output(Recorder(), scenario, make_policy("oracle"))
+    assert seen == [(0, 0, []), (3, 1, [0, 1, 2]), (6, 2, [])]
+    fixed = [r for r in out.metrics if r["metric"] == "acc_last_errors"]
+    assert fixed == [{"step": 3, "episode": 1, "metric": "acc_last_errors", "value": 1.0}]
