@@ -336,3 +336,13 @@ def test_runs_sharing_a_seed_state_are_spread_apart(tmp_path):
     assert order == [("banking77", "oracle", 0), ("banking77", "oracle", 1), ("clinc150", "oracle", 0),
                      ("clinc150", "oracle", 1), ("banking77", "random50", 0), ("banking77", "random50", 1),
                      ("clinc150", "random50", 0), ("clinc150", "random50", 1)]
+
+
+def test_execution_settings_do_not_change_task_ids():
+    """How a run executes (lora's device, threads, progress) is not what it computes."""
+    plain = Grid(datasets=["synthetic"], seeds=[0], systems=["lora"]).tasks(resolve=False)[0]
+    placed = Grid(datasets=["synthetic"], seeds=[0], systems=["lora:device=cpu:threads=2"]).tasks(resolve=False)[0]
+    assert placed.system == "lora:device=cpu:threads=2"  # the worker still gets the settings
+    assert placed.task_id == plain.task_id
+    tuned = Grid(datasets=["synthetic"], seeds=[0], systems=["lora:rank=4"]).tasks(resolve=False)[0]
+    assert tuned.task_id != plain.task_id  # a hyperparameter does change it
