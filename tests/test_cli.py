@@ -25,7 +25,8 @@ def test_two_runs_give_byte_identical_results(tmp_path):
         assert run_cli("run", "--dataset", "synthetic", "--data-option", "dim=32", "--data-option", "sigma=0.05",
                        "--seeds", "0", "1", "--quiet", "--out", out) == 0
         outs.append(out)
-    for file in ("per_checkpoint.csv", "summary.csv", "summary.md", "config.json"):
+    for file in ("per_checkpoint.csv", "summary.csv", "summary.md", "config.json", "metrics.parquet",
+                 "predictions.parquet"):
         assert (outs[0] / file).read_bytes() == (outs[1] / file).read_bytes(), file
 
 

@@ -125,7 +125,7 @@ def write_outputs(result: ExperimentResult, out: Path) -> dict[str, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("per_checkpoint.csv", "timings.csv", "footprints.csv", "summary.csv",
-                                           "summary.md", "config.json", "predictions.parquet")}
+                                           "summary.md", "config.json", "metrics.parquet", "predictions.parquet")}
     write_csv(result.per_checkpoint, paths["per_checkpoint.csv"], PER_CHECKPOINT_COLUMNS)
     write_csv(result.timings, paths["timings.csv"], PER_CHECKPOINT_COLUMNS)
     write_csv(result.footprints, paths["footprints.csv"], PER_CHECKPOINT_COLUMNS)
@@ -136,6 +136,7 @@ def write_outputs(result: ExperimentResult, out: Path) -> dict[str, Path]:
     header, rows, note = result.protocol.table(result.summary)
     paths["summary.md"].write_text(markdown(title, header, rows, note), encoding="utf-8")
     write_json(result.config, paths["config.json"])
+    result.metrics.to_parquet(paths["metrics.parquet"], index=False)
     result.predictions.to_parquet(paths["predictions.parquet"], index=False)
     return paths
 
