@@ -21,6 +21,7 @@ from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
+from ocrr.systems.vote import vote
 
 __all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate"]
 
@@ -70,8 +71,9 @@ class PersistentSubstrate:
         with self.ledger.lock:
             sub = self._fitted()
             queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
-            labels = sub.predict(Batch(queries))
+            # Substrate.predict's own steps (search, vote, decode), so the search runs once.
             sims, ids = sub.search_.search(queries, sub.k)
+            labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
             entry_labels = sub.ledger_.labels if len(ids) else ()
         out = []
         for row, (s, i) in enumerate(zip(sims, ids)):

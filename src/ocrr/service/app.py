@@ -148,20 +148,6 @@ def create_app(state: ServiceState) -> FastAPI:
             parts.append(f"{where}: {err.get('msg', 'invalid')}")
         return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)
 
-    @app.middleware("http")
-    async def _measure(request: Request, call_next):
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "other")
-        with state.lock:
-            key = (path, response.status_code)
-            state.counts[key] = state.counts.get(key, 0) + 1
-            tot = state.seconds.setdefault(path, [0.0, 0])
-            tot[0] += time.perf_counter() - t0
-            tot[1] += 1
-        return response
-
     def vectors_of(req: PredictRequest) -> tuple[np.ndarray, list | None]:
         if req.vectors is None and req.texts is None:
             raise OcrrError("send 'texts' (a list of strings) or 'vectors' (a list of float lists)")
@@ -257,7 +243,39 @@ def create_app(state: ServiceState) -> FastAPI:
     def metrics() -> str:
         return _prometheus(state)
 
+    app.add_middleware(_Measure, state=state)
     return app
+
+
+class _Measure:
+    """ASGI middleware counting requests and their time per route (for /metrics); plain
+    ASGI because Starlette's BaseHTTPMiddleware costs a task per request."""
+
+    def __init__(self, app, state: ServiceState):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = 500
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "other")  # the router records the matched route
+            state = self.state
+            with state.lock:
+                state.counts[(path, status)] = state.counts.get((path, status), 0) + 1
+                tot = state.seconds.setdefault(path, [0.0, 0])
+                tot[0] += time.perf_counter() - t0
+                tot[1] += 1
 
 
 def _prometheus(state: ServiceState) -> str:

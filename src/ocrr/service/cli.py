@@ -59,6 +59,8 @@ def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str 
         from ocrr.encoders import make_encoder
 
         encoder = make_encoder(encoder)
+    if encoder is not None:
+        encoder = SerialEncoder(encoder)
     signer = Signer.load(key, origin or default_origin(ledger)) if key is not None else None
     sub = open_substrate(ledger, system, seed=seed, verify=verify)
     try:
@@ -71,6 +73,21 @@ def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str 
         sub.close()
         raise
     return ServiceState(substrate=sub, token=token, encoder=encoder, signer=signer)
+
+
+class SerialEncoder:
+    """One encode at a time (a model is not made for concurrent calls, and on a small box
+    parallel calls only thrash the CPU); loads the model before the first request."""
+
+    def __init__(self, encoder):
+        import threading
+
+        self.inner, self.lock = encoder, threading.Lock()
+        self.encode(["warm up"])
+
+    def encode(self, texts, progress=None):
+        with self.lock:
+            return self.inner.encode(texts, progress=progress)
 
 
 def _seed_from_dataset(sub, name: str, encoder, data_dir, log) -> None:
@@ -101,9 +118,16 @@ def _cmd_serve(args) -> int:
         raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); "
                         "pip install 'ocrr[service]'") from e
     token, generated = _token(args)
+    # Requests run in parallel threads: one BLAS / torch thread each beats threads that
+    # fight over two cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two).
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     state = build_state(args.ledger, args.system, args.encoder, args.fit, args.data_dir, args.key, args.origin,
                         token, args.seed, "checkpoint" if args.quick_open else "full", log)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
     log(f"ledger {args.ledger}: {len(state.substrate)} entries, verified")
     if generated:
         log(f"bearer token for /correct (set OCRR_TOKEN or --token-file to choose one): {token}")
