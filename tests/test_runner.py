@@ -98,7 +98,8 @@ def toy_episodes():
     seed = Batch(e[:2], None, ["a", "b"])
     stream = Batch(np.repeat(e[2:], 6, axis=0), None, ["c"] * 6)
     return Scenario("toy", 0, ("a", "b", "c"), seed, stream, {"all": Batch(e, None, ["a", "b", "c"])},
-                    eval_after=np.array([1, 2]), episode_bounds=np.array([0, 3, 6]))
+                    eval_after=np.array([1, 2]), episode_bounds=np.array([0, 3, 6]),
+                    stream_columns={"source": ["x", "y"] * 3})
 
 
 def test_an_episode_is_predicted_with_its_starting_state_then_corrected_in_one_call():
@@ -111,6 +112,7 @@ def test_an_episode_is_predicted_with_its_starting_state_then_corrected_in_one_c
     assert out.predictions["predicted"] == ["a"] * 3 + ["c"] * 3  # "a": first of the tied seed rows
     assert out.predictions["corrected"] == [True] * 3 + [False] * 3
     assert out.predictions["episode"] == [0, 0, 0, 1, 1, 1] and out.predictions["step"] == [0, 0, 0, 3, 3, 3]
+    assert out.predictions["source"] == ["x", "y"] * 3  # a protocol's own per-item column
     final = {r["metric"]: r["value"] for r in out.metrics if r["step"] == 6}
     assert final == {"corrections": 3.0, "acc_all": 1.0, "online_accuracy": 0.5}
 

@@ -200,10 +200,10 @@ def run_to_output(system, scenario: Scenario, policy: Policy,
 
 def prediction_columns(scenario: Scenario, trace: StreamTrace) -> dict:
     """One row per stream item: episode, step (items the predicting state had seen), item,
-    true label, predicted label, corrected."""
+    true label, predicted label, corrected, then the protocol's own ``stream_columns``."""
     bounds = scenario.bounds()
     n = len(scenario.stream)
     episode = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
     return {"episode": episode.tolist(), "step": bounds[episode].tolist(), "item": list(range(n)),
             "label": list(scenario.stream.labels), "predicted": [None if p is None else str(p) for p in trace.predicted],
-            "corrected": trace.corrected.tolist()}
+            "corrected": trace.corrected.tolist(), **{k: list(v) for k, v in scenario.stream_columns.items()}}

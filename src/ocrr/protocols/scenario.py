@@ -35,6 +35,8 @@ class Scenario:
     eval_after: np.ndarray | None = None  # None: every 50 episodes, as the paper's checkpoints
     episode_bounds: np.ndarray | None = None
     dynamic_eval_sets: Callable | None = None
+    # more columns of the per-item prediction log, one value per stream item (e.g. CMR's cluster)
+    stream_columns: dict = field(default_factory=dict)
     heldout: tuple[str, ...] = ()
     info: dict = field(default_factory=dict)
 

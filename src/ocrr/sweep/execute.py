@@ -50,7 +50,8 @@ def task_frames(task: Task, output: dict) -> dict[str, pd.DataFrame]:
     rows += [{**cols, "step": last["step"], "episode": last["episode"], "metric": name, "value": float(value)}
              for name, value in output["footprint"].items()]
     timings = pd.DataFrame([{"task_id": task.task_id, **r} for r in output["timings"]], columns=TIMING_COLUMNS)
-    predictions = pd.DataFrame({"task_id": task.task_id, **output["predictions"]}, columns=PREDICTION_COLUMNS)
+    extra = [c for c in output["predictions"] if c not in PREDICTION_COLUMNS]  # a protocol's own columns
+    predictions = pd.DataFrame({"task_id": task.task_id, **output["predictions"]}, columns=PREDICTION_COLUMNS + extra)
     metrics = pd.DataFrame(rows, columns=METRIC_COLUMNS)
     metrics["seed"] = metrics["seed"].astype("int64")
     return {"metrics": metrics, "timings": timings, "predictions": predictions}
