@@ -7,7 +7,7 @@ A protocol owns everything between the data and the tidy results that is particu
 * ``scenario(dataset, train_vecs, test_vecs, seed)``: the upstream (seed) set, the stream
   cut into episodes, and the evaluation plan (when, and on which sets);
 * ``metrics``: the names its evaluations produce (``acc_<eval set>``), in table order;
-* ``summarise`` / ``report_sections``: its per-cell summary and its report tables and
+* ``summarise`` / ``table`` / ``report_cell``: its per-cell summary and its report tables and
   figures. The defaults here work for any protocol: final value of every metric, online
   accuracy, and one curve per metric; the held-out protocol overrides them with the paper's.
 
@@ -86,8 +86,6 @@ class Protocol:
     summary_text: ClassVar[str] = ""
     options: ClassVar[dict[str, Option]] = {}
     metrics: ClassVar[tuple[str, ...]] = ()  # metric columns of its results, in table order
-    # which metric the "corrections to N %" columns of the default summary follow (None: none)
-    recovery_metric: ClassVar[str | None] = None
 
     def __init__(self, **values):
         unknown = sorted(set(values) - set(self.options))
@@ -95,12 +93,6 @@ class Protocol:
             known = ", ".join(f"{k} (default {o.default})" for k, o in self.options.items()) or "none"
             raise OcrrError(f"protocol {self.name} has no option {', '.join(unknown)}. Its options: {known}.")
         self.values = {k: opt.check(self.name, k, values.get(k, opt.default)) for k, opt in self.options.items()}
-
-    def __getattr__(self, key: str):
-        values = self.__dict__.get("values", {})
-        if key in values:
-            return values[key]
-        raise AttributeError(key)
 
     def canonical(self) -> dict:
         """The options that define its results, with the name: hashed into task ids."""

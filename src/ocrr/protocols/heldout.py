@@ -37,7 +37,6 @@ class HeldoutProtocol(Protocol):
         "every": Option(50, int, low=1, help="checkpoint every N stream items"),
     }
     metrics = ("acc_novel", "acc_original")
-    recovery_metric = "acc_novel"
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         v = self.values
