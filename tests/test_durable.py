@@ -169,3 +169,23 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path):
                 assert mem[i].label == _label(i) and np.array_equal(mem[i].vector, _vec(i))
             checked = len(led)
     assert acked > 100  # the children really did append
+
+
+def test_a_plain_ledger_file_is_adopted_and_a_damaged_one_left_alone(tmp_path):
+    ref = Ledger(DIM)
+    for i in range(9):
+        ref.append(_vec(i), _label(i), f"t{i}")
+    ref.save(tmp_path / "plain.db")
+    with DurableLedger.open(tmp_path / "plain.db") as led:
+        assert len(led) == 9 and led.chain_head == ref.head
+        led.append(_vec(9), _label(9))
+    assert DurableLedger.open(tmp_path / "plain.db").report.size == 10
+    ref.save(tmp_path / "bad.db")
+    conn = sqlite3.connect(tmp_path / "bad.db")
+    conn.execute("UPDATE entries SET label = 'forged' WHERE id = 5")
+    conn.commit()
+    conn.close()
+    with pytest.raises(OcrrError, match="damaged at entry 5"):
+        DurableLedger.open(tmp_path / "bad.db")
+    conn = sqlite3.connect(tmp_path / "bad.db")
+    assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'nodes'").fetchone()

@@ -23,6 +23,7 @@ import base64
 import hashlib
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.audit.merkle import MerkleTree
-from ocrr.audit.verify import entry_bytes
+from ocrr.audit.verify import ProofError, entry_bytes
 from ocrr.errors import OcrrError
 from ocrr.ledger import GENESIS, Ledger
 
@@ -105,6 +106,26 @@ def _schema(conn: sqlite3.Connection, dim: int | None) -> None:
     conn.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)",
                      [("format", _FORMAT), ("version", _VERSION), ("dim", dim), ("size", 0),
                       ("chain_head", GENESIS), ("durable", 1)])
+
+
+def _adopt_v1(conn: sqlite3.Connection) -> None:
+    """Give a plain ``Ledger`` file (no tree) its Merkle nodes and commit record, inside
+    the caller's transaction. Leaves come from the stored fields, so the scan that follows
+    still compares every entry with its stored hash and link; the caller rolls back if not."""
+    for statement in _TABLES:
+        conn.execute(statement)
+    tree, nodes, last, n = MerkleTree(), [], GENESIS, 0
+    for id_, label, text, vec, prev, digest in conn.execute(
+            "SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY id"):
+        try:
+            pre = entry_bytes(id_, label, text, vec, prev)
+        except (TypeError, AttributeError, ProofError, struct.error):
+            pre = b""  # a malformed row: the scan names it
+        nodes.extend(tree.append(hashlib.sha256(b"\x00" + pre).digest()))
+        last, n = digest, n + 1
+    conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
+    conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                     [("size", n), ("chain_head", last), ("durable", 1)])
 
 
 def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
@@ -331,8 +352,10 @@ class DurableLedger:
                 conn.close()
                 raise OcrrError(f"{path} is an SQLite file but not an ocrr ledger (no meta table); "
                                 "pass another path")
+            elif "nodes" not in tables:  # written by Ledger.save / Ledger.open: add the tree
+                _adopt_v1(conn)
             report, scan = _report_of(conn, None if verify == "full" else 0)
-            conn.execute("COMMIT")
+            conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
         except sqlite3.Error as e:
             raise OcrrError(f"cannot open ledger {path} ({e}); check that it is an ocrr ledger file and "
                             "that its folder is writable") from e
