@@ -40,6 +40,7 @@ def _register_builtins() -> None:
     from ocrr.protocols.heldout import HeldoutProtocol
 
     register_protocol(HeldoutProtocol)
+    register_protocol(__import__("ocrr.protocols.cmr", fromlist=["CmrProtocol"]).CmrProtocol)
 
 
 _register_builtins()

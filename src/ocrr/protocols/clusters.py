@@ -1,0 +1,99 @@
+"""Label -> cluster maps for the CMR protocol: a dataset's domains, k-means over class
+centroids, or a map from a file.
+
+* ``domains``: ``dataset.domains`` (CLINC150's ten domains). CLINC150's out-of-scope class
+  ("oos", its own pseudo-domain) is left out: it is not one of the ten domains.
+* ``kmeans``: the classes' training centroids (unit norm) grouped into ``n_clusters`` by
+  scikit-learn's k-means (``n_init=10``, a seed derived from the dataset name and N);
+  clusters are named ``k0``, ``k1``, ... in the order of their first class in the label list.
+* a ``.json`` file ``{label: cluster}`` or a ``.csv`` file of ``label,cluster`` rows (a
+  header row ``label,cluster`` is allowed). Labels the map does not name are left out.
+
+``auto`` is ``domains`` when the dataset has them, else ``kmeans``.
+Labels that are left out appear nowhere in the protocol (not in the seed set, the streams
+or the evaluation sets); the systems still know every label.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+
+LEFT_OUT_DOMAINS = ("oos",)  # CLINC150's out-of-scope pseudo-domain
+
+
+def crc(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def label_clusters(dataset, train_vecs: np.ndarray, how: str = "auto", n_clusters: int = 10) -> dict[str, str]:
+    """label -> cluster name for the labels the protocol uses."""
+    if how == "auto":
+        how = "domains" if dataset.domains else "kmeans"
+    if how == "domains":
+        if not dataset.domains:
+            raise OcrrError(f"protocol cmr: dataset {dataset.name} has no domains; use cmr:clusters=kmeans "
+                            "(with cmr:n_clusters=N) or cmr:clusters=<file.json|file.csv>.")
+        return {label: str(d) for label, d in dataset.domains.items()
+                if d not in LEFT_OUT_DOMAINS and label in set(dataset.labels)}
+    if how == "kmeans":
+        return kmeans_clusters(dataset, train_vecs, n_clusters)
+    return file_clusters(how, dataset.labels)
+
+
+def kmeans_clusters(dataset, train_vecs: np.ndarray, n_clusters: int) -> dict[str, str]:
+    from sklearn.cluster import KMeans
+
+    labels = list(dataset.labels)
+    if not 3 <= n_clusters <= len(labels):
+        raise OcrrError(f"protocol cmr: n_clusters={n_clusters} is impossible for {dataset.name} with "
+                        f"{len(labels)} classes; choose between 3 and {len(labels)}.")
+    train_labels = np.asarray(dataset.train.labels, dtype=object)
+    centroids = np.zeros((len(labels), train_vecs.shape[1]), np.float64)
+    for i, label in enumerate(labels):
+        rows = train_vecs[train_labels == label]
+        if len(rows):
+            c = rows.astype(np.float64).mean(axis=0)
+            centroids[i] = c / max(np.linalg.norm(c), 1e-12)
+    seed = int(np.random.SeedSequence([crc("cmr-kmeans"), crc(dataset.name), n_clusters]).generate_state(1)[0])
+    assign = KMeans(n_clusters=n_clusters, n_init=10, random_state=seed).fit_predict(centroids)
+    first = {}
+    for k in assign:  # name clusters by the order of their first label
+        first.setdefault(int(k), len(first))
+    return {label: f"k{first[int(k)]}" for label, k in zip(labels, assign)}
+
+
+def file_clusters(path: str, labels) -> dict[str, str]:
+    p = Path(path)
+    if p.suffix.lower() not in (".json", ".csv"):
+        raise OcrrError(f"protocol cmr: clusters={path!r} is not auto, domains, kmeans or a .json/.csv file "
+                        "mapping label -> cluster.")
+    if not p.is_file():
+        raise OcrrError(f"protocol cmr: cluster map {path!r} does not exist; give the path of a .json file "
+                        "{label: cluster} or a .csv file of label,cluster rows.")
+    try:
+        if p.suffix.lower() == ".json":
+            raw = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("not an object")
+            pairs = list(raw.items())
+        else:
+            with p.open(newline="", encoding="utf-8") as f:
+                pairs = [tuple(r[:2]) for r in csv.reader(f) if len(r) >= 2]
+            if pairs and pairs[0] == ("label", "cluster"):
+                pairs = pairs[1:]
+    except (ValueError, OSError) as e:
+        raise OcrrError(f"protocol cmr: cannot read the cluster map {path!r} ({e}); write a JSON object "
+                        "{label: cluster} or CSV rows label,cluster.") from e
+    known = set(labels)
+    unknown = sorted(str(k) for k, _ in pairs if k not in known)
+    if unknown:
+        raise OcrrError(f"protocol cmr: the cluster map {path!r} names labels the dataset does not have: "
+                        f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}. Fix the map.")
+    return {str(k): str(v) for k, v in pairs}
