@@ -156,7 +156,7 @@ def test_schemathesis_finds_no_server_error(server):
     for op in schema.get_all_operations():
         operation = op.ok()
 
-        @settings(max_examples=25, deadline=None, database=None, derandomize=True,
+        @settings(max_examples=20, deadline=None, database=None, derandomize=True,
                   suppress_health_check=list(HealthCheck))
         @given(case=operation.as_strategy())
         def check(case):
