@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ocrr.audit.store import DurableLedger, _report_of
+from ocrr.audit.scan import _report_of
+from ocrr.audit.store import DurableLedger
 from ocrr.errors import OcrrError
 
 N, DIM = 12, 3
