@@ -88,3 +88,36 @@ def test_errors_name_the_fix(tmp_path):
     conn.close()
     with pytest.raises(OcrrError, match="damaged at entry 2"):
         ocrr.open_substrate(tmp_path / "e.db")
+
+
+def test_predictions_run_while_corrections_commit(tmp_path):
+    """Readers and the writer interleave (readers-writer lock): no errors, nothing lost."""
+    import threading
+
+    vecs, labels = _data(200)
+    errors = []
+    with ocrr.open_substrate(tmp_path / "c.db") as sub:
+        sub.correct(vecs[:40], labels[:40])
+
+        def reader():
+            try:
+                for _ in range(100):
+                    assert sub.predict(vecs[:3])[0] is not None
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        def writer(k):
+            try:
+                for i in range(40 + k, 200, 4):
+                    sub.correct(vecs[i : i + 1], [labels[i]])
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        threads += [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and len(sub) == 200 and sub.verify().ok
+        assert sub.predict(vecs) == labels

@@ -61,27 +61,30 @@ class PersistentSubstrate:
                             "items first or start from a dataset (ocrr serve --fit DATASET)")
         return self.system
 
-    def predict(self, vecs) -> list[str | None]:
-        with self.ledger.lock:
+    def _search(self, vecs):
+        """Search and vote (Substrate.predict's steps, read-only: the index is searched
+        directly, not through the substrate's query-set cache), under the read lock."""
+        with self.ledger.lock.read():
             sub = self._fitted()
-            return sub.predict(Batch(check_vectors(vecs, sub.ledger_.dim, "query vectors")))
+            queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
+            sims, ids = sub.index_.search(queries, sub.k)
+            labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
+            entry_labels = [[sub.ledger_[int(e)].label if e >= 0 else None for e in row] for row in ids]
+        return labels, sims, ids, entry_labels
+
+    def predict(self, vecs) -> list[str | None]:
+        return self._search(vecs)[0]
 
     def explain(self, vecs) -> list[Explanation]:
         """Predicted label per query, with the neighbours that were retrieved."""
-        with self.ledger.lock:
-            sub = self._fitted()
-            queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
-            # Substrate.predict's own steps (search, vote, decode), so the search runs once.
-            sims, ids = sub.search_.search(queries, sub.k)
-            labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
-            entry_labels = sub.ledger_.labels if len(ids) else ()
+        labels, sims, ids, entry_labels = self._search(vecs)
+        band = self.system.margin
         out = []
         for row, (s, i) in enumerate(zip(sims, ids)):
             live = i >= 0
             top = float(s[live].max()) if live.any() else 0.0
-            band = sub.margin
-            nbrs = [Neighbour(int(e), entry_labels[int(e)], float(v), band is None or float(v) >= top - band)
-                    for v, e in zip(s, i) if e >= 0]
+            nbrs = [Neighbour(int(e), entry_labels[row][j], float(v), band is None or float(v) >= top - band)
+                    for j, (v, e) in enumerate(zip(s, i)) if e >= 0]
             out.append(Explanation(labels[row], nbrs, band))
         return out
 
@@ -90,8 +93,9 @@ class PersistentSubstrate:
         """Check the file on disk, then that the substrate's chain is the file's."""
         report = self.ledger.verify()
         if report and self.system.ledger_ is not None:
-            with self.ledger.lock:
-                same = base64.b64encode(self.system.ledger_.head).decode() == report.chain_head or len(self.system.ledger_) > report.size
+            with self.ledger.lock.read():
+                head, n = base64.b64encode(self.system.ledger_.head).decode(), len(self.system.ledger_)
+            same = head == report.chain_head or n > report.size  # grown since the file was read
             if not same:
                 return LedgerReport(False, report.size, None, "the substrate's chain differs from the file's")
         return report

@@ -26,6 +26,7 @@ import numpy as np
 from ocrr.audit.scan import (
     LedgerReport, _adopt_v1, _connect, _report_of, _Scan, _schema, scan_file,
 )
+from ocrr.audit.rwlock import RWLock
 from ocrr.audit.verify import entry_bytes
 from ocrr.errors import OcrrError
 from ocrr.ledger import GENESIS, Ledger
@@ -56,8 +57,9 @@ class DurableLedger:
     ``DurableLedger.open(path)`` creates or opens the file, checks it and mirrors it in
     memory: ``memory`` is a plain ``Ledger`` unless ``apply`` is given, in which case
     ``apply`` receives the stored entries on open and every committed batch afterwards
-    (the persistent substrate feeds its ledger and index this way). ``lock`` is held while
-    the mirror changes; hold it to read the mirror consistently. Thread-safe.
+    (the persistent substrate feeds its ledger and index this way). ``lock`` (an RWLock)
+    is held for writing while the mirror changes; read the mirror under ``lock.read()``.
+    Thread-safe.
     """
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: _Scan, report: LedgerReport,
@@ -67,7 +69,7 @@ class DurableLedger:
         self.tree = scan.tree
         self._hashes: list[bytes] = scan.hashes
         self.report = report
-        self.lock = threading.RLock()
+        self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._cv = threading.Condition()
         self._queue: list[_Pending] = []
         self._committing = False
@@ -151,9 +153,15 @@ class DurableLedger:
 
     def head(self) -> tuple[int, bytes, bytes]:
         """(size, root, chain head) of the committed log, read together."""
-        with self.lock:
+        size, root, chain, _ = self.head_with_proofs(())
+        return size, root, chain
+
+    def head_with_proofs(self, ids) -> tuple[int, bytes, bytes, list[tuple[int, bytes, list[bytes]]]]:
+        """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head."""
+        with self.lock.read():
             size = len(self._hashes)
-            return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS
+            proofs = [(i, self.tree.node(0, i), self.tree.inclusion_proof(i, size)) for i in ids]
+            return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS, proofs
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
         return self.tree.inclusion_proof(index, len(self) if size is None else self._size(size))
@@ -278,7 +286,7 @@ class DurableLedger:
             return
         self.commits += 1
         self.dim = self.dim or dim
-        with self.lock:  # the mirror follows the file
+        with self.lock.write():  # the mirror follows the file
             self._hashes.extend(digests)
             vecs = np.concatenate([p.vecs for p in ok]) if len(ok) > 1 else ok[0].vecs
             labels = [x for p in ok for x in p.labels]

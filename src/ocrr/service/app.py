@@ -188,11 +188,9 @@ def create_app(state: ServiceState) -> FastAPI:
         if len(req.labels) != len(vecs):
             raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
         ids = state.substrate.correct(vecs, list(req.labels), texts)
-        led = state.substrate.ledger
-        with led.lock:  # the head and the proofs of one size
-            size, root, chain = led.head()
-            proofs = [{"index": i, "size": size, "root": _b64(root), "leaf_hash": _b64(led.tree.node(0, i)),
-                       "proof": [_b64(p) for p in led.inclusion_proof(i, size)]} for i in ids]
+        size, root, chain, found = state.substrate.ledger.head_with_proofs(ids)  # one size for all
+        proofs = [{"index": i, "size": size, "root": _b64(root), "leaf_hash": _b64(leaf),
+                   "proof": [_b64(p) for p in proof]} for i, leaf, proof in found]
         for i, label, text in zip(ids, req.labels, texts or [None] * len(ids)):
             state.recent.appendleft({"id": i, "label": label, "text": text, "time": time.time()})
         return {"ids": list(ids), "head": _signed(TreeHead.now(size, root, chain)), "proofs": proofs}
@@ -209,7 +207,7 @@ def create_app(state: ServiceState) -> FastAPI:
     @app.get("/proof/inclusion/{index}", response_model=ProofOut)
     def inclusion(index: int, size: Annotated[int | None, Query(ge=1)] = None) -> dict:
         led = state.substrate.ledger
-        with led.lock:
+        with led.lock.read():
             n = len(led) if size is None else size
             if not 0 <= index < n <= len(led):
                 raise HTTPException(404, f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
@@ -221,7 +219,7 @@ def create_app(state: ServiceState) -> FastAPI:
     def consistency(size1: Annotated[int, Query(alias="from", ge=1)],
                     size2: Annotated[int | None, Query(alias="to", ge=1)] = None) -> dict:
         led = state.substrate.ledger
-        with led.lock:
+        with led.lock.read():
             n = len(led) if size2 is None else size2
             if not 0 < size1 <= n <= len(led):
                 raise HTTPException(404, f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
