@@ -14,7 +14,7 @@ from ocrr.data.records import Split, make_dataset
 from ocrr.errors import OcrrError
 from ocrr.policies import make_policy
 from ocrr.protocols import make_protocol
-from ocrr.protocols.cmr import episode_counts, sample_stream, stream_shares
+from ocrr.protocols.cmr import episode_counts, sample_stream, stream_figure, stream_shares
 from ocrr.results import wide_table
 from ocrr.runner import run_to_output
 from ocrr.systems.base import Footprint
@@ -106,8 +106,14 @@ def test_scenario_streams_train_items_only_and_ignores_the_run_seed():
     assert not np.array_equal(other.stream.vecs, sc.stream.vecs)
     assert not np.array_equal(val.stream.vecs, sc.stream.vecs)
     assert np.array_equal(val.eval_sets["kg"].vecs, sc.eval_sets["kg"].vecs)  # H is shared by every stream
+    # streams=S: the run seed picks the stream (seed mod S), so one cell holds streams x seeds
+    cycled = [synthetic_scenario(SMALL + ":streams=2", seed=s)[1] for s in (0, 1, 2)]
+    assert np.array_equal(cycled[0].stream.vecs, sc.stream.vecs)
+    assert np.array_equal(cycled[1].stream.vecs, other.stream.vecs)
+    assert np.array_equal(cycled[2].stream.vecs, sc.stream.vecs) and cycled[1].info["stream"] == 1
     shares = stream_shares(pd.DataFrame({"episode": np.repeat(np.arange(12), 16), **sc.stream_columns}))
     assert np.allclose(shares.sum(axis=1), 1.0) and shares.loc[0, "V0"] == 1.0
+    assert stream_figure(pd.DataFrame({"episode": np.repeat(np.arange(12), 16), **sc.stream_columns})).axes
 
 
 def test_bad_options_fail_at_the_door(tmp_path):

@@ -11,7 +11,9 @@ later episode, with probability 1 - beta, c_t is drawn uniformly among the *othe
 Items are drawn without replacement within an episode from the full training pools (never
 depleted), so an item can recur in a later episode. The stream depends only on the dataset,
 the clusters, the options and (split, stream): never on the run seed, which is the systems'
-own randomness (and the policy's). Test items never enter a stream.
+own randomness (and the policy's). Test items never enter a stream. With ``streams=S`` a
+run's stream is ``seed mod S`` instead of ``stream``, so ``--seeds 0 .. 3S-1`` runs S streams
+with 3 seeds each in one cell, and the tables' mean ± std is over streams × seeds.
 
 Evaluation, after episodes 0, eval_every, 2 * eval_every, ... and T, on f_t (after its update):
 
@@ -115,6 +117,8 @@ class CmrProtocol(Protocol):
         "upstream": Option(None, str, allow_none=True, help="comma-separated upstream clusters; none: a seeded half"),
         "split": Option("test", str, help="val or test: which family of streams"),
         "stream": Option(0, int, low=0, help="stream index within the split"),
+        "streams": Option(None, int, low=1, allow_none=True,
+                          help="cycle runs over this many streams: stream = run seed mod streams"),
         "ukr_cap": Option(512, int, low=1, help="cap on the UKR set"),
         "kg_cap": Option(256, int, low=1, help="cap on the KG set, per OOD cluster"),
         "okr_cap": Option(512, int, low=1, help="cap on the OKR sample"),
@@ -244,7 +248,8 @@ def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
     test_c = np.array([cmap.get(label) for label in dataset.test.labels], dtype=object)
     v0_train = np.flatnonzero(np.isin(train_c, upstream))
     pools = [np.flatnonzero(train_c == c) for c in ood]
-    ints = stream_seed(dataset.name, v["split"], v["stream"])
+    index = v["stream"] if v["streams"] is None else seed % v["streams"]
+    ints = stream_seed(dataset.name, v["split"], index)
     items, source, majors = sample_stream(v0_train, pools, v["T"], v["b"], v["alpha"], v["beta"], v["gamma"],
                                           np.random.default_rng(np.random.SeedSequence(ints)), ood)
     cluster = [str(cmap[dataset.train.labels[i]]) for i in items]
@@ -274,8 +279,8 @@ def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
         eval_sets={"ukr": _rows(dataset.test, test_vecs, ukr), "kg": _rows(dataset.test, test_vecs, kg)},
         eval_after=every_n(v["T"], v["eval_every"]), episode_bounds=bounds, dynamic_eval_sets=dynamic,
         stream_columns={"cluster": cluster, "role": role.tolist()},
-        info={"upstream": upstream, "ood": ood, "majors": [ood[k] for k in majors], "stream_seed": ints,
-              "n_ukr": len(ukr), "n_kg": len(kg)},
+        info={"stream": index, "upstream": upstream, "ood": ood, "majors": [ood[k] for k in majors],
+              "stream_seed": ints, "n_ukr": len(ukr), "n_kg": len(kg)},
     )
 
 
