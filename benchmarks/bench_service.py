@@ -7,9 +7,11 @@ mixing predicts by vector, predicts by text and single-item corrections; then, f
 ``--burst`` seconds, the same clients sending corrections only. Prints requests/s,
 p50/p99 latency per kind, durable corrections/s (acknowledged ones, each fsynced before
 its answer) and corrections per commit; then stops the server with SIGTERM, reopens the
-ledger, checks it fully and checks that every acknowledged correction is in it.
+ledger, checks it fully and checks that every acknowledged correction is in it. With
+``--rate R`` the mixed load runs once more with the clients paced to R requests/s in all
+(latency then counted from when each request was due), to show latency below saturation.
 
-Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8]
+Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 200]
 Targets on the 2-core box: predict by vector p99 <= 10 ms; >= 500 durable corrections/s.
 """
 
@@ -61,9 +63,10 @@ def free_port() -> int:
 
 class Client(threading.Thread):
     def __init__(self, k: int, port: int, until: float, base: np.ndarray, texts: list, labels: list, mix: tuple,
-                 tag: str):
+                 tag: str, interval: float = 0.0):
         super().__init__(daemon=True)
         self.k, self.port, self.until, self.mix, self.tag = k, port, until, mix, tag
+        self.interval = interval  # seconds between this client's sends (0: send as soon as answered)
         self.base, self.texts, self.labels = base, texts, labels
         self.lat: dict[str, list[float]] = {name: [] for name in KINDS}
         self.acked: list[tuple[int, str, str]] = []  # (entry id, label, text) of each acknowledged correction
@@ -73,7 +76,10 @@ class Client(threading.Thread):
         rng = np.random.default_rng([self.k, len(self.tag)])
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         n = 0
+        due = time.perf_counter() + rng.uniform(0, self.interval)  # paced clients start spread out
         while time.monotonic() < self.until:
+            if self.interval:
+                time.sleep(max(0.0, due - time.perf_counter()))
             kind = KINDS[rng.choice(len(KINDS), p=self.mix)]
             i = int(rng.integers(len(self.texts)))
             headers = {"Content-Type": "application/json"}
@@ -90,6 +96,8 @@ class Client(threading.Thread):
                         "labels": [self.labels[i]]}
                 headers["Authorization"] = f"Bearer {TOKEN}"
             t0 = time.perf_counter()
+            if self.interval:  # latency from when the request was due: a late send counts as waiting
+                t0, due = min(t0, due), max(due, t0 - self.interval) + self.interval
             conn.request("POST", path, json.dumps(body), headers)
             resp = conn.getresponse()
             data = resp.read()
@@ -119,6 +127,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--encoder", default="minilm")
+    ap.add_argument("--no-text", action="store_true", help="serve without an encoder; no predicts by text")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="also run the mixed load paced at this many requests/s in all (0: skip)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="ocrr-bench-service-") as tmp:
@@ -129,8 +140,9 @@ def main() -> int:
         port = free_port()
         env = {**os.environ, "OCRR_TOKEN": TOKEN}
         log = open(Path(tmp) / "server.log", "w+")  # a file, not a pipe: a full pipe would stall the server
-        server = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), "--encoder",
-                                   args.encoder, "--port", str(port)], env=env, stderr=log, text=True)
+        encoder = [] if args.no_text else ["--encoder", args.encoder]
+        server = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), *encoder,
+                                   "--port", str(port)], env=env, stderr=log, text=True)
         try:
             t0 = time.perf_counter()
             while True:  # wait for the server: open + full verify + index + encoder load
@@ -146,11 +158,16 @@ def main() -> int:
             print(f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port})")
             acked = []
             ok = True
-            phases = [("mixed", args.seconds, MIXED), ("corrections only", args.burst, CORRECTIONS_ONLY)]
-            for tag, seconds, mix in phases:
+            mixed = (0.5, 0.0, 0.5) if args.no_text else MIXED
+            phases = [("mixed", args.seconds, mixed, 0.0), ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]
+            if args.rate:
+                phases.append((f"mixed, paced at {args.rate:.0f} requests/s", args.seconds, mixed,
+                               args.clients / args.rate))
+            for tag, seconds, mix, interval in phases:
                 if seconds > 0:
-                    clients, wall, commits = run_phase(port, args.clients, seconds, mix, tag, base, texts, labels)
-                    ok &= report(tag, clients, wall, commits)
+                    clients, wall, commits, cpu = run_phase(port, args.clients, seconds, mix, tag, base, texts,
+                                                            labels, server.pid, interval)
+                    ok &= report(tag, clients, wall, commits, cpu)
                     acked += [a for c in clients for a in c.acked]
         finally:
             server.send_signal(signal.SIGTERM)  # clean shutdown: waits for requests in flight
@@ -170,20 +187,28 @@ def main() -> int:
         return 0 if not missing and ok else 1
 
 
-def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels):
+def cpu_seconds(pid: int) -> np.ndarray:
+    """(user, system) CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return np.array([int(fields[11]), int(fields[12])]) / os.sysconf("SC_CLK_TCK")
+
+
+def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels, pid, interval=0.0):
     commits0 = _metric(get(port, "/metrics"), "ocrr_ledger_commits_total")
+    cpu0, own0 = cpu_seconds(pid), time.process_time()
     until = time.monotonic() + seconds
-    clients = [Client(k, port, until, base, texts, labels, mix, tag) for k in range(n_clients)]
+    clients = [Client(k, port, until, base, texts, labels, mix, tag, interval) for k in range(n_clients)]
     t0 = time.perf_counter()
     for c in clients:
         c.start()
     for c in clients:
         c.join()
     wall = time.perf_counter() - t0
-    return clients, wall, _metric(get(port, "/metrics"), "ocrr_ledger_commits_total") - commits0
+    cpu = (cpu_seconds(pid) - cpu0, time.process_time() - own0)
+    return clients, wall, _metric(get(port, "/metrics"), "ocrr_ledger_commits_total") - commits0, cpu
 
 
-def report(tag, clients, wall, commits) -> bool:
+def report(tag, clients, wall, commits, cpu) -> bool:
     errors = [e for c in clients for e in c.errors]
     acked = [a for c in clients for a in c.acked]
     total = sum(len(v) for c in clients for v in c.lat.values())
@@ -196,6 +221,11 @@ def report(tag, clients, wall, commits) -> bool:
             print(f"  {name:<16}{len(lat):>8}{np.percentile(lat, 50):>9.2f}{np.percentile(lat, 99):>9.2f}")
     print(f"  durable corrections: {len(acked) / wall:.0f}/s ({len(acked)} acknowledged, {commits:.0f} commits, "
           f"{len(acked) / max(commits, 1):.1f} corrections per fsync)")
+    user, system = cpu[0]
+    print(f"  CPU: server {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
+          f"per request), load clients "
+          f"{cpu[1]:.1f} s, in {wall:.1f} s of wall on {os.cpu_count()} cores; load average "
+          f"{os.getloadavg()[0]:.1f}")
     return not errors
 
 

@@ -131,7 +131,8 @@ def create_app(state: ServiceState) -> FastAPI:
 
     app = FastAPI(title="ocrr substrate", version="1", lifespan=lifespan,
                   description="Predict with a persistent substrate, correct it, and prove what its ledger holds.")
-    def require_token(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    async def require_token(cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+        # async: a cheap check, so it runs on the event loop instead of costing a thread hop
         if cred is None or not hmac.compare_digest(cred.credentials.encode(), state.token.encode()):
             raise HTTPException(401, "a correction needs the service token: send 'Authorization: Bearer <token>'",
                                 headers={"WWW-Authenticate": "Bearer"})
