@@ -66,3 +66,25 @@ register("lora_deberta", LoRA, "fine-tuning",
          "the paper's lora: microsoft/deberta-v3-large ([CLS] pooling, query_proj+value_proj); needs the model "
          "from the Hugging Face hub or its cache, and realistically a GPU (lora_deberta:device=cuda)",
          model="microsoft/deberta-v3-large", pooling="cls", in_all=False)
+
+
+# -- continual model refinement (CMR, Lin et al. 2022): a head refined on each episode's errors --
+# Not in `--systems all` (the OCRR paper's systems): the cmr protocol and its sweep preset name them.
+from ocrr.systems.refine import FrozenUpstream, OnlineEWC, OnlineL2Reg, RefiningHead  # noqa: E402
+from ocrr.systems.replay import ExperienceReplay, MaxLossReplay, MIRReplay, MIRWithL2  # noqa: E402
+
+for _name, _factory, _summary in (
+    ("cmr_frozen", FrozenUpstream, "FrozenUpstream: the upstream softmax head, never refined"),
+    ("cft", RefiningHead, "continual fine-tuning of the upstream head on the revealed errors: 5 epochs of AdamW "
+                          "(lr 1e-2, batch 16, clip 1.0) per correct() call"),
+    ("online_l2", OnlineL2Reg, "cft + lambda (0.01) * ||theta - theta_{t-1}||^2"),
+    ("online_ewc", OnlineEWC, "cft + online EWC (Schwarz et al. 2018): running Fisher of the errors (gamma 0.9), "
+                              "lambda 1"),
+    ("er", ExperienceReplay, "cft + bi-memory experience replay: 32 items, half upstream, half past errors, every "
+                             "call, mixed with the errors"),
+    ("mir", MIRReplay, "er choosing, of 256 candidates per memory, the items a virtual cft update hurts most"),
+    ("max_loss", MaxLossReplay, "er choosing, of 256 candidates per memory, the items with the largest loss after a "
+                                "virtual cft update"),
+    ("mir_l2", MIRWithL2, "mir trained with the online_l2 penalty (lambda 0.01)"),
+):
+    register(_name, _factory, "cmr refinement", _summary, in_all=False)

@@ -1,0 +1,320 @@
+"""Continual model refinement (CMR, Lin et al. 2022, Sec. 4) over a head on frozen embeddings.
+
+The deployed model f_0 is a softmax head (linear by default, ``head=mlp`` for one hidden
+layer) trained on the upstream items. After each episode the protocol calls ``correct``
+once with the episode's revealed errors E_t; the method refines f_{t-1} into f_t by
+``epochs`` passes of AdamW (a fresh optimizer per call) over what it trains on, in
+shuffled mini-batches of ``batch_size``, gradients clipped to norm ``clip_norm``. Under
+the held-out protocol ``correct`` gets one item at a time: the same rule, E_t = that item.
+
+This module: the upstream head (``cmr_frozen``), continual fine-tuning (``cft``) and the
+two regularisers (``online_l2``, ``online_ewc``). The replay family is in
+``ocrr.systems.replay``.
+
+Defaults (the validation-stream search picks the final ones), from one CLINC150 cmr stream
+(seed 0, default stream settings) over the issue's grids: lr 1e-2 and 5 epochs (OEC^(T)
+0.83; 10 epochs or lr 3e-2 fix more errors but wipe the upstream classes, UKR^(T) < 0.25),
+batch 16, clip 1.0, EWC lambda 1 (of {1, 10, 100, 1000}: OEC^(T) 0.79, 0.72, 0.69, 0.14)
+and gamma 0.9. L2 lambda 0.01 lies *below* the issue's grid {0.1, 1, 10, 100}: the penalty
+sums over every weight of the head, and already at 0.1 it blocks most fixes (EFR 0.14,
+against 0.73 at 0.01).
+
+Randomness: the linear upstream head is the shared memoised seed head of
+``ocrr.systems.training`` (so f_0 is the same as online_linear's, EWC's, ...); the
+mini-batch order and the rows added for new labels come from torch generators derived from
+the run seed and a fixed key (not the spec), so every method with the same seed shuffles the
+same way: CFT and OnlineEWC with lambda 0 take exactly the same steps.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, vmap
+
+from ocrr.batch import Batch
+from ocrr.errors import OcrrError
+from ocrr.systems.base import Footprint, System, check_vectors, require_labels
+from ocrr.systems.labels import LabelSpace
+from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head, train_seed
+
+HEADS = ("linear", "mlp")
+Penalty = Callable[[torch.nn.Module], torch.Tensor]
+
+
+def check_number(who: str, key: str, value, *, low: float = 0.0, above: bool = False,
+                 whole: bool = False, example="1") -> None:
+    """Raise an OcrrError naming the fix unless ``value`` is a number >= low (> low if ``above``)."""
+    kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    ok = ok and bool(np.isfinite(value)) and (value > low if above else value >= low)
+    if not ok:
+        what = "a whole number" if whole else "a number"
+        raise OcrrError(f"{who}: {key} must be {what} {'>' if above else '>='} {low:g}, got {value!r}. "
+                        f"Write e.g. {who.split(':')[0]}:{key}={example}.")
+
+
+def output_layer(head: torch.nn.Module) -> torch.nn.Linear:
+    """The layer with one row per label (the head itself for a linear head)."""
+    return head if isinstance(head, torch.nn.Linear) else head[-1]
+
+
+def per_item_loss(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of each row under ``head`` (no gradient)."""
+    with torch.no_grad():
+        return F.cross_entropy(head(x), y, reduction="none")
+
+
+class UpstreamHead(System):
+    """The upstream model f_0: a softmax head over every label, trained on the fit items.
+
+    ``head=linear`` reuses the shared seed head (same f_0 as online_linear); ``head=mlp``
+    adds one hidden layer of ``hidden`` ReLU units, trained with the same seed settings.
+    """
+
+    family = "cmr refinement"
+
+    def __init__(self, head: str = "linear", hidden: int = 256, seed_epochs: int = 30, seed_lr: float = 1e-2,
+                 seed_weight_decay: float = 1e-4, seed_batch_size: int = 256, labels=None, seed: int = 0,
+                 name: str = "cmr_frozen"):
+        self.name = name
+        if head not in HEADS:
+            raise OcrrError(f"{name}: head must be one of {', '.join(HEADS)}, got {head!r}. Write e.g. "
+                            f"{name.split(':')[0]}:head=mlp.")
+        check_number(name, "hidden", hidden, low=1, whole=True, example=256)
+        check_number(name, "seed_epochs", seed_epochs, whole=True, example=30)
+        check_number(name, "seed_lr", seed_lr, above=True, example=0.01)
+        check_number(name, "seed_weight_decay", seed_weight_decay, example=0.0001)
+        check_number(name, "seed_batch_size", seed_batch_size, low=1, whole=True, example=256)
+        self.head = head
+        self.hidden = hidden
+        self.seed_epochs = seed_epochs
+        self.seed_lr = seed_lr
+        self.seed_weight_decay = seed_weight_decay
+        self.seed_batch_size = seed_batch_size
+        self.labels = labels
+        self.seed = seed
+        self.head_: torch.nn.Module | None = None
+
+    def fit(self, seed: Batch) -> "UpstreamHead":
+        labels = require_labels(seed, self.name)
+        vecs = check_vectors(seed.vecs, None, "seed vectors")
+        self.dim_ = vecs.shape[1]
+        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(labels)))
+        x = torch.from_numpy(vecs).clone()
+        y = torch.from_numpy(self.space_.encode(labels))
+        cfg = SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
+        if self.head == "linear":
+            self.head_ = seed_head(x, y, len(self.space_), cfg, self.seed)
+        else:
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/mlp"))
+            self.head_ = torch.nn.Sequential(init_linear(self.dim_, self.hidden, gen), torch.nn.ReLU(),
+                                             init_linear(self.hidden, len(self.space_), gen))
+            train_seed(self.head_, x, y, cfg, gen)
+        self._after_upstream(x, y)
+        return self
+
+    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Hook for methods that keep something of the upstream state (memory, generators)."""
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        with torch.inference_mode():
+            winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
+        return self.space_.decode(winners)
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        require_labels(batch, self.name)
+        check_vectors(batch.vecs, self.dim_, "vectors")
+
+    def footprint(self) -> Footprint:
+        self._require_fitted()
+        params = sum(p.numel() for p in self.head_.parameters())
+        return Footprint(entries=0, params=params, bytes=4 * params)
+
+
+class FrozenUpstream(UpstreamHead):
+    """FrozenUpstream: f_0 as deployed; the revealed errors are never learned (the floor)."""
+
+    learns = False
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("name", "cmr_frozen")
+        super().__init__(**kwargs)
+
+
+class RefiningHead(UpstreamHead):
+    """Continual fine-tuning (CFT): f_{t-1} fine-tuned on E_t alone.
+
+    Subclasses add a penalty to the loss (``_penalty``) or change what is trained on
+    (``_refine``); the optimiser loop (``train_on``) is shared.
+    """
+
+    def __init__(self, lr: float = 1e-2, epochs: int = 5, batch_size: int = 16, clip_norm: float | None = 1.0,
+                 weight_decay: float = 0.0, **kwargs):
+        kwargs.setdefault("name", "cft")
+        super().__init__(**kwargs)
+        check_number(self.name, "lr", lr, above=True, example=0.01)
+        check_number(self.name, "epochs", epochs, low=1, whole=True, example=5)
+        check_number(self.name, "batch_size", batch_size, low=1, whole=True, example=16)
+        if clip_norm is not None:
+            check_number(self.name, "clip_norm", clip_norm, above=True, example=1.0)
+        check_number(self.name, "weight_decay", weight_decay, example=0.0)
+        self.lr = lr
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.clip_norm = clip_norm
+        self.weight_decay = weight_decay
+
+    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.batch_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/batches"))
+        self.init_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/new-rows"))
+        self.calls_ = 0  # correct() calls with at least one item: episodes under the cmr protocol
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        if not len(labels):
+            return
+        if self.space_.add(labels):
+            self._grow_head()
+        x = torch.from_numpy(vecs).clone()
+        y = torch.from_numpy(self.space_.encode(labels))
+        self.calls_ += 1
+        self._refine(x, y)
+
+    def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """f_{t-1} -> f_t on this call's errors."""
+        self.train_on(self.head_, x, y, self._penalty())
+
+    def _penalty(self) -> Penalty | None:
+        """The regulariser of this call, built from f_{t-1} (None: plain fine-tuning)."""
+        return None
+
+    def train_on(self, head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, penalty: Penalty | None = None) -> None:
+        """``epochs`` passes of a fresh AdamW over (x, y) in shuffled mini-batches."""
+        if not len(y):
+            return
+        opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        for _ in range(self.epochs):
+            order = torch.randperm(len(y), generator=self.batch_generator_)
+            for lo in range(0, len(y), self.batch_size):
+                idx = order[lo : lo + self.batch_size]
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(head(x[idx]), y[idx])
+                if penalty is not None:
+                    loss = loss + penalty(head)
+                loss.backward()
+                if self.clip_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(head.parameters(), self.clip_norm)
+                opt.step()
+
+    def _grow_head(self) -> None:
+        """Add output rows for labels first met in a correction (PyTorch's default init)."""
+        old = output_layer(self.head_)
+        new = init_linear(old.in_features, len(self.space_), self.init_generator_)
+        with torch.no_grad():
+            new.weight[: old.out_features] = old.weight
+            new.bias[: old.out_features] = old.bias
+        if isinstance(self.head_, torch.nn.Linear):
+            self.head_ = new
+        else:
+            self.head_[-1] = new
+        self._after_growth()
+
+    def _after_growth(self) -> None:
+        """Hook: pad per-parameter state (Fisher, anchors) to the grown head."""
+
+
+def snapshot(head: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in head.named_parameters()}
+
+
+def pad_rows(state: dict[str, torch.Tensor], head: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Zero rows for output rows the head gained since ``state`` was taken."""
+    out = {}
+    for key, p in head.named_parameters():
+        extra = p.shape[0] - state[key].shape[0]
+        out[key] = torch.cat([state[key], state[key].new_zeros((extra, *p.shape[1:]))]) if extra else state[key]
+    return out
+
+
+class OnlineL2Reg(RefiningHead):
+    """OnlineL2Reg: CFT on E_t + l2_lambda * ||theta - theta_{t-1}||^2 (theta_{t-1}: f_{t-1})."""
+
+    def __init__(self, l2_lambda: float = 0.01, **kwargs):
+        kwargs.setdefault("name", "online_l2")
+        super().__init__(**kwargs)
+        check_number(self.name, "l2_lambda", l2_lambda, example=0.01)
+        self.l2_lambda = l2_lambda
+
+    def _penalty(self) -> Penalty | None:
+        return l2_penalty(self.head_, self.l2_lambda)
+
+
+def l2_penalty(head: torch.nn.Module, lam: float) -> Penalty | None:
+    """lam * squared distance to the parameters ``head`` has now (None when lam is 0)."""
+    if lam == 0:
+        return None
+    anchor = snapshot(head)
+    return lambda h: lam * sum((p - anchor[k]).square().sum() for k, p in h.named_parameters())
+
+
+class OnlineEWC(RefiningHead):
+    """Online EWC (Schwarz et al. 2018): CFT on E_t + ewc_lambda/2 * sum F (theta - theta*)^2.
+
+    After each call, F_t is the mean squared per-example gradient of the loss on E_t at the
+    refined f_t (true labels), then F <- ewc_gamma * F + F_t (gamma applied once per call)
+    and theta* <- f_t. F starts at zero, so the first call is plain CFT.
+    """
+
+    def __init__(self, ewc_lambda: float = 1.0, ewc_gamma: float = 0.9, **kwargs):
+        kwargs.setdefault("name", "online_ewc")
+        super().__init__(**kwargs)
+        check_number(self.name, "ewc_lambda", ewc_lambda, example=1)
+        check_number(self.name, "ewc_gamma", ewc_gamma, example=0.9)
+        self.ewc_lambda = ewc_lambda
+        self.ewc_gamma = ewc_gamma
+
+    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._after_upstream(x, y)
+        self.anchor_ = snapshot(self.head_)
+        self.fisher_ = {k: torch.zeros_like(v) for k, v in self.anchor_.items()}
+
+    def _after_growth(self) -> None:
+        self.anchor_ = pad_rows(self.anchor_, self.head_)
+        self.fisher_ = pad_rows(self.fisher_, self.head_)
+
+    def _penalty(self) -> Penalty | None:
+        if self.ewc_lambda == 0:
+            return None
+        lam, fisher, anchor = self.ewc_lambda, self.fisher_, self.anchor_
+        return lambda h: 0.5 * lam * sum((fisher[k] * (p - anchor[k]).square()).sum() for k, p in h.named_parameters())
+
+    def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._refine(x, y)
+        new = per_example_fisher(self.head_, x, y)
+        self.fisher_ = {k: self.ewc_gamma * self.fisher_[k] + new[k] for k in new}
+        self.anchor_ = snapshot(self.head_)
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()  # head, plus the running Fisher and the anchor
+        return Footprint(entries=0, params=fp.params, bytes=3 * fp.bytes)
+
+
+def per_example_fisher(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Diagonal empirical Fisher: the mean over rows of the squared gradient of each row's
+    cross-entropy, one vectorised pass (torch.func) rather than a backward per row."""
+    params = snapshot(head)
+
+    def loss_of_one(p, xi, yi):
+        return F.cross_entropy(functional_call(head, p, (xi[None],)), yi[None])
+
+    grads = vmap(grad(loss_of_one), in_dims=(None, 0, 0))(params, x, y)
+    return {k: g.square().mean(dim=0) for k, g in grads.items()}

@@ -1,0 +1,173 @@
+"""The replay family of continual model refinement (CMR, Lin et al. 2022, Sec. 4.3).
+
+Every method here keeps the paper's bi-memory: M_u, the upstream items the head was fitted
+on, and M_o, every error revealed so far (E_t joins M_o after the call that learns it).
+Every ``replay_every`` calls of ``correct`` (the first call included) a replay set R_t of
+``replay_size`` items is chosen, half from each memory (when M_o holds fewer than half,
+the rest comes from M_u), and trained on with E_t: mixed into one set (``mode=mixed``, the
+paper's Mixed-Tuning) or first R_t, then E_t (``mode=two_stage``, ER as Rolnick et al.).
+
+* ER: R_t drawn uniformly without replacement from each memory.
+* MIR / MaxLoss: ``candidates`` items drawn from each memory; a virtual copy of f_{t-1}
+  is fine-tuned on E_t with the CFT settings (same lr, epochs, batch size); each memory's
+  half of R_t is its candidates with the largest loss increase, loss(virtual) - loss(f_{t-1})
+  (MIR), or the largest virtual loss (MaxLoss).
+* MIR + OnlineL2Reg: MIR, trained with the OnlineL2Reg penalty to f_{t-1}.
+
+Defaults inside the issue's grids: |R_t| 32 (the paper's pick), k 1, c 256, mixed.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ocrr.errors import OcrrError
+from ocrr.systems.base import Footprint
+from ocrr.systems.refine import RefiningHead, check_number, l2_penalty, per_item_loss
+from ocrr.systems.training import derive_seed
+
+MODES = ("mixed", "two_stage")
+
+
+class Memory:
+    """A growing store of (vector, label index) rows; capacity doubles as it fills."""
+
+    def __init__(self, dim: int):
+        self.x = torch.empty((0, dim))
+        self.y = torch.empty(0, dtype=torch.int64)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        need = self.n + len(y)
+        if need > len(self.y):
+            cap = max(need, 2 * len(self.y), 64)
+            grown_x, grown_y = torch.empty((cap, self.x.shape[1])), torch.empty(cap, dtype=torch.int64)
+            grown_x[: self.n], grown_y[: self.n] = self.x[: self.n], self.y[: self.n]
+            self.x, self.y = grown_x, grown_y
+        self.x[self.n : need], self.y[self.n : need] = x, y
+        self.n = need
+
+    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[idx], self.y[idx]
+
+
+class ExperienceReplay(RefiningHead):
+    """ER with the bi-memory: CFT on E_t plus a uniform replay of both memories."""
+
+    def __init__(self, replay_size: int = 32, replay_every: int = 1, mode: str = "mixed", **kwargs):
+        kwargs.setdefault("name", "er")
+        super().__init__(**kwargs)
+        check_number(self.name, "replay_size", replay_size, whole=True, example=32)
+        check_number(self.name, "replay_every", replay_every, low=1, whole=True, example=1)
+        if mode not in MODES:
+            raise OcrrError(f"{self.name}: mode must be one of {', '.join(MODES)}, got {mode!r}. "
+                            f"Write e.g. {self.name.split(':')[0]}:mode=two_stage.")
+        self.replay_size = replay_size
+        self.replay_every = replay_every
+        self.mode = mode
+
+    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._after_upstream(x, y)
+        self.upstream_ = Memory(x.shape[1])
+        self.upstream_.add(x, y)
+        self.online_ = Memory(x.shape[1])
+        self.replay_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/replay"))
+        self.last_replay_ = (0, 0)  # items replayed from (M_u, M_o) by the last call, for inspection
+
+    def shares(self) -> tuple[int, int]:
+        """How many items R_t takes from (M_u, M_o): half each, M_u filling what M_o lacks."""
+        from_online = min(self.replay_size // 2, len(self.online_))
+        return min(self.replay_size - from_online, len(self.upstream_)), from_online
+
+    def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        penalty = self._penalty()  # built from f_{t-1}, before anything moves
+        picks = ()
+        if (self.calls_ - 1) % self.replay_every == 0 and self.replay_size:
+            picks = self._choose(x, y)
+        self.last_replay_ = tuple(len(idx) for _, idx in picks) if picks else (0, 0)
+        parts = [memory.rows(idx) for memory, idx in picks if len(idx)]
+        if parts and self.mode == "two_stage":
+            self.train_on(self.head_, torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), penalty)
+            self.train_on(self.head_, x, y, penalty)
+        else:
+            self.train_on(self.head_, torch.cat([x, *(p[0] for p in parts)]), torch.cat([y, *(p[1] for p in parts)]),
+                          penalty)
+        self.online_.add(x, y)
+
+    def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
+        """((M_u, indices), (M_o, indices)) of this call's replay set R_t."""
+        n_up, n_on = self.shares()
+        return ((self.upstream_, self._draw(len(self.upstream_), n_up)),
+                (self.online_, self._draw(len(self.online_), n_on)))
+
+    def _draw(self, n: int, k: int) -> torch.Tensor:
+        """k of range(n) uniformly without replacement."""
+        return torch.randperm(n, generator=self.replay_generator_)[:k]
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()
+        entries = len(self.upstream_) + len(self.online_)
+        return Footprint(entries=entries, params=fp.params, bytes=fp.bytes + entries * (4 * self.dim_ + 8),
+                         extra={"online_memory": len(self.online_)})
+
+
+class MaxLossReplay(ExperienceReplay):
+    """MaxLoss: from ``candidates`` items of each memory, replay those with the largest loss
+    under a virtual update of f_{t-1} on E_t (CFT settings)."""
+
+    score = "virtual_loss"
+
+    def __init__(self, candidates: int = 256, **kwargs):
+        kwargs.setdefault("name", "max_loss")
+        super().__init__(**kwargs)
+        check_number(self.name, "candidates", candidates, low=1, whole=True, example=256)
+        self.candidates = candidates
+
+    def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
+        n_up, n_on = self.shares()
+        pools = [(self.upstream_, self._draw(len(self.upstream_), self.candidates), n_up),
+                 (self.online_, self._draw(len(self.online_), self.candidates), n_on)]
+        virtual = copy.deepcopy(self.head_)
+        self.train_on(virtual, x, y)  # the virtual model: CFT on E_t, no penalty
+        chosen = []
+        for memory, pool, k in pools:
+            cx, cy = memory.rows(pool)
+            scores = self.interference(virtual, cx, cy)
+            top = torch.argsort(scores, descending=True, stable=True)[:k]
+            chosen.append((memory, pool[top]))
+        return tuple(chosen)
+
+    def interference(self, virtual: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each candidate's score: its loss under the virtual model."""
+        return per_item_loss(virtual, x, y)
+
+
+class MIRReplay(MaxLossReplay):
+    """MIR (Aljundi et al. 2019): replay the candidates whose loss the virtual update raises most."""
+
+    score = "loss_increase"
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("name", "mir")
+        super().__init__(**kwargs)
+
+    def interference(self, virtual: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return per_item_loss(virtual, x, y) - per_item_loss(self.head_, x, y)
+
+
+class MIRWithL2(MIRReplay):
+    """MIR + OnlineL2Reg: MIR's replay, trained with l2_lambda * ||theta - theta_{t-1}||^2."""
+
+    def __init__(self, l2_lambda: float = 0.01, **kwargs):
+        kwargs.setdefault("name", "mir_l2")
+        super().__init__(**kwargs)
+        check_number(self.name, "l2_lambda", l2_lambda, example=0.01)
+        self.l2_lambda = l2_lambda
+
+    def _penalty(self):
+        return l2_penalty(self.head_, self.l2_lambda)
