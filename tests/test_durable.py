@@ -3,11 +3,11 @@ commits, a reopened file is checked (fully or from its checkpoint), bad input is
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
+import subprocess
+import sys
 import threading
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,47 +127,31 @@ def test_open_refuses_what_is_not_a_ledger(tmp_path):
         DurableLedger.open(tmp_path / "l.db", dim=5)
 
 
-def _child(path, ack_fd: int) -> None:
-    """Append forever (single entries and small batches), writing each acknowledged id."""
-    led = DurableLedger.open(path)
-    n = len(led)
-    while True:
-        m = 1 + n % 3
-        ids = led.extend(np.stack([_vec(i) for i in range(n, n + m)]), [_label(i) for i in range(n, n + m)])
-        os.write(ack_fd, f"{ids[-1]}\n".encode())
-        n += m
-
-
 def test_sigkill_loses_no_acknowledged_entry(tmp_path):
-    """55 times: fork a child that appends in a loop, SIGKILL it at a random moment,
-    reopen; every acknowledged entry is there, and the chain and the tree verify."""
+    """55 times: a process appends in a loop and is SIGKILLed at a random moment (see
+    tests/crash_child.py); after each kill, every acknowledged entry is there, and the
+    chain and the tree verify on reopening."""
+    from crash_child import label, vec
+
     path = tmp_path / "crash.db"
     DurableLedger.open(path).close()
-    rng = np.random.default_rng(0)
+    helper = subprocess.Popen([sys.executable, str(Path(__file__).with_name("crash_child.py")), str(path), "0"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     acked, checked = -1, 0
-    for _ in range(55):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: never returns into pytest
-            try:
-                os.close(r)
-                _child(path, w)
-            finally:
-                os._exit(1)
-        os.close(w)
-        time.sleep(float(rng.uniform(0.01, 0.06)))  # sometimes still opening, mostly appending
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        with os.fdopen(r, "rb") as f:
-            lines = f.read().split(b"\n")[:-1]  # a torn last line was never acknowledged
-        if lines:
-            acked = max(acked, int(lines[-1]))
-        with DurableLedger.open(path) as led:  # full check: refuses a broken chain or tree
-            assert len(led) > acked
-            mem = led.memory
-            for i in range(checked, len(led)):  # entries before ``checked`` are chained to these
-                assert mem[i].label == _label(i) and np.array_equal(mem[i].vector, _vec(i))
-            checked = len(led)
+    try:
+        for _ in range(55):
+            helper.stdin.write("go\n")
+            helper.stdin.flush()
+            acked = max(acked, int(helper.stdout.readline()))
+            with DurableLedger.open(path) as led:  # full check: refuses a broken chain or tree
+                assert len(led) > acked
+                mem = led.memory
+                for i in range(checked, len(led)):  # entries before ``checked`` are chained to these
+                    assert mem[i].label == label(i) and np.array_equal(mem[i].vector, vec(i))
+                checked = len(led)
+    finally:
+        helper.stdin.close()
+        helper.wait(timeout=30)
     assert acked > 100  # the children really did append
 
 
