@@ -16,7 +16,7 @@ from ocrr.systems.refine import per_example_fisher
 from ocrr.systems.registry import make_system
 from ocrr.systems.replay import MaxLossReplay, MIRReplay
 
-REFINING = ["cft", "online_l2", "online_ewc", "er", "mir", "max_loss", "mir_l2"]
+REFINING = ["cft", "online_l2", "online_ewc", "er", "mir", "max_loss", "mir_l2", "offline_refining"]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -240,3 +240,13 @@ def test_linear_upstream_head_is_the_shared_seed_head(data):
 def test_bad_hyperparameters_say_which_and_how(spec, words):
     with pytest.raises(OcrrError, match=words):
         make_system(spec, labels=["a", "b"])
+
+
+def test_offline_refining_retrains_f0_on_every_error_so_far(data):
+    system, frozen = fitted("offline_refining", data), fitted("cmr_frozen", data)
+    system.correct(data.stream[:10])
+    system.correct(data.stream[10:25])
+    assert len(system.online_) == 25
+    f0 = torch.cat([p.detach().reshape(-1) for p in system.upstream_head_.parameters()])
+    assert torch.equal(f0, params(frozen))  # f_0 is kept unchanged (no new label was met)
+    assert not torch.equal(params(system), f0)

@@ -71,7 +71,7 @@ register("lora_deberta", LoRA, "fine-tuning",
 # -- continual model refinement (CMR, Lin et al. 2022): a head refined on each episode's errors --
 # Not in `--systems all` (the OCRR paper's systems): the cmr protocol and its sweep preset name them.
 from ocrr.systems.refine import FrozenUpstream, OnlineEWC, OnlineL2Reg, RefiningHead  # noqa: E402
-from ocrr.systems.replay import ExperienceReplay, MaxLossReplay, MIRReplay, MIRWithL2  # noqa: E402
+from ocrr.systems.replay import ExperienceReplay, MaxLossReplay, MIRReplay, MIRWithL2, OfflineRefining  # noqa: E402
 
 for _name, _factory, _summary in (
     ("cmr_frozen", FrozenUpstream, "FrozenUpstream: the upstream softmax head, never refined"),
@@ -86,5 +86,7 @@ for _name, _factory, _summary in (
     ("max_loss", MaxLossReplay, "er choosing, of 256 candidates per memory, the items with the largest loss after a "
                                 "virtual cft update"),
     ("mir_l2", MIRWithL2, "mir trained with the online_l2 penalty (lambda 0.01)"),
+    ("offline_refining", OfflineRefining, "upper reference: f_0 retrained after each call on every error so far "
+                                          "plus as many upstream items (slow under the held-out protocol)"),
 ):
     register(_name, _factory, "cmr refinement", _summary, in_all=False)

@@ -13,6 +13,8 @@ paper's Mixed-Tuning) or first R_t, then E_t (``mode=two_stage``, ER as Rolnick 
   half of R_t is its candidates with the largest loss increase, loss(virtual) - loss(f_{t-1})
   (MIR), or the largest virtual loss (MaxLoss).
 * MIR + OnlineL2Reg: MIR, trained with the OnlineL2Reg penalty to f_{t-1}.
+* OfflineRefining (the upper reference): f_0 retrained on all errors so far plus as many
+  upstream items.
 
 Defaults inside the issue's grids: |R_t| 32 (the paper's pick), k 1, c 256, mixed.
 """
@@ -171,3 +173,50 @@ class MIRWithL2(MIRReplay):
 
     def _penalty(self):
         return l2_penalty(self.head_, self.l2_lambda)
+
+
+class OfflineRefining(RefiningHead):
+    """OfflineRefining, the paper's upper reference: after every call, f_t is f_0 fine-tuned
+    afresh (``epochs`` passes, the CFT optimiser) on every error revealed so far plus a sample
+    of as many upstream items (all of them if there are fewer), drawn anew each call.
+
+    Under the cmr protocol only its final state is the paper's f_T; its intermediate states
+    are what retraining after every episode would give. The cost of a call grows with the
+    errors seen, so under the held-out protocol (one call per correction) it is slow.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("name", "offline_refining")
+        super().__init__(**kwargs)
+
+    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._after_upstream(x, y)
+        self.upstream_ = Memory(x.shape[1])
+        self.upstream_.add(x, y)
+        self.online_ = Memory(x.shape[1])
+        self.upstream_head_ = copy.deepcopy(self.head_)  # f_0
+        self.sample_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/offline"))
+
+    def _after_growth(self) -> None:
+        """Give f_0 the rows just added for new labels (as initialised in the current head)."""
+        grown = copy.deepcopy(self.head_)
+        upstream = dict(self.upstream_head_.named_parameters())
+        with torch.no_grad():
+            for key, p in grown.named_parameters():
+                p[: upstream[key].shape[0]] = upstream[key]
+        self.upstream_head_ = grown
+
+    def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.online_.add(x, y)
+        errors = self.online_.rows(torch.arange(len(self.online_)))
+        pick = torch.randperm(len(self.upstream_), generator=self.sample_generator_)[: len(self.online_)]
+        sample = self.upstream_.rows(pick)
+        head = copy.deepcopy(self.upstream_head_)
+        self.train_on(head, torch.cat([errors[0], sample[0]]), torch.cat([errors[1], sample[1]]))
+        self.head_ = head
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()  # the head and f_0, plus both memories
+        entries = len(self.upstream_) + len(self.online_)
+        return Footprint(entries=entries, params=fp.params, bytes=2 * fp.bytes + entries * (4 * self.dim_ + 8),
+                         extra={"online_memory": len(self.online_)})
