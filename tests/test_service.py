@@ -167,3 +167,11 @@ def test_schemathesis_finds_no_server_error(server):
 
         check()
     assert not failures, failures
+
+
+def test_an_unknown_encoder_is_refused_with_the_fix():
+    from ocrr.errors import OcrrError
+    from ocrr.service.encoder import EncoderProcess
+
+    with pytest.raises(OcrrError, match="Use minilm"):
+        EncoderProcess("nonsense")

@@ -53,6 +53,7 @@ class ServiceState:
     counts: dict = field(default_factory=dict)  # (path, status) -> requests
     seconds: dict = field(default_factory=dict)  # path -> [total seconds, requests]
     started: float = field(default_factory=time.time)
+    close: Any = None  # called on shutdown (default: close the substrate)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -127,7 +128,8 @@ def create_app(state: ServiceState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        state.substrate.close()  # waits for the commit in flight; acknowledged ones are on disk
+        # Waits for the commit in flight (acknowledged corrections are on disk already).
+        (state.close or state.substrate.close)()
 
     app = FastAPI(title="ocrr substrate", version="1", lifespan=lifespan,
                   description="Predict with a persistent substrate, correct it, and prove what its ledger holds.")

@@ -55,24 +55,30 @@ def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str 
     from ocrr.persistent import open_substrate
     from ocrr.service.app import ServiceState
 
-    if isinstance(encoder, str):
-        from ocrr.encoders import make_encoder
-
-        encoder = make_encoder(encoder)
-    if encoder is not None:
-        encoder = SerialEncoder(encoder)
     signer = Signer.load(key, origin or default_origin(ledger)) if key is not None else None
     sub = open_substrate(ledger, system, seed=seed, verify=verify)
+    holder = [None]
+
+    def close() -> None:
+        sub.close()
+        getattr(holder[0], "close", lambda: None)()
+
     try:
+        if isinstance(encoder, str):  # a spec: the model runs in its own process (see service/encoder.py)
+            from ocrr.service.encoder import EncoderProcess
+
+            encoder = holder[0] = EncoderProcess(encoder)
+        elif encoder is not None:
+            encoder = holder[0] = SerialEncoder(encoder)
         if fit is not None:
             if len(sub):
                 log(f"--fit {fit}: the ledger already holds {len(sub)} entries; not seeding it again")
             else:
                 _seed_from_dataset(sub, fit, encoder, data_dir, log)
     except BaseException:
-        sub.close()
+        close()
         raise
-    return ServiceState(substrate=sub, token=token, encoder=encoder, signer=signer)
+    return ServiceState(substrate=sub, token=token, encoder=encoder, signer=signer, close=close)
 
 
 class SerialEncoder:
@@ -118,14 +124,18 @@ def _cmd_serve(args) -> int:
         raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); "
                         "pip install 'ocrr[service]'") from e
     token, generated = _token(args)
-    # Requests run in parallel threads: one BLAS / torch thread each beats threads that
-    # fight over two cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two).
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     state = build_state(args.ledger, args.system, args.encoder, args.fit, args.data_dir, args.key, args.origin,
                         token, args.seed, "checkpoint" if args.quick_open else "full", log)
+    # Requests run in parallel threads: one BLAS / OpenMP / torch thread each beats pools that
+    # fight over the cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two; MiniLM
+    # on one sentence: 18 ms of CPU with one thread, 87 with two). Set once everything is loaded.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    # A request that releases the GIL often (a model's many small ops, a BLAS call) waits up
+    # to the switch interval to get it back from a busy thread: keep that wait short.
+    sys.setswitchinterval(0.0005)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     log(f"ledger {args.ledger}: {len(state.substrate)} entries, verified")

@@ -1,0 +1,100 @@
+"""The service's text encoder, in a process of its own.
+
+A transformer encoding one sentence runs hundreds of small torch ops, each releasing and
+re-taking the GIL; inside the service process it would compete with every request for
+that lock (a predict by text took ~300 ms under load that way, for ~18 ms of CPU). In
+its own process it uses another core and the service only waits on a pipe. One request
+at a time goes to the model (a lock), which is also what a small box can afford.
+
+Protocol on the child's stdin/stdout: one JSON line (a list of texts) in; one JSON line
+out (``{"ok": true, "n": n, "d": d}`` followed by n x d little-endian float32, or
+``{"ok": false, "error": "..."}``). The child is ``python -m ocrr.service.encoder SPEC``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+
+
+class EncoderProcess:
+    """``encode(texts) -> (n, d) float32`` answered by a child process running ``spec``."""
+
+    def __init__(self, spec: str):
+        self.id = spec
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen([sys.executable, "-m", "ocrr.service.encoder", spec],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        header = self._header()  # waits for the model to load
+        if not header.get("ok"):
+            self.close()
+            raise OcrrError(header.get("error", f"the encoder {spec!r} did not start"))
+
+    def _header(self) -> dict:
+        line = self._proc.stdout.readline()
+        if not line:
+            return {"ok": False, "error": f"the encoder process for {self.id!r} stopped; restart the service"}
+        return json.loads(line)
+
+    def encode(self, texts, progress=None) -> np.ndarray:
+        with self._lock:
+            try:
+                self._proc.stdin.write(json.dumps(list(texts)).encode() + b"\n")
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                raise OcrrError(f"the encoder process for {self.id!r} stopped; restart the service") from None
+            header = self._header()
+            if not header.get("ok"):
+                raise OcrrError(header["error"])
+            n, d = header["n"], header["d"]
+            raw = self._proc.stdout.read(4 * n * d)
+        return np.frombuffer(raw, "<f4").reshape(n, d).astype(np.float32)
+
+    def close(self) -> None:
+        if self._proc.stdin and not self._proc.stdin.closed:
+            self._proc.stdin.close()  # the child's loop ends at end of input
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+
+
+def _reply(out, obj: dict, payload: bytes = b"") -> None:
+    out.write(json.dumps(obj).encode() + b"\n" + payload)
+    out.flush()
+
+
+def main(spec: str) -> int:
+    """The child: load the encoder (one torch thread), then answer until stdin ends."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol
+    try:
+        from ocrr.encoders import make_encoder
+
+        encoder = make_encoder(spec)  # checks the spec before anything heavy loads
+        import torch
+
+        torch.set_num_threads(1)
+        encoder.encode(["warm up"])  # load the model now, not on the first request
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises OcrrError
+        _reply(out, {"ok": False, "error": f"cannot load encoder {spec!r}: {e}"})
+        return 1
+    _reply(out, {"ok": True, "n": 0, "d": 0})
+    for line in sys.stdin.buffer:
+        try:
+            vecs = np.ascontiguousarray(encoder.encode(json.loads(line)), "<f4")
+        except Exception as e:  # noqa: BLE001
+            _reply(out, {"ok": False, "error": f"encoding failed: {e}"})
+            continue
+        _reply(out, {"ok": True, "n": vecs.shape[0], "d": vecs.shape[1]}, vecs.tobytes())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
