@@ -24,7 +24,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ocrr.audit.heads import Signer, TreeHead
 from ocrr.errors import OcrrError
@@ -119,6 +119,27 @@ class ConsistencyOut(BaseModel):
     proof: list[str]
 
 
+def _json_body(model: type[BaseModel]):
+    """A dependency giving the request body parsed by pydantic's own JSON parser: several
+    times cheaper than FastAPI's json.loads-then-validate (a 384-float vector: ~30 µs, not
+    ~300). Errors go to the same 422 handler as FastAPI's own."""
+
+    async def parse(request: Request) -> BaseModel:
+        body = await request.body()
+        try:
+            return model.model_validate_json(body)
+        except ValidationError as e:
+            raise RequestValidationError(e.errors(include_url=False), body=body) from None
+
+    return parse
+
+
+def _body_doc(model: type[BaseModel]) -> dict:
+    """The OpenAPI request body of an endpoint that parses its body with ``_json_body``."""
+    return {"requestBody": {"required": True,
+                            "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
 # -- the app --------------------------------------------------------------------------
 # Module level: FastAPI resolves the (string) annotations of handlers in this module's namespace.
 _bearer = HTTPBearer(auto_error=False, description="the service token (printed or set at `ocrr serve`)")
@@ -178,15 +199,16 @@ def create_app(state: ServiceState) -> FastAPI:
         return {"status": "ok", "entries": len(state.substrate), "encoder": state.encoder is not None,
                 "signed": state.signer is not None}
 
-    @app.post("/predict", response_model=PredictResponse)
-    def predict(req: PredictRequest) -> dict:
+    @app.post("/predict", response_model=PredictResponse, openapi_extra=_body_doc(PredictRequest))
+    def predict(req: Annotated[PredictRequest, Depends(_json_body(PredictRequest))]) -> dict:
         vecs, _ = vectors_of(req)
         out = state.substrate.explain(vecs)
         return {"predictions": [{"label": e.label, "margin": e.margin,
                                  "neighbours": [n.__dict__ for n in e.neighbours]} for e in out]}
 
-    @app.post("/correct", response_model=CorrectResponse, dependencies=[Depends(require_token)])
-    def correct(req: CorrectRequest) -> dict:
+    @app.post("/correct", response_model=CorrectResponse, dependencies=[Depends(require_token)],
+              openapi_extra=_body_doc(CorrectRequest))
+    def correct(req: Annotated[CorrectRequest, Depends(_json_body(CorrectRequest))]) -> dict:
         vecs, texts = vectors_of(req)
         if len(req.labels) != len(vecs):
             raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
