@@ -175,3 +175,49 @@ def test_an_unknown_encoder_is_refused_with_the_fix():
 
     with pytest.raises(OcrrError, match="Use minilm"):
         EncoderProcess("nonsense")
+
+
+def test_ocrr_serve_starts_answers_and_shuts_down_cleanly(tmp_path):
+    """The real command: `ocrr serve` in a child process; SIGTERM after corrections were
+    acknowledged; it shuts down through its lifespan and the ledger holds every one."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from ocrr.audit.store import DurableLedger
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "served.db"
+    env = {**os.environ, "OCRR_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), "--port", str(port)],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                requests.get(f"{url}/health", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, "ocrr serve did not start"
+                time.sleep(0.1)
+        vecs = HashingEncoder().encode([f"item {k}" for k in range(6)]).tolist()
+        ids = []
+        for k in range(6):
+            r = requests.post(f"{url}/correct", json={"vectors": [vecs[k]], "labels": [f"l{k % 2}"]}, headers=AUTH)
+            assert r.status_code == 200, r.text
+            ids += r.json()["ids"]
+        r = requests.post(f"{url}/predict", json={"texts": ["x"]})
+        assert r.status_code == 400 and "--encoder" in r.json()["detail"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)  # uvicorn re-raises the signal after its graceful shutdown
+    assert "stopped: ledger" in proc.stderr.read() and ids == list(range(6))
+    with DurableLedger.open(path) as led:
+        assert len(led) == 6 and [e.label for e in led.memory] == [f"l{k % 2}" for k in range(6)]

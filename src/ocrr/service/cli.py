@@ -142,5 +142,13 @@ def _cmd_serve(args) -> int:
     if generated:
         log(f"bearer token for /correct (set OCRR_TOKEN or --token-file to choose one): {token}")
     log(f"review page: http://{args.host}:{args.port}/   API: http://{args.host}:{args.port}/docs")
+    close = state.close
+
+    def close_and_say() -> None:  # runs at shutdown, after the requests in flight
+        close()
+        log(f"stopped: ledger {args.ledger} closed at {len(state.substrate)} entries")
+
+    state.close = close_and_say
+    # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
     uvicorn.run(BodyLimit(create_app(state)), host=args.host, port=args.port, log_level="warning")
     return 0
