@@ -93,7 +93,10 @@ class SerialEncoder:
 
     def encode(self, texts, progress=None):
         with self.lock:
-            return self.inner.encode(texts, progress=progress)
+            try:
+                return self.inner.encode(texts, progress=progress)
+            except Exception as e:  # noqa: BLE001 - the client sent texts this encoder cannot take
+                raise OcrrError(f"the encoder failed on these texts ({e}); send plain text or vectors") from e
 
 
 def _seed_from_dataset(sub, name: str, encoder, data_dir, log) -> None:
