@@ -311,6 +311,8 @@ def _report_parser(sub) -> None:
 
 
 def _cmd_sweep(args) -> int:
+    from rich.markup import escape
+
     from ocrr.cli_progress import SweepProgress
     from ocrr.sweep import finished_ids, load_config, resolve_grid, run_sweep
     from ocrr.specs import parse_value
@@ -352,8 +354,8 @@ def _cmd_sweep(args) -> int:
                   f"{len(result.failed)} failed, in {result.seconds:.1f} s ({executor}). {out}/results.parquet "
                   f"and results.csv hold {n_runs} runs, {len(result.results)} rows.", highlight=False)
     for task, message in result.failed[:10]:
-        console.print(f"[red]failed[/] {task.dataset} · {task.policy} · seed {task.seed} · {task.system}: {message}",
-                      highlight=False)
+        console.print(f"[red]failed[/] {escape(f'{task.dataset} · {task.policy} · seed {task.seed} · {task.system}')}: "
+                      f"{escape(message)}", highlight=False)
     if result.failed:
         console.print("Fix the cause and run the same command again: finished runs are kept, failed ones retried.")
     if args.report and len(result.results):
@@ -367,12 +369,14 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_report(args) -> int:
+    from rich.markup import escape
+
     from ocrr.report import build_report
 
     report = build_report(args.results, args.out)
     console = _console()
     for title in report.tables:
-        console.print(f"  {title}", highlight=False)
+        console.print(f"  {escape(title)}", highlight=False)  # "[stream=0]" is text, not markup
     console.print(f"{len(report.tables)} tables and {len(report.figures)} figure files in {report.out}/; "
                   f"open {report.html}", highlight=False)
     return 0
