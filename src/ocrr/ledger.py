@@ -212,6 +212,10 @@ class Ledger:
     def labels(self) -> tuple[str, ...]:
         return tuple(self._labels)
 
+    def label_of(self, i: int) -> str:
+        """Entry ``i``'s label, without building the Entry (a service names 5 neighbours per query)."""
+        return self._labels[i]
+
     @property
     def vector_buffer_bytes(self) -> int:
         """Bytes of the vector buffer as allocated (capacity, not just the live rows)."""

@@ -69,7 +69,8 @@ class PersistentSubstrate:
             queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
             sims, ids = sub.index_.search(queries, sub.k)
             labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
-            entry_labels = [[sub.ledger_[int(e)].label if e >= 0 else None for e in row] for row in ids]
+            label_of = sub.ledger_.label_of
+            entry_labels = [[label_of(e) if e >= 0 else None for e in row.tolist()] for row in ids]
         return labels, sims, ids, entry_labels
 
     def predict(self, vecs) -> list[str | None]:
