@@ -39,26 +39,35 @@ class CheckData:
     eval: Batch
 
 
-def check_data(n_classes: int = 12, n_known: int = 8, dim: int = 64, n_train: int = 20, n_test: int = 10,
-               noise: float = 0.15, seed: int = 11) -> CheckData:
-    """Unit-norm class centroids plus Gaussian noise, each split in an interleaved order."""
+def clustered_splits(n_classes: int, dim: int, sizes: tuple[int, ...], noise: float, seed: int) -> list[tuple]:
+    """(labels, texts, unit float32 vectors) per split of ``sizes`` items per class: unit-norm
+    class centroids plus Gaussian noise, classes interleaved as in a real file. Also what the
+    test suite's fixtures use, so checks and tests draw the same kind of data."""
     rng = np.random.default_rng(seed)
     centroids = rng.standard_normal((n_classes, dim))
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
-
-    def split(n: int, tag: str) -> Batch:
+    splits = []
+    for n, tag in zip(sizes, ("train", "test")):
         labels, texts, vecs = [], [], []
         for c in range(n_classes):
             for i in range(n):
                 labels.append(f"class_{c:02d}")
                 texts.append(f"{tag} item {i} of class {c}")
                 vecs.append(centroids[c] + noise * rng.standard_normal(dim))
-        order = rng.permutation(len(labels))  # classes interleaved, as in a real file
+        order = rng.permutation(len(labels))
         arr = np.asarray(vecs, np.float32)[order]
         arr /= np.linalg.norm(arr, axis=1, keepdims=True)
-        return Batch(arr, [texts[i] for i in order], [labels[i] for i in order])
+        splits.append((tuple(labels[i] for i in order), tuple(texts[i] for i in order), arr))
+    return splits
 
-    train, test = split(n_train, "train"), split(n_test, "test")
+
+def check_data(n_classes: int = 12, n_known: int = 8, dim: int = 64, n_train: int = 20, n_test: int = 10,
+               noise: float = 0.15, seed: int = 11) -> CheckData:
+    """Unit-norm class centroids plus Gaussian noise, each split in an interleaved order."""
+    (train_labels, train_texts, train_vecs), (test_labels, test_texts, test_vecs) = clustered_splits(
+        n_classes, dim, (n_train, n_test), noise, seed)
+    train = Batch(train_vecs, list(train_texts), list(train_labels))
+    test = Batch(test_vecs, list(test_texts), list(test_labels))
     labels = sorted(set(train.labels))
     known = set(labels[:n_known])
     in_seed = [i for i, label in enumerate(train.labels) if label in known]

@@ -15,7 +15,24 @@ from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
 
 
-class LinearHead(System):
+class HeadPredictions:
+    """Prediction and footprint of a torch head over a label space: ``head_`` maps
+    (n, ``dim_``) vectors to one score per label of ``space_``. Shared by every head system."""
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        with torch.inference_mode():
+            winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
+        return self.space_.decode(winners)
+
+    def footprint(self) -> Footprint:
+        self._require_fitted()
+        params = sum(p.numel() for p in self.head_.parameters())
+        return Footprint(entries=0, params=params, bytes=4 * params)
+
+
+class LinearHead(HeadPredictions, System):
     """Shared machinery: label space, seeded head, seed training, batched prediction."""
 
     family = "parametric"
@@ -53,21 +70,11 @@ class LinearHead(System):
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Hook for methods that keep something of the seed state (Fisher, teacher, memory)."""
 
-    def predict(self, batch: Batch) -> list[str | None]:
-        self._require_fitted()
-        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
-        with torch.inference_mode():
-            winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
-        return self.space_.decode(winners)
 
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
         require_labels(batch, self.name)
 
-    def footprint(self) -> Footprint:
-        self._require_fitted()
-        params = sum(p.numel() for p in self.head_.parameters())
-        return Footprint(entries=0, params=params, bytes=4 * params)
 
 
 class StaticLinear(LinearHead):

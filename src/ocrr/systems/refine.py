@@ -39,6 +39,7 @@ from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
+from ocrr.systems.linear import HeadPredictions
 from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head, train_seed
 
 HEADS = ("linear", "mlp")
@@ -68,7 +69,7 @@ def per_item_loss(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> to
         return F.cross_entropy(head(x), y, reduction="none")
 
 
-class UpstreamHead(System):
+class UpstreamHead(HeadPredictions, System):
     """The upstream model f_0: a softmax head over every label, trained on the fit items.
 
     ``head=linear`` reuses the shared seed head (same f_0 as online_linear); ``head=mlp``
@@ -120,22 +121,10 @@ class UpstreamHead(System):
     def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Hook for methods that keep something of the upstream state (memory, generators)."""
 
-    def predict(self, batch: Batch) -> list[str | None]:
-        self._require_fitted()
-        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
-        with torch.inference_mode():
-            winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
-        return self.space_.decode(winners)
-
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
         require_labels(batch, self.name)
         check_vectors(batch.vecs, self.dim_, "vectors")
-
-    def footprint(self) -> Footprint:
-        self._require_fitted()
-        params = sum(p.numel() for p in self.head_.parameters())
-        return Footprint(entries=0, params=params, bytes=4 * params)
 
 
 class FrozenUpstream(UpstreamHead):
