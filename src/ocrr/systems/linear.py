@@ -70,7 +70,6 @@ class LinearHead(HeadPredictions, System):
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Hook for methods that keep something of the seed state (Fisher, teacher, memory)."""
 
-
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
         require_labels(batch, self.name)
