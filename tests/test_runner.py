@@ -146,3 +146,16 @@ def test_eval_sets_can_depend_on_the_run_so_far():
     assert seen == [(0, 0, []), (3, 1, [0, 1, 2]), (6, 2, [])]
     fixed = [r for r in out.metrics if r["metric"] == "acc_last_errors"]
     assert fixed == [{"step": 3, "episode": 1, "metric": "acc_last_errors", "value": 1.0}]
+
+
+@pytest.mark.parametrize("spec", ["substrate", "online_linear"])
+def test_policy_all_reveals_every_label_right_or_wrong(spec, scenario):
+    t = StreamTrace(len(scenario.stream))
+    points = list(run(make_system(spec, labels=scenario.labels, seed=1), scenario, make_policy("all"), trace=t))
+    assert t.corrected.all() and points[-1].corrections == len(scenario.stream)
+    # and the lookahead fast path still equals item-by-item prediction
+    assert trace(spec, scenario, "all", True) == trace(spec, scenario, "all", False)
+    # the substrate appends every revealed item, right ones included
+    substrate = make_system("substrate", labels=scenario.labels, seed=1)
+    list(run(substrate, scenario, make_policy("all")))
+    assert substrate.footprint().entries == len(scenario.seed_set) + len(scenario.stream)

@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     _data_options(run)
     run.add_argument("--protocol", default="heldout",
                      help="protocol spec, name:key=value (default heldout; 'ocrr protocols' lists them)")
-    run.add_argument("--policy", default="oracle", help="oracle | random50 | random10 | random:<p> (default oracle)")
+    run.add_argument("--policy", default="oracle", help="oracle | all | random50 | random10 | random:<p> (default oracle; all reveals every label, right or wrong)")
     run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     run.add_argument("--systems", nargs="+", default=None,
                      help="system specs, space- or comma-separated; 'all' for every registered system; "

@@ -93,12 +93,12 @@ def run(system, scenario: Scenario, policy: Policy, lookahead: bool = True,
     step_through = _one_item_episodes if scenario.episode_bounds is None else _episodes
     for start, end in zip(points[:-1], points[1:]):
         step_through(system, stream, bounds, int(start), int(end), coins, trace, clock, counts, lookahead,
-                     first_window=int(points[1]) if len(points) > 1 else 1)
+                     first_window=int(points[1]) if len(points) > 1 else 1, reveal_right=policy.reveals_right)
         yield checkpoint(int(end))
 
 
 def _episodes(system, stream: Batch, bounds, start: int, end: int, coins, trace: StreamTrace, clock: _Clock,
-              counts: dict, lookahead: bool, first_window: int) -> None:
+              counts: dict, lookahead: bool, first_window: int, reveal_right: bool = False) -> None:
     """Episodes start..end-1: one predict call per episode, then one correct call with the
     errors the policy reveals (none: no call)."""
     labels = stream.labels
@@ -110,7 +110,7 @@ def _episodes(system, stream: Batch, bounds, start: int, end: int, coins, trace:
         predicted = system.predict(stream[a:b])
         clock.predict += time.perf_counter() - t
         trace.predicted[a:b] = predicted
-        chosen = [i for i in range(a, b) if predicted[i - a] != labels[i] and coins[i]]
+        chosen = [i for i in range(a, b) if (reveal_right or predicted[i - a] != labels[i]) and coins[i]]
         if chosen:
             t = time.perf_counter()
             system.correct(stream[np.asarray(chosen)])
@@ -120,7 +120,8 @@ def _episodes(system, stream: Batch, bounds, start: int, end: int, coins, trace:
 
 
 def _one_item_episodes(system, stream: Batch, bounds, start: int, end: int, coins, trace: StreamTrace,
-                       clock: _Clock, counts: dict, lookahead: bool, first_window: int) -> None:
+                       clock: _Clock, counts: dict, lookahead: bool, first_window: int,
+                       reveal_right: bool = False) -> None:
     """Items start..end-1, each predicted by the state it arrives to.
 
     With ``lookahead`` the predictions come in batches: a window of upcoming items (up to the
@@ -147,7 +148,7 @@ def _one_item_episodes(system, stream: Batch, bounds, start: int, end: int, coin
             i = first + offset
             pos = i + 1
             trace.predicted[i] = guess
-            if guess != labels[i] and coins[i]:
+            if (reveal_right or guess != labels[i]) and coins[i]:
                 t = time.perf_counter()
                 system.correct(stream[i])
                 clock.correct += time.perf_counter() - t
