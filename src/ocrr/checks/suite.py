@@ -229,6 +229,8 @@ def _correct_a_new_label(system, data: CheckData) -> int | None:
     item = Batch(data.stream.vecs[:1], ["a brand new intent"], [NEW_LABEL])
     for i in range(100):
         system.correct(item)
+        if hasattr(system, "end_of_stream"):  # a system that learns offline learns when its stream ends
+            system.end_of_stream()
         pred = system.predict(item)
         expect_predictions(pred, 1, "predict() after a correction")
         if pred == [NEW_LABEL]:

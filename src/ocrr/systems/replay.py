@@ -13,8 +13,8 @@ paper's Mixed-Tuning) or first R_t, then E_t (``mode=two_stage``, ER as Rolnick 
   half of R_t is its candidates with the largest loss increase, loss(virtual) - loss(f_{t-1})
   (MIR), or the largest virtual loss (MaxLoss).
 * MIR + OnlineL2Reg: MIR, trained with the OnlineL2Reg penalty to f_{t-1}.
-* OfflineRefining (the upper reference): f_0 retrained on all errors so far plus as many
-  upstream items.
+* OfflineRefining (the upper reference): f_0 serves the stream; when it ends, f_0 is
+  fine-tuned once on all of its errors plus as many upstream items (f_0 -> f_T).
 
 Defaults inside the issue's grids: |R_t| 32 (the paper's pick), k 1, c 256, mixed.
 """
@@ -26,8 +26,8 @@ import copy
 import torch
 
 from ocrr.errors import OcrrError
-from ocrr.systems.base import Footprint
-from ocrr.systems.refine import RefiningHead, check_number, l2_penalty, per_item_loss
+from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.refine import RefiningHead, check_number, l2_penalty, output_layer, per_item_loss
 from ocrr.systems.training import derive_seed
 
 MODES = ("mixed", "two_stage")
@@ -176,13 +176,12 @@ class MIRWithL2(MIRReplay):
 
 
 class OfflineRefining(RefiningHead):
-    """OfflineRefining, the paper's upper reference: after every call, f_t is f_0 fine-tuned
-    afresh (``epochs`` passes, the CFT optimiser) on every error revealed so far plus a sample
-    of as many upstream items (all of them if there are fewer), drawn anew each call.
-
-    Under the cmr protocol only its final state is the paper's f_T; its intermediate states
-    are what retraining after every episode would give. The cost of a call grows with the
-    errors seen, so under the held-out protocol (one call per correction) it is slow.
+    """OfflineRefining, the paper's upper reference (f_0 -> f_T, Sec. 5.1): f_0 serves the
+    whole stream unchanged, so what it is corrected with are f_0's own errors E_<=T; when the
+    stream ends (the runner calls ``end_of_stream``) f_0 is fine-tuned once (``epochs``
+    passes of the CFT optimiser) on E_<=T plus an upstream sample D' of the same size (all
+    upstream items if there are fewer). Its evaluations before the end are f_0's; the cmr
+    report shows only its final values, as the paper's Table 1 does.
     """
 
     def __init__(self, **kwargs):
@@ -197,23 +196,29 @@ class OfflineRefining(RefiningHead):
         self.upstream_head_ = copy.deepcopy(self.head_)  # f_0
         self.sample_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/offline"))
 
-    def _after_growth(self) -> None:
-        """Give f_0 the rows just added for new labels (as initialised in the current head)."""
-        grown = copy.deepcopy(self.head_)
-        upstream = dict(self.upstream_head_.named_parameters())
-        with torch.no_grad():
-            for key, p in grown.named_parameters():
-                p[: upstream[key].shape[0]] = upstream[key]
-        self.upstream_head_ = grown
+    def correct(self, batch) -> None:
+        """Keep the errors; f_0 keeps serving (new labels join the label space only)."""
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        if not len(labels):
+            return
+        self.space_.add(labels)
+        self.online_.add(torch.from_numpy(vecs).clone(), torch.from_numpy(self.space_.encode(labels)))
+        self.calls_ += 1
 
-    def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.online_.add(x, y)
+    def end_of_stream(self) -> None:
+        """f_T: f_0 fine-tuned on every error kept so far plus an upstream sample of as many."""
+        self._require_fitted()
+        if not len(self.online_):
+            return
+        self.head_ = copy.deepcopy(self.upstream_head_)
+        if output_layer(self.head_).out_features < len(self.space_):
+            self._grow_head()
         errors = self.online_.rows(torch.arange(len(self.online_)))
         pick = torch.randperm(len(self.upstream_), generator=self.sample_generator_)[: len(self.online_)]
         sample = self.upstream_.rows(pick)
-        head = copy.deepcopy(self.upstream_head_)
-        self.train_on(head, torch.cat([errors[0], sample[0]]), torch.cat([errors[1], sample[1]]))
-        self.head_ = head
+        self.train_on(self.head_, torch.cat([errors[0], sample[0]]), torch.cat([errors[1], sample[1]]))
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # the head and f_0, plus both memories
