@@ -6,6 +6,9 @@ A protocol owns everything between the data and the tidy results that is particu
   (so ``--protocol heldout:every=0`` fails at the door), and hashed into task ids;
 * ``scenario(dataset, train_vecs, test_vecs, seed)``: the upstream (seed) set, the stream
   cut into episodes, and the evaluation plan (when, and on which sets);
+* common options every protocol accepts (``COMMON_OPTIONS``): ``shift=S`` asks the runner
+  for near-future accuracy at S items ahead (``build_scenario`` puts it on the scenario).
+  At its default (none) it is left out of the options, so task ids stay as they were;
 * ``metrics``: the names its evaluations produce (``acc_<eval set>``), in table order;
 * ``summarise`` / ``table`` / ``report_cell``: its per-cell summary and its report tables and
   figures. The defaults here work for any protocol: final value of every metric, online
@@ -17,6 +20,7 @@ line (ocrr.protocols.registry), as adding a system is.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -79,6 +83,13 @@ class RunSoFar:
         return range(int(self.episode_bounds[self.episode - 1]), int(self.episode_bounds[self.episode]))
 
 
+# Options of every protocol. Left out of ``values`` (and so of task ids) at their default.
+COMMON_OPTIONS: dict[str, Option] = {
+    "shift": Option(None, int, low=0, allow_none=True,
+                    help="near-future accuracy: predict S items ahead, S from `ocrr calibrate-shift`; none: off"),
+}
+
+
 class Protocol:
     """Base class: subclass it, declare ``name``, ``options``, ``metrics`` and ``scenario``."""
 
@@ -88,11 +99,25 @@ class Protocol:
     metrics: ClassVar[tuple[str, ...]] = ()  # metric columns of its results, in table order
 
     def __init__(self, **values):
-        unknown = sorted(set(values) - set(self.options))
+        every = {**COMMON_OPTIONS, **self.options}
+        unknown = sorted(set(values) - set(every))
         if unknown:
-            known = ", ".join(f"{k} (default {o.default})" for k, o in self.options.items()) or "none"
+            known = ", ".join(f"{k} (default {o.default})" for k, o in every.items())
             raise OcrrError(f"protocol {self.name} has no option {', '.join(unknown)}. Its options: {known}.")
         self.values = {k: opt.check(self.name, k, values.get(k, opt.default)) for k, opt in self.options.items()}
+        for k, opt in COMMON_OPTIONS.items():
+            if k not in self.options and values.get(k, opt.default) != opt.default:
+                self.values[k] = opt.check(self.name, k, values[k])
+
+    @property
+    def shift(self) -> int | None:
+        """The near-future shift S in items (None: near-future accuracy is not measured)."""
+        return self.values.get("shift")
+
+    def build_scenario(self, dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int):
+        """``scenario(...)`` with the common options applied (what the sweep runs)."""
+        scenario = self.scenario(dataset, train_vecs, test_vecs, seed)
+        return scenario if self.shift is None else dataclasses.replace(scenario, shift=self.shift)
 
     def canonical(self) -> dict:
         """The options that define its results, with the name: hashed into task ids."""
@@ -175,4 +200,4 @@ class Protocol:
 
 
 # Re-exported for protocols that declare options.
-__all__ = ["Option", "Protocol", "RunSoFar"]
+__all__ = ["COMMON_OPTIONS", "Option", "Protocol", "RunSoFar"]

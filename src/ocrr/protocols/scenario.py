@@ -39,6 +39,9 @@ class Scenario:
     stream_columns: dict = field(default_factory=dict)
     heldout: tuple[str, ...] = ()
     info: dict = field(default_factory=dict)
+    # near-future accuracy (EvalOCL): also predict item t + 1 + shift with the state after item t;
+    # None: not measured. Set from the protocol's common option ``shift`` (Protocol.build_scenario).
+    shift: int | None = None
 
     @property
     def n_episodes(self) -> int:

@@ -29,7 +29,7 @@ def execute_task(task: Task, shared: SharedData, vecs: np.ndarray | None = None,
     started, cpu = time.perf_counter(), time.process_time()  # CPU time: meaningful on a shared machine
     vecs = vectors(shared) if vecs is None else vecs
     train, test = vecs[: shared.n_train], vecs[shared.n_train:]
-    scenario = task.protocol_object.scenario(shared.dataset, train, test, task.seed)
+    scenario = task.protocol_object.build_scenario(shared.dataset, train, test, task.seed)
     system = make_system(task.system, labels=scenario.labels, seed=scenario.seed_value)
     hyper = {"class": type(system).__name__, **system.hyperparameters()}
     output = run_to_output(system, scenario, make_policy(task.policy), on_checkpoint)
