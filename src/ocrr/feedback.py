@@ -154,11 +154,14 @@ class Feedback:
     def wants_uncertainty(self) -> bool:
         return self.selector is not None and self.policy.select == "uncertainty"
 
-    def scores(self, positions, uncertainty: np.ndarray | None) -> np.ndarray:
-        """Budget scores of these positions: the system's uncertainty, else the seeded random score."""
-        if self.wants_uncertainty and uncertainty is not None:
-            return np.asarray(uncertainty, np.float64)
-        return self.random_scores[np.asarray(positions, int)]
+    def budget_scores(self, system, stream: Batch, a: int, b: int) -> np.ndarray | None:
+        """Budget scores of positions a..b-1 by the system's current state: its uncertainty, or
+        the seeded random score (``budget=f:random``, or a system offering no uncertainty);
+        None without a budget."""
+        if self.selector is None:
+            return None
+        values = system_uncertainty(system, stream[a:b]) if self.wants_uncertainty else None
+        return self.random_scores[a:b] if values is None else values
 
     def reveal(self, position: int, predicted, score: float | None = None) -> bool:
         """Does the user correct this prediction (the base policy, then the budget)?"""

@@ -50,6 +50,10 @@ class System(ABC):
     * ``execution_settings``: constructor arguments that say how to run, not what to
       compute (device, threads, progress bars, scratch folders). They are left out of
       ``hyperparameters()``, which is recorded in results and hashed into sweep task ids.
+    * ``uncertainty(batch)``: optional, one number per item, higher where the prediction is
+      less sure, with no side effects (selective feedback, ``budget=f:uncertainty``, ranks
+      reveals by it). The default, None, means "not offered": the budget is then spent by the
+      seeded random score, i.e. like ``budget=f:random``.
     """
 
     name: str
@@ -72,6 +76,10 @@ class System(ABC):
     @abstractmethod
     def footprint(self) -> Footprint:
         """What the system stores now."""
+
+    def uncertainty(self, batch: Batch) -> np.ndarray | None:
+        """Per item, how unsure the prediction is (higher: less sure); None: not offered."""
+        return None
 
     def hyperparameters(self) -> dict:
         """Constructor arguments that change what the system computes, by name.

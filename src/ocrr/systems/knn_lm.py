@@ -106,6 +106,16 @@ class KNNLM(IndexedSystem, LinearHead):
             p = p + lam * self.knn_proba(vecs)
         return self.space_.decode(np.argmax(p, axis=1))
 
+    def uncertainty(self, batch: Batch) -> np.ndarray:
+        """Per item, 1 - the top interpolated probability: higher means less sure."""
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        lam = self.knn_lambda
+        p = (1 - lam) * self.head_proba(vecs) if lam < 1 else 0.0
+        if lam > 0:
+            p = p + lam * self.knn_proba(vecs)
+        return 1.0 - np.max(p, axis=1)
+
     def footprint(self) -> Footprint:
         self._require_fitted()
         params = sum(p.numel() for p in self.head_.parameters())

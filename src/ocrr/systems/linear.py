@@ -26,6 +26,14 @@ class HeadPredictions:
             winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
         return self.space_.decode(winners)
 
+    def uncertainty(self, batch: Batch) -> np.ndarray:
+        """Per item, 1 - the head's top softmax probability: higher means less sure."""
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        with torch.inference_mode():
+            top = torch.softmax(self.head_(torch.from_numpy(vecs)).double(), dim=1).max(dim=1).values.numpy()
+        return 1.0 - top
+
     def footprint(self) -> Footprint:
         self._require_fitted()
         params = sum(p.numel() for p in self.head_.parameters())

@@ -150,6 +150,11 @@ class RiverSystem(System):
         # First maximum in river's class order: what max(dict, key=dict.get) returns.
         return [classes[i] for i in np.argmax(p, axis=1).tolist()]
 
+    def uncertainty(self, batch: Batch) -> np.ndarray:
+        """Per item, 1 - river's top class score: higher means less sure (1 with no class yet)."""
+        classes, p = self.predict_proba(batch)
+        return 1.0 - p.max(axis=1) if classes else np.ones(len(batch))
+
     def footprint(self) -> Footprint:
         self._require_fitted()
         classes, _ = self.raw_scores(np.zeros((0, self.dim_), np.float32))

@@ -17,7 +17,7 @@ from ocrr.ledger import Ledger, VerifyResult
 from ocrr.batch import Batch
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.vote import VoteRule, vote
+from ocrr.systems.vote import VoteRule, vote, vote_margin
 
 
 class Substrate(IndexedSystem, System):
@@ -194,6 +194,14 @@ class Substrate(IndexedSystem, System):
         sims, ids = self.search_.search(queries, self.k)
         winners = vote(sims, ids, self._neighbour_ranks(ids), self.rule_)
         return self.space_.decode_ranks(winners)
+
+    def uncertainty(self, batch: Batch) -> np.ndarray:
+        """Per item, minus the vote margin (``vote_margin``): higher means less sure."""
+        self._require_fitted()
+        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        sims, ids = self.search_.search(queries, self.k)
+        ranks = self._neighbour_ranks(ids)
+        return -vote_margin(sims, ranks, vote(sims, ids, ranks, self.rule_), self.rule_)
 
     def _neighbour_ranks(self, ids: np.ndarray) -> np.ndarray:
         """Sorted-order rank of each neighbour's label (so the last tie-break is 'sorts first')."""
