@@ -90,3 +90,27 @@ for _name, _factory, _summary in (
                                           "plus as many upstream items (slow under the held-out protocol)"),
 ):
     register(_name, _factory, "cmr refinement", _summary, in_all=False)
+
+
+# -- online continual learning as EvalOCL measures it (Hammoud et al. 2023); the ocl protocol --
+# Not in `--systems all`: the ocl protocol's README section names them.
+from ocrr.systems.blind import BlindClassifier  # noqa: E402
+
+register("blind", BlindClassifier, "strawman",
+         "never reads the input: the mode of the last k (1) revealed labels, the newest label winning ties",
+         in_all=False)
+from ocrr.systems.ocl_replay import NearestNeighbour, OclReplay  # noqa: E402
+
+for _name, _summary, _defaults in (
+    ("er_uniform", "ER (replay only): store everything; per incoming batch `budget` (1) AdamW updates on 16 items "
+                   "drawn uniformly from the store; linear head (head=mlp: two layers)", {}),
+    ("er_fifo", "er_uniform drawing the 16 newest items", {"sampler": "fifo"}),
+    ("er_mixed", "er_uniform drawing half the newest items, half uniformly", {"sampler": "mixed"}),
+    ("fc_only", "FC-only: er_uniform with the linear head only (over frozen embeddings, er_uniform itself)", {}),
+    ("overadapt", "OverAdapt: FC-only with FIFO sampling (er_fifo with the linear head)", {"sampler": "fifo"}),
+    ("cosine_fc", "CosineFC: er_uniform whose output layer is sigma * cos(x, w_c), sigma learned, no bias",
+     {"cosine": True}),
+):
+    register(_name, OclReplay, "online continual learning", _summary, in_all=False, **_defaults)
+register("acm", NearestNeighbour, "online continual learning",
+         "ACM: 1-nearest-neighbour (cosine) over every item given so far", in_all=False)

@@ -1,0 +1,236 @@
+"""The methods EvalOCL compares (Hammoud et al., ICCV 2023, Sec. 3.4 and 4), over frozen embeddings.
+
+Every method keeps an unbounded store of every item it has been given (upstream and
+stream). Per ``correct`` call (one incoming batch) a parametric method makes ``budget``
+gradient updates (the compute budget: 1 is the paper's fast stream, 5 or 10 its slow
+stream), each on a rehearsal batch of ``batch_size`` items drawn from the store by its
+sampler:
+
+* ``uniform``: uniformly without replacement from everything stored;
+* ``fifo``: the newest items stored (the incoming batch first);
+* ``mixed``: half the newest, half uniform.
+
+The head is linear (``head=mlp``: the released code's two-layer MLP, ``hidden`` ReLU units),
+with softmax cross-entropy; ``cosine=true`` makes the output layer CosineFC: logits =
+sigma * cos(x, w_c), sigma learned, no bias. One AdamW optimiser (or the paper's SGD with
+``optimizer=sgd``) lives for the whole stream. Over frozen embeddings every head is "FC-only":
+``er_uniform`` and ``fc_only`` are the same method with a linear head, and differ when ER
+takes ``head=mlp`` (a trainable layer under the classifier, the nearest thing here to the
+paper's full-model training). ``acm`` is ACM: 1-nearest-neighbour (cosine) over the
+growing store (the paper's k=2 with "majority if the count exceeds one, else the nearest"
+is exactly 1-NN).
+
+The budget is a hyperparameter of the system (it is the learner's compute), so it is in
+the system's spec and task id: ``er_uniform:budget=10`` is the slow stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ocrr.batch import Batch
+from ocrr.errors import OcrrError
+from ocrr.index.exact import ExactIndex
+from ocrr.systems.base import Footprint, System, check_vectors, require_labels
+from ocrr.systems.labels import LabelSpace
+from ocrr.systems.linear import HeadPredictions
+from ocrr.systems.refine import check_number
+from ocrr.systems.replay import Memory
+from ocrr.systems.training import SeedTraining, derive_seed, init_linear, train_seed
+
+SAMPLERS = ("uniform", "fifo", "mixed")
+HEADS = ("linear", "mlp")
+OPTIMIZERS = ("adamw", "sgd")
+
+
+class CosineLinear(torch.nn.Module):
+    """CosineFC's output layer: sigma * cos(x, w_c) for every class c, sigma learned, no bias."""
+
+    def __init__(self, n_in: int, n_out: int, sigma: float, generator: torch.Generator):
+        super().__init__()
+        self.weight = torch.nn.Parameter(init_linear(n_in, n_out, generator).weight.detach().clone())
+        self.sigma = torch.nn.Parameter(torch.tensor(float(sigma)))
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sigma * F.normalize(x, dim=1) @ F.normalize(self.weight, dim=1).T
+
+
+def _choice(who: str, key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise OcrrError(f"{who}: {key} must be one of {', '.join(map(str, allowed))}, got {value!r}. "
+                        f"Write e.g. {who.split(':')[0]}:{key}={allowed[0]}.")
+
+
+class OclReplay(HeadPredictions, System):
+    """A head trained by rehearsal from an unbounded store, ``budget`` updates per incoming batch."""
+
+    family = "online continual learning"
+
+    def __init__(self, sampler: str = "uniform", head: str = "linear", cosine: bool = False, budget: int = 1,
+                 batch_size: int = 16, optimizer: str = "adamw", lr: float = 1e-3, weight_decay: float = 1e-4,
+                 hidden: int = 256, sigma: float = 10.0, labels=None, seed: int = 0, name: str = "er_uniform"):
+        self.name = name
+        _choice(name, "sampler", sampler, SAMPLERS)
+        _choice(name, "head", head, HEADS)
+        _choice(name, "optimizer", optimizer, OPTIMIZERS)
+        if not isinstance(cosine, bool):
+            raise OcrrError(f"{name}: cosine must be true or false, got {cosine!r}. Write e.g. {name}:cosine=true.")
+        check_number(name, "budget", budget, low=1, whole=True, example=10)
+        check_number(name, "batch_size", batch_size, low=1, whole=True, example=16)
+        check_number(name, "lr", lr, above=True, example=0.001)
+        check_number(name, "weight_decay", weight_decay, example=0.0001)
+        check_number(name, "hidden", hidden, low=1, whole=True, example=256)
+        check_number(name, "sigma", sigma, above=True, example=10)
+        self.sampler = sampler
+        self.head = head
+        self.cosine = cosine
+        self.budget = budget
+        self.batch_size = batch_size
+        self.optimizer = optimizer
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.hidden = hidden
+        self.sigma = sigma
+        self.labels = labels
+        self.seed = seed
+        self.head_: torch.nn.Module | None = None
+
+    # -- state ----------------------------------------------------------------------------
+
+    def fit(self, seed: Batch) -> "OclReplay":
+        labels = require_labels(seed, self.name)
+        vecs = check_vectors(seed.vecs, None, "seed vectors")
+        self.dim_ = vecs.shape[1]
+        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(labels)))
+        self.init_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "ocl/head"))
+        self.sample_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "ocl/rehearsal"))
+        self.head_ = self._new_head(len(self.space_))
+        self.store_ = Memory(self.dim_)
+        self.updates_ = 0
+        if len(labels):  # an upstream: stored, and the head fitted on it first (seed settings)
+            x, y = torch.from_numpy(vecs).clone(), torch.from_numpy(self.space_.encode(labels))
+            train_seed(self.head_, x, y, SeedTraining(), self.init_generator_)
+            self.store_.add(x, y)
+        self.optimizer_ = self._new_optimizer()
+        return self
+
+    def _new_head(self, n_out: int) -> torch.nn.Module:
+        gen, d = self.init_generator_, self.dim_
+        out_in = self.hidden if self.head == "mlp" else d
+        out = CosineLinear(out_in, n_out, self.sigma, gen) if self.cosine else init_linear(out_in, n_out, gen)
+        if self.head == "mlp":
+            return torch.nn.Sequential(init_linear(d, self.hidden, gen), torch.nn.ReLU(), out)
+        return out
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        params = self.head_.parameters()
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def _grow(self) -> None:
+        """Rows for labels first met in a stream batch; the optimiser restarts on the new shapes."""
+        last = self.head_[-1] if self.head == "mlp" else self.head_
+        new = CosineLinear(last.in_features, len(self.space_), self.sigma, self.init_generator_) if self.cosine \
+            else init_linear(last.in_features, len(self.space_), self.init_generator_)
+        with torch.no_grad():
+            new.weight[: last.weight.shape[0]] = last.weight
+            if self.cosine:
+                new.sigma.copy_(last.sigma)
+            else:
+                new.bias[: last.bias.shape[0]] = last.bias
+        if self.head == "mlp":
+            self.head_[-1] = new
+        else:
+            self.head_ = new
+        self.optimizer_ = self._new_optimizer()
+
+    # -- learning -------------------------------------------------------------------------
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        if not len(labels):
+            return
+        if self.space_.add(labels):
+            self._grow()
+        self.store_.add(torch.from_numpy(vecs).clone(), torch.from_numpy(self.space_.encode(labels)))
+        self.head_.train()
+        for _ in range(self.budget):
+            x, y = self.store_.rows(self.rehearsal_batch())
+            self.optimizer_.zero_grad(set_to_none=True)
+            F.cross_entropy(self.head_(x), y).backward()
+            self.optimizer_.step()
+            self.updates_ += 1
+        self.head_.eval()
+
+    def rehearsal_batch(self) -> torch.Tensor:
+        """Store rows of one update, by the sampler."""
+        n = len(self.store_)
+        m = min(self.batch_size, n)
+        newest = torch.arange(n - m, n)
+        if self.sampler == "fifo":
+            return newest
+        uniform = torch.randperm(n, generator=self.sample_generator_)
+        if self.sampler == "uniform":
+            return uniform[:m]
+        half = m // 2  # mixed: the newest half, the rest uniform
+        return torch.cat([newest[m - half:], uniform[: m - half]])
+
+    def footprint(self) -> Footprint:
+        fp = super().footprint()
+        entries = len(self.store_)
+        return Footprint(entries=entries, params=fp.params, bytes=fp.bytes + entries * (4 * self.dim_ + 8),
+                         extra={"updates": self.updates_})
+
+
+class NearestNeighbour(System):
+    """ACM: the label of the most similar stored item (cosine), over every item given so far."""
+
+    family = "online continual learning"
+
+    def __init__(self, labels=None, seed: int = 0, name: str = "acm"):
+        self.name = name
+        self.labels = labels
+        self.seed = seed
+        self.index_: ExactIndex | None = None
+
+    def fit(self, seed: Batch) -> "NearestNeighbour":
+        labels = require_labels(seed, self.name)
+        vecs = check_vectors(seed.vecs, None, "seed vectors")
+        self.dim_ = vecs.shape[1]
+        self.index_ = ExactIndex(self.dim_)
+        self.stored_: list[str] = []
+        self._add(vecs, labels)
+        return self
+
+    def _add(self, vecs: np.ndarray, labels) -> None:
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        self.index_.add(vecs / np.maximum(norms, 1e-12), np.arange(len(self.stored_), len(self.stored_) + len(vecs)))
+        self.stored_ += list(labels)
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        if not self.stored_:
+            return [None] * len(vecs)
+        _, ids = self.index_.search(vecs, 1)
+        return [self.stored_[int(i)] for i in ids[:, 0]]
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        if len(labels):
+            self._add(vecs, labels)
+
+    def footprint(self) -> Footprint:
+        self._require_fitted()
+        return Footprint(entries=len(self.stored_), bytes=self.index_.nbytes + sum(len(s) for s in self.stored_) + 8)
