@@ -41,6 +41,7 @@ def _register_builtins() -> None:
 
     register_protocol(HeldoutProtocol)
     register_protocol(__import__("ocrr.protocols.cmr", fromlist=["CmrProtocol"]).CmrProtocol)
+    register_protocol(__import__("ocrr.protocols.drift", fromlist=["DriftProtocol"]).DriftProtocol)
     register_protocol(__import__("ocrr.protocols.ocl", fromlist=["OclProtocol"]).OclProtocol)
 
 
