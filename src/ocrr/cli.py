@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     _sweep_parser(sub)
     _report_parser(sub)
     _scale_parser(sub)
+    _calibrate_parser(sub)
     from ocrr.audit.cli import add_commands  # `ocrr ledger ...` and `ocrr serve`
 
     add_commands(sub)
@@ -273,7 +274,8 @@ def _sweep_parser(sub) -> None:
                                     "Settings: --preset, then --config FILE (TOML/JSON), then these options.")
     sw.add_argument("--preset", default=None,
                     help="main (paper 5.1: 162 runs) | storage (4.4) | ablation (5.6) | river (published river "
-                         "beside two fair variants) | smoke (seconds, synthetic)")
+                         "beside two fair variants) | smoke (seconds, synthetic) | cmr (CMR paper: search on "
+                         "validation streams, then the test table) | cmr_table2 (and its Table 2)")
     sw.add_argument("--config", type=Path, default=None, help="a .toml or .json file of grid settings")
     sw.add_argument("--datasets", nargs="+", default=None, help="datasets (as for ocrr run --dataset)")
     sw.add_argument("--policies", nargs="+", default=None, help="oracle random50 random10 random:<p> ...")
@@ -315,19 +317,16 @@ def _cmd_sweep(args) -> int:
 
     from ocrr.cli_progress import SweepProgress
     from ocrr.sweep import finished_ids, load_config, resolve_grid, run_sweep
-    from ocrr.specs import parse_value
+    from ocrr.sweep.cmr_preset import STAGED_PRESETS
 
     config = load_config(args.config) if args.config else {}
     preset = args.preset or config.get("preset")
+    if preset in STAGED_PRESETS:
+        return _cmd_staged_preset(args, preset)
     if not (preset or config or args.datasets or args.systems):
         raise OcrrError("ocrr sweep needs a grid: --preset main|storage|ablation|smoke, --config FILE, "
                         "or --datasets/--systems (see ocrr sweep --help).")
-    options = {}
-    for item in args.data_option:
-        if "=" not in item:
-            raise OcrrError(f"--data-option {item!r} is not KEY=VALUE, e.g. --data-option dim=32.")
-        key, value = item.split("=", 1)
-        options[key.strip()] = parse_value(value.strip())
+    options = _parse_data_options(args.data_option)
     grid = resolve_grid(preset, config, datasets=args.datasets, policies=args.policies, seeds=args.seeds,
                         systems=args.systems, encoders=args.encoders, protocols=args.protocols,
                         n_heldout=args.heldout,
@@ -368,6 +367,48 @@ def _cmd_sweep(args) -> int:
     return 1 if result.failed else 0
 
 
+def _parse_data_options(items: list[str]) -> dict:
+    from ocrr.specs import parse_value
+
+    options = {}
+    for item in items:
+        if "=" not in item:
+            raise OcrrError(f"--data-option {item!r} is not KEY=VALUE, e.g. --data-option dim=32.")
+        key, value = item.split("=", 1)
+        options[key.strip()] = parse_value(value.strip())
+    return options
+
+
+def _cmd_staged_preset(args, preset: str) -> int:
+    """--preset cmr | cmr_table2: search on validation streams, then test (ocrr.sweep.cmr_preset)."""
+    from ocrr.cli_progress import SweepProgress
+    from ocrr.sweep.cmr_preset import plan_from_options, run_cmr_preset
+
+    plan = plan_from_options(preset, args.datasets, args.protocols, args.systems, _parse_data_options(args.data_option),
+                             args.data_dir)
+    out = args.out or Path("results") / f"sweep-{preset}"
+    console = _console()
+    if args.dry_run:
+        console.print(f"--preset {preset}: search on {plan.val_streams} validation streams of {plan.dataset} "
+                      f"({sum(len(s.candidates({m.method: {} for m in plan.spaces})) for s in plan.spaces)} "
+                      f"candidates), then test on {plan.test_streams} streams x {plan.seeds_per_stream} seeds"
+                      f"{', then Table 2' if plan.table2 else ''}, into {out}/.", highlight=False)
+        return 0
+    result = run_cmr_preset(plan, out, executor=args.executor or "local", jobs=args.jobs, address=args.address,
+                            progress_factory=lambda: SweepProgress(console, quiet=args.quiet),
+                            say=lambda text: console.print(text, highlight=False))
+    for method, overrides in result["picks"].items():
+        console.print(f"  picked {method}: {', '.join(f'{k}={v}' for k, v in overrides.items()) or '(defaults)'}",
+                      highlight=False)
+    console.print(f"wrote {', '.join(p.name for p in result['files'])} to {out}/; tables in {out}/cmr.md. "
+                  f"Curves and report.html: ocrr report {out}/test", highlight=False)
+    if args.report:
+        from ocrr.report import build_report
+
+        console.print(f"report: {build_report(out / 'test').html}")
+    return 0
+
+
 def _cmd_report(args) -> int:
     from rich.markup import escape
 
@@ -384,6 +425,50 @@ def _cmd_report(args) -> int:
 
 
 # --- ocrr scale ----------------------------------------------------------------------------
+
+
+def _calibrate_parser(sub) -> None:
+    cs = sub.add_parser("calibrate-shift", help="choose the near-future shift S* with the blind classifier (EvalOCL)",
+                        description="On validation streams of the ocl protocol (labels only, no encoder): the "
+                                    "blind classifier's near-future accuracy A(k, S) for k and S on powers of two, "
+                                    "A*(S) = max over k, and S* = the smallest S with A*(S) <= max(majority, 1/C) "
+                                    "+ 0.01. Prints the curve; writes blind_curve.csv, blind_shift.csv and a figure. "
+                                    "Then run with --protocol ocl:...:shift=S*.")
+    cs.add_argument("--dataset", default="banking77", help="dataset (as for ocrr run --dataset)")
+    cs.add_argument("--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache)")
+    cs.add_argument("--protocol", default="ocl", help="ocl spec, e.g. ocl:stay=0.9:batch=1 (split=val unless given)")
+    cs.add_argument("--seeds", type=int, nargs="+", default=[0], help="validation streams, averaged (default 0)")
+    cs.add_argument("--k-max", type=int, default=256, help="largest window k (default 256)")
+    cs.add_argument("--s-max", type=int, default=None, help="largest shift S (default half the stream)")
+    cs.add_argument("--out", type=Path, default=None, help="where to write the curve and figure (default: print only)")
+    cs.set_defaults(handler=_cmd_calibrate_shift)
+
+
+def _cmd_calibrate_shift(args) -> int:
+    from ocrr.calibrate_shift import calibrate_protocol, write_calibration
+    from ocrr.data import load_dataset
+    from ocrr.protocols import PROTOCOLS, make_protocol
+    from ocrr.specs import parse_spec
+
+    if args.k_max < 1 or (args.s_max is not None and args.s_max < 0):
+        raise OcrrError("calibrate-shift needs --k-max >= 1 and --s-max >= 0.")
+    name, options = parse_spec(args.protocol, "protocol", "ocl:stay=0.9")
+    validation = "split" not in options and "split" in getattr(PROTOCOLS.get(name), "options", {})
+    protocol = make_protocol(args.protocol, **({"split": "val"} if validation else {}))
+    cal = calibrate_protocol(load_dataset(args.dataset, data_dir=args.data_dir), protocol, args.seeds, args.k_max,
+                             args.s_max)
+    print(f"{args.dataset}, {protocol.spec()}, streams {' '.join(map(str, args.seeds))}: "
+          f"chance max(majority, 1/C) = {cal.chance:.4f}")
+    print(f"{'S':>6} {'A*(S)':>8} {'best k':>6}")
+    for _, r in cal.best.iterrows():
+        mark = "  <- S*" if r["shift"] == cal.shift else ""
+        print(f"{int(r['shift']):>6} {r['a_star']:>8.4f} {int(r['best_k']):>6}{mark}")
+    print(f"S* = {cal.shift}" if cal.shift is not None else
+          f"no S up to {int(cal.best['shift'].max())} brings A*(S) to chance + {cal.tolerance}; raise --s-max")
+    if args.out:
+        paths = write_calibration(cal, args.out, f"blind classifier, {args.dataset}, {protocol.spec()}")
+        print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
 
 
 def _scale_parser(sub) -> None:

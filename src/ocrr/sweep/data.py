@@ -73,3 +73,13 @@ def vectors(shared: SharedData) -> np.ndarray:
     if shared.vec_path not in _VECS:
         _VECS[shared.vec_path] = np.load(shared.vec_path, mmap_mode="r")
     return _VECS[shared.vec_path]
+
+
+def load_for_scenario(name: str, options: dict, data_dir: str | None = None, encoder: str = "minilm"):
+    """(dataset, train vectors, test vectors) in this process, from the embedding cache."""
+    from ocrr.data import load_dataset
+    from ocrr.encoders import embed_dataset
+
+    dataset = load_dataset(name, data_dir=data_dir, **options)
+    emb = embed_dataset(dataset, encoder)
+    return dataset, emb.train, emb.test
