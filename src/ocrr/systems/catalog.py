@@ -35,6 +35,13 @@ register("substrate_no_recency", Substrate, "ablation",
          "substrate without the recency tie-break (max-sim ties go to the label that sorts first)",
          tiebreak_recency=False)
 
+# -- noisy feedback (issue 16): not in `--systems all` (the paper's systems) -------------
+from ocrr.systems.robust_substrate import RobustSubstrate  # noqa: E402
+
+register("robust_substrate", RobustSubstrate, "retrieval",
+         "substrate whose corrections vote half until an entry of the same label is among their 5 nearest "
+         "(the band anchored at the best corroborated neighbour)", in_all=False)
+
 # -- continual learning, retrieval/parametric hybrid, online-ML library (paper 4.2) ------
 from ocrr.systems.continual import AGEM, EWC, LwF  # noqa: E402
 from ocrr.systems.knn_lm import KNNLM  # noqa: E402
@@ -102,7 +109,7 @@ register("blind", BlindClassifier, "strawman",
 from ocrr.systems.ocl_replay import NearestNeighbour, OclReplay  # noqa: E402
 
 for _name, _summary, _defaults in (
-    ("er_uniform", "ER (replay only): store everything; per incoming batch `budget` (1) AdamW updates on 16 items "
+    ("er_uniform", "ER (replay only): store everything; per incoming batch `budget` (1) AdamW (lr 1e-2) updates on 16 items "
                    "drawn uniformly from the store; linear head (head=mlp: two layers)", {}),
     ("er_fifo", "er_uniform drawing the 16 newest items", {"sampler": "fifo"}),
     ("er_mixed", "er_uniform drawing half the newest items, half uniformly", {"sampler": "mixed"}),
