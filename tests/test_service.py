@@ -53,6 +53,21 @@ def test_predict_by_text_and_vector(server):
     assert [p["label"] for p in r.json()["predictions"]] == ["balance", "balance"]
 
 
+def test_vectors_as_base64_float32_answer_as_lists_do(server):
+    """vectors_b64 (little-endian float32, base64) is the same query as the JSON list."""
+    url, state, *_ = server
+    vecs = HashingEncoder().encode(["what is my balance", "send money to a friend"])
+    as_lists = requests.post(f"{url}/predict", json={"vectors": vecs.tolist()}).json()
+    packed = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vecs]
+    as_b64 = requests.post(f"{url}/predict", json={"vectors_b64": packed}).json()
+    assert as_b64 == as_lists and [p["label"] for p in as_b64["predictions"]] == ["balance", "transfer"]
+    r = requests.post(f"{url}/correct", json={"vectors_b64": packed[:1], "texts": ["b64 item"], "labels": ["packed"]},
+                      headers=AUTH)
+    assert r.status_code == 200, r.text
+    (i,) = r.json()["ids"]
+    assert state.substrate.ledger.read_entries(i, i + 1).__next__()[3] == vecs[0].astype("<f4").tobytes()
+
+
 def test_correct_needs_the_token_and_returns_a_signed_head_and_proof(server, signer):
     url, state, *_ = server
     body = {"texts": ["lost my card in a taxi"], "labels": ["lost_card"]}
@@ -88,6 +103,13 @@ BAD = [
     ({}, "texts"),
     ({"texts": "not a list"}, "texts"),
     ({"texts": ["x"] * (MAX_BATCH + 1)}, "texts"),
+    ({"vectors_b64": ["not base64!"]}, "base64"),
+    ({"vectors_b64": [base64.b64encode(b"\0" * 6).decode()]}, "float32"),
+    ({"vectors_b64": [base64.b64encode(b"\0" * 4 * DIM).decode(), base64.b64encode(b"\0" * 8).decode()]},
+     "same whole number"),
+    ({"vectors_b64": [base64.b64encode(b"\0" * 4 * (DIM + 1)).decode()]}, "dimension"),
+    ({"vectors_b64": [base64.b64encode(b"\0\0\xc0\x7f" * DIM).decode()]}, "NaN"),
+    ({"vectors": [[0.1] * DIM], "vectors_b64": [base64.b64encode(b"\0" * 4 * DIM).decode()]}, "not both"),
 ]
 
 
@@ -97,6 +119,33 @@ def test_bad_predict_input_gets_a_4xx_with_a_message(server, body, word):
     data = json.dumps(body, allow_nan=True)  # NaN travels as the literal Python's json accepts
     r = requests.post(f"{url}/predict", data=data, headers={"Content-Type": "application/json"})
     assert 400 <= r.status_code < 500 and word in r.json()["detail"], r.text
+
+
+def test_the_shortcut_answers_as_fastapi_routing_does(server):
+    """/predict and /correct skip FastAPI's routing (service/shortcut.py); the same app
+    without the shortcut gives the same status, body and auth header for each request."""
+    import dataclasses
+
+    url, state, *_ = server
+    routed = dataclasses.replace(state, close=lambda: None)  # same substrate; its shutdown leaves it open
+    cases = [("POST", "/predict", json.dumps(body, allow_nan=True), {}) for body, _ in BAD]
+    cases += [("POST", "/predict", json.dumps({"texts": ["what is my balance", "send money"]}), {}),
+              ("POST", "/predict", "{not json", {}),
+              ("POST", "/predict", json.dumps({"vectors": [[0.1] * DIM]}) + " " * 3_000_000, {}),
+              ("GET", "/predict", "", {}),
+              ("POST", "/correct", json.dumps({"texts": ["a"], "labels": ["x"]}), {}),
+              ("POST", "/correct", json.dumps({"texts": ["a"], "labels": ["x"]}), {"Authorization": "Bearer nope"}),
+              ("POST", "/correct", json.dumps({"texts": ["a", "b"], "labels": ["x"]}), AUTH),
+              ("POST", "/correct", json.dumps({"vectors": [[0.1] * (DIM + 1)], "labels": ["x"]}), AUTH)]
+    n = len(state.substrate)
+    with running(BodyLimit(create_app(routed, shortcut=False))) as plain_url:
+        for method, path, data, headers in cases:
+            answers = [requests.request(method, base + path, data=data,
+                                        headers={"Content-Type": "application/json", **headers})
+                       for base in (url, plain_url)]
+            fast, plain = ((r.status_code, r.json(), r.headers.get("www-authenticate")) for r in answers)
+            assert fast == plain, (method, path, data[:80])
+    assert len(state.substrate) == n
 
 
 def test_bad_correct_input_and_oversized_bodies(server):

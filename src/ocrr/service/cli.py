@@ -153,5 +153,5 @@ def _cmd_serve(args) -> int:
 
     state.close = close_and_say
     # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
-    uvicorn.run(BodyLimit(create_app(state)), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(BodyLimit(create_app(state)), host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
