@@ -169,3 +169,15 @@ def test_near_future_scenario_fields_survive_replace():
     ds = clustered_dataset(n_classes=4, n_train=10, n_test=4)
     sc = make_protocol("ocl:shift=2").build_scenario(ds, ds.train.vecs, ds.test.vecs, seed=0)
     assert dataclasses.replace(sc, eval_after=None).shift == 2
+
+
+def test_calibrate_shift_command(tmp_path, capsys):
+    from ocrr.cli import main
+
+    assert main(["calibrate-shift", "--dataset", "synthetic", "--protocol", "ocl:stay=0.9", "--k-max", "4",
+                 "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "split=val" in printed and "S* = " in printed and "<- S*" in printed
+    assert {p.name for p in tmp_path.iterdir()} >= {"blind_curve.csv", "blind_shift.csv", "blind_shift.png"}
+    assert main(["calibrate-shift", "--dataset", "synthetic", "--protocol", "heldout"]) == 2
+    assert "ocl" in capsys.readouterr().err

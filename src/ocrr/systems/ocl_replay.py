@@ -13,7 +13,10 @@ sampler:
 The head is linear (``head=mlp``: the released code's two-layer MLP, ``hidden`` ReLU units),
 with softmax cross-entropy; ``cosine=true`` makes the output layer CosineFC: logits =
 sigma * cos(x, w_c), sigma learned, no bias. One AdamW optimiser (or the paper's SGD with
-``optimizer=sgd``) lives for the whole stream. Over frozen embeddings every head is "FC-only":
+``optimizer=sgd``) lives for the whole stream. lr 1e-2 was chosen on a Banking77 validation
+stream (ocl:stay=0.9:split=val, er_uniform, budget 1: near-future accuracy 0.795 at 1e-2,
+0.702 at 1e-3, 0.051 with the paper's SGD at 0.005, which barely moves a head from scratch
+in 10k updates). Over frozen embeddings every head is "FC-only":
 ``er_uniform`` and ``fc_only`` are the same method with a linear head, and differ when ER
 takes ``head=mlp`` (a trainable layer under the classifier, the nearest thing here to the
 paper's full-model training). ``acm`` is ACM: 1-nearest-neighbour (cosine) over the
@@ -73,7 +76,7 @@ class OclReplay(HeadPredictions, System):
     family = "online continual learning"
 
     def __init__(self, sampler: str = "uniform", head: str = "linear", cosine: bool = False, budget: int = 1,
-                 batch_size: int = 16, optimizer: str = "adamw", lr: float = 1e-3, weight_decay: float = 1e-4,
+                 batch_size: int = 16, optimizer: str = "adamw", lr: float = 1e-2, weight_decay: float = 1e-4,
                  hidden: int = 256, sigma: float = 10.0, labels=None, seed: int = 0, name: str = "er_uniform"):
         self.name = name
         _choice(name, "sampler", sampler, SAMPLERS)
