@@ -274,7 +274,8 @@ def _sweep_parser(sub) -> None:
                                     "Settings: --preset, then --config FILE (TOML/JSON), then these options.")
     sw.add_argument("--preset", default=None,
                     help="main (paper 5.1: 162 runs) | storage (4.4) | ablation (5.6) | river (published river "
-                         "beside two fair variants) | smoke (seconds, synthetic)")
+                         "beside two fair variants) | smoke (seconds, synthetic) | cmr (CMR paper: search on "
+                         "validation streams, then the test table) | cmr_table2 (and its Table 2)")
     sw.add_argument("--config", type=Path, default=None, help="a .toml or .json file of grid settings")
     sw.add_argument("--datasets", nargs="+", default=None, help="datasets (as for ocrr run --dataset)")
     sw.add_argument("--policies", nargs="+", default=None, help="oracle random50 random10 random:<p> ...")
@@ -316,19 +317,16 @@ def _cmd_sweep(args) -> int:
 
     from ocrr.cli_progress import SweepProgress
     from ocrr.sweep import finished_ids, load_config, resolve_grid, run_sweep
-    from ocrr.specs import parse_value
+    from ocrr.sweep.cmr_preset import STAGED_PRESETS
 
     config = load_config(args.config) if args.config else {}
     preset = args.preset or config.get("preset")
+    if preset in STAGED_PRESETS:
+        return _cmd_staged_preset(args, preset)
     if not (preset or config or args.datasets or args.systems):
         raise OcrrError("ocrr sweep needs a grid: --preset main|storage|ablation|smoke, --config FILE, "
                         "or --datasets/--systems (see ocrr sweep --help).")
-    options = {}
-    for item in args.data_option:
-        if "=" not in item:
-            raise OcrrError(f"--data-option {item!r} is not KEY=VALUE, e.g. --data-option dim=32.")
-        key, value = item.split("=", 1)
-        options[key.strip()] = parse_value(value.strip())
+    options = _parse_data_options(args.data_option)
     grid = resolve_grid(preset, config, datasets=args.datasets, policies=args.policies, seeds=args.seeds,
                         systems=args.systems, encoders=args.encoders, protocols=args.protocols,
                         n_heldout=args.heldout,
@@ -367,6 +365,48 @@ def _cmd_sweep(args) -> int:
     elif len(result.results):
         console.print(f"Tables, figures and report.html: ocrr report {out}", highlight=False)
     return 1 if result.failed else 0
+
+
+def _parse_data_options(items: list[str]) -> dict:
+    from ocrr.specs import parse_value
+
+    options = {}
+    for item in items:
+        if "=" not in item:
+            raise OcrrError(f"--data-option {item!r} is not KEY=VALUE, e.g. --data-option dim=32.")
+        key, value = item.split("=", 1)
+        options[key.strip()] = parse_value(value.strip())
+    return options
+
+
+def _cmd_staged_preset(args, preset: str) -> int:
+    """--preset cmr | cmr_table2: search on validation streams, then test (ocrr.sweep.cmr_preset)."""
+    from ocrr.cli_progress import SweepProgress
+    from ocrr.sweep.cmr_preset import plan_from_options, run_cmr_preset
+
+    plan = plan_from_options(preset, args.datasets, args.protocols, args.systems, _parse_data_options(args.data_option),
+                             args.data_dir)
+    out = args.out or Path("results") / f"sweep-{preset}"
+    console = _console()
+    if args.dry_run:
+        console.print(f"--preset {preset}: search on {plan.val_streams} validation streams of {plan.dataset} "
+                      f"({sum(len(s.candidates({m.method: {} for m in plan.spaces})) for s in plan.spaces)} "
+                      f"candidates), then test on {plan.test_streams} streams x {plan.seeds_per_stream} seeds"
+                      f"{', then Table 2' if plan.table2 else ''}, into {out}/.", highlight=False)
+        return 0
+    result = run_cmr_preset(plan, out, executor=args.executor or "local", jobs=args.jobs, address=args.address,
+                            progress_factory=lambda: SweepProgress(console, quiet=args.quiet),
+                            say=lambda text: console.print(text, highlight=False))
+    for method, overrides in result["picks"].items():
+        console.print(f"  picked {method}: {', '.join(f'{k}={v}' for k, v in overrides.items()) or '(defaults)'}",
+                      highlight=False)
+    console.print(f"wrote {', '.join(p.name for p in result['files'])} to {out}/; tables in {out}/cmr.md. "
+                  f"Curves and report.html: ocrr report {out}/test", highlight=False)
+    if args.report:
+        from ocrr.report import build_report
+
+        console.print(f"report: {build_report(out / 'test').html}")
+    return 0
 
 
 def _cmd_report(args) -> int:
