@@ -80,3 +80,16 @@ def test_bad_options_fail_at_the_door(data):
         make_protocol("drift:n_clusters=1")
     with pytest.raises(OcrrError, match="lower drift:n_clusters"):
         make_protocol("drift:n_clusters=31").scenario(ds, train, test, seed=0)
+
+
+def test_cmr_takes_the_within_class_clusters_as_its_cluster_map(data):
+    ds, train, test = data
+    sc = make_protocol("cmr:clusters=drift:n_clusters=3:T=5:b=8:upstream=d0").scenario(ds, train, test, seed=0)
+    train_j, _ = class_clusters(ds, train, test, 3)
+    assert set(sc.seed_set.labels) == set(ds.labels)  # every class is known upstream: only phrasings shift
+    seed_rows = {v.tobytes() for v in sc.seed_set.vecs}
+    assert seed_rows == {v.tobytes() for v, j in zip(train, train_j) if j == 0}
+    by_vec = {v.tobytes(): j for v, j in zip(train, train_j)}
+    for v, cluster, role in zip(sc.stream.vecs, sc.stream_columns["cluster"], sc.stream_columns["role"]):
+        assert cluster == f"d{by_vec[v.tobytes()]}" and (role == "upstream") == (cluster == "d0")
+    assert sc.info["ood"] == ["d1", "d2"]

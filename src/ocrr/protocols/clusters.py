@@ -9,7 +9,8 @@ centroids, or a map from a file.
 * a ``.json`` file ``{label: cluster}`` or a ``.csv`` file of ``label,cluster`` rows (a
   header row ``label,cluster`` is allowed). Labels the map does not name are left out.
 
-``auto`` is ``domains`` when the dataset has them, else ``kmeans``.
+``auto`` is ``domains`` when the dataset has them, else ``kmeans``. ``drift`` (``item_clusters``
+only) groups items, not labels: within-class k-means clusters (ocrr.protocols.drift).
 Labels that are left out appear nowhere in the protocol (not in the seed set, the streams
 or the evaluation sets); the systems still know every label.
 """
@@ -47,6 +48,21 @@ def label_clusters(dataset, train_vecs: np.ndarray, how: str = "auto", n_cluster
     return file_clusters(how, dataset.labels)
 
 
+def item_clusters(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, how: str = "auto",
+                  n_clusters: int = 10) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(cluster names, cluster of every training item, of every test item; None: left out).
+    ``drift`` groups items within their class (ocrr.protocols.drift: d0 = each class's core
+    phrasing .. d{n-1} its most peripheral); every other map goes by label."""
+    if how == "drift":
+        from ocrr.protocols.drift import drift_cluster_names
+
+        return drift_cluster_names(dataset, train_vecs, test_vecs, n_clusters)
+    cmap = label_clusters(dataset, train_vecs, how, n_clusters)
+    train_c = np.array([cmap.get(label) for label in dataset.train.labels], dtype=object)
+    test_c = np.array([cmap.get(label) for label in dataset.test.labels], dtype=object)
+    return sorted(set(cmap.values())), train_c, test_c
+
+
 def kmeans_clusters(dataset, train_vecs: np.ndarray, n_clusters: int) -> dict[str, str]:
     from sklearn.cluster import KMeans
 
@@ -72,7 +88,7 @@ def kmeans_clusters(dataset, train_vecs: np.ndarray, n_clusters: int) -> dict[st
 def file_clusters(path: str, labels) -> dict[str, str]:
     p = Path(path)
     if p.suffix.lower() not in (".json", ".csv"):
-        raise OcrrError(f"protocol cmr: clusters={path!r} is not auto, domains, kmeans or a .json/.csv file "
+        raise OcrrError(f"protocol cmr: clusters={path!r} is not auto, domains, kmeans, drift or a .json/.csv file "
                         "mapping label -> cluster.")
     if not p.is_file():
         raise OcrrError(f"protocol cmr: cluster map {path!r} does not exist; give the path of a .json file "

@@ -43,7 +43,7 @@ import pandas as pd
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.clusters import crc, label_clusters
+from ocrr.protocols.clusters import crc, item_clusters
 from ocrr.protocols.scenario import Scenario, every_n
 
 # Table 1 of the paper: (key, header) of the mean and the final columns
@@ -117,7 +117,8 @@ class CmrProtocol(Protocol):
         "alpha": Option(0.9, float, low=0.0, high=1.0, help="decay of the upstream share"),
         "beta": Option(0.5, float, low=0.0, high=1.0, help="probability of keeping the major cluster"),
         "gamma": Option(0.8, float, low=0.0, high=1.0, help="major cluster's share of the OOD items"),
-        "clusters": Option("auto", str, help="auto, domains, kmeans or a .json/.csv label->cluster file"),
+        "clusters": Option("auto", str, help="auto, domains, kmeans, drift (within-class clusters) or a "
+                                             ".json/.csv label->cluster file"),
         "n_clusters": Option(10, int, low=3, help="k-means clusters (clusters=kmeans)"),
         "upstream": Option(None, str, allow_none=True, help="comma-separated upstream clusters; none: a seeded half"),
         "split": Option("test", str, help="val or test: which family of streams"),
@@ -249,22 +250,19 @@ def stream_seed(dataset_name: str, split: str, stream: int) -> list[int]:
 
 def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int, values: dict) -> Scenario:
     v = values
-    cmap = label_clusters(dataset, train_vecs, v["clusters"], v["n_clusters"])
-    names = sorted(set(cmap.values()))
+    names, train_c, test_c = item_clusters(dataset, train_vecs, test_vecs, v["clusters"], v["n_clusters"])
     upstream = choose_upstream(names, v["upstream"], dataset.name)
     ood = [c for c in names if c not in upstream]
     if len(ood) < 2:
         raise OcrrError(f"protocol cmr: {len(ood)} OOD cluster(s) left ({', '.join(ood) or 'none'}); it needs at "
                         f"least 2. Name fewer upstream clusters (cmr:upstream=...) or use more clusters.")
-    train_c = np.array([cmap.get(label) for label in dataset.train.labels], dtype=object)
-    test_c = np.array([cmap.get(label) for label in dataset.test.labels], dtype=object)
     v0_train = np.flatnonzero(np.isin(train_c, upstream))
     pools = [np.flatnonzero(train_c == c) for c in ood]
     index = v["stream"] if v["streams"] is None else seed % v["streams"]
     ints = stream_seed(dataset.name, v["split"], index)
     items, source, majors = sample_stream(v0_train, pools, v["T"], v["b"], v["alpha"], v["beta"], v["gamma"],
                                           np.random.default_rng(np.random.SeedSequence(ints)), ood)
-    cluster = [str(cmap[dataset.train.labels[i]]) for i in items]
+    cluster = [str(train_c[i]) for i in items]
     role = np.where(source == 0, "upstream", "other")
     bounds = np.arange(0, v["T"] * v["b"] + 1, v["b"])
     major_of_item = np.repeat(np.asarray(majors), v["b"]) + 1
