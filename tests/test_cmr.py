@@ -238,3 +238,6 @@ def test_run_and_report_end_to_end_and_byte_identical(tmp_path):
     assert "cmr · synthetic" in page and "OEC^(T)" in page
     assert list((outs[0] / "report" / "figures").glob("cmr-*_curves.svg"))
     assert (outs[0] / "report" / "cmr_runs.csv").exists()
+    # the stream picture (the paper's Figure 3) from the first run's per-item log
+    assert list((outs[0] / "report" / "figures").glob("cmr-*_stream.svg"))
+    assert "Cluster shares per episode" in page

@@ -224,6 +224,14 @@ class CmrProtocol(Protocol):
                                     f"(as the paper's Figure 5), {title}: mean over runs.")],
                 {"cmr_runs": self.per_run(rows)})
 
+    def stream_figures(self, predictions: pd.DataFrame | None, title: str) -> list:
+        """The cell's first stream: cluster shares per episode (the paper's Figure 3)."""
+        if predictions is None or not {"episode", "cluster", "role"} <= set(predictions.columns):
+            return []
+        return [("stream", stream_figure(predictions, f"stream of the first run, {title}"),
+                 f"Cluster shares per episode of the first run's stream (V0 = upstream), as the paper's "
+                 f"Figure 3, {title}.")]
+
 
 def _pct(mean: float, std: float, n: int) -> str:
     if not np.isfinite(mean):

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ocrr.report import figures as F
 from ocrr.report.html import Section, render
-from ocrr.report.load import load_results_any
+from ocrr.report.load import first_run_predictions, load_predictions, load_results_any
 from ocrr.report.tables import cell_rows, cell_summary, cells, order_systems, seeds_text
 from ocrr.results import SUMMARY_COLUMNS, markdown, write_csv
 
@@ -53,6 +53,7 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
     md = ["# OCRR report", "", _meta_line(loaded, per), ""]
     summaries, runs, sections = [], [], []
     extras: dict[str, list[pd.DataFrame]] = {}
+    predictions = None  # read once, when a protocol draws its stream
     for cell in cells(per):
         protocol = PROTOCOLS[cell.protocol]()
         rows = cell_rows(per, cell)
@@ -61,6 +62,10 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
         runs.append(protocol.per_run(rows).assign(protocol=cell.protocol))
         title = f"{cell.title} · seeds {seeds_text(rows)}"
         tables, figures, frames = protocol.report_cell(rows, summary, title, styles)
+        if hasattr(protocol, "stream_figures"):  # a picture of the stream itself, from its per-item log
+            if predictions is None:
+                predictions = load_predictions(loaded)
+            figures = figures + protocol.stream_figures(first_run_predictions(predictions, rows), title)
         section = Section(cell.title, cell.slug)
         for table_title, header, body, note in tables:
             md.append(markdown(table_title, header, body, note))

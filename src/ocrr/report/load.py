@@ -122,3 +122,23 @@ def _dataset_labels(df: pd.DataFrame) -> pd.Series:
             parts += [f"{c}={variant[c]}" for c in varying]
             labels[mask] = f"{name} [{', '.join(parts)}]"
     return labels
+
+
+def load_predictions(loaded: Loaded) -> pd.DataFrame | None:
+    """The per-item stream log next to the results (a sweep's or a run's predictions.parquet), if any."""
+    path = loaded.path if loaded.path.is_dir() else loaded.path.parent
+    file = path / "predictions.parquet"
+    return pd.read_parquet(file) if file.exists() else None
+
+
+def first_run_predictions(predictions: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame | None:
+    """The stream log of the first run (lowest seed, first system) of a report cell."""
+    if predictions is None or not len(rows):
+        return None
+    first = rows.sort_values(["seed", "system"], kind="mergesort").iloc[0]
+    if "task_id" in predictions.columns and "task_id" in rows.columns:
+        got = predictions[predictions["task_id"] == first["task_id"]]
+    else:
+        keys = [k for k in ("encoder", "policy", "seed", "system") if k in predictions.columns]
+        got = predictions[(predictions[keys] == first[keys].values).all(axis=1)]
+    return got if len(got) else None
