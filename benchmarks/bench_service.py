@@ -195,6 +195,7 @@ def main() -> int:
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--no-text", action="store_true", help="serve without an encoder; no predicts by text")
+    ap.add_argument("--encoder-nice", type=int, default=None, help="pass --encoder-nice N to ocrr serve")
     ap.add_argument("--rate", type=float, default=0.0,
                     help="also run the mixed load paced at this many requests/s in all (0: skip)")
     ap.add_argument("--b64", action="store_true",
@@ -211,6 +212,8 @@ def main() -> int:
         env = {**os.environ, "OCRR_TOKEN": TOKEN}
         log = open(Path(tmp) / "server.log", "w+")  # a file, not a pipe: a full pipe would stall the server
         encoder = [] if args.no_text else ["--encoder", args.encoder]
+        if args.encoder_nice is not None:
+            encoder += ["--encoder-nice", str(args.encoder_nice)]
         server = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), *encoder,
                                    "--port", str(port)], env=env, stderr=log, text=True)
         try:

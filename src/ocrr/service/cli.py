@@ -18,6 +18,9 @@ def add_serve(sub) -> None:
     s.add_argument("--seed", type=int, default=0, help="seed of a bounded substrate's eviction (default 0)")
     s.add_argument("--encoder", default=None,
                    help="encoder for texts (minilm, st:<model id>); without one, /predict takes vectors only")
+    s.add_argument("--encoder-nice", type=int, default=10, choices=range(20), metavar="N",
+                   help="niceness of the encoder process, 0-19 (default 10): on a small box, predicts by "
+                        "vector and corrections get a contended core before text encoding does")
     s.add_argument("--fit", default=None, metavar="DATASET",
                    help="when the ledger is empty, seed it with this dataset's train split (needs --encoder "
                         "unless the dataset carries vectors)")
@@ -49,7 +52,7 @@ def _token(args) -> tuple[str, bool]:
 
 def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str | None = None,
                 data_dir: str | None = None, key: Path | None = None, origin: str | None = None,
-                token: str = "", seed: int = 0, verify: str = "full", log=print):
+                token: str = "", seed: int = 0, verify: str = "full", log=print, encoder_nice: int = 0):
     """Open everything ``ocrr serve`` serves (also used by tests and the benchmark)."""
     from ocrr.audit.heads import Signer, default_origin
     from ocrr.persistent import open_substrate
@@ -67,7 +70,7 @@ def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str 
         if isinstance(encoder, str):  # a spec: the model runs in its own process (see service/encoder.py)
             from ocrr.service.encoder import EncoderProcess
 
-            encoder = holder[0] = EncoderProcess(encoder)
+            encoder = holder[0] = EncoderProcess(encoder, nice=encoder_nice)
         elif encoder is not None:
             encoder = holder[0] = SerialEncoder(encoder)
         if fit is not None:
@@ -129,7 +132,7 @@ def _cmd_serve(args) -> int:
     token, generated = _token(args)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     state = build_state(args.ledger, args.system, args.encoder, args.fit, args.data_dir, args.key, args.origin,
-                        token, args.seed, "checkpoint" if args.quick_open else "full", log)
+                        token, args.seed, "checkpoint" if args.quick_open else "full", log, args.encoder_nice)
     # Requests run in parallel threads: one BLAS / OpenMP / torch thread each beats pools that
     # fight over the cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two; MiniLM
     # on one sentence: 18 ms of CPU with one thread, 87 with two). Set once everything is loaded.

@@ -14,6 +14,7 @@ out (``{"ok": true, "n": n, "d": d}`` followed by n x d little-endian float32, o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -26,10 +27,12 @@ from ocrr.errors import OcrrError
 class EncoderProcess:
     """``encode(texts) -> (n, d) float32`` answered by a child process running ``spec``."""
 
-    def __init__(self, spec: str):
+    def __init__(self, spec: str, nice: int = 0):
+        """``nice``: the child's niceness increment (Linux: 0..19). A positive one lets the
+        service's own threads (predicts by vector, commits) take a contended core first."""
         self.id = spec
         self._lock = threading.Lock()
-        self._proc = subprocess.Popen([sys.executable, "-m", "ocrr.service.encoder", spec],
+        self._proc = subprocess.Popen([sys.executable, "-m", "ocrr.service.encoder", spec, str(int(nice))],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         header = self._header()  # waits for the model to load
         if not header.get("ok"):
@@ -70,10 +73,12 @@ def _reply(out, obj: dict, payload: bytes = b"") -> None:
     out.flush()
 
 
-def main(spec: str) -> int:
+def main(spec: str, nice: int = 0) -> int:
     """The child: load the encoder (one torch thread), then answer until stdin ends."""
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)
     try:
         from ocrr.encoders import make_encoder
 
@@ -97,4 +102,4 @@ def main(spec: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0))
