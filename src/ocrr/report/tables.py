@@ -19,7 +19,10 @@ SYSTEM_ORDER = (["substrate"] + [f"bounded_reservoir_{n}" for n in (5000, 1000, 
                 + [f"bounded_fifo_{n}" for n in (5000, 1000, 500, 100)]
                 + ["substrate_count_only", "substrate_no_recency", "substrate_k1", "substrate_sumsim",
                    "knn_lm", "online_linear", "a_gem", "ewc", "lwf", "river_logreg", "river_softmax",
-                   "lora_deberta", "static_knn", "static_linear"])
+                   "lora_deberta", "static_knn", "static_linear"]
+                # the CMR paper's Table 1 order
+                + ["cmr_frozen", "cft", "online_l2", "online_ewc", "er", "max_loss", "mir", "mir_l2",
+                   "offline_refining"])
 POLICY_ORDER = ["oracle", "random50", "random10"]
 
 

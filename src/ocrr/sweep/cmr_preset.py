@@ -254,7 +254,12 @@ def cmr_markdown(plan: CmrPlan, picks: dict, search: pd.DataFrame, summary: pd.D
     lines.append(markdown("Picked on the validation streams", header, body,
                           "score: mean over validation runs of (OEC^(T) + EFR^(T)) / 2; every candidate's score is "
                           "in search.csv."))
-    header, rows, note = protocol.table(summary)
+    from ocrr.report.tables import order_systems
+
+    paper = {s.method for s in plan.spaces} | {"cmr_frozen"}
+    ordered = order_systems(summary["system"])  # the paper's methods first, then the ocrr systems
+    rank = {s: (s.split(":", 1)[0] not in paper, i) for i, s in enumerate(ordered)}
+    header, rows, note = protocol.table(summary.sort_values("system", key=lambda c: c.map(rank)))
     lines.append(markdown("Test streams (the paper's Table 1)", header, rows, note))
     if table2 is not None and len(table2):
         cols = sorted({(r.beta, r.gamma) for r in table2.itertuples()})
