@@ -155,3 +155,13 @@ def test_report_errors_name_the_fix(tmp_path, capsys):
         build_report(tmp_path / "nowhere")
     assert main(["report", str(tmp_path)]) == 2
     assert "per_checkpoint.csv" in capsys.readouterr().err
+
+
+def test_figure_names_keep_dots_of_the_cell_name(tmp_path):
+    from matplotlib.figure import Figure
+
+    from ocrr.report.figures import save
+
+    paths = [save(Figure(), tmp_path / f"ocl-stay={p}_curves") for p in ("0.0", "0.9")]
+    assert [p.name for pair in paths for p in pair] == ["ocl-stay=0.0_curves.png", "ocl-stay=0.0_curves.svg",
+                                                         "ocl-stay=0.9_curves.png", "ocl-stay=0.9_curves.svg"]

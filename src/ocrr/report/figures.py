@@ -33,7 +33,8 @@ def system_styles(systems: list[str]) -> dict[str, tuple]:
 def save(fig: Figure, stem: Path) -> list[Path]:
     FigureCanvasAgg(fig)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    png, svg = stem.with_suffix(".png"), stem.with_suffix(".svg")
+    # appended, not with_suffix: a cell name may hold a dot ("stay=0.9") that is not a suffix
+    png, svg = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".svg")
     # constrained layout already fits everything: no bbox_inches="tight" (it draws each figure twice)
     with matplotlib.rc_context(RC):
         fig.savefig(png, dpi=110, metadata={"Software": None})
