@@ -32,6 +32,6 @@ def test_drift_table_counts_corrections_to_each_threshold():
                        for s, pts in ((0, [(0, 0, 0.6), (50, 20, 0.82), (100, 30, 0.91)]),
                                       (1, [(0, 0, 0.5), (50, 25, 0.7), (100, 40, 0.85)]))
                        for step, c, d in pts])
-    row = drift_table(df).iloc[0].to_dict()
+    row = drift_table(df, thresholds=(0.8, 0.9)).iloc[0].to_dict()
     assert row["drifted before"] == "0.550 ± 0.050" and row["→80%"] == "30" and row["→90%"] == "30 (1/2)"
     assert not math.isnan(float(row["corrections"]))
