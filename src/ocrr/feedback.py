@@ -115,7 +115,7 @@ def system_uncertainty(system, batch: Batch) -> np.ndarray | None:
     """The system's uncertainty per item (higher: less sure), or None if it offers none.
 
     An optional capability (``System.uncertainty``); a system without it gets the fallback of
-    ``Feedback.scores``: the seeded random score, i.e. the random choice at the same budget.
+    ``Feedback.budget_scores``: the seeded random score, i.e. the random choice at the same budget.
     """
     method = getattr(system, "uncertainty", None)
     if method is None:
@@ -148,7 +148,6 @@ class Feedback:
         self.random_scores = draws(seed, b"feedback-budget", n)
         self.selector = BudgetSelector(policy.budget) if policy.budget is not None else None
         self.queue = DeliveryQueue()
-        self.noisy_delivered = 0
 
     @property
     def wants_uncertainty(self) -> bool:
@@ -180,5 +179,4 @@ class Feedback:
         if not due:
             return due, None
         batch = stream[np.asarray(due)]
-        self.noisy_delivered += sum(self.given[i] != self.labels[i] for i in due)
         return due, Batch(batch.vecs, batch.texts, [self.given[i] for i in due])

@@ -34,7 +34,6 @@ from ocrr.errors import OcrrError
 NAMED = {"oracle": 1.0, "random50": 0.5, "random10": 0.1}
 NAMES = "oracle, all, random50, random10 or random:<p>"
 NOISE_KINDS = ("uniform", "confusable")
-DELAY_KINDS = ("fixed", "geometric")
 SELECTIONS = ("uncertainty", "random")
 EXAMPLE = "oracle:noise=0.1:confusable:delay=geometric:50:budget=0.1:uncertainty"
 
