@@ -35,7 +35,7 @@ def axis_value(policy: str, axis: str):
     if axis == "noise":
         return p.noise if p.noise_kind == "uniform" or p.noise == 0 else f"{p.noise:g} {p.noise_kind}"
     if axis == "delay":
-        return int(p.delay)
+        return f"geometric {p.delay:g}" if p.delay_kind == "geometric" and p.delay > 0 else int(p.delay)
     return "all" if p.budget is None else f"{p.budget:.0%} {p.select}"
 
 
