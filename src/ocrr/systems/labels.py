@@ -19,6 +19,12 @@ class LabelSpace:
         self._rank_to_index = np.empty(0, np.int64)
         self.add(labels)
 
+    @classmethod
+    def over(cls, declared: Iterable[str] | None, seen: Iterable[str]) -> "LabelSpace":
+        """Every label a head is told about up front plus those of its fit data, sorted
+        (so a head's rows do not depend on the order the data lists them in)."""
+        return cls(sorted(set(declared or ()) | set(seen)))
+
     def __len__(self) -> int:
         return len(self.names)
 

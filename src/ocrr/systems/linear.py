@@ -66,7 +66,7 @@ class LinearHead(HeadPredictions, System):
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
         known = sorted(set(labels))
-        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(known)) if self.over_all_labels else known)
+        self.space_ = LabelSpace.over(self.labels, known) if self.over_all_labels else LabelSpace(known)
         self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name))
         x = torch.from_numpy(vecs)
         y = torch.from_numpy(self.space_.encode(labels))

@@ -206,7 +206,7 @@ class LoRA(System):
         self.targets_ = targets
         self.model_ = model.to(device).eval()  # eval for good: dropout stays off
         self.hidden_ = int(base.config.hidden_size)
-        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(labels)))
+        self.space_ = LabelSpace.over(self.labels, labels)
         self.head_ = self._new_head(torch.Generator().manual_seed(derive_seed(self.seed, "lora/head"))).to(device)
         self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "lora/grow"))
         with self._threads():

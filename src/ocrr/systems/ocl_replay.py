@@ -110,7 +110,7 @@ class OclReplay(HeadPredictions, System):
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
-        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(labels)))
+        self.space_ = LabelSpace.over(self.labels, labels)
         self.init_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "ocl/head"))
         self.sample_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "ocl/rehearsal"))
         self.head_ = self._new_head(len(self.space_))

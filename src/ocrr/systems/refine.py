@@ -104,7 +104,7 @@ class UpstreamHead(HeadPredictions, System):
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
-        self.space_ = LabelSpace(sorted(set(self.labels or ()) | set(labels)))
+        self.space_ = LabelSpace.over(self.labels, labels)
         x = torch.from_numpy(vecs).clone()
         y = torch.from_numpy(self.space_.encode(labels))
         cfg = SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
