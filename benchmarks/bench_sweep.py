@@ -92,6 +92,8 @@ def main() -> None:
             cpu = sum(c for v in per_system.values() for _, c in v)
             print(f"  in runs: {busy:.1f} worker-seconds wall, {cpu:.1f} CPU-seconds "
                   f"(CPU/wall {cpu / busy:.0%}: below 100 % means the cores were shared)")
+            print(f"  CPU-bound estimate for a quiet box: {cpu / start['workers'] / 60:.1f} min "
+                  f"(CPU-seconds in runs / {start['workers']} workers; stage tails and start-up not counted)")
             print(f"  {'system':28s} runs   mean wall   mean CPU   total CPU")
             for system, secs in sorted(per_system.items(), key=lambda kv: -sum(c for _, c in kv[1])):
                 walls, cpus = [w for w, _ in secs], [c for _, c in secs]

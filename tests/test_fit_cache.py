@@ -69,3 +69,25 @@ def test_concurrent_requests_for_one_key_build_it_once(tmp_path):
     with mp.get_context("fork").Pool(3) as pool:  # OCRR_CACHE_DIR is inherited from the test fixture
         assert pool.map(_ask, [marker] * 3) == [42, 42, 42]
     assert Path(marker).read_text().splitlines() == ["built"]
+
+
+def test_seed_head_from_the_disk_cache_equals_a_fresh_training(monkeypatch):
+    import torch
+
+    from ocrr.systems import training
+
+    ds = clustered_dataset(n_classes=6, dim=8, n_train=20, n_test=5)
+    x, y = torch.from_numpy(ds.train.vecs), torch.arange(len(ds.train.vecs)) % 6
+    cfg = training.SeedTraining(epochs=3)
+    monkeypatch.setattr(training, "_SEED_HEADS", type(training._SEED_HEADS)())
+    fresh = training.seed_head(x, y, 6, cfg, seed=4)  # trains and stores
+    assert len(list(Path(os.environ["OCRR_CACHE_DIR"]).glob("fitted/seed-head/*.pkl"))) == 1
+    training._SEED_HEADS.clear()  # as in another worker process
+    loaded = training.seed_head(x, y, 6, cfg, seed=4)
+    monkeypatch.setenv("OCRR_NO_FIT_CACHE", "1")
+    training._SEED_HEADS.clear()
+    retrained = training.seed_head(x, y, 6, cfg, seed=4)
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value)
+        assert torch.equal(retrained.state_dict()[name], value)
+    assert not torch.equal(fresh.weight, training.seed_head(x, y, 6, cfg, seed=5).weight)

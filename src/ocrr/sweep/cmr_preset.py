@@ -45,14 +45,17 @@ SEARCH_SPACES = [
     Space("mir", {**REPLAY_GRID, "candidates": [256, 1024]}, CFT),
     Space("mir_l2", {"l2_lambda": [0.001, 0.01, 0.1, 1.0]},
           {**CFT, "replay_size": "mir", "replay_every": "mir", "candidates": "mir"}),
-    Space("offline_refining", {"epochs": [1, 5, 10]}, {"lr": "cft"}),
+    # 10 epochs scored 0.0007 above 5 on CLINC150's validation streams at twice the cost of
+    # the preset's most expensive run: the grid stops at 5 to keep the preset in 15 minutes
+    Space("offline_refining", {"epochs": [1, 5]}, {"lr": "cft"}),
 ]
 # Table 1 rows around the picks: the other replay interval and the other candidate pool
 VARIANTS = {"er": {"replay_every": [1, 3]}, "max_loss": {"replay_every": [1, 3], "candidates": [256, 1024]},
             "mir": {"replay_every": [1, 3], "candidates": [256, 1024]}}
-# every ocrr system that needs no text and costs seconds per run (river's pure-Python heads
-# and LoRA cost minutes: add them with --systems)
-OCRR_SYSTEMS = ["substrate", "knn_lm", "online_linear", "ewc", "a_gem", "lwf", "static_knn"]
+# ocrr's own systems beside the paper's methods: the substrate, kNN-LM and plain online
+# fine-tuning. The other held-out baselines run here too (--systems +ewc +a_gem +lwf
+# +static_knn; docs/cmr has them); river's heads and LoRA cost minutes per run.
+OCRR_SYSTEMS = ["substrate", "knn_lm", "online_linear"]
 TABLE2_METHODS = ["cft", "online_l2", "online_ewc", "er", "max_loss", "mir", "mir_l2"]
 EXTREMES = [{"beta": 0.1}, {"beta": 0.9}, {"gamma": 0.2}, {"gamma": 0.5}]
 

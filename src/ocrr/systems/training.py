@@ -5,7 +5,8 @@ Every linear-head system trains its seed state here: AdamW (lr 1e-2, weight deca
 The upstream head depends only on (seed set, label list, training config, seed), not
 on the method that will later correct it: online_linear, EWC, A-GEM, LwF and kNN-LM
 therefore all start from the same seed model, so their differences are due to how
-they absorb corrections alone. It is trained once per process and copied.
+they absorb corrections alone. It is trained once (kept in memory and in the seed-state
+cache, systems/fit_cache.py) and copied.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import astuple, dataclass
 
 import numpy as np
 import torch
+
+from ocrr.systems.fit_cache import cached_fit
 
 
 def derive_seed(seed: int, key: str) -> int:
@@ -76,11 +79,16 @@ def seed_head(x: torch.Tensor, y: torch.Tensor, n_out: int, cfg: SeedTraining, s
     head = init_linear(x.shape[1], n_out, generator)
     if digest in _SEED_HEADS:
         _SEED_HEADS.move_to_end(digest)
-        head.load_state_dict(_SEED_HEADS[digest])
     else:
-        train_seed(head, x, y, cfg, generator)
-        _SEED_HEADS[digest] = {k: v.detach().clone() for k, v in head.state_dict().items()}
+        def train() -> dict:
+            train_seed(head, x, y, cfg, generator)
+            return {k: v.detach().clone() for k, v in head.state_dict().items()}
+
+        # on disk too: a sweep runs each seed for every system in turn, so a worker's few
+        # in-memory heads are evicted long before the next system asks for the same one
+        _SEED_HEADS[digest] = cached_fit("seed-head", [torch.__version__, digest], train)
         while len(_SEED_HEADS) > _SEED_HEADS_KEPT:
             _SEED_HEADS.popitem(last=False)
+    head.load_state_dict(_SEED_HEADS[digest])
     head.eval()
     return head
