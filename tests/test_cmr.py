@@ -206,6 +206,13 @@ def test_each_metric_on_a_hand_computed_toy_through_the_runner(tmp_path):
     assert summary["oec_avg_mean"].iloc[0] == pytest.approx(avg["oec"])
     preds = pd.DataFrame(out.predictions)
     assert list(preds["cluster"][:4]) == ["U"] * 4 and set(preds["role"][:4]) == {"upstream"}
+    # two stream settings of the same system and seed in one frame stay two runs, two cells
+    frame = per.reset_index()
+    mixed = pd.concat([frame.assign(protocol_options='{"beta":0.1}'),
+                       frame.assign(protocol_options='{"beta":0.9}', acc_kg=1.0)], ignore_index=True)
+    runs = protocol.per_run(mixed)
+    assert len(runs) == 2 and sorted(runs["kg_final"]) == [0.0, 1.0]
+    assert sorted(protocol.summarise(mixed)["kg_final_mean"]) == [0.0, 1.0]
 
 
 # -- end to end --------------------------------------------------------------------------------

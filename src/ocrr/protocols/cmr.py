@@ -148,11 +148,12 @@ class CmrProtocol(Protocol):
         measured) and X^(T) (after the last episode) for EFR, UKR, OKR, CSR, KG and OEC."""
         from ocrr.metrics import RUN_KEYS
 
+        keys = RUN_KEYS + _setting_keys(per_checkpoint)
         rows = []
-        for key, run in per_checkpoint.sort_values("step", kind="mergesort").groupby(RUN_KEYS, sort=True):
+        for key, run in per_checkpoint.sort_values("step", kind="mergesort").groupby(keys, sort=True):
             after = run[run["episode"] >= 1]
             last = run.iloc[-1]
-            row = dict(zip(RUN_KEYS, key), step=int(last["step"]), corrections=int(last["corrections"]))
+            row = dict(zip(keys, key), step=int(last["step"]), corrections=int(last["corrections"]))
             for x, col in SOURCE.items():
                 values = after[col].to_numpy(float) if col in after.columns else np.array([np.nan])
                 row[f"{x}_avg"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
@@ -174,9 +175,10 @@ class CmrProtocol(Protocol):
 
         runs = self.per_run(per_checkpoint)
         values = [c for c in runs.columns if c.endswith(("_avg", "_final"))]
+        keys = CELL_KEYS + _setting_keys(runs)
         rows = []
-        for key, cell in runs.groupby(CELL_KEYS, sort=False):
-            row = dict(zip(CELL_KEYS, key), n_seeds=len(cell))
+        for key, cell in runs.groupby(keys, sort=False):
+            row = dict(zip(keys, key), n_seeds=len(cell))
             for c in values:
                 v = cell[c].to_numpy(float)
                 ok = v[np.isfinite(v)]
@@ -329,3 +331,9 @@ def stream_figure(predictions: pd.DataFrame, title: str = "CMR stream"):
     ax.legend(fontsize=6, ncol=2, loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title(title, fontsize=10)
     return fig
+
+
+def _setting_keys(frame) -> list[str]:
+    """Stream settings and data options, when a frame carries them: runs of two settings
+    (say beta=0.1 and beta=0.9 in one folder) are never averaged together."""
+    return [c for c in ("data_options", "protocol_options") if c in frame.columns]
