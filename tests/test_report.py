@@ -165,3 +165,21 @@ def test_figure_names_keep_dots_of_the_cell_name(tmp_path):
     paths = [save(Figure(), tmp_path / f"ocl-stay={p}_curves") for p in ("0.0", "0.9")]
     assert [p.name for pair in paths for p in pair] == ["ocl-stay=0.0_curves.png", "ocl-stay=0.0_curves.svg",
                                                          "ocl-stay=0.9_curves.png", "ocl-stay=0.9_curves.svg"]
+
+
+def test_report_adds_a_table_per_feedback_axis_the_policies_set(tmp_path):
+    sw = tmp_path / "sweep"
+    assert main(["sweep", "--preset", "smoke", "--seeds", "0", "--executor", "serial", "--quiet",
+                 "--policies", "oracle", "oracle:noise=0.3", "--out", str(sw)]) == 0
+    report = build_report(sw)
+    assert report.tables[-1] == "synthetic: final accuracy vs noise"
+    tables = (report.out / "tables.md").read_text()
+    section = tables[tables.index("synthetic: final accuracy vs noise"):]
+    header = next(line for line in section.splitlines() if line.startswith("| system"))
+    assert header == "| system | noise 0 | noise 0.3 |"
+    assert "vs delay" not in tables and "vs budget" not in tables  # axes no policy sets
+    assert "Realistic feedback: final accuracy per axis" in report.html.read_text()
+    smoke = tmp_path / "plain"
+    assert main(["sweep", "--preset", "smoke", "--seeds", "0", "--executor", "serial", "--quiet",
+                 "--policies", "oracle", "--out", str(smoke)]) == 0
+    assert "final accuracy vs" not in (build_report(smoke).out / "tables.md").read_text()

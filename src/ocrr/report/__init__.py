@@ -8,6 +8,8 @@ and writes into ``out``::
     summary.csv      every cell's summary (held-out: Table 1 numbers), with online accuracy
     runs.csv         one row per run: final values (held-out: and corrections to 10/50/70 %)
     <name>.csv       a protocol's own tables (held-out: storage.csv, with Pareto flags)
+    (tables.md and report.html also get one table per realistic-feedback axis, noise, delay or
+    budget, that some policy of the folder sets: final accuracy per system across those policies)
     figures/<cell>_<kind>.{png,svg}   held-out: recovery, scatter, storage; others: curves
     report.html      all of the above in one self-contained page
 
@@ -79,6 +81,12 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
             section.figures.append((caption, svg))
         sections.append(section)
 
+    feedback = _feedback_section(per, all_systems)  # realistic feedback: one table per axis, across policies
+    if feedback is not None:
+        sections.append(feedback)
+        for table_title, header, body, note in feedback.tables:
+            md.append(markdown(table_title, header, body, note))
+            report.tables.append(table_title)
     report.files.append(_write(out / "tables.md", "\n".join(md)))
     write_csv(pd.concat(summaries, ignore_index=True), out / "summary.csv", ["protocol"] + SUMMARY_COLUMNS)
     write_csv(pd.concat(runs, ignore_index=True), out / "runs.csv",
@@ -91,6 +99,18 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
     report.html = _write(out / "report.html", page)
     report.files.append(report.html)
     return report
+
+
+def _feedback_section(per: pd.DataFrame, systems: list[str]) -> Section | None:
+    from ocrr.report.feedback import axis_tables
+
+    tables = axis_tables(per, systems)
+    if not tables:
+        return None
+    section = Section("Realistic feedback: final accuracy per axis", "feedback-axes")
+    for title, frame, note in tables:
+        section.tables.append((title, list(frame.columns), frame.astype(str).to_numpy().tolist(), note))
+    return section
 
 
 def _meta_line(loaded, per: pd.DataFrame) -> str:

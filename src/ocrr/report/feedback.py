@@ -176,6 +176,29 @@ def markdown(frame: pd.DataFrame, title: str, note: str) -> str:
     return "\n".join(lines + ["", note, ""])
 
 
+AXES = {"noise": lambda p: p.noise > 0, "delay": lambda p: p.delay > 0, "budget": lambda p: p.budget is not None}
+AXIS_NOTES = {"noise": "final novel / final original.", "budget": "final novel / final original / corrections applied.",
+              "delay": "final novel / final original / corrections delivered."}
+
+
+def axis_tables(per_checkpoint: pd.DataFrame, systems: list[str]) -> list[tuple[str, pd.DataFrame, str]]:
+    """For ``ocrr report``: per dataset and per feedback axis some policy sets, the axis table
+    over the policies that set it and the plain ones (the axis's zero), as (title, table, note)."""
+    out = []
+    for dataset, frame in per_checkpoint.groupby("dataset", sort=True):
+        policies = {p: make_policy(p) for p in frame["policy"].unique()}
+        for axis, on in AXES.items():
+            chosen = [name for name, p in policies.items() if on(p) or not p.realistic]
+            if not any(on(policies[name]) for name in chosen):
+                continue
+            part = frame[frame["policy"].isin(chosen)]
+            n = part["seed"].nunique()
+            note = (f"Final values after the stream, mean ± population std over up to {n} seed(s); cells: "
+                    + AXIS_NOTES[axis])
+            out.append((f"{dataset}: final accuracy vs {axis}", axis_table(part, axis, systems), note))
+    return out
+
+
 def write_report(out: Path, feedback: Path | None = None, robust: Path | None = None,
                  drift: Path | None = None) -> list[Path]:
     from ocrr.report.load import load_results_any

@@ -205,7 +205,7 @@ def extremes_table(plan: CmrPlan, picks: dict, test_runs: pd.DataFrame, sweep, o
     for extreme in EXTREMES:
         grid = plan.grid(specs, plan.protocol_spec("test", plan.test_streams, **extreme), plan.test_streams)
         label = ", ".join(f"{k}={v}" for k, v in extreme.items())
-        settings.append((extreme, sweep(grid, out / "table2", f"table 2 [{label}] ({len(specs)} systems x "
+        settings.append((extreme, sweep(grid, out / "table2", f"table 2 at {label} ({len(specs)} systems x "
                                                               f"{plan.test_streams} streams)")))
     rows = []
     for extreme, runs in settings:
