@@ -1,4 +1,4 @@
-"""Search backends (ocrr.index): exact, HNSW, auto and sq8 share one contract."""
+"""Search backends (ocrr.index): exact, HNSW, auto, sq8 and IVF share one contract."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ocrr.systems import Batch, make_system
 faiss = pytest.importorskip("faiss")
 
 DIM = 32
-ALL_KINDS = ["exact", "hnsw", "auto", "exact_sq8", "hnsw_sq8", "auto_sq8"]
+ALL_KINDS = ["exact", "hnsw", "auto", "exact_sq8", "hnsw_sq8", "auto_sq8", "ivf", "ivf_sq8", "ivf_pq"]
 
 
 @pytest.fixture(autouse=True)
@@ -38,8 +38,10 @@ def clustered(n_classes=20, per_class=100, dim=DIM, noise=0.15, seed=0):
 
 
 def small_params(kind):
-    """Tiny min_train so sq8 kinds really exercise FAISS; tiny threshold so auto switches."""
-    return {"min_train": 256, "threshold": 500} if kind.endswith("sq8") or kind.startswith("auto") else {}
+    """Tiny min_train so sq8 and IVF kinds really exercise FAISS; tiny threshold so auto switches."""
+    if kind.endswith("sq8") or kind.startswith("auto") or kind.startswith("ivf"):
+        return {"min_train": 256, "threshold": 500, "ivf_min_train": 256}
+    return {}
 
 
 def build(kind, x, ids=None, batch=None, **params):
@@ -189,7 +191,7 @@ def test_auto_switches_above_threshold_and_keeps_answering():
     assert index.exact and index.supports_start and index.name == "auto(exact)"
     e0 = index.epoch
     index.add(x[1000:], np.arange(1000, len(x)))
-    assert not index.exact and index.name == "auto(hnsw)" and index.switched_at == len(x)
+    assert not index.exact and index.name == "auto(ivf_pq)" and index.switched_at == len(x)
     assert index.epoch > e0 and len(index) == len(x)
     _, ids = index.search(q, 5)
     assert np.all(labels[ids] == np.arange(len(q))[:, None])
@@ -321,7 +323,8 @@ def test_knn_lm_datastore_on_every_backend(kind):
     exact = make_system("knn_lm:knn_lambda=1.0").fit(train[known])
     sys = make_system(f"knn_lm:knn_lambda=1.0:index={kind}:auto_threshold=100").fit(train[known])
     assert sys.hyperparameters()["index"] == kind
-    assert ("ef_search" in sys.hyperparameters()) == ("hnsw" in kind or "auto" in kind)
+    assert ("ef_search" in sys.hyperparameters()) == ("hnsw" in kind)
+    assert ("nprobe" in sys.hyperparameters()) == ("ivf" in kind or "auto" in kind)
     for system in (exact, sys):
         system.correct(train[new])
     # well-separated clusters: every backend finds the same label (8-bit codes included)

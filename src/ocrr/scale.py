@@ -1,16 +1,19 @@
 """The scale study (paper 6.5): exact vs approximate retrieval under the substrate's vote.
 
-Synthetic class-incremental data: ``n_classes`` random unit centroids in ``dim``
-dimensions; an entry of class c is ``centroid_c + N(0, sigma^2 I)``, L2-normalised;
-entries arrive class by class (ids 0.. in class order), as a class-incremental stream
-would append them to the ledger. At each scale N the study
+Synthetic class-incremental data (``ocrr.scale_data``): ``family="gaussian"``, random
+unit centroids in ``dim`` dimensions and an entry of class c is ``centroid_c +
+N(0, sigma^2 I)``, L2-normalised; ``family="subspace"``, the same inside a random
+``intrinsic_dim``-dimensional subspace plus a little ambient noise. Entries arrive class
+by class (ids 0.. in class order), as a class-incremental stream would append them to
+the ledger. At each scale N the study
 
 1. streams the N entries in chunks (generated from per-block seeds, so any chunk can be
    regenerated and 10M x 384 float32 = 15.4 GB never has to be in memory at once),
 2. computes the exact top-k of every query by brute force over the chunks (the ground
    truth; ``ocrr.index.exact_search`` semantics, merged with ``top_k``),
 3. adds the chunks to each approximate backend (``hnsw`` by default; ``hnsw_sq8``,
-   ``exact_sq8`` on request) in stream order (``order="class"``; ``"shuffled"`` inserts
+   ``exact_sq8``, ``ivf``, ``ivf_sq8``, ``ivf_pq`` on request; the IVF kinds are built
+   and tuned as ``ocrr.scale_ivf`` describes) in stream order (``order="class"``; ``"shuffled"`` inserts
    the same entries, same ids, in a random order -- HNSW graphs are sensitive to it)
    and, when it fits (``exact="auto"``: N x dim x 4 bytes <=
    ``exact_max_gb``), keeps the vectors in one array read by an ``ExactIndex`` in
@@ -34,35 +37,33 @@ Two query sets are scored at every scale (same build):
 
 Peak memory is ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of a fresh process per
 scale (``isolate=True``; psutil is not installed), so it includes the interpreter,
-numpy and FAISS (~0.2 GB) and the transient chunk buffers, not just the index.
+numpy and FAISS (~0.2 GB) and the transient chunk buffers, not just the index; the CSV
+also has the anonymous and file-backed resident memory at the end (/proc/self/status).
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import resource
+import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ocrr.index import make_index, recall_at_k, top_k
 from ocrr.index.exact import ExactIndex
+from ocrr.scale_data import BLOCK, CHUNK_ROWS, FAMILIES, SubspaceStream, SyntheticStream, make_stream
+from ocrr.scale_ivf import IVFBuild, VectorStore
+from ocrr.scale_report import PAPER, figure, markdown, read_csv, scale_label, write_csv, write_outputs
 from ocrr.systems.vote import VoteRule, vote
 
-DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
-BLOCK = 4096  # rows per RNG block: any row is regenerated from its block alone
-CHUNK_ROWS = 65_536  # rows per processing chunk (one add call per backend)
+__all__ = ["BLOCK", "CHUNK_ROWS", "DEFAULT_SCALES", "FAMILIES", "PAPER", "ScaleConfig", "SubspaceStream",
+           "SyntheticStream", "figure", "ledger_bytes_per_entry", "make_stream", "markdown", "read_csv",
+           "run_scale", "run_study", "scale_label", "write_csv", "write_outputs"]
 
-# Paper 6.5 (HNSW M=16, efC=200, ef=64; GPU brute force), for side-by-side tables.
-PAPER = {
-    10_000: dict(brute_acc=1.000, hnsw_acc=1.000, gap=0.000, recall=0.692, agreement=1.000, ms=0.99),
-    100_000: dict(brute_acc=1.000, hnsw_acc=1.000, gap=0.000, recall=0.542, agreement=1.000, ms=0.63),
-    1_000_000: dict(brute_acc=1.000, hnsw_acc=0.990, gap=0.010, recall=0.390, agreement=0.990, ms=0.78),
-    10_000_000: dict(brute_acc=1.000, hnsw_acc=0.990, gap=0.010, recall=0.226, agreement=0.990, ms=0.89),
-}
+DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
+IVF_KINDS = ("ivf", "ivf_sq8", "ivf_pq")
 
 
 @dataclass
@@ -84,6 +85,15 @@ class ScaleConfig:
     threads: int = 2
     order: str = "class"  # insertion order into the approximate backends: "class" (the stream's) or "shuffled"
     index_params: dict = field(default_factory=dict)  # extra make_index parameters
+    family: str = "gaussian"  # "gaussian" | "subspace" (ocrr.scale_data)
+    intrinsic_dim: int = 16  # subspace family: dimension of the classes' subspace
+    ambient: float = 0.005  # subspace family: isotropic noise per dimension on top
+    nlist: int = 0  # IVF lists (0: largest power of two <= 4 sqrt N)
+    nprobe: int = 16  # IVF settings used when target_recall is 0
+    rerank: int = 100
+    target_recall: float = 0.95  # tune nprobe and re-rank depth for this recall@k (0: no tuning)
+    train_per_list: int = 32  # k-means training entries per list
+    vectors_dir: str | None = None  # scratch folder of the float32 file the IVF re-rank reads (None: temp dir)
 
     def keep_exact(self, n: int) -> bool:
         if self.exact == "yes":
@@ -91,76 +101,6 @@ class ScaleConfig:
         if self.exact == "no":
             return False
         return n * self.dim * 4 <= self.exact_max_gb * 1e9
-
-
-# -- data ---------------------------------------------------------------------------------
-class SyntheticStream:
-    """Class-incremental Gaussian clusters, regenerable block by block."""
-
-    def __init__(self, n: int, n_classes: int, dim: int, sigma: float, seed: int):
-        if n < n_classes:
-            raise ValueError(f"scale {n} is smaller than the number of classes {n_classes}")
-        self.n, self.n_classes, self.dim, self.sigma, self.seed = n, n_classes, dim, sigma, seed
-        cent = np.random.default_rng([seed, 0]).standard_normal((n_classes, dim))
-        self.centroids = (cent / np.linalg.norm(cent, axis=1, keepdims=True)).astype(np.float32)
-        counts = np.full(n_classes, n // n_classes)
-        counts[: n % n_classes] += 1
-        self.offsets = np.concatenate([[0], np.cumsum(counts)])  # class c holds ids offsets[c]..offsets[c+1]-1
-
-    def labels_of(self, ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.offsets, ids, side="right") - 1
-
-    def _block(self, c: int, b: int) -> np.ndarray:
-        lo = self.offsets[c] + b * BLOCK
-        rows = int(min(self.offsets[c + 1], lo + BLOCK) - lo)
-        rng = np.random.default_rng([self.seed, 1, c, b])
-        x = rng.standard_normal((rows, self.dim), dtype=np.float32)
-        x *= np.float32(self.sigma)
-        x += self.centroids[c]
-        x /= np.linalg.norm(x, axis=1, keepdims=True)
-        return x
-
-    def chunks(self, rows: int = CHUNK_ROWS):
-        """Yield (first_id, vectors) in id order, ``rows`` at a time (the last may be
-        shorter); chunks span class boundaries, so a small class does not mean small adds."""
-        parts, have, first = [], 0, 0
-        for c in range(self.n_classes):
-            n_blocks = math.ceil((self.offsets[c + 1] - self.offsets[c]) / BLOCK)
-            for b in range(n_blocks):
-                block = self._block(c, b)
-                while len(block):
-                    take = min(rows - have, len(block))
-                    parts.append(block[:take])
-                    block = block[take:]
-                    have += take
-                    if have == rows:
-                        yield first, np.concatenate(parts)
-                        first += have
-                        parts, have = [], 0
-        if have:
-            yield first, np.concatenate(parts)
-
-    def rows(self, ids: np.ndarray) -> np.ndarray:
-        """Vectors of arbitrary ids (regenerates only their blocks)."""
-        ids = np.asarray(ids, np.int64)
-        out = np.empty((len(ids), self.dim), np.float32)
-        cls = self.labels_of(ids)
-        blk = (ids - self.offsets[cls]) // BLOCK
-        for c, b in sorted(set(zip(cls.tolist(), blk.tolist()))):
-            sel = np.flatnonzero((cls == c) & (blk == b))
-            out[sel] = self._block(c, b)[ids[sel] - self.offsets[c] - b * BLOCK]
-        return out
-
-    def fresh_queries(self, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
-        labels = np.arange(n_queries) % self.n_classes
-        labels.sort()
-        rng = np.random.default_rng([self.seed, 2])
-        q = self.centroids[labels] + self.sigma * rng.standard_normal((n_queries, self.dim)).astype(np.float32)
-        return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32), labels
-
-    def stored_queries(self, n_queries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ids = np.sort(np.random.default_rng([self.seed, 3]).choice(self.n, size=min(n_queries, self.n), replace=False))
-        return self.rows(ids), self.labels_of(ids), ids
 
 
 # -- one scale ---------------------------------------------------------------------------------
@@ -243,9 +183,28 @@ def run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
         return _run_scale(n, cfg)
 
 
+def _proc_status_mb() -> dict[str, float]:
+    """Anonymous and file-backed resident memory now (MB), from /proc/self/status."""
+    out = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("RssAnon", "RssFile"):
+                    out[key] = int(value.split()[0]) / 1024
+    except OSError:
+        pass
+    return out
+
+
+def _say(started: float, n: int, msg: str) -> None:
+    print(f"[scale {scale_label(n)} +{time.perf_counter() - started:.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
 def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
     rss_start = _peak_rss_mb()
-    stream = SyntheticStream(n, cfg.n_classes, cfg.dim, cfg.sigma, cfg.seed)
+    started = time.perf_counter()
+    stream = make_stream(cfg.family, n, cfg.n_classes, cfg.dim, cfg.sigma, cfg.seed, cfg.intrinsic_dim, cfg.ambient)
     rule = VoteRule(k=cfg.k)  # the substrate's default rule
     qsets = {}
     if "fresh" in cfg.query_modes:
@@ -254,15 +213,25 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
     if "stored" in cfg.query_modes:
         q, lab, qids = stream.stored_queries(cfg.n_queries)
         qsets["stored"] = (q, lab, qids)
+    depth = {m: cfg.k for m in qsets}
+    ivf_kinds = [b for b in cfg.backends if b in IVF_KINDS]
+    tuning = ivf_kinds and cfg.target_recall > 0
+    if tuning:  # held-out stored entries for the IVF tuning: exact top-(k+1), each includes itself
+        tune_ids = np.sort(np.random.default_rng([cfg.seed, 6]).choice(n, size=min(cfg.n_queries, n), replace=False))
+        qsets["tune"] = (stream.rows(tune_ids), stream.labels_of(tune_ids), tune_ids)
+        depth["tune"] = cfg.k + 1
     truth = {m: (np.empty((len(q), 0), np.float32), np.empty((len(q), 0), np.int64)) for m, (q, _, _) in qsets.items()}
 
     params = dict(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=cfg.ef_search, **cfg.index_params)
-    backends = {name: make_index(name, cfg.dim, **params) for name in cfg.backends}
+    backends = {name: make_index(name, cfg.dim, **params) for name in cfg.backends if name not in IVF_KINDS}
     build_s = dict.fromkeys(backends, 0.0)
     build_cpu = dict.fromkeys(backends, 0.0)  # process CPU time (all threads) of the adds
     keep = cfg.keep_exact(n)
-    store = np.empty((n, cfg.dim), np.float32) if keep else None
+    vstore = VectorStore(n, cfg.dim, in_memory=keep, folder=cfg.vectors_dir) if keep or ivf_kinds else None
+    store = vstore.array if keep else None
     exact = ExactIndex(cfg.dim, source=lambda: store) if keep else None  # borrowed: the substrate's exact path
+    ivf = IVFBuild(ivf_kinds, n, cfg.dim, vstore, cfg.nlist, cfg.nprobe, cfg.rerank, cfg.train_per_list,
+                   cfg.seed) if ivf_kinds else None
     if keep:
         build_s["exact"] = build_cpu["exact"] = 0.0
     gen_s = gt_s = 0.0
@@ -273,18 +242,23 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
         gen_s += time.perf_counter() - t_gen
         t0 = time.perf_counter()
         for m, (q, _, _) in qsets.items():
-            s, i = top_k(q @ x.T, ids, cfg.k)
+            s, i = top_k(q @ x.T, ids, depth[m])
             ts, ti = truth[m]
-            truth[m] = top_k(np.concatenate([ts, s], axis=1), np.concatenate([ti, i], axis=1), cfg.k)
+            truth[m] = top_k(np.concatenate([ts, s], axis=1), np.concatenate([ti, i], axis=1), depth[m])
         gt_s += time.perf_counter() - t0
+        if vstore is not None:
+            vstore.write(first, x)  # the ledger append, not timed as index build
+        if ivf is not None:
+            ivf.collect(first, x)
         if keep:
-            store[first : first + len(x)] = x  # the ledger append, not timed as index build
             t0, c0 = time.perf_counter(), time.process_time()
             exact.add(x, ids)
             build_s["exact"] += time.perf_counter() - t0
             build_cpu["exact"] += time.process_time() - c0
         if cfg.order == "class":
             _add_all(backends, x, ids, first == 0, build_s, build_cpu)
+        if (first // CHUNK_ROWS) % 16 == 0:
+            _say(started, n, f"first pass {first + len(x):,}/{n:,}")
         t_gen = time.perf_counter()
     del x
     if cfg.order == "shuffled":  # same entries and ids, inserted into the backends in a random order
@@ -293,6 +267,19 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
             ids = np.sort(perm[lo : lo + CHUNK_ROWS])
             x = store[ids] if keep else stream.rows(ids)
             _add_all(backends, x, ids, lo == 0, build_s, build_cpu)
+    tuned: dict[str, dict] = {}
+    if ivf is not None:
+        _say(started, n, f"first pass done; IVF: k-means ({ivf.nlist} lists) and adds")
+        ivf.finish(CHUNK_ROWS, progress=lambda msg: _say(started, n, msg))
+        for kind in ivf_kinds:
+            backends[kind] = ivf.indexes[kind]
+            build_s[kind], build_cpu[kind] = ivf.build_seconds(kind), ivf.build_seconds(kind, cpu=True)
+            if tuning:
+                tq, _, tids = qsets["tune"]
+                tuned[kind] = ivf.tune(kind, cfg.target_recall, cfg.k, (tids, tq, truth["tune"][1]))
+                _say(started, n, f"{kind}: tuned nprobe {tuned[kind]['nprobe']}, rerank {tuned[kind]['rerank']}, "
+                                 f"recall {tuned[kind]['recall']:.3f} in {tuned[kind]['tune_s']:.0f} s")
+        qsets.pop("tune", None)
 
     timed = dict(backends)
     if keep:
@@ -325,12 +312,30 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
                 "hnsw_m": cfg.hnsw_m, "ef_construction": cfg.ef_construction, "ef_search": cfg.ef_search,
                 "threads": cfg.threads, "order": cfg.order, "gen_s": gen_s, "ground_truth_s": gt_s,
             }
+            if cfg.family != "gaussian":
+                row.update(family=cfg.family, intrinsic_dim=cfg.intrinsic_dim, ambient=cfg.ambient)
+            if name in IVF_KINDS:
+                t = tuned.get(name, {})
+                row.update(nlist=index.nlist, nprobe=index.nprobe, rerank=index.rerank,
+                           target_recall=cfg.target_recall if t else 0.0, tuned_recall=t.get("recall", math.nan),
+                           target_met=t.get("met", ""), tune_s=t.get("tune_s", math.nan),
+                           kmeans_s=ivf.seconds["kmeans"], assign_s=ivf.seconds["assign"])
             rows.append(row)
+        _say(started, n, f"{name} scored")
     peak = _peak_rss_mb()
+    mem = _proc_status_mb()
     for row in rows:
         row["peak_rss_mb"] = peak
         row["rss_at_start_mb"] = rss_start
         row["exact_in_memory"] = keep
+        if ivf is not None:
+            row["anon_rss_end_mb"] = mem.get("RssAnon", math.nan)
+            row["file_rss_end_mb"] = mem.get("RssFile", math.nan)
+    if vstore is not None:
+        del store, exact, timed, backends
+        if ivf is not None:
+            ivf.indexes.clear()
+        vstore.close()
     return rows
 
 
@@ -392,125 +397,6 @@ def ledger_bytes_per_entry(dim: int = 384, n: int = 16_384) -> dict:
     del led
     total = (after - before) / n
     return {"total": total, "vector_buffer": buffer, "python_objects": total - buffer}
-
-
-def scale_label(n: int) -> str:
-    for div, suffix in ((1_000_000, "M"), (1_000, "k")):
-        if n % div == 0 and n >= div:
-            return f"{n // div}{suffix}"
-    return str(n)
-
-
-def markdown(rows: list[dict], cfg: ScaleConfig, notes: list[str] = ()) -> str:
-    k = cfg.k
-    out = [f"# Substrate scale study (paper 6.5)\n",
-           f"{cfg.n_classes} classes, dim {cfg.dim}, sigma {cfg.sigma} per dimension (noise norm "
-           f"~{cfg.sigma * math.sqrt(cfg.dim):.2f} vs unit centroids), {cfg.n_queries} queries per set, "
-           f"k={k}, margin 0.05 vote; HNSW M={cfg.hnsw_m}, efConstruction={cfg.ef_construction}, "
-           f"efSearch={cfg.ef_search}; {cfg.threads} thread(s) for builds. ms/q = CPU ms of one query per call "
-           f"on one thread (wall time is in the CSV; the machine was shared); build s = wall (CSV: CPU); "
-           f"peak MB = peak RSS of the process that ran the scale (ru_maxrss).\n"]
-    approx = [b for b in dict.fromkeys(r["backend"] for r in rows) if b != "exact"]
-    for mode in dict.fromkeys(r["queries"] for r in rows):
-        for b in approx:
-            sel = [r for r in rows if r["queries"] == mode and r["backend"] == b]
-            ex = {r["scale"]: r for r in rows if r["queries"] == mode and r["backend"] == "exact"}
-            out.append(f"\n## {b} vs exact, {mode} queries\n")
-            out.append(f"| Scale | brute_acc | {b}_acc | gap | recall@{k} | agreement | {b} ms/q | exact ms/q "
-                       f"| {b} build s | {b} B/entry | peak MB |")
-            out.append("| --- " * 11 + "|")
-            for r in sel:
-                e = ex.get(r["scale"])
-                exact_ms = f"{e['ms_per_query']:.2f}" if e else "n/a"
-                out.append(f"| {scale_label(r['scale'])} | {r['brute_acc']:.3f} | {r['acc']:.3f} | {r['gap']:+.3f} "
-                           f"| {r[f'recall@{k}']:.3f} | {r['agreement']:.3f} | {r['ms_per_query']:.2f} | {exact_ms} "
-                           f"| {r['build_s']:.1f} | {r['index_bytes_per_entry']:.0f} | {r['peak_rss_mb']:.0f} |")
-    out.append("\n## Paper 6.5 (for comparison)\n")
-    out.append("| Scale | brute_acc | hnsw_acc | gap | recall@5 | agreement | hnsw ms/q |")
-    out.append("| --- " * 7 + "|")
-    for n, p in PAPER.items():
-        out.append(f"| {scale_label(n)} | {p['brute_acc']:.3f} | {p['hnsw_acc']:.3f} | {p['gap']:+.3f} "
-                   f"| {p['recall']:.3f} | {p['agreement']:.3f} | {p['ms']:.2f} |")
-    if notes:
-        out.append("\n## Notes\n")
-        out.extend(f"- {n}" for n in notes)
-    return "\n".join(out) + "\n"
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    keys = list(dict.fromkeys(key for r in rows for key in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-
-
-def figure(rows: list[dict], cfg: ScaleConfig, stem: Path) -> list[Path]:
-    """recall@k (left) and accuracy (right) vs N, log x; PNG and SVG."""
-    import matplotlib
-
-    matplotlib.rcParams["svg.hashsalt"] = "ocrr-scale"
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 4))
-    FigureCanvasAgg(fig)
-    ax_r, ax_a = fig.subplots(1, 2)
-    k = cfg.k
-    styles = {"fresh": "-", "stored": "--"}
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
-    colours = {b: ("black" if b == "exact" else f"C{i}") for i, b in enumerate(backends)}
-    for mode in dict.fromkeys(r["queries"] for r in rows):
-        ls = styles.get(mode, ":")
-        for b in backends:
-            sel = sorted((r for r in rows if r["queries"] == mode and r["backend"] == b), key=lambda r: r["scale"])
-            if not sel:
-                continue
-            xs = [r["scale"] for r in sel]
-            style = dict(color=colours[b], marker="s" if b == "exact" else "o", label=f"{b}, {mode} queries")
-            if b != "exact":
-                ax_r.plot(xs, [r[f"recall@{k}"] for r in sel], ls, **style)
-            ax_a.plot(xs, [r["acc"] for r in sel], ls, **style)
-    pn = sorted(PAPER)
-    ax_r.plot(pn, [PAPER[n]["recall"] for n in pn], ":", color="grey", marker="x", label="paper 6.5 (HNSW)")
-    ax_a.plot(pn, [PAPER[n]["hnsw_acc"] for n in pn], ":", color="grey", marker="x", label="paper 6.5 (HNSW)")
-    for ax, title in ((ax_r, f"recall@{k} vs exact"), (ax_a, "substrate vote accuracy")):
-        ax.set_xscale("log")
-        ax.set_xlabel("entries N")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"synthetic class-incremental, {cfg.n_classes} classes, dim {cfg.dim}, sigma {cfg.sigma}")
-    fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
-        p = stem.with_suffix(f".{ext}")
-        fig.savefig(p, dpi=120)
-        paths.append(p)
-    return paths
-
-
-def read_csv(path: Path) -> list[dict]:
-    """Rows of a scale.csv, numbers parsed back."""
-    from ocrr.systems.registry import parse_value
-
-    with open(path, newline="") as f:
-        return [{k: parse_value(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def write_outputs(rows: list[dict], cfg: ScaleConfig, out: Path, notes: list[str] = ()) -> dict[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out / "scale.csv", "md": out / "scale.md"}
-    write_csv(rows, paths["csv"])
-    paths["md"].write_text(markdown(rows, cfg, notes))
-    png, svg = figure(rows, cfg, out / "scale_recall_accuracy")
-    paths.update(png=png, svg=svg)
-    import json
-
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2, default=list))
-    paths["config"] = out / "config.json"
-    return paths
 
 
 if __name__ == "__main__":  # the per-scale worker of run_study(isolate=True)

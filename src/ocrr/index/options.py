@@ -2,8 +2,12 @@
 
 One object so that every such system takes the same hyperparameters
 (``index``, ``hnsw_m``, ``ef_construction``, ``ef_search``, ``auto_threshold``,
-``force_exact``), validates them the same way, and records only the knobs its backend
-uses (exact search has none, so its runs keep their short hyperparameter record).
+``force_exact``, and for the IVF kinds ``nlist``, ``nprobe``, ``rerank``,
+``target_recall``), validates them the same way, and records only the knobs its backend
+uses (exact search has none, so its runs keep their short hyperparameter record). With
+``target_recall`` set, the ``nprobe`` and ``rerank`` an IVF index was tuned to are what
+the system records (``IndexedSystem.index_hyperparameters``): a system rebuilt from its
+record starts from the tuned values and, tuning again on the same data, ends there too.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.index.auto import DEFAULT_THRESHOLD
 from ocrr.index.factory import HNSW_DEFAULTS, KINDS, make_index
+from ocrr.index.ivf import IVF_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,10 @@ class IndexOptions:
     ef_search: int = HNSW_DEFAULTS["ef_search"]
     auto_threshold: int = DEFAULT_THRESHOLD
     force_exact: bool = False
+    nlist: int = IVF_DEFAULTS["nlist"]
+    nprobe: int = IVF_DEFAULTS["nprobe"]
+    rerank: int = IVF_DEFAULTS["rerank"]
+    target_recall: float = IVF_DEFAULTS["target_recall"]
 
     def check(self, owner: str) -> "IndexOptions":
         """Raise one error naming the fix for a bad setting; return self."""
@@ -36,7 +45,21 @@ class IndexOptions:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise OcrrError(f"{owner}: {key} must be a whole number >= 1, got {value!r}.")
+        for key, low in (("nprobe", 1), ("rerank", 1), ("nlist", 0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise OcrrError(f"{owner}: {key} must be a whole number >= {low}, got {value!r}"
+                                + (" (0: chosen from the size at training)." if key == "nlist" else "."))
+        t = self.target_recall
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 <= t <= 1:
+            raise OcrrError(f"{owner}: target_recall must be a number in [0, 1] (0: no tuning), got {t!r}; "
+                            f"write e.g. '{owner}:index=ivf_pq:target_recall=0.95'.")
         return self
+
+    @property
+    def ivf(self) -> bool:
+        """An inverted-file backend answers (``ivf*``, or ``auto*`` after its switch)."""
+        return self.kind.startswith("ivf") or self.kind.startswith("auto")
 
     @property
     def kind(self) -> str:
@@ -49,17 +72,23 @@ class IndexOptions:
         if self.force_exact:
             out["force_exact"] = True
         if self.kind != "exact":
-            if self.kind != "exact_sq8":
+            if self.ivf:
+                out.update(nlist=self.nlist, nprobe=self.nprobe, rerank=self.rerank,
+                           target_recall=self.target_recall)
+            elif self.kind != "exact_sq8":
                 out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
             if self.kind.startswith("auto"):
                 out["auto_threshold"] = self.auto_threshold
         return out
 
-    def make(self, dim: int, owner: str, source: Callable[[], np.ndarray] | None = None):
-        """An empty index of this kind (``source``: a buffer exact kinds read instead of copying)."""
+    def make(self, dim: int, owner: str, source: Callable[[], np.ndarray] | None = None, k: int = 5):
+        """An empty index of this kind (``source``: a buffer exact kinds read instead of copying,
+        and the IVF re-rank reads; ``k``: the neighbours the owner asks for, which tuning targets)."""
         try:
             return make_index(self.kind, dim, source=source, threshold=self.auto_threshold, m=self.hnsw_m,
-                              ef_construction=self.ef_construction, ef_search=self.ef_search)
+                              ef_construction=self.ef_construction, ef_search=self.ef_search, nlist=self.nlist,
+                              nprobe=self.nprobe, rerank=self.rerank, target_recall=float(self.target_recall),
+                              tune_k=int(k))
         except ValueError as err:
             raise OcrrError(f"{owner}: {err}") from None
 
@@ -72,12 +101,25 @@ class IndexedSystem:
     name: str
 
     def _set_index_options(self, index: str, hnsw_m: int, ef_construction: int, ef_search: int,
-                           auto_threshold: int, force_exact: bool) -> None:
+                           auto_threshold: int, force_exact: bool, nlist: int = IVF_DEFAULTS["nlist"],
+                           nprobe: int = IVF_DEFAULTS["nprobe"], rerank: int = IVF_DEFAULTS["rerank"],
+                           target_recall: float = IVF_DEFAULTS["target_recall"]) -> None:
         self.index, self.hnsw_m, self.ef_construction = index, hnsw_m, ef_construction
         self.ef_search, self.auto_threshold, self.force_exact = ef_search, auto_threshold, bool(force_exact)
+        self.nlist, self.nprobe, self.rerank, self.target_recall = nlist, nprobe, rerank, target_recall
         self.index_options.check(self.name)
 
     @property
     def index_options(self) -> IndexOptions:
         return IndexOptions(self.index, self.hnsw_m, self.ef_construction, self.ef_search, self.auto_threshold,
-                            self.force_exact)
+                            self.force_exact, self.nlist, self.nprobe, self.rerank, self.target_recall)
+
+    def index_hyperparameters(self) -> dict:
+        """``index_options.hyperparameters()``, with the ``nprobe`` and ``rerank`` a tuned IVF
+        index settled on in place of the starting ones."""
+        out = self.index_options.hyperparameters()
+        index = getattr(self, "index_", None)
+        index = getattr(index, "backend", index)  # auto: the index answering now
+        if "nprobe" in out and getattr(index, "tuning", None):
+            out.update(nprobe=int(index.nprobe), rerank=int(index.rerank))
+        return out

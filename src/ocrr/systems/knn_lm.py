@@ -8,8 +8,9 @@ datastore, which starts as the seed set.
 
 The datastore is searched by any ocrr.index backend, with the substrate's options:
 ``knn_lm:index=hnsw`` (or ``exact`` (default), ``auto``, ``exact_sq8``, ``hnsw_sq8``,
-``auto_sq8``; ``hnsw_m``, ``ef_construction``, ``ef_search``, ``auto_threshold``,
-``force_exact``).
+``auto_sq8``, ``ivf``, ``ivf_sq8``, ``ivf_pq``; ``hnsw_m``, ``ef_construction``,
+``ef_search``, ``auto_threshold``, ``force_exact``, ``nlist``, ``nprobe``, ``rerank``,
+``target_recall``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ class KNNLM(IndexedSystem, LinearHead):
 
     def __init__(self, k: int = 5, tau: float = 0.1, knn_lambda: float = 0.5, index: str = "exact",
                  hnsw_m: int = 16, ef_construction: int = 200, ef_search: int = 64, auto_threshold: int = 200_000,
-                 force_exact: bool = False, **kwargs):
+                 force_exact: bool = False, nlist: int = 0, nprobe: int = 16, rerank: int = 100,
+                 target_recall: float = 0.0, **kwargs):
         kwargs.setdefault("name", "knn_lm")
         super().__init__(**kwargs)
-        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact)
+        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact,
+                                nlist, nprobe, rerank, target_recall)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OcrrError(f"{self.name}: k must be a whole number >= 1, got {k!r}. Pass e.g. knn_lm:k=5.")
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
@@ -46,7 +49,7 @@ class KNNLM(IndexedSystem, LinearHead):
 
     def hyperparameters(self) -> dict:
         return {"k": self.k, "tau": self.tau, "knn_lambda": self.knn_lambda, **super().hyperparameters(),
-                **self.index_options.hyperparameters()}
+                **self.index_hyperparameters()}
 
     def fit(self, seed: Batch) -> "KNNLM":
         super().fit(seed)  # trains the head, builds the label space
@@ -54,7 +57,7 @@ class KNNLM(IndexedSystem, LinearHead):
         # float64 copies: the same arithmetic for one query or many (batched == one by one).
         self.w64_ = self.head_.weight.detach().double().numpy()
         self.b64_ = self.head_.bias.detach().double().numpy()
-        self.index_ = self.index_options.make(self.dim_, self.name)
+        self.index_ = self.index_options.make(self.dim_, self.name, k=self.k)
         self.search_ = IncrementalSearch(self.index_)
         self.entry_label_ = np.empty(0, np.int64)
         self._append(check_vectors(seed.vecs, self.dim_, "seed vectors"), seed.labels)

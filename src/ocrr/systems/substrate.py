@@ -30,7 +30,9 @@ class Substrate(IndexedSystem, System):
     (default; numpy brute force reading the ledger's own vector buffer, no second copy),
     ``hnsw`` (FAISS HNSW, M=``hnsw_m``, efConstruction=``ef_construction``,
     efSearch=``ef_search``), ``auto`` (exact until ``auto_threshold`` entries, then HNSW),
-    and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``. ``force_exact=True``
+    and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``; ``ivf``, ``ivf_sq8``,
+    ``ivf_pq`` (FAISS inverted lists re-ranked from the ledger's float32 vectors; ``nlist``,
+    ``nprobe``, ``rerank``, ``target_recall``: see ocrr.index.ivf). ``force_exact=True``
     overrides ``index`` with exact search: the 100 %-recall mode at any scale. The ledger
     is the store of record; the index is a cache of it (``rebuild_index``), and
     ``verify_recall`` measures how much of the exact top-k an approximate index finds.
@@ -57,6 +59,10 @@ class Substrate(IndexedSystem, System):
         ef_search: int = 64,
         auto_threshold: int = 200_000,
         force_exact: bool = False,
+        nlist: int = 0,
+        nprobe: int = 16,
+        rerank: int = 100,
+        target_recall: float = 0.0,
         vectors_on_disk: str | None = None,
         labels=None,
         seed: int = 0,
@@ -70,7 +76,8 @@ class Substrate(IndexedSystem, System):
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
         self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
-        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact)
+        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact,
+                                nlist, nprobe, rerank, target_recall)
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
@@ -87,7 +94,7 @@ class Substrate(IndexedSystem, System):
             "tiebreak_maxsim": self.tiebreak_maxsim,
             "tiebreak_recency": self.tiebreak_recency,
             "store_text": self.store_text,
-            **self.index_options.hyperparameters(),
+            **self.index_hyperparameters(),
         }
 
     @property
@@ -142,7 +149,7 @@ class Substrate(IndexedSystem, System):
         """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
         (row i = entry i), so vectors are stored once; see ExactIndex. (A partial, not a
         lambda, so the system still pickles.)"""
-        return self.index_options.make(dim, self.name, source=partial(getattr, self.ledger_, "vectors"))
+        return self.index_options.make(dim, self.name, source=partial(getattr, self.ledger_, "vectors"), k=self.k)
 
     def rebuild_index(self, chunk: int = 65_536) -> None:
         """Drop the index and rebuild it from the ledger (the store of record).
@@ -152,15 +159,22 @@ class Substrate(IndexedSystem, System):
         scratch, so it is not the graph that grew one correction at a time: the live set
         and the vectors are the same, neighbours and predictions can differ where the
         search is approximate (measure with ``verify_recall``); two rebuilds of the same
-        ledger with one FAISS thread give identical graphs.
+        ledger with one FAISS thread give identical graphs. An IVF index is retrained on
+        an even spread of the whole ledger (its maintenance step once ``needs_retrain``
+        says the ledger has outgrown the training sample), then tuned if
+        ``target_recall`` is set.
         """
         self._require_fitted()
         live = np.sort(np.asarray(self.index_.ids, np.int64))
         vectors = self.ledger_.vectors
         self.index_ = self._new_index(self.ledger_.dim)
-        for lo in range(0, len(live), chunk):
-            ids = live[lo : lo + chunk]
-            self.index_.add(vectors[ids], ids)
+        if hasattr(self.index_, "build"):  # IVF: k-means over the whole ledger, not its first chunk
+            everything = len(live) == len(vectors)
+            self.index_.build(vectors if everything else vectors[live], live)
+        else:
+            for lo in range(0, len(live), chunk):
+                ids = live[lo : lo + chunk]
+                self.index_.add(vectors[ids], ids)
         self.search_ = IncrementalSearch(self.index_)
 
     def verify_recall(self, k: int = 5, n_queries: int = 200, seed: int = 0, queries=None) -> float:

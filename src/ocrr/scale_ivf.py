@@ -1,0 +1,125 @@
+"""The scale study's IVF backends: one k-means and one list assignment shared by every IVF
+kind of a scale, a float32 vector store for the re-rank, and the target-recall tuning.
+
+The store. The re-rank reads float32 rows, as the substrate's would read its ledger: in
+RAM when the study keeps the vectors anyway, else a scratch file in ``vectors_dir``,
+written with ``pwrite`` and memory-mapped read-only, so that only the rows a query
+re-ranks are paged into the process (10M x 384 float32 = 15.4 GB stays on disk and in
+the kernel's page cache, outside the process's resident memory; the bulk reads of the
+second pass use ``pread`` for the same reason).
+
+The build, for ``N`` entries: (1) the first pass over the stream (shared with the other
+backends) writes the store and keeps an even spread of ``nlist x train_per_list``
+entries as the training sample; (2) k-means (``IVFIndex.kmeans``) on that sample;
+(3) each kind trains its codes on the sample's residuals; (4) a second pass assigns each
+chunk to its list once and adds it to every kind. Each kind's build time is the sum of
+(2), its own (3), (4)'s assignment and its own adds: what building that kind alone costs.
+(5) With ``target_recall`` set, each kind is tuned (``ocrr.index.ivf_tune``) on
+``n_queries`` stored entries, left out of their own answer, whose exact neighbours were
+computed during the first pass.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from ocrr.index import make_index
+from ocrr.index.ivf import nlist_for
+
+
+class VectorStore:
+    """float32 rows 0..n-1, in RAM or in a scratch file (deleted by ``close``)."""
+
+    def __init__(self, n: int, dim: int, in_memory: bool, folder: str | None = None):
+        self.n, self.dim = n, dim
+        self.path = None
+        if in_memory:
+            self.array = np.empty((n, dim), np.float32)
+            self._fd = None
+        else:
+            fd, self.path = tempfile.mkstemp(prefix="ocrr-scale-", suffix=".f32", dir=folder)
+            os.ftruncate(fd, n * dim * 4)
+            self._fd = fd
+            self.array = np.memmap(self.path, np.float32, mode="r", shape=(n, dim))
+
+    def write(self, first: int, x: np.ndarray) -> None:
+        if self._fd is None:
+            self.array[first : first + len(x)] = x
+        else:
+            os.pwrite(self._fd, np.ascontiguousarray(x, np.float32).tobytes(), first * self.dim * 4)
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        if self._fd is None:
+            return self.array[lo:hi]
+        raw = os.pread(self._fd, (hi - lo) * self.dim * 4, lo * self.dim * 4)
+        return np.frombuffer(raw, np.float32).reshape(hi - lo, self.dim)
+
+    def matrix(self) -> np.ndarray:
+        return self.array
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            del self.array
+            os.unlink(self.path)
+
+
+class IVFBuild:
+    def __init__(self, kinds: list[str], n: int, dim: int, store: VectorStore, nlist: int, nprobe: int,
+                 rerank: int, train_per_list: int, seed: int):
+        self.n, self.store = n, store
+        self.nlist = nlist or nlist_for(n)
+        self.indexes = {kind: make_index(kind, dim, source=store.matrix, nlist=self.nlist, nprobe=nprobe,
+                                         rerank=rerank, train_per_list=train_per_list, ivf_min_train=n + 1,
+                                         retune_growth=0, retrain_growth=0, seed=seed) for kind in kinds}
+        self.step = max(1, n // (self.nlist * train_per_list))
+        self._sample: list[np.ndarray] = []
+        self.seconds = {"kmeans": 0.0, "assign": 0.0, **{f"train {k}": 0.0 for k in kinds},
+                        **{f"add {k}": 0.0 for k in kinds}}
+        self.cpu = dict.fromkeys(self.seconds, 0.0)
+
+    def collect(self, first: int, x: np.ndarray) -> None:
+        """Keep the chunk's rows whose id is a multiple of the sampling step."""
+        offset = (-first) % self.step
+        self._sample.append(np.array(x[offset :: self.step]))
+
+    def _timed(self, what: str, fn, *args):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(*args)
+        self.seconds[what] += time.perf_counter() - t0
+        self.cpu[what] += time.process_time() - c0
+        return out
+
+    def finish(self, chunk_rows: int, progress=None) -> None:
+        sample = np.concatenate(self._sample)
+        self._sample = []
+        first = next(iter(self.indexes.values()))
+        centroids = self._timed("kmeans", first.kmeans, sample, self.n)
+        for kind, index in self.indexes.items():
+            self._timed(f"train {kind}", index.train, sample, centroids)
+        del sample
+        for lo in range(0, self.n, chunk_rows):
+            hi = min(self.n, lo + chunk_rows)
+            x = self.store.read(lo, hi)
+            ids = np.arange(lo, hi, dtype=np.int64)
+            lists = self._timed("assign", first.assign, x)
+            for kind, index in self.indexes.items():
+                self._timed(f"add {kind}", index.add, x, ids, lists)
+            if progress and (lo // chunk_rows) % 16 == 0:
+                progress(f"ivf adds {hi:,}/{self.n:,}")
+
+    def build_seconds(self, kind: str, cpu: bool = False) -> float:
+        t = self.cpu if cpu else self.seconds
+        return t["kmeans"] + t["assign"] + t[f"train {kind}"] + t[f"add {kind}"]
+
+    def tune(self, kind: str, target: float, k: int, sample) -> dict:
+        index = self.indexes[kind]
+        t0 = time.perf_counter()
+        out = index.tune(target, k, sample=sample)
+        out["tune_s"] = time.perf_counter() - t0
+        return out
