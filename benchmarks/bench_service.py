@@ -272,15 +272,25 @@ def cpu_seconds(pid: int) -> np.ndarray:
 
 def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels, pid, interval=0.0, b64=False):
     loads = [Load(k, tag, base, texts, labels, mix, b64) for k in range(n_clients)]
-    commits0 = _metric(get(port, "/metrics"), "ocrr_ledger_commits_total")
+    before = _metrics(port)
     cpu0, own0, load0 = cpu_seconds(pid), time.process_time(), os.getloadavg()[0]
     wall = run_load(port, loads, seconds, interval)
     cpu = (cpu_seconds(pid) - cpu0, time.process_time() - own0)
-    commits = _metric(get(port, "/metrics"), "ocrr_ledger_commits_total") - commits0
-    return loads, wall, commits, cpu, (load0, os.getloadavg()[0])
+    after = _metrics(port)
+    return loads, wall, after - before, cpu, (load0, os.getloadavg()[0])
 
 
-def report(tag, loads, wall, commits, cpu, loadavg) -> bool:
+_COUNTERS = ("ocrr_ledger_commits_total", "ocrr_predict_searches_total", "ocrr_predict_pooled_total",
+             "ocrr_ledger_entries")
+
+
+def _metrics(port: int) -> np.ndarray:
+    text = get(port, "/metrics")
+    return np.array([_metric(text, name) for name in _COUNTERS])
+
+
+def report(tag, loads, wall, counters, cpu, loadavg) -> bool:
+    commits, searches, pooled, grown = counters
     errors = [e for c in loads for e in c.errors]
     acked = [a for c in loads for a in c.acked]
     total = sum(len(v) for c in loads for v in c.lat.values())
@@ -293,7 +303,10 @@ def report(tag, loads, wall, commits, cpu, loadavg) -> bool:
             p50, p90, p99 = np.percentile(lat, [50, 90, 99])
             print(f"  {name:<16}{len(lat):>8}{p50:>9.2f}{p90:>9.2f}{p99:>9.2f}{lat.max():>9.2f}")
     print(f"  durable corrections: {len(acked) / wall:.0f}/s ({len(acked)} acknowledged, {commits:.0f} commits, "
-          f"{len(acked) / max(commits, 1):.1f} corrections per fsync)")
+          f"{len(acked) / max(commits, 1):.1f} corrections per fsync); the ledger grew by {grown:.0f} entries")
+    if searches:
+        print(f"  predicts by vector: {pooled:.0f} answered by {searches:.0f} shared searches "
+              f"({pooled / searches:.2f} per search)")
     user, system = cpu[0]
     print(f"  CPU: server {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
           f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "

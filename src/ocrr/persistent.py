@@ -19,11 +19,20 @@ import numpy as np
 from ocrr.audit.store import DurableLedger, LedgerReport
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
+from ocrr.index.exact import _GEMV_BELOW, ExactIndex, top_k
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.vote import vote
 
-__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate"]
+__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
+
+#: Requests of fewer queries than this share a pass in ``explain_each`` (the exact index
+#: scans them one matrix-vector product per query; bigger ones with a matrix product).
+POOLED_BELOW = _GEMV_BELOW
+
+# Rows per block of a pooled scan: ~3 MB of float32 at d=384, so the block is still in
+# cache when the next query of the pool reads it.
+_POOL_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -67,18 +76,60 @@ class PersistentSubstrate:
         with self.ledger.lock.read():
             sub = self._fitted()
             queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
-            sims, ids = sub.index_.search(queries, sub.k)
-            labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
-            label_of = sub.ledger_.label_of
-            entry_labels = [[label_of(e) if e >= 0 else None for e in row.tolist()] for row in ids]
+            return self._vote(sub, *sub.index_.search(queries, sub.k))
+
+    def _vote(self, sub: Substrate, sims: np.ndarray, ids: np.ndarray):
+        labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
+        label_of = sub.ledger_.label_of
+        entry_labels = [[label_of(e) if e >= 0 else None for e in row.tolist()] for row in ids]
         return labels, sims, ids, entry_labels
+
+    def check_queries(self, vecs) -> np.ndarray:
+        """``vecs`` as float32 queries of the ledger's dimension, or the OcrrError a search would raise."""
+        with self.ledger.lock.read():
+            return check_vectors(vecs, self._fitted().ledger_.dim, "query vectors")
+
+    def explain_each(self, requests: list[np.ndarray], shortlist=None) -> list[list[Explanation]]:
+        """``explain`` of several requests (checked with ``check_queries``) at once, each
+        answer equal to ``explain(request)`` alone.
+
+        A search is a pass over every stored vector, and its cost is that memory traffic, not
+        the arithmetic. The exact index scans a request of fewer than 8 queries with one
+        matrix-vector product per query; here all such requests share one pass, block by
+        block, each query's products over a block computed while the block is still in cache.
+        A row's product does not depend on the block it is in (the same BLAS kernel per row),
+        so similarities and neighbours are the same bits as the index's own. ``shortlist``
+        (a ``service.shortlist.Shortlist``, used by one caller at a time) finds the same
+        neighbours reading half the bytes."""
+        with self.ledger.lock.read():
+            sub = self._fitted()
+            index, n = sub.index_, len(sub.index_)
+            pooled = isinstance(index, ExactIndex) and index.borrowed and n > 0
+            small = [r for r in range(len(requests)) if pooled and len(requests[r]) < POOLED_BELOW]
+            found: dict[int, tuple] = {}
+            if small:
+                queries = np.concatenate([requests[r] for r in small])
+                matrix = sub.ledger_.vectors[:n]
+                if shortlist is None:
+                    sims, ids = _pooled_scan(matrix, queries, sub.k)
+                else:
+                    sims, ids = shortlist.search(matrix, queries, sub.k, _pooled_scan)
+                at = np.cumsum([0] + [len(requests[r]) for r in small])
+                found = {r: (sims[at[j]:at[j + 1]], ids[at[j]:at[j + 1]]) for j, r in enumerate(small)}
+            out = []
+            for r, queries in enumerate(requests):
+                sims, ids = found[r] if r in found else index.search(queries, sub.k)
+                out.append(self._explanations(*self._vote(sub, sims, ids)))
+            return out
 
     def predict(self, vecs) -> list[str | None]:
         return self._search(vecs)[0]
 
     def explain(self, vecs) -> list[Explanation]:
         """Predicted label per query, with the neighbours that were retrieved."""
-        labels, sims, ids, entry_labels = self._search(vecs)
+        return self._explanations(*self._search(vecs))
+
+    def _explanations(self, labels, sims, ids, entry_labels) -> list[Explanation]:
         band = self.system.margin
         out = []
         for row, (s, i) in enumerate(zip(sims, ids)):
@@ -112,6 +163,18 @@ class PersistentSubstrate:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """ExactIndex.search's top-k of each query over every row of ``matrix`` (id = row),
+    by matrix-vector products over blocks of rows, every query per block."""
+    n = len(matrix)
+    sims = np.empty((len(queries), n), np.float32)
+    for lo in range(0, n, _POOL_ROWS):
+        block = matrix[lo : lo + _POOL_ROWS]
+        for q, row in zip(queries, sims):
+            np.matmul(block, q, out=row[lo : lo + _POOL_ROWS])
+    return top_k(sims, np.arange(n, dtype=np.int64), min(k, n))
 
 
 def open_substrate(path: str | os.PathLike[str], system: str | Substrate = "substrate", dim: int | None = None,

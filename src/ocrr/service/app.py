@@ -37,7 +37,8 @@ from pydantic_core import to_json
 
 from ocrr.audit.heads import Signer, TreeHead
 from ocrr.errors import OcrrError
-from ocrr.persistent import PersistentSubstrate
+from ocrr.persistent import POOLED_BELOW, PersistentSubstrate
+from ocrr.service.pool import PredictPool
 from ocrr.service.shortcut import Shortcut
 
 MAX_BATCH = 256  # items per request
@@ -71,6 +72,7 @@ class ServiceState:
     started: float = field(default_factory=time.time)
     close: Any = None  # called on shutdown (default: close the substrate)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: Any = None  # the app's PredictPool (for /metrics)
 
 
 # -- request and response bodies ------------------------------------------------------
@@ -250,11 +252,15 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         return {"status": "ok", "entries": len(state.substrate), "encoder": state.encoder is not None,
                 "signed": state.signer is not None}
 
+    def answer(explanations) -> bytes:
+        return to_json({"predictions": [{"label": e.label, "margin": e.margin,
+                                         "neighbours": [n.__dict__ for n in e.neighbours]} for e in explanations]})
+
     def predict_now(req: PredictRequest) -> bytes:
         vecs, _ = vectors_of(req)
-        out = state.substrate.explain(vecs)
-        return to_json({"predictions": [{"label": e.label, "margin": e.margin,
-                                         "neighbours": [n.__dict__ for n in e.neighbours]} for e in out]})
+        return answer(state.substrate.explain(vecs))
+
+    pool = state.pool = PredictPool(state.substrate, search_pool, inline_floats)
 
     @app.post("/predict", response_model=PredictResponse, openapi_extra=_body_doc(PredictRequest))
     async def predict(request: Request) -> Response:
@@ -262,6 +268,8 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         vectors = req.vectors if req.vectors is not None else req.vectors_b64
         if vectors is None:  # texts: wait for the encoder off the loop
             body = await off_loop(wait_pool, predict_now, req)
+        elif len(vectors) < POOLED_BELOW:  # the usual case: share a search with the predicts arriving with it
+            body = answer(await pool.explain(state.substrate.check_queries(vectors_of(req)[0])))
         elif len(vectors) * len(state.substrate) * (state.substrate.ledger.dim or 0) <= inline_floats:
             # A small scan: here it costs less than the two thread hops (each a wake-up that a
             # busy box can delay by a scheduler tick), and its BLAS part releases the GIL anyway.
@@ -374,7 +382,7 @@ class _Measure:
 
 def _prometheus(state: ServiceState) -> str:
     """Prometheus text exposition format (version 0.0.4)."""
-    led = state.substrate.ledger
+    led, pool = state.substrate.ledger, state.pool
     lines = ["# HELP ocrr_requests_total HTTP requests by route and status.",
              "# TYPE ocrr_requests_total counter"]
     with state.lock:
@@ -389,6 +397,10 @@ def _prometheus(state: ServiceState) -> str:
               f"ocrr_ledger_entries {len(led)}",
               "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits).",
               "# TYPE ocrr_ledger_commits_total counter", f"ocrr_ledger_commits_total {led.commits}",
+              "# HELP ocrr_predict_searches_total Searches run for pooled predicts by vector.",
+              "# TYPE ocrr_predict_searches_total counter", f"ocrr_predict_searches_total {pool.passes}",
+              "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
+              "# TYPE ocrr_predict_pooled_total counter", f"ocrr_predict_pooled_total {pool.requests}",
               "# HELP ocrr_uptime_seconds Seconds since the service started.", "# TYPE ocrr_uptime_seconds gauge",
               f"ocrr_uptime_seconds {time.time() - state.started:.3f}"]
     return "\n".join(lines) + "\n"

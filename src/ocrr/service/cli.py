@@ -136,6 +136,7 @@ def _cmd_serve(args) -> int:
     # Requests run in parallel threads: one BLAS / OpenMP / torch thread each beats pools that
     # fight over the cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two; MiniLM
     # on one sentence: 18 ms of CPU with one thread, 87 with two). Set once everything is loaded.
+    import faiss  # noqa: F401 - loaded before the limit, which then covers its OpenMP pool (the predict shortlist)
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)

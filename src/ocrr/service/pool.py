@@ -1,0 +1,78 @@
+"""Predicts by vector that arrive together share one search.
+
+A search reads every stored vector (10k x 384 float32 is 15 MB; a 20k ledger no longer
+fits this box's cache), so under concurrent load the service spends its time streaming
+the same matrix once per request. The pool collects the predicts that reach the event
+loop in the same turn (and those that arrive while a search runs), and answers them with
+one pass over the vectors (``PersistentSubstrate.explain_each``: each answer is the one
+the request would get alone). A request waits for at most the search in flight and its
+own; nothing waits on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+
+import numpy as np
+
+from ocrr.persistent import Explanation, PersistentSubstrate
+from ocrr.service.shortlist import Shortlist
+
+
+class PredictPool:
+    """``await pool.explain(queries)`` -> ``substrate.explain(queries)``, pooled.
+
+    Queries must be checked already (``substrate.check_queries``). A pooled search runs on
+    the event loop when it reads at most ``inline_floats`` numbers per query (the thread
+    hop costs more than a small scan), else on ``executor``; one runs at a time."""
+
+    def __init__(self, substrate: PersistentSubstrate, executor: Executor, inline_floats: int,
+                 shortlist: bool = True):
+        self.substrate, self.executor, self.inline_floats = substrate, executor, inline_floats
+        self.shortlist: Shortlist | None = None
+        self.use_shortlist = shortlist
+        self._waiting: list[tuple[np.ndarray, asyncio.Future]] = []
+        self._busy = False  # a search (or its scheduling) is under way
+        self.passes = self.requests = 0  # searches run and the requests they answered (for /metrics)
+
+    def explain(self, queries: np.ndarray) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting.append((queries, future))
+        if not self._busy:
+            self._busy = True
+            loop.call_soon(self._start)  # after the other requests that are ready this turn
+        return future
+
+    def _start(self) -> None:
+        batch, self._waiting = self._waiting, []
+        self.passes += 1
+        self.requests += len(batch)
+        led = self.substrate.ledger
+        if len(led) * (led.dim or 0) <= self.inline_floats:
+            self._finish(batch, self._search(batch))
+        else:
+            task = asyncio.get_running_loop().run_in_executor(self.executor, self._search, batch)
+            task.add_done_callback(lambda t: self._finish(batch, t.result()))
+
+    def _search(self, batch) -> list | BaseException:
+        try:
+            if self.use_shortlist and self.shortlist is None and self.substrate.ledger.dim:
+                self.shortlist = Shortlist(self.substrate.ledger.dim)
+            return self.substrate.explain_each([queries for queries, _ in batch], self.shortlist)
+        except Exception as e:  # noqa: BLE001 - handed to every request of the batch
+            return e
+
+    def _finish(self, batch, result: list[list[Explanation]] | BaseException) -> None:
+        for j, (_, future) in enumerate(batch):
+            if future.cancelled():  # the client went away
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result[j])
+        if self._waiting:  # arrived during the search: the next one
+            asyncio.get_running_loop().call_soon(self._start)
+        else:
+            self._busy = False

@@ -1,0 +1,89 @@
+"""The service's predict search: pooled scans and the float16 shortlist give exactly the
+answers of the substrate's own search (same neighbours, same similarity bits, same label),
+on ledgers full of near-ties and exact duplicates, and across threads over a real socket."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from ocrr.persistent import open_substrate
+from ocrr.service.shortlist import Shortlist
+
+pytest.importorskip("faiss")
+
+
+def _ledger(tmp_path, n: int, dim: int = 48, system: str = "substrate", seed: int = 0):
+    """Clusters of near-duplicates (noise 0.01), plus 40 exact copies of one vector."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(max(2, n // 25), dim)).astype(np.float32)
+    vecs = base[np.arange(n) % len(base)] + rng.normal(0, 0.01, (n, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs[-40:] = vecs[0]
+    sub = open_substrate(tmp_path / f"{system}-{n}.db", system)
+    sub.correct(vecs, [f"label{i % 7}" for i in range(n)], [f"t{i}" for i in range(n)])
+    queries = [vecs[rng.integers(n)][None] + rng.normal(0, s, (1, dim)).astype(np.float32)
+               for s in (0.0, 0.005, 0.02, 0.2) for _ in range(15)]
+    queries += [vecs[:1], vecs[3:6], vecs[7:9] * 3.0, np.repeat(vecs[-1:], 7, axis=0), vecs[:9]]  # a copy, a batch, scaled
+    return sub, vecs, [np.ascontiguousarray(q, np.float32) for q in queries]
+
+
+@pytest.mark.parametrize("n", [5, 70, 1000, 2053])
+def test_pooled_and_shortlisted_answers_are_the_search_bits(tmp_path, n):
+    sub, _, queries = _ledger(tmp_path, n)
+    alone = [sub.explain(q) for q in queries]
+    shortlist = Shortlist(sub.ledger.dim, depth=32)
+    assert sub.explain_each(queries) == alone  # Explanation equality: ids, labels, float similarities
+    assert sub.explain_each(queries, shortlist) == alone
+    assert shortlist.queries > 0
+    if n >= 1000:  # most queries are answered from the shortlist; the 40 copies overflow its depth
+        assert 0 < shortlist.fallbacks < shortlist.queries / 2
+    sub.correct(queries[0], ["late"])  # rows added after the shortlist was built are seen
+    assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
+    sub.close()
+
+
+def test_vectors_float16_cannot_hold_are_scanned_in_full(tmp_path):
+    sub, vecs, queries = _ledger(tmp_path, 300)
+    sub.correct(vecs[:2] * 1e6, ["huge", "huge"])  # beyond float16's range: no error bound
+    shortlist = Shortlist(sub.ledger.dim)
+    assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
+    assert shortlist.fallbacks == shortlist.queries
+    sub.close()
+
+
+def test_a_bounded_substrate_is_searched_by_its_own_index(tmp_path):
+    sub, _, queries = _ledger(tmp_path, 400, system="bounded_fifo_100")
+    shortlist = Shortlist(sub.ledger.dim)
+    assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
+    assert shortlist.queries == 0  # its index holds only the live entries: nothing pooled
+    sub.close()
+
+
+def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tmp_path):
+    pytest.importorskip("fastapi")
+    requests = pytest.importorskip("requests")
+    from ocrr.service.app import BodyLimit, ServiceState, create_app
+    from service_helpers import running
+
+    sub, _, queries = _ledger(tmp_path, 3000, dim=64)
+    state = ServiceState(substrate=sub, token="t" * 20)
+    expected = [[{"label": e.label, "margin": e.margin, "neighbours": [n.__dict__ for n in e.neighbours]}
+                 for e in sub.explain(q)] for q in queries]
+    with running(BodyLimit(create_app(state))) as url:
+        def ask(q):
+            with requests.Session() as s:
+                return [s.post(f"{url}/predict", data=json.dumps({"vectors": q.tolist()})).json() for _ in range(3)]
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, queries))
+        metrics = requests.get(f"{url}/metrics").text
+    for want, got in zip(expected, answers):
+        assert all(a["predictions"] == want for a in got)
+    counters = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("ocrr_")}
+    pooled = 3 * sum(len(q) < 8 for q in queries)
+    assert counters["ocrr_predict_pooled_total"] == pooled
+    assert 0 < counters["ocrr_predict_searches_total"] <= pooled
