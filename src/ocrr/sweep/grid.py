@@ -30,6 +30,8 @@ RIVER_SYSTEMS = ["river_logreg", "river_softmax", "river_ovr_balanced"]
 BUDGETS = (100, 500, 1000, 5000)
 STORAGE_SYSTEMS = ["substrate"] + [f"bounded_reservoir_{n}" for n in BUDGETS] + [f"bounded_fifo_{n}" for n in BUDGETS]
 ABLATION_SYSTEMS = ["substrate", "substrate_k1", "substrate_sumsim", "substrate_count_only", "substrate_no_recency"]
+CONSOLIDATING_SYSTEMS = ["substrate", "consolidating", "mbpa", "consolidating_head", "consolidating_fresh",
+                        "consolidating_r50"]
 SMOKE_DATA = {"n_classes": 14, "dim": 16, "n_train_per_class": 20, "n_test_per_class": 10, "sigma": 0.1}
 
 PRESETS: dict[str, dict] = {
@@ -44,6 +46,9 @@ PRESETS: dict[str, dict] = {
     "storage": {"datasets": ["banking77"], "policies": ["oracle"], "seeds": [0, 1, 2], "systems": STORAGE_SYSTEMS},
     # paper 5.6: the vote-rule ablation
     "ablation": {"datasets": ["banking77"], "policies": ["oracle"], "seeds": [0, 1, 2], "systems": ABLATION_SYSTEMS},
+    # issue 14: the consolidating memory beside the substrate, MbPA++ and its ablations, on the main grid
+    "consolidating": {"datasets": ["banking77", "clinc150"], "policies": ["oracle", "random50", "random10"],
+                      "seeds": [0, 1, 2], "systems": CONSOLIDATING_SYSTEMS},
     # seconds, no encoder, no downloads: for tests and for trying the machinery
     "smoke": {"datasets": ["synthetic"], "policies": ["oracle", "random50"], "seeds": [0, 1],
               "systems": ["substrate", "online_linear"], "data_options": {"synthetic": SMOKE_DATA}},

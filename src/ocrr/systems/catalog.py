@@ -121,3 +121,24 @@ for _name, _summary, _defaults in (
     register(_name, OclReplay, "online continual learning", _summary, in_all=False, **_defaults)
 register("acm", NearestNeighbour, "online continual learning",
          "ACM: 1-nearest-neighbour (cosine) over every item given so far", in_all=False)
+
+# -- beyond the substrate (issue 14): episodic ledger + a head consolidated from it ------------
+from ocrr.systems.consolidating import ConsolidatingMemory  # noqa: E402
+
+register("consolidating", ConsolidatingMemory, "hybrid",
+         "substrate ledger + vote for instant fixes; a softmax head re-fitted from the ledger every 10 corrections "
+         "(50 AdamW steps, half corrections); vote where an unconsolidated entry is in the band, else the mixture "
+         "0.5 head + 0.5 vote", in_all=False)
+from ocrr.systems.mbpa import MbPAPlusPlus  # noqa: E402
+
+register("mbpa", MbPAPlusPlus, "hybrid",
+         "MbPA++ on embeddings: memory of seed + every correction, one SGD step (lr 0.05) per correction plus "
+         "replay of 32 memories every 10, local adaptation on the 32 nearest memories (30 steps, lr 0.5, "
+         "lambda 1e-3) per query", in_all=False)
+for _name, _summary, _defaults in (  # ablations: which part carries the gain (vote only: the substrate)
+    ("consolidating_head", "consolidating answering with the head alone (no vote, no instant fix)", {"combine": "head"}),
+    ("consolidating_fresh", "consolidating: the vote where an unconsolidated entry is in its band, else the head alone "
+                            "(no mixture)", {"combine": "fresh"}),
+    ("consolidating_r50", "consolidating re-fitting every 50 corrections instead of 10", {"refit_every": 50}),
+):
+    register(_name, ConsolidatingMemory, "ablation", _summary, in_all=False, **_defaults)

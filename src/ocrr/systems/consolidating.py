@@ -1,0 +1,295 @@
+"""consolidating: the substrate's ledger and vote for instant fixes, plus a head consolidated
+from the ledger as the stream goes (fast episodic memory, slow parametric memory).
+
+The substrate's memory already holds what a good classifier needs; its 5-neighbour vote
+uses it poorly where a class is diffuse (CLINC150's out-of-scope) or a new class has few
+entries. So a softmax head over frozen embeddings is re-fitted from the ledger every
+``refit_every`` corrections: warm-started from the current head, ``refit_steps`` AdamW
+steps (a fresh optimizer each time) on mini-batches of ``refit_batch`` entries, a share
+``correction_share`` of them drawn uniformly from the corrections, the rest uniformly from
+the whole ledger (so the rare new classes are seen often and the seed classes are never
+left out). A correction itself only appends to the ledger: its cost is the substrate's,
+except on every ``refit_every``-th one, which also consolidates (timed apart in
+``consolidation_seconds_``).
+
+Prediction combines the two memories (``combine``):
+
+* ``mix`` (default): the entries newer than the head (not yet consolidated) decide where
+  they are in the vote's margin band: the substrate's vote answers (the instant fix).
+  Elsewhere, p = (1 - w) p_head + w p_vote, p_vote the band's vote shares per label.
+* ``fresh``: the same override, the head alone elsewhere.
+* ``head``: the head alone (ablation: no instant fix between consolidations).
+* ``vote``: the vote alone (ablation: the substrate; the head is trained but never asked).
+
+Randomness: the seed head is the shared memoised one (the same as online_linear's); each
+consolidation draws its batches from a torch generator seeded by SeedSequence(run seed,
+crc32(key), consolidation number), so a seed gives the same heads and answers every time.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ocrr.batch import Batch
+from ocrr.systems.base import Footprint, check_vectors
+from ocrr.systems.labels import LabelSpace
+from ocrr.systems.refine import check_number
+from ocrr.systems.substrate import Substrate
+from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
+from ocrr.systems.vote import vote
+from ocrr.errors import OcrrError
+
+COMBINE = ("mix", "fresh", "head", "vote")
+SAMPLING = ("prior", "balanced", "share")
+
+
+class ConsolidatingMemory(Substrate):
+    family = "hybrid"
+
+    def __init__(self, refit_every: int = 10, refit_steps: int = 50, refit_batch: int = 64,
+                 sampling: str = "prior", correction_share: float = 0.5, lr: float = 1e-2, weight_decay: float = 1e-4,
+                 combine: str = "mix", vote_weight: float = 0.5, keep_optimizer: bool = False, seed_epochs: int = 30, **kwargs):
+        kwargs.setdefault("name", "consolidating")
+        super().__init__(**kwargs)
+        who = self.name
+        check_number(who, "refit_every", refit_every, low=1, whole=True, example=10)
+        check_number(who, "refit_steps", refit_steps, whole=True, example=50)
+        check_number(who, "refit_batch", refit_batch, low=1, whole=True, example=64)
+        check_number(who, "lr", lr, above=True, example=0.01)
+        check_number(who, "weight_decay", weight_decay, example=0.0001)
+        check_number(who, "seed_epochs", seed_epochs, whole=True, example=30)
+        if not (isinstance(correction_share, (int, float)) and 0 <= correction_share <= 1):
+            raise OcrrError(f"{who}: correction_share must be between 0 and 1, got {correction_share!r}. "
+                            f"Write e.g. {who.split(':')[0]}:correction_share=0.5.")
+        if not (isinstance(vote_weight, (int, float)) and 0 <= vote_weight <= 1):
+            raise OcrrError(f"{who}: vote_weight must be between 0 and 1, got {vote_weight!r}. "
+                            f"Write e.g. {who.split(':')[0]}:vote_weight=0.5.")
+        if sampling not in SAMPLING:
+            raise OcrrError(f"{who}: sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}. "
+                            f"Write e.g. {who.split(':')[0]}:sampling=balanced.")
+        if combine not in COMBINE:
+            raise OcrrError(f"{who}: combine must be one of {', '.join(COMBINE)}, got {combine!r}. "
+                            f"Write e.g. {who.split(':')[0]}:combine=mix.")
+        self.refit_every = int(refit_every)
+        self.refit_steps = int(refit_steps)
+        self.refit_batch = int(refit_batch)
+        self.sampling = sampling
+        self.correction_share = float(correction_share)
+        self.lr = float(lr)
+        self.weight_decay = float(weight_decay)
+        self.combine = combine
+        self.vote_weight = float(vote_weight)
+        self.seed_epochs = int(seed_epochs)
+        self.keep_optimizer = bool(keep_optimizer)
+
+    def hyperparameters(self) -> dict:
+        return {**super().hyperparameters(), "refit_every": self.refit_every, "refit_steps": self.refit_steps,
+                "refit_batch": self.refit_batch, "sampling": self.sampling, "correction_share": self.correction_share, "lr": self.lr,
+                "weight_decay": self.weight_decay, "combine": self.combine, "vote_weight": self.vote_weight,
+                "seed_epochs": self.seed_epochs, "keep_optimizer": self.keep_optimizer}
+
+    # -- learning -------------------------------------------------------------------
+    def fit(self, seed: Batch) -> "ConsolidatingMemory":
+        super().fit(seed)
+        self.n_seed_ = len(self.ledger_)
+        labels = list(seed.labels) if seed.labels is not None else []
+        self.head_space_ = LabelSpace.over(self.labels, labels)
+        x = torch.from_numpy(np.array(self.ledger_.vectors))
+        y = torch.from_numpy(self.head_space_.encode(labels))
+        self.head_ = seed_head(x, y, len(self.head_space_), SeedTraining(epochs=self.seed_epochs), self.seed)
+        self.consolidated_upto_ = self.n_seed_  # ledger entries the head has been trained with
+        self.consolidations_ = 0
+        self.consolidation_seconds_ = 0.0
+        self.opt_ = None
+        self._snapshot_head()
+        return self
+
+    def correct(self, batch: Batch) -> None:
+        super().correct(batch)  # the ledger append: the instant fix
+        if len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
+            self.consolidate()
+
+    def consolidate(self) -> None:
+        """Re-fit the head from the ledger now (also called every ``refit_every`` corrections)."""
+        self._require_fitted()
+        t0 = time.perf_counter()
+        n = len(self.ledger_)
+        self._grow_head()
+        if self.refit_steps and n > 0:
+            gen = torch.Generator().manual_seed(self._refit_seed())
+            x_all = torch.from_numpy(np.array(self.ledger_.vectors))  # a writable copy for torch
+            sub_to_head = self._sub_to_head()
+            y_all = torch.from_numpy(sub_to_head[self._entry_label[:n]])
+            draw = self._sampler(y_all, gen)
+            if self.opt_ is None or not self.keep_optimizer:
+                self.opt_ = torch.optim.AdamW(self.head_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            opt = self.opt_
+            self.head_.train()
+            for _ in range(self.refit_steps):
+                idx = draw()
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(self.head_(x_all[idx]), y_all[idx])
+                loss.backward()
+                opt.step()
+            self.head_.eval()
+        self.consolidated_upto_ = n
+        self.consolidations_ += 1
+        self._snapshot_head()
+        self.consolidation_seconds_ += time.perf_counter() - t0
+
+    def _sampler(self, y_all: torch.Tensor, gen: torch.Generator):
+        """A function drawing one mini-batch of ledger rows.
+
+        ``balanced``: a label uniformly among those the ledger holds, then one of its entries
+        uniformly, so a new class with a handful of corrections weighs as much as a seed class
+        of hundreds and no class's prior grows with its count. ``share``: ``correction_share``
+        of the batch uniformly from the corrections, the rest uniformly from the ledger."""
+        n, size = len(y_all), self.refit_batch
+        if self.sampling in ("prior", "balanced"):
+            order = torch.argsort(y_all, stable=True)
+            present, counts = torch.unique_consecutive(y_all[order], return_counts=True)
+            starts = torch.cumsum(counts, 0) - counts
+            weight = torch.ones(len(counts), dtype=torch.float64)
+            if self.sampling == "prior":  # seed labels at their seed frequency, new ones at the median's
+                seed_counts = torch.bincount(y_all[: self.n_seed_], minlength=int(present.max()) + 1)[present]
+                typical = seed_counts[seed_counts > 0].double().median() if (seed_counts > 0).any() else 1.0
+                weight = torch.where(seed_counts > 0, seed_counts.double(), torch.as_tensor(typical, dtype=torch.float64))
+
+            def by_label() -> torch.Tensor:
+                c = torch.multinomial(weight, size, replacement=True, generator=gen)
+                within = (torch.rand(size, generator=gen, dtype=torch.float64) * counts[c]).long()
+                return order[starts[c] + torch.minimum(within, counts[c] - 1)]
+            return by_label
+        n_corr = n - self.n_seed_
+        from_corr = int(round(self.correction_share * size)) if n_corr > 0 else 0
+
+        def share() -> torch.Tensor:
+            idx = torch.randint(0, n, (size - from_corr,), generator=gen)
+            if from_corr:
+                idx = torch.cat([idx, self.n_seed_ + torch.randint(0, n_corr, (from_corr,), generator=gen)])
+            return idx
+        return share
+
+    def _refit_seed(self) -> int:
+        ss = np.random.SeedSequence([derive_seed(self.seed, "consolidating-refit"), self.consolidations_])
+        return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+    def _grow_head(self) -> None:
+        """Rows for labels the ledger holds and the head does not (an open label space)."""
+        if not self.head_space_.add(self.space_.names):
+            return
+        old = self.head_
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, f"consolidating-grow-{len(self.head_space_)}"))
+        new = init_linear(old.in_features, len(self.head_space_), gen)
+        with torch.no_grad():
+            new.weight[: old.out_features] = old.weight
+            new.bias[: old.out_features] = old.bias
+        self.head_ = new
+        self.opt_ = None  # its moments belong to the old parameters
+
+    def _sub_to_head(self) -> np.ndarray:
+        """Head row of each label index of the substrate's space."""
+        return self.head_space_.encode(self.space_.names)
+
+    def _snapshot_head(self) -> None:
+        # float64 copies: the same arithmetic for one query or many (batched == one by one)
+        self.w64_ = self.head_.weight.detach().double().numpy().copy()
+        self.b64_ = self.head_.bias.detach().double().numpy().copy()
+
+    # -- inference ------------------------------------------------------------------
+    def _scores(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(combined probabilities over the substrate's label space (n, C), the vote's band
+        shares (n, C), the vote's winning label index per row, whether the vote answers)."""
+        sims, ids = self.search_.search(queries, self.k)
+        ranks = self._neighbour_ranks(ids)
+        winners = vote(sims, ids, ranks, self.rule_)
+        winner_idx = np.full(len(queries), -1, np.int64)
+        has = winners >= 0
+        if has.any():
+            winner_idx[has] = self.space_.encode(self.space_.decode_ranks(winners[has]))
+        labels = np.where(ids >= 0, self._entry_label[np.maximum(ids, 0)], -1)
+        band = self._band(sims, labels)
+        n_labels = len(self.space_)
+        p_vote = np.zeros((len(queries), n_labels))
+        rows, cols = np.nonzero(band)
+        np.add.at(p_vote, (rows, labels[rows, cols]), 1.0)
+        total = p_vote.sum(axis=1, keepdims=True)
+        p_vote = np.divide(p_vote, total, out=np.zeros_like(p_vote), where=total > 0)
+        fresh = (band & (ids >= self.consolidated_upto_)).any(axis=1)
+        if self.combine == "vote":
+            return p_vote, p_vote, winner_idx, has
+        p_head = self._head_proba(queries)
+        if self.combine == "head":
+            return p_head, p_vote, winner_idx, np.zeros(len(queries), bool)
+        if self.combine == "fresh":
+            return p_head, p_vote, winner_idx, fresh & has
+        w = self.vote_weight
+        return (1 - w) * p_head + w * p_vote, p_vote, winner_idx, fresh & has
+
+    def _band(self, sims: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        valid = labels >= 0
+        if self.rule_.margin is None or sims.shape[1] == 0:
+            return valid
+        s = sims.astype(np.float64)
+        top = np.max(np.where(valid, s, -np.inf), axis=1, keepdims=True)
+        return valid & (s >= top - self.rule_.margin)
+
+    def _head_proba(self, queries: np.ndarray) -> np.ndarray:
+        """p_head over the substrate's label space (labels newer than the head get 0)."""
+        logits = queries.astype(np.float64) @ self.w64_.T + self.b64_
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        p /= p.sum(axis=1, keepdims=True)
+        cols, rows = self._head_columns()
+        out = np.zeros((len(queries), len(self.space_)))
+        out[:, cols] = p[:, rows]
+        return out
+
+    def _head_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(substrate label indices the head has a row for, those rows); cached per space size."""
+        key = (len(self.space_), len(self.head_space_))
+        if getattr(self, "_columns_key", None) != key:
+            known = [i for i, name in enumerate(self.space_.names) if name in self.head_space_]
+            self._columns = (np.asarray(known, np.int64),
+                             self.head_space_.encode([self.space_.names[i] for i in known]))
+            self._columns_key = key
+        return self._columns
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        p, _, winner_idx, override = self._scores(queries)
+        choice = np.where(override, winner_idx, self._argmax(p))
+        return self.space_.decode(choice)
+
+    def _argmax(self, p: np.ndarray) -> np.ndarray:
+        """Highest combined probability; ties to the label that sorts first; -1 for an empty row."""
+        if p.shape[1] == 0:
+            return np.full(len(p), -1, np.int64)
+        best = p.max(axis=1, keepdims=True)
+        ranked = np.where(p == best, self.space_.ranks[None, :], np.iinfo(np.int64).max)
+        choice = self.space_.encode(self.space_.decode_ranks(ranked.min(axis=1)))
+        return np.where(best[:, 0] > 0, choice, -1)
+
+    def uncertainty(self, batch: Batch) -> np.ndarray:
+        """Per item, 1 - the answer's probability: the winner's band share where the vote
+        answers, the top combined probability elsewhere (higher: less sure)."""
+        self._require_fitted()
+        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        p, p_vote, winner_idx, override = self._scores(queries)
+        if p.shape[1] == 0:
+            return np.ones(len(queries))
+        top = p.max(axis=1)
+        if override.any():
+            top = np.where(override, p_vote[np.arange(len(queries)), np.maximum(winner_idx, 0)], top)
+        return 1.0 - top
+
+    def footprint(self) -> Footprint:
+        base = super().footprint()
+        params = sum(p.numel() for p in self.head_.parameters())
+        return Footprint(entries=base.entries, params=params, bytes=base.bytes + 4 * params,
+                         extra={**base.extra, "consolidations": self.consolidations_})
+
