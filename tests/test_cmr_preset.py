@@ -9,7 +9,7 @@ from ocrr.cli import main
 from ocrr.errors import OcrrError
 from ocrr.protocols.cmr import CmrProtocol
 from ocrr.sweep import load_results
-from ocrr.sweep.cmr_preset import CmrPlan, plan_from_options, run_cmr_preset, systems_to_test
+from ocrr.sweep.cmr_preset import CmrPlan, picked_spec, plan_from_options, run_cmr_preset, systems_to_test
 from ocrr.sweep.search import Space, best, run_stages, stages
 
 CFT = {"lr": "cft", "epochs": "cft"}
@@ -124,11 +124,31 @@ def test_table2_gain_is_the_method_minus_frozen_oec_on_the_same_streams(preset_r
     oec = runs.assign(method=runs["system"].str.split(":").str[0]).groupby("method")["oec_final"].mean()
     row = table2[(table2["method"] == "er") & (table2["beta"] == 0.1)].iloc[0]
     assert row["gain"] == pytest.approx(oec["er"] - oec["cmr_frozen"])
+    # at the normal setting: the pick alone, not averaged with Table 1's variants of it
+    row = table2[(table2["method"] == "er") & (table2["beta"] == 0.5) & (table2["gamma"] == 0.8)].iloc[0]
+    test = CmrProtocol().per_run(load_results(out / "test"))
+    er = test[test["system"] == picked_spec("er", result["picks"])]["oec_final"].mean()
+    assert row["gain"] == pytest.approx(er - test[test["system"] == "cmr_frozen"]["oec_final"].mean())
+    assert (table2["streams"] == plan.test_streams).all() and (table2["runs"] == plan.test_streams).all()
     row = table2[(table2["method"] == "cft") & (table2["beta"] == 0.5) & (table2["gamma"] == 0.8)].iloc[0]
     test = CmrProtocol().per_run(load_results(out / "test"))
     cft = test[test["system"].str.startswith("cft:")]["oec_final"].mean()
     frozen = test[test["system"] == "cmr_frozen"]["oec_final"].mean()
     assert row["gain"] == pytest.approx(cft - frozen)
+
+
+def test_report_on_the_preset_folder_holds_table1_the_picks_and_table2(preset_run, tmp_path):
+    from ocrr.report import build_report
+
+    plan, out, result = preset_run
+    report = build_report(out, tmp_path / "report")
+    md = (tmp_path / "report" / "tables.md").read_text()
+    assert report.tables[-2:] == ["Picked on the validation streams",
+                                  "OEC^(T) gain over FrozenUpstream (the paper's Table 2)"]
+    cmr_md = (out / "cmr.md").read_text()
+    table2 = cmr_md[cmr_md.index("## OEC^(T) gain"):]
+    assert table2.strip() in md  # the same Table 2 as the preset's own cmr.md
+    assert "Table 1" in md and any("stream" in str(f) for f in report.figures)
 
 
 def test_rerunning_the_preset_runs_nothing_again(preset_run):

@@ -1,7 +1,8 @@
 """``ocrr report``: tables, figures and one HTML page from results files.
 
-Reads a sweep folder, an ``ocrr run`` folder or a results table (see ocrr.report.load)
-and writes into ``out``::
+Reads a sweep folder, an ``ocrr run`` folder, a results table (see ocrr.report.load) or the
+folder of ``ocrr sweep --preset cmr`` (its test stage, with the picks and Table 2), and writes
+into ``out``::
 
     tables.md        per (protocol, dataset, encoder, policy) cell, the protocol's tables (held-out:
                      the paper's Table 1, then its storage Pareto table)
@@ -43,9 +44,12 @@ class Report:
 def build_report(source: str | Path, out: str | Path | None = None) -> Report:
     from ocrr.protocols import PROTOCOLS
 
-    loaded = load_results_any(source)
-    per = loaded.per_checkpoint
+    from ocrr.sweep.cmr_preset import is_preset_folder, preset_tables
+
     source = Path(source)
+    preset = is_preset_folder(source)  # --preset cmr: its test stage, plus the picks and Table 2
+    loaded = load_results_any(source / "test" if preset else source)
+    per = loaded.per_checkpoint
     out = Path(out) if out else (source if source.is_dir() else source.parent) / "report"
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out)
@@ -81,6 +85,13 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
             section.figures.append((caption, svg))
         sections.append(section)
 
+    if preset:
+        section = Section("The preset's search and Table 2", "preset")
+        for table in preset_tables(source):
+            md.append(markdown(*table))
+            section.tables.append(table)
+            report.tables.append(table[0])
+        sections.append(section)
     feedback = _feedback_section(per, all_systems)  # realistic feedback: one table per axis, across policies
     if feedback is not None:
         sections.append(feedback)

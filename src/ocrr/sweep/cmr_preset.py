@@ -201,7 +201,8 @@ def extremes_table(plan: CmrPlan, picks: dict, test_runs: pd.DataFrame, sweep, o
 
     methods = [m for m in TABLE2_METHODS if m in picks]
     specs = ["cmr_frozen"] + [picked_spec(m, picks) for m in methods]
-    settings = [({}, test_runs[test_runs["seed"] < plan.test_streams])]
+    # the picks only: the test stage also ran Table 1's variants of the same methods
+    settings = [({}, test_runs[(test_runs["seed"] < plan.test_streams) & test_runs["system"].isin(specs)])]
     for extreme in EXTREMES:
         grid = plan.grid(specs, plan.protocol_spec("test", plan.test_streams, **extreme), plan.test_streams)
         label = ", ".join(f"{k}={v}" for k, v in extreme.items())
@@ -215,8 +216,9 @@ def extremes_table(plan: CmrPlan, picks: dict, test_runs: pd.DataFrame, sweep, o
                    "gamma": plan.protocol.get("gamma", 0.8), **extreme}
         for m in methods:
             if m in oec.index:
+                mine = runs[runs["method"] == m]
                 rows.append({**setting, "method": m, "oec_final": oec[m], "frozen": oec["cmr_frozen"],
-                             "gain": oec[m] - oec["cmr_frozen"], "runs": int((runs["method"] == m).sum())})
+                             "gain": oec[m] - oec["cmr_frozen"], "runs": len(mine), "streams": mine["seed"].nunique()})
     return pd.DataFrame(rows)
 
 
@@ -242,43 +244,66 @@ def draw_stream(plan: CmrPlan, out: Path) -> list[Path]:
 
 def cmr_markdown(plan: CmrPlan, picks: dict, search: pd.DataFrame, summary: pd.DataFrame,
                  table2: pd.DataFrame | None, protocol) -> str:
+    from ocrr.report.tables import order_systems
     from ocrr.results import markdown
 
     lines = [f"# CMR on {plan.dataset}", "",
              f"Streams: {plan.protocol_spec('test', plan.test_streams)}; {plan.val_streams} validation streams "
              f"(search), {plan.test_streams} test streams x {plan.seeds_per_stream} seeds.", ""]
-    header = ["method", "picked", "score", "candidates"]
-    body = []
-    for method, overrides in picks.items():
-        rows = search[search["method"] == method]
-        score = rows.loc[rows["picked"], "score"].iloc[0]
-        body.append([method, ", ".join(f"{k}={v}" for k, v in overrides.items()) or "(defaults)",
-                     f"{score:.4f}", str(len(rows))])
-    lines.append(markdown("Picked on the validation streams", header, body,
-                          "score: mean over validation runs of (OEC^(T) + EFR^(T)) / 2; every candidate's score is "
-                          "in search.csv."))
-    from ocrr.report.tables import order_systems
-
+    lines.append(markdown(*picks_table(picks, search)))
     paper = {s.method for s in plan.spaces} | {"cmr_frozen"}
     ordered = order_systems(summary["system"])  # the paper's methods first, then the ocrr systems
     rank = {s: (s.split(":", 1)[0] not in paper, i) for i, s in enumerate(ordered)}
     header, rows, note = protocol.table(summary.sort_values("system", key=lambda c: c.map(rank)))
     lines.append(markdown("Test streams (the paper's Table 1)", header, rows, note))
     if table2 is not None and len(table2):
-        cols = sorted({(r.beta, r.gamma) for r in table2.itertuples()})
-        header = ["method"] + [f"β={b:g}, γ={g:g}" for b, g in cols]
-        body = []
-        for m in dict.fromkeys(table2["method"]):
-            t = table2[table2["method"] == m]
-            cells = []
-            for b, g in cols:
-                hit = t[(t["beta"] == b) & (t["gamma"] == g)]
-                cells.append(f"{100 * hit['gain'].iloc[0]:+.2f}" if len(hit) else "–")
-            body.append([m] + cells)
-        lines.append(markdown("OEC^(T) gain over FrozenUpstream (the paper's Table 2)", header, body,
-                              f"Points of OEC^(T) above FrozenUpstream's, mean over {plan.test_streams} test streams "
-                              "(one seed each); picks from the search at the normal setting (β=0.5, γ=0.8)."))
+        lines.append(markdown(*table2_table(table2, plan.test_streams)))
     return "\n".join(lines)
+
+
+def picks_table(picks: dict, search: pd.DataFrame) -> tuple[str, list, list, str]:
+    """(title, header, rows, note): each method's pick, its validation score, its candidates."""
+    body = []
+    for method, overrides in picks.items():
+        rows = search[search["method"] == method]
+        score = rows.loc[rows["picked"].astype(bool), "score"].iloc[0]
+        body.append([method, ", ".join(f"{k}={v}" for k, v in overrides.items()) or "(defaults)",
+                     f"{score:.4f}", str(len(rows))])
+    return ("Picked on the validation streams", ["method", "picked", "score", "candidates"], body,
+            "score: mean over validation runs of (OEC^(T) + EFR^(T)) / 2; every candidate's score is in search.csv.")
+
+
+def table2_table(table2: pd.DataFrame, test_streams: int) -> tuple[str, list, list, str]:
+    """(title, header, rows, note): the paper's Table 2, OEC^(T) gain over FrozenUpstream."""
+    cols = sorted({(r.beta, r.gamma) for r in table2.itertuples()})
+    body = []
+    for m in dict.fromkeys(table2["method"]):
+        t = table2[table2["method"] == m]
+        cells = []
+        for b, g in cols:
+            hit = t[(t["beta"] == b) & (t["gamma"] == g)]
+            cells.append(f"{100 * hit['gain'].iloc[0]:+.2f}" if len(hit) else "–")
+        body.append([m] + cells)
+    return ("OEC^(T) gain over FrozenUpstream (the paper's Table 2)",
+            ["method"] + [f"β={b:g}, γ={g:g}" for b, g in cols], body,
+            f"Points of OEC^(T) above FrozenUpstream's, mean over {test_streams} test streams (one seed each); "
+            "picks from the search at the normal setting (β=0.5, γ=0.8).")
+
+
+def is_preset_folder(folder: Path) -> bool:
+    """A ``--preset cmr`` output folder (picks.json beside test/), which ``ocrr report`` reads."""
+    return (folder / "picks.json").is_file() and (folder / "test").is_dir()
+
+
+def preset_tables(folder: Path) -> list[tuple[str, list, list, str]]:
+    """The preset's own tables for ``ocrr report``: the picks and, when it ran, Table 2."""
+    picks = json.loads((folder / "picks.json").read_text(encoding="utf-8"))
+    tables = [picks_table(picks, pd.read_csv(folder / "search.csv"))]
+    if (folder / "table2.csv").is_file():
+        table2 = pd.read_csv(folder / "table2.csv")
+        if len(table2):
+            tables.append(table2_table(table2, int(table2["streams"].max())))
+    return tables
 
 
 def _write_json(path: Path, obj) -> None:
