@@ -425,6 +425,10 @@ def _cmd_report(args) -> int:
 
 
 # --- ocrr scale ----------------------------------------------------------------------------
+def _scale_parser(sub) -> None:
+    from ocrr.scale_cli import add_scale_command  # the scale study's options live with it
+
+    add_scale_command(sub)
 
 
 def _calibrate_parser(sub) -> None:
@@ -468,102 +472,6 @@ def _cmd_calibrate_shift(args) -> int:
     if args.out:
         paths = write_calibration(cal, args.out, f"blind classifier: {args.dataset}, {args.protocol}")
         print(f"wrote {', '.join(str(p) for p in paths)}")
-    return 0
-
-
-def _scale_parser(sub) -> None:
-    sc = sub.add_parser("scale", help="the synthetic 10k -> 10M scale study: exact vs HNSW under the substrate's vote",
-                        description="Synthetic class-incremental data (random unit centroids + Gaussian noise); "
-                                    "at each scale, exact and approximate top-k feed the substrate's vote. "
-                                    "Writes scale.csv, scale.md and scale_recall_accuracy.png/.svg. "
-                                    "See ocrr.scale for what is measured and how.")
-    sc.add_argument("--scales", default="10000,100000,1000000",
-                    help="comma-separated entry counts (default 10000,100000,1000000). 10M: --scales 10000000 "
-                         "--backends exact_sq8 (~1 h on 2 cores, 19 GB with --exact yes); an HNSW graph at 10M "
-                         "takes hours to build on 2 cores")
-    sc.add_argument("--sigma", type=float, default=0.3,
-                    help="noise per dimension (default 0.3: noise norm ~5.9 at dim 384, so fresh queries "
-                         "are barely separable; try 0.1)")
-    sc.add_argument("--classes", type=int, default=100, help="number of classes (default 100)")
-    sc.add_argument("--dim", type=int, default=384, help="dimension (default 384)")
-    sc.add_argument("--queries", type=int, default=200, help="queries per query set (default 200)")
-    sc.add_argument("--query-modes", default="fresh,stored",
-                    help="fresh (new draws) and/or stored (entries queried with their own vector); default both")
-    sc.add_argument("--backends", default="hnsw",
-                    help="approximate backends compared with exact: hnsw, hnsw_sq8, exact_sq8 (default hnsw)")
-    sc.add_argument("--exact", choices=("auto", "yes", "no"), default="auto",
-                    help="also hold the vectors in memory and time exact search (auto: when they take "
-                         "<= --exact-max-gb); the exact ground truth is computed either way")
-    sc.add_argument("--exact-max-gb", type=float, default=4.0, help="limit for --exact auto (default 4)")
-    sc.add_argument("--hnsw-m", type=int, default=16, help="HNSW M (default 16)")
-    sc.add_argument("--ef-construction", type=int, default=200, help="HNSW efConstruction (default 200)")
-    sc.add_argument("--ef-search", type=int, default=64, help="HNSW efSearch (default 64)")
-    sc.add_argument("--order", choices=("class", "shuffled"), default="class",
-                    help="insertion order into the approximate index: class (class by class, as a "
-                         "class-incremental ledger grows; default) or shuffled (same entries, random order)")
-    sc.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-    sc.add_argument("--threads", type=int, default=2, help="FAISS / BLAS threads (default 2)")
-    sc.add_argument("--out", type=Path, default=Path("results/scale"), help="output folder (default results/scale)")
-    sc.add_argument("--no-isolate", action="store_true",
-                    help="run every scale in this process (default: a fresh process per scale, so the "
-                         "peak memory column is per scale)")
-    sc.set_defaults(handler=_cmd_scale)
-
-
-def _cmd_scale(args) -> int:
-    from ocrr.index import KINDS
-    from ocrr.scale import ScaleConfig, ledger_bytes_per_entry, run_study, scale_label, write_outputs
-
-    def csv_list(text, what):
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items:
-            raise OcrrError(f"--{what} is empty; pass a comma-separated list.")
-        return items
-
-    try:
-        scales = tuple(int(float(t)) for t in csv_list(args.scales, "scales"))
-    except ValueError:
-        raise OcrrError(f"--scales {args.scales!r}: write whole numbers, e.g. 10000,100000,1000000.") from None
-    if any(n < args.classes for n in scales):
-        raise OcrrError(f"every scale must be at least --classes ({args.classes}).")
-    backends = tuple(csv_list(args.backends, "backends"))
-    for b in backends:
-        if b not in KINDS or b.startswith("auto") or b == "exact":
-            raise OcrrError(f"--backends: {b!r} is not one of hnsw, hnsw_sq8, exact_sq8 (exact is always measured).")
-    modes = tuple(csv_list(args.query_modes, "query-modes"))
-    if set(modes) - {"fresh", "stored"}:
-        raise OcrrError(f"--query-modes: choose from fresh, stored; got {args.query_modes!r}.")
-    if args.sigma < 0 or args.queries < 1 or args.dim < 1 or args.classes < 2 or args.threads < 1:
-        raise OcrrError("need --sigma >= 0, --queries >= 1, --dim >= 1, --classes >= 2 and --threads >= 1.")
-    cfg = ScaleConfig(scales=scales, n_classes=args.classes, dim=args.dim, sigma=args.sigma, n_queries=args.queries,
-                      seed=args.seed, backends=backends, exact=args.exact, exact_max_gb=args.exact_max_gb,
-                      query_modes=modes, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
-                      ef_search=args.ef_search, threads=args.threads, order=args.order)
-    console = _console()
-    started = time.perf_counter()
-    rows: list[dict] = []
-
-    def progress(n, got):
-        rows.extend(got)
-        for r in got:
-            console.print(f"{scale_label(n):>5} {r['backend']:>9} {r['queries']:>6}: acc {r['acc']:.3f} "
-                          f"(exact {r['brute_acc']:.3f}), recall@{cfg.k} {r[f'recall@{cfg.k}']:.3f}, "
-                          f"agreement {r['agreement']:.3f}, {r['ms_per_query']:.2f} ms/q, build "
-                          f"{r['build_s']:.1f} s, peak {r['peak_rss_mb']:.0f} MB", highlight=False)
-        write_outputs(rows, cfg, args.out, notes)  # partial results survive an interrupted long run
-
-    led = ledger_bytes_per_entry(args.dim)
-    notes = [f"Ledger bytes per entry (tracemalloc, 16384-entry ocrr Ledger, no texts): {led['total']:.0f} = "
-             f"{led['vector_buffer']:.0f} float32 vector + {led['python_objects']:.0f} of Python objects (id, "
-             f"label, prev-hash and hash per entry); the capacity-doubling buffer can hold up to 2x the vectors "
-             f"right after it grows. Exact search reads the ledger's buffer (0 extra bytes); an approximate "
-             f"backend adds its B/entry on top.",
-             "brute_acc: the substrate vote over exact top-k (streamed ground truth); exact ms/q: numpy "
-             "ExactIndex over the vectors held in memory (n/a when not held)."]
-    run_study(cfg, isolate=not args.no_isolate, on_scale=progress)
-    paths = write_outputs(rows, cfg, args.out, notes)
-    console.print(f"{len(scales)} scale(s) in {time.perf_counter() - started:.0f} s; wrote "
-                  f"{', '.join(p.name for p in paths.values())} to {args.out}/", highlight=False)
     return 0
 
 

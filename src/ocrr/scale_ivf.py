@@ -12,8 +12,10 @@ The build, for ``N`` entries: (1) the first pass over the stream (shared with th
 backends) writes the store and keeps an even spread of ``nlist x train_per_list``
 entries as the training sample; (2) k-means (``IVFIndex.kmeans``) on that sample;
 (3) each kind trains its codes on the sample's residuals; (4) a second pass assigns each
-chunk to its list once and adds it to every kind. Each kind's build time is the sum of
-(2), its own (3), (4)'s assignment and its own adds: what building that kind alone costs.
+chunk to its list once and adds it to every kind (fast-scan PQ assigns for itself: FAISS
+cannot add precomputed assignments to its block-packed lists). Each kind's build time is the sum of
+(2), its own (3), (4)'s assignment (if it used it) and its own adds: what building that
+kind alone costs.
 (5) With ``target_recall`` set, each kind is tuned (``ocrr.index.ivf_tune``) on
 ``n_queries`` stored entries, left out of their own answer, whose exact neighbours were
 computed during the first pass.
@@ -99,6 +101,7 @@ class IVFBuild:
         sample = np.concatenate(self._sample)
         self._sample = []
         first = next(iter(self.indexes.values()))
+        self._shared_assign = any(index.takes_assignments for index in self.indexes.values())
         centroids = self._timed("kmeans", first.kmeans, sample, self.n)
         for kind, index in self.indexes.items():
             self._timed(f"train {kind}", index.train, sample, centroids)
@@ -107,15 +110,18 @@ class IVFBuild:
             hi = min(self.n, lo + chunk_rows)
             x = self.store.read(lo, hi)
             ids = np.arange(lo, hi, dtype=np.int64)
-            lists = self._timed("assign", first.assign, x)
+            lists = self._timed("assign", first.assign, x) if self._shared_assign else None
             for kind, index in self.indexes.items():
                 self._timed(f"add {kind}", index.add, x, ids, lists)
             if progress and (lo // chunk_rows) % 16 == 0:
                 progress(f"ivf adds {hi:,}/{self.n:,}")
 
     def build_seconds(self, kind: str, cpu: bool = False) -> float:
+        """k-means + this kind's code training + list assignment + its adds (fast-scan PQ
+        assigns inside its own adds, so the shared assignment is not counted for it)."""
         t = self.cpu if cpu else self.seconds
-        return t["kmeans"] + t["assign"] + t[f"train {kind}"] + t[f"add {kind}"]
+        shared = t["assign"] if self.indexes[kind].takes_assignments else 0.0
+        return t["kmeans"] + shared + t[f"train {kind}"] + t[f"add {kind}"]
 
     def tune(self, kind: str, target: float, k: int, sample) -> dict:
         index = self.indexes[kind]

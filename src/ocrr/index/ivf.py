@@ -1,11 +1,12 @@
 """Inverted-file search (FAISS IVF) with an exact re-rank from float32 vectors.
 
-Kinds (all inner product over unit vectors = cosine):
+Kinds (similarity = inner product of unit vectors = cosine; FAISS ranks candidates by
+L2, which orders unit vectors the same way):
 
 * ``ivf``      IndexIVFFlat: float32 vectors in the inverted lists
 * ``ivf_sq8``  IndexIVFScalarQuantizer QT_8bit: 8-bit codes of the residuals
 * ``ivf_pq``   IndexIVFPQFastScan: 4-bit product-quantiser codes (``pq_m`` sub-quantisers,
-  default dim/4, so 48 B per 384-d vector), scanned with SIMD lookup tables -- the
+  default dim/2, so 96 B per 384-d vector), scanned with SIMD lookup tables -- the
   combination FAISS's index guidelines suggest for speed at 10M+ vectors, with a re-rank
 
 A query probes the ``nprobe`` lists whose centroids are nearest, takes the ``rerank``
@@ -98,7 +99,7 @@ class IVFIndex:
                 raise ValueError(f"{key} must be >= 1, got {value}")
         if not 0 <= target_recall <= 1:
             raise ValueError(f"target_recall must be in [0, 1] (0: no tuning), got {target_recall}")
-        self.pq_m = int(pq_m) or max(1, dim // 4)
+        self.pq_m = int(pq_m) or max(1, dim // 2)
         if kind == "ivf_pq" and dim % self.pq_m:
             raise ValueError(f"pq_m={self.pq_m} must divide the dimension {dim}")
         self.dim, self.kind, self.name = int(dim), kind, kind
@@ -177,21 +178,24 @@ class IVFIndex:
 
     def _new_ivf(self, centroids: np.ndarray):
         faiss = _faiss()
-        ip = faiss.METRIC_INNER_PRODUCT
+        # L2 on unit vectors ranks exactly as inner product (|q - x|^2 = 2 - 2 q.x), and FAISS's
+        # L2 paths are the better ones: measured on 64-d clustered unit vectors, fast-scan PQ
+        # found 3.6 % of the true top-5 among its top 5 with METRIC_INNER_PRODUCT, 38 % with L2.
+        l2 = faiss.METRIC_L2
         nlist = len(centroids)
         if nlist >= self.hnsw_quantizer_from:
-            quantizer = faiss.IndexHNSWFlat(self.dim, 32, ip)
+            quantizer = faiss.IndexHNSWFlat(self.dim, 32, l2)
             quantizer.hnsw.efConstruction = 40
             quantizer.hnsw.efSearch = 16  # for assigning added vectors; queries pass their own
         else:
-            quantizer = faiss.IndexFlatIP(self.dim)
+            quantizer = faiss.IndexFlatL2(self.dim)
         quantizer.add(np.ascontiguousarray(centroids, np.float32))
         if self.kind == "ivf":
-            index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, ip)
+            index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, l2)
         elif self.kind == "ivf_sq8":
-            index = faiss.IndexIVFScalarQuantizer(quantizer, self.dim, nlist, faiss.ScalarQuantizer.QT_8bit, ip)
+            index = faiss.IndexIVFScalarQuantizer(quantizer, self.dim, nlist, faiss.ScalarQuantizer.QT_8bit, l2)
         else:
-            index = faiss.IndexIVFPQFastScan(quantizer, self.dim, nlist, self.pq_m, 4, ip)
+            index = faiss.IndexIVFPQFastScan(quantizer, self.dim, nlist, self.pq_m, 4, l2)
         index.own_fields = True
         quantizer.this.disown()  # the IVF index frees its quantiser
         return index
@@ -229,8 +233,15 @@ class IVFIndex:
         km.train(np.ascontiguousarray(take, np.float32))
         return km.centroids
 
+    @property
+    def takes_assignments(self) -> bool:
+        """Whether ``add`` can use list numbers computed elsewhere: not for fast-scan PQ, whose
+        lists are packed in blocks by its own add (FAISS's add_core corrupts them)."""
+        return self.kind != "ivf_pq"
+
     def add(self, vecs: np.ndarray, ids: np.ndarray, assign: np.ndarray | None = None) -> None:
-        """Add rows; ``assign``: their list numbers, when computed already (``assign()``)."""
+        """Add rows; ``assign``: their list numbers, when computed already (``assign()``;
+        ignored by kinds that cannot take them, see ``takes_assignments``)."""
         vecs = np.ascontiguousarray(vecs, np.float32).reshape(-1, self.dim)
         ids = np.asarray(ids, np.int64).reshape(-1)
         if len(vecs) != len(ids):
@@ -267,7 +278,7 @@ class IVFIndex:
         for lo in range(0, len(ids), _ADD_CHUNK):
             v, i = np.ascontiguousarray(vecs[lo : lo + _ADD_CHUNK]), ids[lo : lo + _ADD_CHUNK]
             rows = np.ascontiguousarray(self._store(v, i))
-            if assign is None:
+            if assign is None or not self.takes_assignments:
                 self._index.add_with_ids(v, rows)
             else:
                 a = np.ascontiguousarray(assign[lo : lo + _ADD_CHUNK], np.int64)
