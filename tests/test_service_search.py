@@ -87,3 +87,33 @@ def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tm
     pooled = 3 * sum(len(q) < 8 for q in queries)
     assert counters["ocrr_predict_pooled_total"] == pooled
     assert 0 < counters["ocrr_predict_searches_total"] <= pooled
+
+
+def test_searches_during_commits_answer_from_a_consistent_ledger(tmp_path):
+    """The pass runs outside the lock while corrections are committed (some with new labels,
+    which grow the label space): every answer is still the one the ledger gives alone."""
+    import threading
+
+    sub, vecs, queries = _ledger(tmp_path, 2000)
+    expected = [sub.explain(q) for q in queries]
+    far = -vecs[:200]  # the opposite direction: never among these queries' neighbours
+    errors = []
+
+    def commit():
+        try:
+            for j in range(0, 200, 4):
+                sub.correct(far[j : j + 4], [f"new{j}"] * 4)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    writer = threading.Thread(target=commit)
+    writer.start()
+    shortlist = Shortlist(sub.ledger.dim)
+    answers = []
+    while writer.is_alive():
+        answers.append(sub.explain_each(queries, shortlist))
+    writer.join()
+    assert not errors and answers and len(sub) == 2200
+    assert [sub.explain(q) for q in queries] == expected  # so no new entry was ever a neighbour
+    assert all(a == expected for a in answers)
+    sub.close()

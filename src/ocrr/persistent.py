@@ -86,8 +86,7 @@ class PersistentSubstrate:
 
     def check_queries(self, vecs) -> np.ndarray:
         """``vecs`` as float32 queries of the ledger's dimension, or the OcrrError a search would raise."""
-        with self.ledger.lock.read():
-            return check_vectors(vecs, self._fitted().ledger_.dim, "query vectors")
+        return check_vectors(vecs, self._fitted().ledger_.dim, "query vectors")  # fixed once fitted: no lock
 
     def explain_each(self, requests: list[np.ndarray], shortlist=None) -> list[list[Explanation]]:
         """``explain`` of several requests (checked with ``check_queries``) at once, each
@@ -100,22 +99,27 @@ class PersistentSubstrate:
         A row's product does not depend on the block it is in (the same BLAS kernel per row),
         so similarities and neighbours are the same bits as the index's own. ``shortlist``
         (a ``service.shortlist.Shortlist``, used by one caller at a time) finds the same
-        neighbours reading half the bytes."""
+        neighbours reading half the bytes.
+
+        The pass reads the first n rows without the lock (n taken under it): rows are
+        appended, never changed, and a grown buffer leaves the old one to this view, so a
+        commit need not wait for a scan. The answer is the ledger's at size n."""
         with self.ledger.lock.read():
             sub = self._fitted()
             index, n = sub.index_, len(sub.index_)
             pooled = isinstance(index, ExactIndex) and index.borrowed and n > 0
-            small = [r for r in range(len(requests)) if pooled and len(requests[r]) < POOLED_BELOW]
-            found: dict[int, tuple] = {}
-            if small:
-                queries = np.concatenate([requests[r] for r in small])
-                matrix = sub.ledger_.vectors[:n]
-                if shortlist is None:
-                    sims, ids = _pooled_scan(matrix, queries, sub.k)
-                else:
-                    sims, ids = shortlist.search(matrix, queries, sub.k, _pooled_scan)
-                at = np.cumsum([0] + [len(requests[r]) for r in small])
-                found = {r: (sims[at[j]:at[j + 1]], ids[at[j]:at[j + 1]]) for j, r in enumerate(small)}
+            matrix = sub.ledger_.vectors[:n]
+        small = [r for r in range(len(requests)) if pooled and len(requests[r]) < POOLED_BELOW]
+        found: dict[int, tuple] = {}
+        if small:
+            queries = np.concatenate([requests[r] for r in small])
+            if shortlist is None:
+                sims, ids = _pooled_scan(matrix, queries, sub.k)
+            else:
+                sims, ids = shortlist.search(matrix, queries, sub.k, _pooled_scan)
+            at = np.cumsum([0] + [len(requests[r]) for r in small])
+            found = {r: (sims[at[j]:at[j + 1]], ids[at[j]:at[j + 1]]) for j, r in enumerate(small)}
+        with self.ledger.lock.read():  # the vote reads the label space, which a commit may grow
             out = []
             for r, queries in enumerate(requests):
                 sims, ids = found[r] if r in found else index.search(queries, sub.k)

@@ -53,7 +53,10 @@ class PredictPool:
         if len(led) * (led.dim or 0) <= self.inline_floats:
             self._finish(batch, self._search(batch))
         else:
-            task = asyncio.get_running_loop().run_in_executor(self.executor, self._search, batch)
+            try:
+                task = asyncio.get_running_loop().run_in_executor(self.executor, self._search, batch)
+            except RuntimeError as e:  # the executor is shut down (the service is stopping)
+                return self._finish(batch, e)
             task.add_done_callback(lambda t: self._finish(batch, t.result()))
 
     def _search(self, batch) -> list | BaseException:

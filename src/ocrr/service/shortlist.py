@@ -16,8 +16,9 @@ float32 product. The answer is the exact search's, not an approximation of it:
 * their exact scores are the same bits as the full scan's: a BLAS matrix-vector product
   works through the rows in small aligned groups (a row alone at the end takes another
   kernel, which can round differently), so each candidate is scored inside its aligned
-  group of ``_GROUP`` rows, cut at the end of the matrix as the full scan is; ``top_k``
-  over those rows, ties included, is then the full scan's answer;
+  group of ``_GROUP`` rows, cut at the end of the matrix as the full scan is; the best k
+  of those rows (by similarity, then id, descending: ``top_k``'s order) are then the full
+  scan's answer, ties included;
 * a query whose candidates might reach past the shortlist's ``depth`` best (many exact
   duplicates), or whose scores are not finite, is scanned in full instead.
 
@@ -27,8 +28,6 @@ Not thread-safe: one caller at a time (the service's PredictPool runs one search
 from __future__ import annotations
 
 import numpy as np
-
-from ocrr.index.exact import top_k
 
 _U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once (4 or 8)
@@ -88,7 +87,8 @@ class Shortlist:
             cand = (groups[:, None] + np.arange(_GROUP)).ravel()
             cand = cand[cand < n]  # only the last group can be cut, and it stays last
             exact = matrix[cand] @ queries[j]
-            sims[j], ids[j] = (a[0] for a in top_k(exact[None], cand, kk))
+            best = np.lexsort((-cand, -exact))[:kk]  # top_k's order: similarity, then id, descending
+            sims[j], ids[j] = exact[best], cand[best]
         redo = np.flatnonzero(~ok)
         if len(redo):
             self.fallbacks += len(redo)
