@@ -125,3 +125,12 @@ def test_mbpa_learns_the_corrections_and_keeps_every_one_in_memory():
     assert len(system.memory_y_) == len(seed) + 10
     right = np.mean([p == "c5" for p in system.predict(Batch(novel[10:]))])
     assert right > 0.8, right
+
+
+def test_an_empty_seed_set_works_as_under_the_ocl_protocol():
+    _, novel, labels = seed_and_novel()
+    system = make_system("consolidating:refit_every=2", labels=labels, seed=0)
+    system.fit(Batch(np.empty((0, DIM), np.float32), None, []))
+    system.correct(Batch(novel[:2], None, ["c5", "c0"]))
+    assert system.consolidations_ == 1
+    assert system.predict(Batch(novel[:1])) == ["c5"]

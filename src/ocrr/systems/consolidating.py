@@ -97,7 +97,7 @@ class ConsolidatingMemory(Substrate):
         self.n_seed_ = len(self.ledger_)
         labels = list(seed.labels) if seed.labels is not None else []
         self.head_space_ = LabelSpace.over(self.labels, labels)
-        x = torch.from_numpy(np.array(self.ledger_.vectors))
+        x = torch.from_numpy(np.array(np.asarray(seed.vecs, np.float32).reshape(len(seed), self.ledger_.dim)))
         y = torch.from_numpy(self.head_space_.encode(labels))
         self.head_ = seed_head(x, y, len(self.head_space_), SeedTraining(epochs=self.seed_epochs), self.seed)
         self.consolidated_upto_ = self.n_seed_  # ledger entries the head has been trained with
