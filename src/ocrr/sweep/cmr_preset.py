@@ -52,10 +52,11 @@ SEARCH_SPACES = [
 # Table 1 rows around the picks: the other replay interval and the other candidate pool
 VARIANTS = {"er": {"replay_every": [1, 3]}, "max_loss": {"replay_every": [1, 3], "candidates": [256, 1024]},
             "mir": {"replay_every": [1, 3], "candidates": [256, 1024]}}
-# ocrr's own systems beside the paper's methods: the substrate, kNN-LM and plain online
-# fine-tuning. The other held-out baselines run here too (--systems +ewc +a_gem +lwf
-# +static_knn; docs/cmr has them); river's heads and LoRA cost minutes per run.
-OCRR_SYSTEMS = ["substrate", "knn_lm", "online_linear"]
+# ocrr's own systems beside the paper's methods: the substrate, the consolidating memory,
+# kNN-LM and plain online fine-tuning. The other held-out baselines run here too (--systems
+# +ewc +a_gem +lwf +static_knn; docs/cmr has them); MbPA++ (+mbpa), river's heads and LoRA
+# cost minutes per run.
+OCRR_SYSTEMS = ["substrate", "consolidating", "knn_lm", "online_linear"]
 TABLE2_METHODS = ["cft", "online_l2", "online_ewc", "er", "max_loss", "mir", "mir_l2"]
 EXTREMES = [{"beta": 0.1}, {"beta": 0.9}, {"gamma": 0.2}, {"gamma": 0.5}]
 
