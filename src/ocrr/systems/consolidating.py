@@ -5,10 +5,11 @@ The substrate's memory already holds what a good classifier needs; its 5-neighbo
 uses it poorly where a class is diffuse (CLINC150's out-of-scope) or a new class has few
 entries. So a softmax head over frozen embeddings is re-fitted from the ledger every
 ``refit_every`` corrections: warm-started from the current head, ``refit_steps`` AdamW
-steps (a fresh optimizer each time) on mini-batches of ``refit_batch`` entries, a share
-``correction_share`` of them drawn uniformly from the corrections, the rest uniformly from
-the whole ledger (so the rare new classes are seen often and the seed classes are never
-left out). A correction itself only appends to the ledger: its cost is the substrate's,
+steps (a fresh optimizer each time) on mini-batches of ``refit_batch`` ledger entries drawn
+by ``sampling``: ``prior`` (default) draws a label at its seed-set frequency (a label known
+only from corrections at the median label's), then one of its entries, so a new class with a
+handful of corrections is seen as often as a typical seed class; ``balanced`` and ``share``
+are the alternatives (see ``_sampler``). A correction itself only appends to the ledger: its cost is the substrate's,
 except on every ``refit_every``-th one, which also consolidates (timed apart in
 ``consolidation_seconds_``).
 
@@ -143,6 +144,8 @@ class ConsolidatingMemory(Substrate):
     def _sampler(self, y_all: torch.Tensor, gen: torch.Generator):
         """A function drawing one mini-batch of ledger rows.
 
+        ``prior``: a label at its seed-set frequency (one known only from corrections at the
+        median label's), then one of its entries uniformly.
         ``balanced``: a label uniformly among those the ledger holds, then one of its entries
         uniformly, so a new class with a handful of corrections weighs as much as a seed class
         of hundreds and no class's prior grows with its count. ``share``: ``correction_share``
