@@ -50,6 +50,10 @@ _F32_MAX = float(np.finfo(np.float32).max)
 # A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: about
 # 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.
 INLINE_FLOATS = 8_000_000
+# A pooled search (predicts of fewer than 8 vectors, service/pool.py) runs on a search thread
+# unless its pass is this small (entries x dimension): the event loop then keeps reading and
+# answering requests during the pass, and more predicts join the next one.
+POOL_INLINE_FLOATS = 1_000_000
 _F4LE = np.dtype("<f4")
 
 
@@ -178,10 +182,13 @@ _bearer = HTTPBearer(auto_error=False, description="the service token (printed o
 
 
 def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_threads: int = 2,
-               wait_threads: int = 32, shortcut: bool = True) -> FastAPI:
-    """The app. A predict by vector whose exact scan reads at most ``inline_floats``
-    numbers (queries x entries x dimension) is answered on the event loop; larger ones
-    run on ``search_threads`` threads (searches release the GIL in BLAS: one per core).
+               wait_threads: int = 32, shortcut: bool = True, pool_inline_floats: int = POOL_INLINE_FLOATS) -> FastAPI:
+    """The app. A predict of fewer than 8 vectors joins the pooled search
+    (service/pool.py: one pass, through the float16 shortlist, for the predicts that arrive
+    together; on a search thread unless the pass reads at most ``pool_inline_floats``
+    numbers). A bigger one whose exact scan reads at most ``inline_floats`` numbers
+    (queries x entries x dimension) is answered on the event loop; larger ones run on
+    ``search_threads`` threads (searches release the GIL in BLAS: one per core).
     Predicts by text and corrections, which mostly wait (for the encoder, for the group
     commit's fsync), run on ``wait_threads`` others, so slow texts never hold up a search.
     ``shortcut``: route /predict and /correct around FastAPI's routing (service/shortcut.py)."""
@@ -260,7 +267,8 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         vecs, _ = vectors_of(req)
         return answer(state.substrate.explain(vecs))
 
-    pool = state.pool = PredictPool(state.substrate, search_pool, inline_floats)
+    pool = state.pool = PredictPool(state.substrate, search_pool, pool_inline_floats)
+    pool.warm()
 
     @app.post("/predict", response_model=PredictResponse, openapi_extra=_body_doc(PredictRequest))
     async def predict(request: Request) -> Response:

@@ -53,7 +53,8 @@ class Shortlist:
     def __len__(self) -> int:
         return self.index.ntotal
 
-    def _catch_up(self, matrix: np.ndarray) -> None:
+    def catch_up(self, matrix: np.ndarray) -> None:
+        """Copy in the rows of ``matrix`` added since the last call."""
         rows = np.ascontiguousarray(matrix[len(self) :], np.float32)
         if not len(rows):
             return
@@ -66,7 +67,7 @@ class Shortlist:
         self.index.add_sa_codes(codes)
 
     def search(self, matrix: np.ndarray, queries: np.ndarray, k: int, full_scan) -> tuple[np.ndarray, np.ndarray]:
-        self._catch_up(matrix)
+        self.catch_up(matrix)
         n, kk = len(matrix), min(k, len(matrix))
         self.queries += len(queries)
         depth = min(self.depth, n)
