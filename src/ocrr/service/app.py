@@ -274,7 +274,10 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     async def predict(request: Request) -> Response:
         req = await _parse(request, PredictRequest)
         vectors = req.vectors if req.vectors is not None else req.vectors_b64
-        if vectors is None:  # texts: wait for the encoder off the loop
+        if vectors is None and req.texts is not None and len(req.texts) < POOLED_BELOW:  # encode off the loop, then pool
+            vecs, _ = await off_loop(wait_pool, vectors_of, req)
+            body = answer(await pool.explain(state.substrate.check_queries(vecs)))
+        elif vectors is None:
             body = await off_loop(wait_pool, predict_now, req)
         elif len(vectors) < POOLED_BELOW:  # the usual case: share a search with the predicts arriving with it
             body = answer(await pool.explain(state.substrate.check_queries(vectors_of(req)[0])))
