@@ -94,6 +94,30 @@ def test_correct_needs_the_token_and_returns_a_signed_head_and_proof(server, sig
     verify_inclusion(0, inc["size"], _b(inc["leaf_hash"]), [_b(p) for p in inc["proof"]], _b(inc["root"]))
 
 
+
+def test_concurrent_corrections_each_get_a_signed_head_that_proves_them(server, signer):
+    """Corrections that share a group commit share its signed head: each answer still
+    verifies, covers its entry, and proves it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url, *_ = server
+
+    def correct(j):
+        body = {"texts": [f"concurrent correction {j}"], "labels": ["balance"]}
+        return requests.post(f"{url}/correct", json=body, headers=AUTH).json()
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(correct, range(40)))
+    for out in answers:
+        (i,) = out["ids"]
+        head = verify_head(out["head"], signer.vkey)
+        assert head.size > i and verify_checkpoint(out["head"]["checkpoint"], signer.vkey)[1:] == (head.size, head.root)
+        (proof,) = out["proofs"]
+        assert proof["size"] == head.size
+        verify_inclusion(i, head.size, _b(proof["leaf_hash"]), [_b(p) for p in proof["proof"]], head.root)
+    assert len({a["ids"][0] for a in answers}) == 40
+
+
 BAD = [
     ({"vectors": [[float("nan")] + [0.0] * (DIM - 1)]}, "NaN"),
     ({"vectors": [[0.1] * (DIM - 1)]}, "dimension"),

@@ -299,7 +299,7 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
                    "proof": [_b64(p) for p in proof]} for i, leaf, proof in found]
         for i, label, text in zip(ids, req.labels, texts or [None] * len(ids)):
             state.recent.appendleft({"id": i, "label": label, "text": text, "time": time.time()})
-        return to_json({"ids": list(ids), "head": _signed(TreeHead.now(size, root, chain)), "proofs": proofs})
+        return to_json({"ids": list(ids), "head": _commit_head(size, root, chain), "proofs": proofs})
 
     @app.post("/correct", response_model=CorrectResponse, dependencies=[Depends(_bearer)],  # the schema's auth
               openapi_extra=_body_doc(CorrectRequest))
@@ -307,6 +307,16 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         require_token(request)
         req = await _parse(request, CorrectRequest)
         return Response(await off_loop(wait_pool, correct_now, req), media_type="application/json")
+
+    last_head: list = [None]  # (size, signed head) of the latest commit answered
+
+    def _commit_head(size: int, root: bytes, chain: bytes) -> dict:
+        """The signed head at ``size``, signed once for all the corrections a group commit
+        answers, not twice (head and checkpoint, Ed25519) per answer."""
+        got = last_head[0]
+        if got is None or got[0] != size:
+            got = last_head[0] = (size, _signed(TreeHead.now(size, root, chain)))
+        return got[1]
 
     def _signed(head: TreeHead) -> dict:
         if state.signer is None:
