@@ -281,7 +281,7 @@ def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels, pid, inte
 
 
 _COUNTERS = ("ocrr_ledger_commits_total", "ocrr_predict_searches_total", "ocrr_predict_pooled_total",
-             "ocrr_ledger_entries")
+             "ocrr_ledger_entries", "ocrr_predict_full_scans_total")
 
 
 def _metrics(port: int) -> np.ndarray:
@@ -290,7 +290,7 @@ def _metrics(port: int) -> np.ndarray:
 
 
 def report(tag, loads, wall, counters, cpu, loadavg) -> bool:
-    commits, searches, pooled, grown = counters
+    commits, searches, pooled, grown, full = counters
     errors = [e for c in loads for e in c.errors]
     acked = [a for c in loads for a in c.acked]
     total = sum(len(v) for c in loads for v in c.lat.values())
@@ -306,7 +306,8 @@ def report(tag, loads, wall, counters, cpu, loadavg) -> bool:
           f"{len(acked) / max(commits, 1):.1f} corrections per fsync); the ledger grew by {grown:.0f} entries")
     if searches:
         print(f"  predicts by vector: {pooled:.0f} answered by {searches:.0f} shared searches "
-              f"({pooled / searches:.2f} per search)")
+              f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
+              f"shortlist): {full:.0f}")
     user, system = cpu[0]
     print(f"  CPU: server {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
           f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "

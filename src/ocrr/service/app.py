@@ -422,6 +422,9 @@ def _prometheus(state: ServiceState) -> str:
               "# TYPE ocrr_predict_searches_total counter", f"ocrr_predict_searches_total {pool.passes}",
               "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
               "# TYPE ocrr_predict_pooled_total counter", f"ocrr_predict_pooled_total {pool.requests}",
+              "# HELP ocrr_predict_full_scans_total Pooled queries the float16 shortlist could not settle "
+              "(scanned in full).", "# TYPE ocrr_predict_full_scans_total counter",
+              f"ocrr_predict_full_scans_total {pool.shortlist.fallbacks if pool.shortlist else 0}",
               "# HELP ocrr_uptime_seconds Seconds since the service started.", "# TYPE ocrr_uptime_seconds gauge",
               f"ocrr_uptime_seconds {time.time() - state.started:.3f}"]
     return "\n".join(lines) + "\n"

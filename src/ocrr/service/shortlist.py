@@ -71,7 +71,7 @@ class Shortlist:
         n, kk = len(matrix), min(k, len(matrix))
         self.queries += len(queries)
         depth = min(self.depth, n)
-        if kk == 0 or depth <= kk or not np.isfinite(self.err_max):
+        if kk == 0 or depth <= kk or not np.isfinite(self.err_max) or len(self) != n:  # (an older, shorter matrix)
             self.fallbacks += len(queries)
             return full_scan(matrix, queries, k)
         approx, rows = self.index.search(queries, depth)
