@@ -17,7 +17,6 @@ import time
 import numpy as np
 
 from ocrr.index import exact_search, make_index, recall_at_k
-from ocrr.index.ivf_tune import _drop_self
 from ocrr.systems.vote import VoteRule, vote
 
 DATASETS = ("banking77", "clinc150")
@@ -41,6 +40,12 @@ def real_ledger(data_dir=None, encoder: str | None = None):
     return np.concatenate(parts), np.array(labels), np.concatenate(test_rows).astype(np.int64)
 
 
+def _without_self(sims: np.ndarray, ids: np.ndarray, self_ids: np.ndarray, k: int):
+    """The first k columns other than each row's own id (leave-one-out)."""
+    keep = np.argsort(ids == self_ids[:, None], axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, keep, axis=1), np.take_along_axis(ids, keep, axis=1)
+
+
 def run_real(backends: tuple[str, ...], data_dir=None, encoder: str | None = None, k: int = 5,
              target_recall: float = 0.95, nlist: int = 0, threads: int = 2, seed: int = 0,
              params: dict | None = None) -> list[dict]:
@@ -54,9 +59,7 @@ def run_real(backends: tuple[str, ...], data_dir=None, encoder: str | None = Non
     _, names = np.unique(labels, return_inverse=True)
     queries = x[test_rows]
     rule = VoteRule(k=k)
-    _, truth = exact_search(x, queries, k + 1)
-    truth = _drop_self(truth, test_rows, k)
-    exact_s = np.take_along_axis(queries @ x.T, truth, axis=1)  # (tiny ledger: one product)
+    exact_s, truth = _without_self(*exact_search(x, queries, k + 1), test_rows, k)
     exact_vote = vote(exact_s, truth, names[truth], rule)
     rows = []
     faiss.omp_set_num_threads(threads)
@@ -76,9 +79,7 @@ def run_real(backends: tuple[str, ...], data_dir=None, encoder: str | None = Non
                     index.train(x[:: max(1, len(x) // 65_536)])
                 index.add(x, ids)
             build_s = time.perf_counter() - t0
-            sims, got = index.search(queries, k + 1)
-            keep = np.argsort(got == test_rows[:, None], axis=1, kind="stable")[:, :k]  # drop the query itself
-            sims, got = np.take_along_axis(sims, keep, axis=1), np.take_along_axis(got, keep, axis=1)
+            sims, got = _without_self(*index.search(queries, k + 1), test_rows, k)
             pred = vote(sims, got, np.where(got >= 0, names[np.maximum(got, 0)], -1), rule)
             timing = _time_queries(index, queries[:200], k + 1, threads)
             tuning = getattr(index, "tuning", None) or {}

@@ -50,7 +50,7 @@ class AutoIndex:
         self._inner: ExactIndex | FaissIndex | IVFIndex = ExactIndex(dim, source=source)
         self._epoch_offset = 0
         self.switched_at: int | None = None  # live entries when the approximate backend took over
-        self.reason = f"exact: {0} live entries <= threshold {self.threshold}"
+        self.reason = f"exact: 0 live entries <= threshold {self.threshold:,}"
 
     def _new_backend(self):
         if self.switch_to.startswith("ivf"):

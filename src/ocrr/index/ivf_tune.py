@@ -34,7 +34,7 @@ MAX_RERANK = 1024
 log = logging.getLogger("ocrr.index")
 
 
-def _drop_self(ids: np.ndarray, self_ids: np.ndarray, k: int) -> np.ndarray:
+def drop_self(ids: np.ndarray, self_ids: np.ndarray, k: int) -> np.ndarray:
     """Each row without its own id, first k kept (-1 pads a row that had no self)."""
     drop = ids == self_ids[:, None]
     order = np.argsort(drop, axis=1, kind="stable")[:, :k]  # kept columns first, in their order
@@ -68,7 +68,7 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
         self_ids, queries, truth_ids = (np.asarray(a) for a in sample)
         queries = np.ascontiguousarray(queries, np.float32)
     pick = self_ids
-    truth = _drop_self(np.asarray(truth_ids, np.int64), np.asarray(self_ids, np.int64), k)
+    truth = drop_self(np.asarray(truth_ids, np.int64), np.asarray(self_ids, np.int64), k)
 
     depths = sorted({min(max_rerank, max(k + 1, k * 2 ** j)) for j in range(12)})
     mean_list = n / index.nlist
@@ -82,7 +82,7 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
         coarse = (max(2 * nprobe, 32) * 32 if hnsw_q else index.nlist) * index.dim * 4
         for depth in depths:
             _, got = rerank(queries, cand[:, : depth + 1], matrix, row_ids, k + 1)
-            per = recall_at_k(_drop_self(got, self_ids, k), truth, per_query=True)
+            per = recall_at_k(drop_self(got, self_ids, k), truth, per_query=True)
             recall = float(per.mean())
             bound = recall - 2 * float(per.std()) / np.sqrt(len(per))  # what a new sample will most likely beat
             cost = coarse + nprobe * mean_list * code_bytes + depth * index.dim * 4
