@@ -30,8 +30,8 @@ def done_ids(out, since=0):
 # --- the grid ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("preset, n, systems", [("main", 162, 9), ("river", 36, 3), ("storage", 27, 9),
-                                                ("ablation", 15, 5), ("smoke", 8, 2)])
+@pytest.mark.parametrize("preset, n, systems", [("main", 180, 10), ("river", 36, 3), ("storage", 27, 9),
+                                                ("ablation", 15, 5), ("ocl", 24, 8), ("smoke", 8, 2)])
 def test_presets_expand_to_the_papers_grids(preset, n, systems):
     tasks = resolve_grid(preset).tasks(resolve=False)
     assert len(tasks) == n
@@ -44,9 +44,10 @@ def test_main_preset_is_the_papers_5_1_grid_without_lora():
     grid = resolve_grid("main")
     assert grid.datasets == ["banking77", "clinc150"]
     assert grid.policies == ["oracle", "random50", "random10"]
-    # the paper's nine systems (162 runs); the fair river variants have their own preset
+    # the paper's nine systems (162 runs) and ocrr's consolidating memory; the fair river variants
+    # have their own preset
     assert grid.systems == ["substrate", "static_knn", "static_linear", "online_linear", "ewc", "a_gem", "lwf",
-                            "knn_lm", "river_logreg"]
+                            "knn_lm", "river_logreg", "consolidating"]
     # asked for explicitly, LoRA joins the preset's systems
     assert resolve_grid("main", systems=["+lora_deberta"]).systems[-1] == "lora_deberta"
     assert resolve_grid("storage").systems == sweep.STORAGE_SYSTEMS

@@ -273,9 +273,10 @@ def _sweep_parser(sub) -> None:
                                     "Finished tasks are skipped on re-run, so an interrupted sweep resumes. "
                                     "Settings: --preset, then --config FILE (TOML/JSON), then these options.")
     sw.add_argument("--preset", default=None,
-                    help="main (paper 5.1: 162 runs) | storage (4.4) | ablation (5.6) | river (published river "
-                         "beside two fair variants) | smoke (seconds, synthetic) | cmr (CMR paper: search on "
-                         "validation streams, then the test table) | cmr_table2 (and its Table 2)")
+                    help="main (paper 5.1: 162 runs, + 18 of consolidating) | storage (4.4) | ablation (5.6) | "
+                         "river (published river beside two fair variants) | consolidating (it, MbPA++ and its "
+                         "ablations) | ocl (EvalOCL, Banking77) | smoke (seconds, synthetic) | cmr (CMR paper: search "
+                         "on validation streams, then the test table) | cmr_table2 (and its Table 2)")
     sw.add_argument("--config", type=Path, default=None, help="a .toml or .json file of grid settings")
     sw.add_argument("--datasets", nargs="+", default=None, help="datasets (as for ocrr run --dataset)")
     sw.add_argument("--policies", nargs="+", default=None, help="oracle random50 random10 random:<p> ...")

@@ -32,12 +32,14 @@ STORAGE_SYSTEMS = ["substrate"] + [f"bounded_reservoir_{n}" for n in BUDGETS] + 
 ABLATION_SYSTEMS = ["substrate", "substrate_k1", "substrate_sumsim", "substrate_count_only", "substrate_no_recency"]
 CONSOLIDATING_SYSTEMS = ["substrate", "consolidating", "mbpa", "consolidating_head", "consolidating_fresh",
                         "consolidating_r50"]
+OCL_SYSTEMS = ["blind", "er_uniform", "er_fifo", "er_mixed", "cosine_fc", "acm", "substrate", "consolidating"]
 SMOKE_DATA = {"n_classes": 14, "dim": 16, "n_train_per_class": 20, "n_test_per_class": 10, "sigma": 0.1}
 
 PRESETS: dict[str, dict] = {
-    # paper 5.1: every system except LoRA (ask for it with --systems +lora_deberta)
+    # paper 5.1: every system except LoRA (ask for it with --systems +lora_deberta), and ocrr's
+    # consolidating memory beside them (issue 14: 162 + 18 runs)
     "main": {"datasets": ["banking77", "clinc150"], "policies": ["oracle", "random50", "random10"],
-             "seeds": [0, 1, 2], "systems": MAIN_SYSTEMS},
+             "seeds": [0, 1, 2], "systems": MAIN_SYSTEMS + ["consolidating"]},
     # beside paper 5.2: the published river row next to two fair river baselines (river_softmax's
     # pure-Python seed pass costs minutes per (dataset, seed), which is why it is not in `main`)
     "river": {"datasets": ["banking77", "clinc150"], "policies": ["oracle", "random10"], "seeds": [0, 1, 2],
@@ -49,6 +51,10 @@ PRESETS: dict[str, dict] = {
     # issue 14: the consolidating memory beside the substrate, MbPA++ and its ablations, on the main grid
     "consolidating": {"datasets": ["banking77", "clinc150"], "policies": ["oracle", "random50", "random10"],
                       "seeds": [0, 1, 2], "systems": CONSOLIDATING_SYSTEMS},
+    # EvalOCL (docs/ocl): the label-ordered stream at its calibrated shift S* = 64, every label
+    # revealed, fast stream (budget 1); the slow stream is --systems er_uniform:budget=5 ...
+    "ocl": {"datasets": ["banking77"], "policies": ["all"], "seeds": [0, 1, 2], "protocols": ["ocl:stay=0.9:shift=64"],
+            "systems": OCL_SYSTEMS},
     # seconds, no encoder, no downloads: for tests and for trying the machinery
     "smoke": {"datasets": ["synthetic"], "policies": ["oracle", "random50"], "seeds": [0, 1],
               "systems": ["substrate", "online_linear"], "data_options": {"synthetic": SMOKE_DATA}},
