@@ -39,7 +39,7 @@ from ocrr.systems.base import Footprint, check_vectors
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.refine import check_number
 from ocrr.systems.substrate import Substrate
-from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
+from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
 from ocrr.systems.vote import vote
 from ocrr.errors import OcrrError
 
@@ -186,11 +186,7 @@ class ConsolidatingMemory(Substrate):
             return
         old = self.head_
         gen = torch.Generator().manual_seed(derive_seed(self.seed, f"consolidating-grow-{len(self.head_space_)}"))
-        new = init_linear(old.in_features, len(self.head_space_), gen)
-        with torch.no_grad():
-            new.weight[: old.out_features] = old.weight
-            new.bias[: old.out_features] = old.bias
-        self.head_ = new
+        self.head_ = carry_rows(old, init_linear(old.in_features, len(self.head_space_), gen))
         self.opt_ = None  # its moments belong to the old parameters
 
     def _sub_to_head(self) -> np.ndarray:

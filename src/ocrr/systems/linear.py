@@ -12,7 +12,7 @@ import torch
 from ocrr.batch import Batch
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head
+from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
 
 
 class HeadPredictions:
@@ -134,9 +134,4 @@ class OnlineLinear(LinearHead):
 
     def _grow_head(self) -> None:
         """Add output rows for labels first met in a correction (open label space)."""
-        old = self.head_
-        new = init_linear(self.dim_, len(self.space_), self.generator_)
-        with torch.no_grad():
-            new.weight[: old.out_features] = old.weight
-            new.bias[: old.out_features] = old.bias
-        self.head_ = new
+        self.head_ = carry_rows(self.head_, init_linear(self.dim_, len(self.space_), self.generator_))

