@@ -268,9 +268,11 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
             x = store[ids] if keep else stream.rows(ids)
             _add_all(backends, x, ids, lo == 0, build_s, build_cpu)
     tuned: dict[str, dict] = {}
+    anon = [_proc_status_mb().get("RssAnon", math.nan)]  # sampled after each phase
     if ivf is not None:
         _say(started, n, f"first pass done; IVF: k-means ({ivf.nlist} lists) and adds")
         ivf.finish(CHUNK_ROWS, progress=lambda msg: _say(started, n, msg))
+        anon.append(_proc_status_mb().get("RssAnon", math.nan))
         for kind in ivf_kinds:
             backends[kind] = ivf.indexes[kind]
             build_s[kind], build_cpu[kind] = ivf.build_seconds(kind), ivf.build_seconds(kind, cpu=True)
@@ -319,9 +321,12 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
                 row.update(nlist=index.nlist, nprobe=index.nprobe, rerank=index.rerank,
                            target_recall=cfg.target_recall if t else 0.0, tuned_recall=t.get("recall", math.nan),
                            target_met=t.get("met", ""), tune_s=t.get("tune_s", math.nan),
-                           kmeans_s=ivf.seconds["kmeans"], assign_s=ivf.seconds["assign"])
+                           kmeans_s=ivf.seconds["kmeans"], assign_s=ivf.seconds["assign"],
+                           train_codes_s=ivf.seconds[f"train {name}"], add_s=ivf.seconds[f"add {name}"],
+                           tuning_points=t.get("points", []))
             rows.append(row)
         _say(started, n, f"{name} scored")
+        anon.append(_proc_status_mb().get("RssAnon", math.nan))
     peak = _peak_rss_mb()
     mem = _proc_status_mb()
     for row in rows:
@@ -330,6 +335,7 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
         row["exact_in_memory"] = keep
         if ivf is not None:
             row["anon_rss_end_mb"] = mem.get("RssAnon", math.nan)
+            row["anon_rss_max_sampled_mb"] = max(anon)
             row["file_rss_end_mb"] = mem.get("RssFile", math.nan)
     if vstore is not None:
         del store, exact, timed, backends

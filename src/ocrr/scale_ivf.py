@@ -23,6 +23,7 @@ computed during the first pass.
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 import time
@@ -47,6 +48,8 @@ class VectorStore:
             os.ftruncate(fd, n * dim * 4)
             self._fd = fd
             self.array = np.memmap(self.path, np.float32, mode="r", shape=(n, dim))
+            # re-rank reads scattered rows: no fault-around/readahead of neighbouring pages
+            self.array._mmap.madvise(mmap.MADV_RANDOM)
 
     def write(self, first: int, x: np.ndarray) -> None:
         if self._fd is None:

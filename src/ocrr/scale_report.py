@@ -155,7 +155,11 @@ def read_csv(path: Path) -> list[dict]:
 def write_outputs(rows: list[dict], cfg: "ScaleConfig", out: Path, notes: list[str] = ()) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "scale.csv", "md": out / "scale.md"}
-    write_csv(rows, paths["csv"])
+    points = {f"{r['backend']} {r['scale']}": r["tuning_points"] for r in rows if r.get("tuning_points")}
+    if points:  # every (nprobe, rerank) the IVF tuning tried, with its recall and cost
+        paths["tuning"] = out / "tuning.json"
+        paths["tuning"].write_text(json.dumps(points, indent=1))
+    write_csv([{k: v for k, v in r.items() if k != "tuning_points"} for r in rows], paths["csv"])
     paths["md"].write_text(markdown(rows, cfg, notes))
     png, svg = figure(rows, cfg, out / "scale_recall_accuracy")
     paths.update(png=png, svg=svg)
