@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import textwrap
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,7 +135,7 @@ def figure(rows: list[dict], cfg: "ScaleConfig", stem: Path) -> list[Path]:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"synthetic class-incremental: {data_description(cfg)}", fontsize=9)
+    fig.suptitle("\n".join(textwrap.wrap(f"synthetic class-incremental: {data_description(cfg)}", 140)), fontsize=9)
     fig.tight_layout()
     paths = []
     for ext in ("png", "svg"):
