@@ -222,3 +222,52 @@ def test_systems_record_the_tuned_settings_and_rebuild_from_them():
 def test_bad_ivf_options_name_the_fix(bad, match):
     with pytest.raises(OcrrError, match=match):
         make_system(f"substrate:index=ivf_pq:{bad}")
+
+
+@pytest.mark.parametrize("kind", ["ivf_sq8", "ivf_pq"])
+def test_target_agreement_is_met_on_held_out_queries_at_a_cheap_setting(kind):
+    x, labels, q, _ = clustered(n_classes=20, per_class=300, n_queries=20, noise=0.5)
+    index = IVFIndex(DIM, kind, nlist=32, min_train=1000, target_agreement=0.99, tune_queries=400,
+                     label_of=lambda ids: labels[ids])
+    index.build(x, np.arange(len(x)))
+    t = index.tuning
+    assert t["objective"] == "agreement" and t["met"] and t["agreement_bound"] >= 0.99 and t["n_queries"] == 400
+    assert (index.nprobe, index.rerank) == (t["nprobe"], t["rerank"])
+    assert t["cost_bytes"] < max(p["cost_bytes"] for p in t["points"])  # not the most expensive point tried
+    # cheaper settings exist that this sample says disagree too often: the pick is not a free lunch
+    assert any(p["agreement_bound"] < 0.99 for p in t["points"])
+    # 400 fresh items of the same classes, never stored: the substrate's vote over the tuned
+    # IVF top-5 against its vote over the exact top-5
+    sims, ids = index.search(q, 5)
+    es, ei = exact_search(x, q, 5)
+    rule = VoteRule(k=5)
+    assert np.mean(vote(sims, ids, labels[ids], rule) == vote(es, ei, labels[ei], rule)) >= 0.99
+    again = IVFIndex(DIM, kind, nlist=32, min_train=1000, target_agreement=0.99, tune_queries=400,
+                     label_of=lambda ids: labels[ids])
+    again.build(x, np.arange(len(x)))
+    assert (again.nprobe, again.rerank) == (index.nprobe, index.rerank)
+
+
+def test_an_unreachable_target_falls_back_to_the_cheapest_point_within_the_tolerance(caplog):
+    x = np.random.default_rng(0).standard_normal((3000, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    best = built("ivf_pq", x, target_recall=1.0, pq_m=4).tuning
+    index = IVFIndex(DIM, "ivf_pq", nlist=32, min_train=1000, pq_m=4, target_recall=1.0, tune_tolerance=0.1)
+    with caplog.at_level(logging.WARNING, logger="ocrr.index"):
+        index.build(x, np.arange(len(x)))
+    t = index.tuning
+    assert not t["met"] and not best["met"] and "cheapest within tolerance 0.100" in caplog.text
+    top = max(p["recall_bound"] for p in t["points"])
+    assert best["recall_bound"] == top  # tolerance 0: the best point, as before
+    assert t["recall_bound"] >= top - 0.1 and t["cost_bytes"] < best["cost_bytes"]
+    assert t["cost_bytes"] == min(p["cost_bytes"] for p in t["points"] if p["recall_bound"] >= top - 0.1)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"target_agreement": 1.0}, "target_agreement must be in"),
+    ({"target_agreement": 0.99}, "needs the entries' labels"),
+    ({"target_agreement": 0.99, "label_of": np.abs, "tune_queries": 200}, "use at least 396 tuning queries"),
+    ({"tune_tolerance": -0.1}, "tolerance must be in")])
+def test_bad_tuning_values_are_refused_with_the_fix(params, match):
+    with pytest.raises(ValueError, match=match):
+        IVFIndex(DIM, "ivf_pq", **params)

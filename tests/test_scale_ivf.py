@@ -72,3 +72,28 @@ def test_cli_scale_ivf_and_bad_options(tmp_path, capsys):
                       "--intrinsic-dim"), (["--backends", "ivf_flat"], "ivf_flat")):
         assert main(["scale", "--scales", "3000", "--classes", "6", "--out", str(out), *bad]) == 2
         assert what in capsys.readouterr().err
+
+
+def test_run_scale_tuned_for_vote_agreement_with_memory_split_and_cold_queries(tmp_path):
+    cfg = ScaleConfig(scales=(6000,), n_classes=6, dim=16, sigma=0.2, n_queries=30, threads=1, backends=("ivf_pq",),
+                      exact="no", family="subspace", intrinsic_dim=4, nlist=16, vectors_dir=str(tmp_path),
+                      target_recall=0.0, target_agreement=0.99, tune_queries=400, cold_queries=True)
+    rows = run_scale(6000, cfg)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["target_met"] and r["tuned_agreement_bound"] >= 0.99 and r["tune_queries"] == 400
+        assert r["target_recall"] == 0.0 and r["target_agreement"] == 0.99
+        assert r["agreement"] >= 0.9
+        assert r["peak_anon_mb"] > 0 and r["peak_file_mb"] >= 0 and r["anon_mb_tuned"] > 0
+        assert r["ms_per_query_cold_wall"] > 0 and r["file_mb_cold_queries"] >= 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_refuses_an_agreement_target_it_cannot_certify(tmp_path, capsys):
+    base = ["scale", "--scales", "3000", "--classes", "6", "--out", str(tmp_path)]
+    for bad, what in ((["--target-agreement", "0.99"], "--tune-queries 396"),
+                      (["--target-agreement", "1"], "--target-agreement must be in [0, 1)"),
+                      (["--tune-tolerance", "2"], "--tune-tolerance must be in"),
+                      (["--tune-queries", "-1"], "--tune-queries must be >= 0")):
+        assert main([*base, *bad]) == 2
+        assert what in capsys.readouterr().err

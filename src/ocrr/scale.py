@@ -38,7 +38,9 @@ Two query sets are scored at every scale (same build):
 Peak memory is ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of a fresh process per
 scale (``isolate=True``; psutil is not installed), so it includes the interpreter,
 numpy and FAISS (~0.2 GB) and the transient chunk buffers, not just the index; the CSV
-also has the anonymous and file-backed resident memory at the end (/proc/self/status).
+also has the sampled peaks of anonymous and file-backed resident memory separately, and
+both at each phase (``ocrr.scale_memory`` says what each means). With ``cold_queries``
+the IVF kinds are also timed right after the vector file left the page cache.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ import numpy as np
 from ocrr.index import make_index, recall_at_k, top_k
 from ocrr.index.exact import ExactIndex
 from ocrr.scale_data import BLOCK, CHUNK_ROWS, FAMILIES, SubspaceStream, SyntheticStream, make_stream
-from ocrr.scale_ivf import IVFBuild, VectorStore
+from ocrr.scale_ivf import IVFBuild, VectorStore, time_cold_queries
+from ocrr.scale_memory import MemorySampler, proc_status_mb
 from ocrr.scale_report import PAPER, figure, markdown, read_csv, scale_label, write_csv, write_outputs
 from ocrr.systems.vote import VoteRule, vote
 
@@ -94,6 +97,10 @@ class ScaleConfig:
     target_recall: float = 0.95  # tune nprobe and re-rank depth for this recall@k (0: no tuning)
     train_per_list: int = 32  # k-means training entries per list
     vectors_dir: str | None = None  # scratch folder of the float32 file the IVF re-rank reads (None: temp dir)
+    target_agreement: float = 0.0  # tune for the vote agreeing with exact search on the tuning sample (0: off)
+    tune_queries: int = 0  # size of the tuning sample (0: n_queries)
+    tune_tolerance: float = 0.0  # no point meets the targets: cheapest within this of the best bound
+    cold_queries: bool = False  # also time single queries after evicting the vector file from the page cache
 
     def keep_exact(self, n: int) -> bool:
         if self.exact == "yes":
@@ -179,29 +186,21 @@ def run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
     from threadpoolctl import threadpool_limits
 
     faiss.omp_set_num_threads(cfg.threads)
-    with threadpool_limits(cfg.threads):
-        return _run_scale(n, cfg)
+    with threadpool_limits(cfg.threads), MemorySampler() as memory:
+        rows = _run_scale(n, cfg, memory)
+    for row in rows:
+        row.update(memory.fields())
+    return rows
 
 
-def _proc_status_mb() -> dict[str, float]:
-    """Anonymous and file-backed resident memory now (MB), from /proc/self/status."""
-    out = {}
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key in ("RssAnon", "RssFile"):
-                    out[key] = int(value.split()[0]) / 1024
-    except OSError:
-        pass
-    return out
+_proc_status_mb = proc_status_mb
 
 
 def _say(started: float, n: int, msg: str) -> None:
     print(f"[scale {scale_label(n)} +{time.perf_counter() - started:.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
-def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
+def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
     rss_start = _peak_rss_mb()
     started = time.perf_counter()
     stream = make_stream(cfg.family, n, cfg.n_classes, cfg.dim, cfg.sigma, cfg.seed, cfg.intrinsic_dim, cfg.ambient)
@@ -215,9 +214,10 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
         qsets["stored"] = (q, lab, qids)
     depth = {m: cfg.k for m in qsets}
     ivf_kinds = [b for b in cfg.backends if b in IVF_KINDS]
-    tuning = ivf_kinds and cfg.target_recall > 0
+    tuning = ivf_kinds and (cfg.target_recall > 0 or cfg.target_agreement > 0)
     if tuning:  # held-out stored entries for the IVF tuning: exact top-(k+1), each includes itself
-        tune_ids = np.sort(np.random.default_rng([cfg.seed, 6]).choice(n, size=min(cfg.n_queries, n), replace=False))
+        size = min(cfg.tune_queries or cfg.n_queries, n)
+        tune_ids = np.sort(np.random.default_rng([cfg.seed, 6]).choice(n, size=size, replace=False))
         qsets["tune"] = (stream.rows(tune_ids), stream.labels_of(tune_ids), tune_ids)
         depth["tune"] = cfg.k + 1
     truth = {m: (np.empty((len(q), 0), np.float32), np.empty((len(q), 0), np.int64)) for m, (q, _, _) in qsets.items()}
@@ -269,19 +269,24 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
             _add_all(backends, x, ids, lo == 0, build_s, build_cpu)
     tuned: dict[str, dict] = {}
     anon = [_proc_status_mb().get("RssAnon", math.nan)]  # sampled after each phase
+    memory.mark("first_pass")
     if ivf is not None:
         _say(started, n, f"first pass done; IVF: k-means ({ivf.nlist} lists) and adds")
         ivf.finish(CHUNK_ROWS, progress=lambda msg: _say(started, n, msg))
+        memory.mark("built")
         anon.append(_proc_status_mb().get("RssAnon", math.nan))
         for kind in ivf_kinds:
             backends[kind] = ivf.indexes[kind]
             build_s[kind], build_cpu[kind] = ivf.build_seconds(kind), ivf.build_seconds(kind, cpu=True)
             if tuning:
                 tq, _, tids = qsets["tune"]
-                tuned[kind] = ivf.tune(kind, cfg.target_recall, cfg.k, (tids, tq, truth["tune"][1]))
+                tuned[kind] = ivf.tune(kind, cfg.target_recall, cfg.k, (tids, tq, truth["tune"][1]),
+                                       cfg.target_agreement, stream.labels_of, cfg.tune_tolerance)
                 _say(started, n, f"{kind}: tuned nprobe {tuned[kind]['nprobe']}, rerank {tuned[kind]['rerank']}, "
-                                 f"recall {tuned[kind]['recall']:.3f} in {tuned[kind]['tune_s']:.0f} s")
+                                 f"recall {tuned[kind]['recall']:.3f}, agreement "
+                                 f"{tuned[kind].get('agreement', math.nan):.3f} in {tuned[kind]['tune_s']:.0f} s")
         qsets.pop("tune", None)
+        memory.mark("tuned")
 
     timed = dict(backends)
     if keep:
@@ -320,6 +325,10 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
                 t = tuned.get(name, {})
                 row.update(nlist=index.nlist, nprobe=index.nprobe, rerank=index.rerank,
                            target_recall=cfg.target_recall if t else 0.0, tuned_recall=t.get("recall", math.nan),
+                           target_agreement=cfg.target_agreement if t else 0.0,
+                           tuned_agreement=t.get("agreement", math.nan),
+                           tuned_agreement_bound=t.get("agreement_bound", math.nan),
+                           tune_queries=t.get("n_queries", 0), tune_tolerance=cfg.tune_tolerance,
                            target_met=t.get("met", ""), tune_s=t.get("tune_s", math.nan),
                            kmeans_s=ivf.seconds["kmeans"], assign_s=ivf.seconds["assign"],
                            train_codes_s=ivf.seconds[f"train {name}"], add_s=ivf.seconds[f"add {name}"],
@@ -327,6 +336,12 @@ def _run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
             rows.append(row)
         _say(started, n, f"{name} scored")
         anon.append(_proc_status_mb().get("RssAnon", math.nan))
+    memory.mark("queried")
+    if cfg.cold_queries and vstore is not None and not keep:  # last: it empties the page cache of the file
+        for row in rows:
+            if row["backend"] in IVF_KINDS:
+                row.update(time_cold_queries(backends[row["backend"]], qsets[row["queries"]][0], cfg.k, vstore))
+        memory.mark("cold")
     peak = _peak_rss_mb()
     mem = _proc_status_mb()
     for row in rows:

@@ -53,6 +53,19 @@ def add_scale_command(sub) -> None:
     sc.add_argument("--target-recall", type=float, default=0.95,
                     help="tune IVF nprobe and re-rank depth for this recall@5 on held-out stored entries "
                          "(default 0.95; 0: use --nprobe and --rerank)")
+    sc.add_argument("--target-agreement", type=float, default=0.0,
+                    help="tune IVF nprobe and re-rank depth for the substrate's vote over the IVF top-5 to agree "
+                         "with the vote over the exact top-5 on held-out stored entries, at this Wilson lower bound "
+                         "(e.g. 0.99; needs --tune-queries >= 4t/(1-t): 396 for 0.99; default 0: off). With "
+                         "--target-recall also > 0, a setting must meet both")
+    sc.add_argument("--tune-queries", type=int, default=0,
+                    help="held-out stored entries the IVF tuning scores (default 0: --queries)")
+    sc.add_argument("--tune-tolerance", type=float, default=0.0,
+                    help="when no setting meets the targets, keep the cheapest whose bound is within this of the "
+                         "best bound (default 0: the best setting, however expensive)")
+    sc.add_argument("--cold-queries", action="store_true",
+                    help="also time IVF single queries right after the vector file left the page cache (only "
+                         "with the vectors on disk: --exact no)")
     sc.add_argument("--nprobe", type=int, default=16, help="IVF lists probed when not tuned (default 16)")
     sc.add_argument("--rerank", type=int, default=100, help="IVF candidates re-ranked when not tuned (default 100)")
     sc.add_argument("--vectors-dir", default=None,
@@ -91,6 +104,7 @@ def run_scale_command(args) -> int:
             raise OcrrError(f"--backends: {b!r} is not one of {', '.join(APPROXIMATE)} (exact is always measured).")
     if not 0 <= args.target_recall <= 1:
         raise OcrrError(f"--target-recall must be in [0, 1] (0: no tuning), got {args.target_recall}.")
+    _check_tuning(args)
     if args.nlist < 0 or args.nprobe < 1 or args.rerank < 1:
         raise OcrrError("need --nlist >= 0 (0: automatic), --nprobe >= 1 and --rerank >= 1.")
     if args.threads < 1:
@@ -120,7 +134,9 @@ def run_scale_command(args) -> int:
                       ef_search=args.ef_search, threads=args.threads, order=args.order, family=args.family,
                       intrinsic_dim=args.intrinsic_dim, ambient=args.ambient, nlist=args.nlist,
                       nprobe=args.nprobe, rerank=args.rerank, target_recall=args.target_recall,
-                      vectors_dir=args.vectors_dir)
+                      vectors_dir=args.vectors_dir, target_agreement=args.target_agreement,
+                      tune_queries=args.tune_queries, tune_tolerance=args.tune_tolerance,
+                      cold_queries=args.cold_queries)
     rows: list[dict] = []
 
     def progress(n, got):
@@ -147,6 +163,24 @@ def run_scale_command(args) -> int:
     console.print(f"{len(scales)} scale(s) in {time.perf_counter() - started:.0f} s; wrote "
                   f"{', '.join(p.name for p in paths.values())} to {args.out}/", highlight=False)
     return 0
+
+
+def _check_tuning(args) -> None:
+    from ocrr.index.ivf_tune import min_queries_for
+
+    if not 0 <= args.target_agreement < 1:
+        raise OcrrError(f"--target-agreement must be in [0, 1) (0: off), got {args.target_agreement}.")
+    if not 0 <= args.tune_tolerance < 1:
+        raise OcrrError(f"--tune-tolerance must be in [0, 1) (0: keep the best setting), got {args.tune_tolerance}.")
+    if args.tune_queries < 0:
+        raise OcrrError(f"--tune-queries must be >= 0 (0: --queries), got {args.tune_queries}.")
+    if args.target_agreement > 0:
+        if args.real:
+            raise OcrrError("--target-agreement is for the synthetic study; --real tunes for --target-recall.")
+        have, need = args.tune_queries or args.queries, min_queries_for(args.target_agreement)
+        if have < need:
+            raise OcrrError(f"--target-agreement {args.target_agreement} cannot be certified with {have} tuning "
+                            f"queries; pass --tune-queries {need} (or more), or a lower target.")
 
 
 def _real(args, backends, console, started) -> int:

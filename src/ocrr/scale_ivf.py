@@ -1,12 +1,15 @@
 """The scale study's IVF backends: one k-means and one list assignment shared by every IVF
-kind of a scale, a float32 vector store for the re-rank, and the target-recall tuning.
+kind of a scale, a float32 vector store for the re-rank, and the tuning (target recall and/or vote agreement).
 
 The store. The re-rank reads float32 rows, as the substrate's would read its ledger: in
 RAM when the study keeps the vectors anyway, else a scratch file in ``vectors_dir``,
 written with ``pwrite`` and memory-mapped read-only, so that only the rows a query
-re-ranks are paged into the process (10M x 384 float32 = 15.4 GB stays on disk and in
-the kernel's page cache, outside the process's resident memory; the bulk reads of the
-second pass use ``pread`` for the same reason).
+re-ranks are read (10M x 384 float32 = 15.4 GB stays on disk and in the kernel's page
+cache; the bulk reads of the second pass use ``pread``, which maps nothing). Mapped pages
+count as the process's file-backed RSS, and the kernel maps cached neighbours of each
+faulting page too (``ocrr.scale_memory``), so that figure is reported apart from the
+anonymous memory the index itself holds; ``time_cold_queries`` measures what a query
+costs when the rows are not cached at all.
 
 The build, for ``N`` entries: (1) the first pass over the stream (shared with the other
 backends) writes the store and keeps an even spread of ``nlist x train_per_list``
@@ -16,9 +19,11 @@ chunk to its list once and adds it to every kind (fast-scan PQ assigns for itsel
 cannot add precomputed assignments to its block-packed lists). Each kind's build time is the sum of
 (2), its own (3), (4)'s assignment (if it used it) and its own adds: what building that
 kind alone costs.
-(5) With ``target_recall`` set, each kind is tuned (``ocrr.index.ivf_tune``) on
-``n_queries`` stored entries, left out of their own answer, whose exact neighbours were
-computed during the first pass.
+(5) With ``target_recall`` and/or ``target_agreement`` set, each kind is tuned
+(``ocrr.index.ivf_tune``) on ``tune_queries`` stored entries, left out of their own
+answer, whose exact neighbours were computed during the first pass from the generated
+chunks (not read back through the map, so the ground truth puts no file pages into the
+process).
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ class VectorStore:
             os.ftruncate(fd, n * dim * 4)
             self._fd = fd
             self.array = np.memmap(self.path, np.float32, mode="r", shape=(n, dim))
-            # re-rank reads scattered rows: no fault-around/readahead of neighbouring pages
+            # re-rank reads scattered rows: no readahead from disk (the kernel still maps already-cached
+            # neighbours of a faulting page into the process: see ocrr.scale_memory)
             self.array._mmap.madvise(mmap.MADV_RANDOM)
 
     def write(self, first: int, x: np.ndarray) -> None:
@@ -66,12 +72,50 @@ class VectorStore:
     def matrix(self) -> np.ndarray:
         return self.array
 
+    def drop_cache(self) -> bool:
+        """Unmap the file's pages from this process and evict them from the page cache, so
+        the next re-ranks read from disk (a cold start). False when the rows are in RAM."""
+        if self._fd is None:
+            return False
+        self.array._mmap.madvise(mmap.MADV_DONTNEED)  # a read-only shared map: the pages only leave this process
+        os.fsync(self._fd)  # written pages must be clean before the kernel can drop them
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
             del self.array
             os.unlink(self.path)
+
+
+def time_cold_queries(index, queries: np.ndarray, k: int, store: VectorStore) -> dict:
+    """Single queries right after the vector file left the page cache: each re-ranked row
+    is a disk read. Wall time per query (the thread waits for the disk, so CPU time would
+    hide it), one query per call on one thread, one pass; and how much of the file those
+    queries brought back (file-backed MB of this process afterwards)."""
+    import faiss
+    from threadpoolctl import threadpool_limits
+
+    from ocrr.scale_memory import proc_status_mb
+
+    if not store.drop_cache():
+        return {}
+    before = proc_status_mb().get("RssFile", np.nan)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            c0, t0 = time.thread_time(), time.perf_counter()
+            for i in range(len(queries)):
+                index.search(queries[i : i + 1], k)
+            cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+    finally:
+        faiss.omp_set_num_threads(threads)
+    per = 1000 / len(queries)
+    return {"ms_per_query_cold_wall": wall * per, "ms_per_query_cold_cpu": cpu * per,
+            "file_mb_cold_queries": proc_status_mb().get("RssFile", np.nan) - before}
 
 
 class IVFBuild:
@@ -126,9 +170,11 @@ class IVFBuild:
         shared = t["assign"] if self.indexes[kind].takes_assignments else 0.0
         return t["kmeans"] + shared + t[f"train {kind}"] + t[f"add {kind}"]
 
-    def tune(self, kind: str, target: float, k: int, sample) -> dict:
+    def tune(self, kind: str, target: float, k: int, sample, target_agreement: float = 0.0, label_of=None,
+             tolerance: float = 0.0) -> dict:
         index = self.indexes[kind]
+        index.label_of = label_of
         t0 = time.perf_counter()
-        out = index.tune(target, k, sample=sample)
+        out = index.tune(target, k, sample=sample, target_agreement=target_agreement, tolerance=tolerance)
         out["tune_s"] = time.perf_counter() - t0
         return out

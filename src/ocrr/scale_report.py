@@ -48,13 +48,25 @@ def _fmt(value, spec: str) -> str:
         return str(value)
 
 
+def _tuning_description(cfg: "ScaleConfig") -> str:
+    targets = [f"recall@{cfg.k} >= {cfg.target_recall}" if cfg.target_recall else "",
+               f"vote agreement with exact >= {cfg.target_agreement} (Wilson bound)" if cfg.target_agreement else ""]
+    targets = [t for t in targets if t]
+    if not targets:
+        return f"nprobe {cfg.nprobe}, re-rank {cfg.rerank}"
+    fallback = (f"; no setting meeting them: the cheapest within {cfg.tune_tolerance} of the best bound"
+                if cfg.tune_tolerance else "")
+    return (f"nprobe and re-rank depth tuned for {' and '.join(targets)} on "
+            f"{cfg.tune_queries or cfg.n_queries} held-out stored entries{fallback}")
+
+
 def markdown(rows: list[dict], cfg: "ScaleConfig", notes: list[str] = ()) -> str:
     k = cfg.k
     out = [f"# Substrate scale study (paper 6.5)\n",
            f"{data_description(cfg)}, {cfg.n_queries} queries per set, "
            f"k={k}, margin 0.05 vote; HNSW M={cfg.hnsw_m}, efConstruction={cfg.ef_construction}, "
            f"efSearch={cfg.ef_search}; IVF: nlist {cfg.nlist or 'automatic (largest power of 2 <= 4 sqrt N)'}, "
-           f"{'nprobe and re-rank depth tuned for recall@%d >= %s on %d held-out stored entries' % (k, cfg.target_recall, cfg.n_queries) if cfg.target_recall else 'nprobe %d, re-rank %d' % (cfg.nprobe, cfg.rerank)}; "
+           f"{_tuning_description(cfg)}; "
            f"{cfg.threads} thread(s) for builds. ms/q = CPU ms of one query per call "
            f"on one thread (wall time is in the CSV; the machine was shared); build s = wall (CSV: CPU; for IVF "
            f"it includes k-means and list assignment); peak MB = peak RSS of the process that ran the scale "
@@ -67,8 +79,9 @@ def markdown(rows: list[dict], cfg: "ScaleConfig", notes: list[str] = ()) -> str
             ivf = b.startswith("ivf")
             out.append(f"\n## {b} vs exact, {mode} queries\n")
             out.append(f"| Scale | brute_acc | {b}_acc | gap | recall@{k} | agreement | {b} ms/q | exact ms/q "
-                       f"| {b} build s | {b} B/entry | peak MB |" + (" nprobe | rerank | tuned recall |" if ivf else ""))
-            out.append("| --- " * (14 if ivf else 11) + "|")
+                       f"| {b} build s | {b} B/entry | peak MB |" + (" nprobe | rerank | tuned recall | tuned "
+                                                                     "agreement | peak anon / file MB |" if ivf else ""))
+            out.append("| --- " * (16 if ivf else 11) + "|")
             for r in sel:
                 e = ex.get(r["scale"])
                 exact_ms = f"{e['ms_per_query']:.2f}" if e else "n/a"
@@ -77,7 +90,8 @@ def markdown(rows: list[dict], cfg: "ScaleConfig", notes: list[str] = ()) -> str
                         f"| {r['build_s']:.1f} | {r['index_bytes_per_entry']:.0f} | {r['peak_rss_mb']:.0f} |")
                 if ivf:
                     line += (f" {_fmt(r.get('nprobe'), 'd')} | {_fmt(r.get('rerank'), 'd')} "
-                             f"| {_fmt(r.get('tuned_recall'), '.3f')} |")
+                             f"| {_fmt(r.get('tuned_recall'), '.3f')} | {_fmt(r.get('tuned_agreement'), '.3f')} "
+                             f"| {_fmt(r.get('peak_anon_mb'), '.0f')} / {_fmt(r.get('peak_file_mb'), '.0f')} |")
                 out.append(line)
     out.append("\n## Paper 6.5 (for comparison)\n")
     out.append("| Scale | brute_acc | hnsw_acc | gap | recall@5 | agreement | hnsw ms/q |")

@@ -37,8 +37,11 @@ whole ledger. It is never done inside an ``add``: at 10M it takes minutes.
 
 Tuning. ``tune(target_recall, k)`` (``ocrr.index.ivf_tune``) picks ``nprobe`` and
 ``rerank`` for a recall target on a held-out sample of the index's own vectors; with
-``target_recall`` set it runs after training and whenever the index has grown
-``retune_growth`` (default 2) times since the last tuning.
+``target_agreement`` (and ``label_of``: ids -> label indices) it picks them for the
+substrate's vote to agree with exact search instead (or as well); ``tune_queries`` is the
+sample size, ``tune_tolerance`` how far below the best bound a cheaper fallback may be
+when no point meets the target. With a target set, tuning runs after training and
+whenever the index has grown ``retune_growth`` (default 2) times since the last tuning.
 
 Determinism: the same adds with one FAISS thread give the same lists and results
 (k-means and HNSW are seeded; several threads can change float summation order).
@@ -57,7 +60,8 @@ from ocrr.index.rerank import rerank
 KINDS = ("ivf", "ivf_sq8", "ivf_pq")
 IVF_DEFAULTS = {"nlist": 0, "nprobe": 16, "rerank": 100, "pq_m": 0, "min_train": 20_000,
                 "train_per_list": 32, "hnsw_quantizer_from": 4096, "retrain_growth": 4.0, "retune_growth": 2.0,
-                "target_recall": 0.0, "tune_k": 5, "seed": 0}
+                "target_recall": 0.0, "tune_k": 5, "seed": 0, "target_agreement": 0.0, "tune_queries": 200,
+                "tune_tolerance": 0.0}
 _ADD_CHUNK = 65_536
 _KMEANS_ITER = 10
 log = logging.getLogger("ocrr.index")
@@ -87,7 +91,8 @@ class IVFIndex:
     def __init__(self, dim: int, kind: str = "ivf_pq", source=None, nlist: int = 0, nprobe: int = 16,
                  rerank: int = 100, pq_m: int = 0, min_train: int = 20_000, train_per_list: int = 32,
                  hnsw_quantizer_from: int = 4096, retrain_growth: float = 4.0, retune_growth: float = 2.0,
-                 target_recall: float = 0.0, tune_k: int = 5, seed: int = 0):
+                 target_recall: float = 0.0, tune_k: int = 5, seed: int = 0, target_agreement: float = 0.0,
+                 label_of=None, tune_queries: int = 200, tune_tolerance: float = 0.0):
         if kind not in KINDS:
             raise ValueError(f"IVFIndex kind must be one of {KINDS}, got {kind!r}")
         for key, value in (("nlist", nlist), ("pq_m", pq_m)):
@@ -99,6 +104,9 @@ class IVFIndex:
                 raise ValueError(f"{key} must be >= 1, got {value}")
         if not 0 <= target_recall <= 1:
             raise ValueError(f"target_recall must be in [0, 1] (0: no tuning), got {target_recall}")
+        from ocrr.index.ivf_tune import check_targets
+
+        check_targets(target_recall, target_agreement, tune_tolerance, tune_queries, label_of is not None)
         self.pq_m = int(pq_m) or max(1, dim // 2)
         if kind == "ivf_pq" and dim % self.pq_m:
             raise ValueError(f"pq_m={self.pq_m} must divide the dimension {dim}")
@@ -110,6 +118,8 @@ class IVFIndex:
         self.hnsw_quantizer_from = int(hnsw_quantizer_from)
         self.retrain_growth, self.retune_growth = float(retrain_growth), float(retune_growth)
         self.target_recall, self.tune_k, self.seed = float(target_recall), int(tune_k), int(seed)
+        self.target_agreement, self.label_of = float(target_agreement), label_of
+        self.tune_queries, self.tune_tolerance = int(tune_queries), float(tune_tolerance)
         self.epoch = 0
         self.trained_on = 0  # entries the centroids were trained on (0: not trained yet)
         self.tuned_at = 0  # live entries at the last tuning
@@ -227,7 +237,7 @@ class IVFIndex:
         staged, self._staged = self._staged, None
         if staged is not None and len(staged):
             self._add_trained(staged.vectors, staged.ids)
-        if self.target_recall > 0 and len(self):
+        if self.tunes and len(self):
             self.tune(self.target_recall, self.tune_k)
 
     def kmeans(self, sample: np.ndarray, n: int | None = None) -> np.ndarray:
@@ -273,7 +283,7 @@ class IVFIndex:
         for lo in range(0, len(ids), _ADD_CHUNK):
             self._add_trained(np.asarray(vecs[lo : lo + _ADD_CHUNK], np.float32), ids[lo : lo + _ADD_CHUNK])
         self.trained_on = max(self.trained_on, len(self))
-        if self.target_recall > 0 and len(self):
+        if self.tunes and len(self):
             self.tune(self.target_recall, self.tune_k)
 
     def assign(self, vecs: np.ndarray) -> np.ndarray:
@@ -298,7 +308,7 @@ class IVFIndex:
             log.warning("%s index: %d live entries, %.1fx the %d its centroids were trained on; "
                         "call rebuild_index() to retrain", self.kind, len(self), len(self) / self.trained_on,
                         self.trained_on)
-        if self.target_recall > 0 and self.retune_growth > 0 and len(self) >= self.retune_growth * self.tuned_at:
+        if self.tunes and self.retune_growth > 0 and len(self) >= self.retune_growth * self.tuned_at:
             self.tune(self.target_recall, self.tune_k)
 
     @property
@@ -306,14 +316,23 @@ class IVFIndex:
         """True once the live entries exceed ``retrain_growth`` x the training count."""
         return self.trained and self.retrain_growth > 0 and len(self) > self.retrain_growth * self.trained_on
 
-    def tune(self, target_recall: float, k: int | None = None, n_queries: int = 200, seed: int | None = None,
-             sample=None) -> dict:
-        """Set ``nprobe`` and ``rerank`` for recall@k >= ``target_recall`` (see ocrr.index.ivf_tune;
-        ``sample``: (ids, vectors, exact top-(k+1) ids) computed elsewhere)."""
+    @property
+    def tunes(self) -> bool:
+        """Whether the index tunes itself (a recall or an agreement target is set)."""
+        return self.target_recall > 0 or self.target_agreement > 0
+
+    def tune(self, target_recall: float, k: int | None = None, n_queries: int | None = None, seed: int | None = None,
+             sample=None, target_agreement: float | None = None, tolerance: float | None = None) -> dict:
+        """Set ``nprobe`` and ``rerank`` for recall@k >= ``target_recall`` and/or vote agreement
+        >= ``target_agreement`` (default: the index's; see ocrr.index.ivf_tune; ``sample``:
+        (ids, vectors, exact top-(k+1) ids) computed elsewhere)."""
         from ocrr.index.ivf_tune import tune_ivf
 
-        self.tuning = tune_ivf(self, target_recall, k or self.tune_k, n_queries,
-                               self.seed if seed is None else seed, sample=sample)
+        agreement = self.target_agreement if target_agreement is None else target_agreement
+        self.tuning = tune_ivf(self, target_recall, k or self.tune_k, n_queries or self.tune_queries,
+                               self.seed if seed is None else seed, sample=sample, target_agreement=agreement,
+                               label_of=self.label_of,
+                               tolerance=self.tune_tolerance if tolerance is None else tolerance)
         self.nprobe, self.rerank = self.tuning["nprobe"], self.tuning["rerank"]
         self.tuned_at = len(self)
         return self.tuning

@@ -1,4 +1,5 @@
-"""Choose an IVF index's ``nprobe`` and re-rank depth for a target recall@k.
+"""Choose an IVF index's ``nprobe`` and re-rank depth for a target recall@k and/or a target
+agreement of the substrate's vote with exact search.
 
 The sample: ``n_queries`` live entries drawn with a seeded generator, each queried with
 its own vector and left out of its own answer (leave-one-out: neighbours 2..k+1 of the
@@ -12,12 +13,25 @@ deepest re-rank; every shallower depth (k+1, 2k, 4k, ... up to ``max_rerank``) i
 on a prefix of the same candidate list. Each setting gets a cost -- the bytes a query
 touches: centroids scanned, list codes scanned (``nprobe`` x mean list length x code
 size) and float32 rows re-ranked -- a deterministic stand-in for time, so the same seed
-picks the same setting on a busy or an idle machine. FAISS's ``OperatingPoints`` keeps
-the Pareto frontier of (recall bound, cost), the bound being the sample's mean recall
-minus two standard errors of it (so that another sample from the same ledger most likely
-meets the target too); the pick is the frontier's cheapest point whose bound reaches the
-target or, when none does, its highest point (logged as a warning).
-The search stops one doubling of ``nprobe`` after the target is first reached.
+picks the same setting on a busy or an idle machine.
+
+Objectives, each judged by a lower bound, so that another sample from the same ledger
+most likely meets the target too:
+
+* ``target_recall``: recall@k; bound = the sample's mean minus two standard errors;
+* ``target_agreement``: the fraction of sample queries whose vote over the IVF top-k
+  (``ocrr.systems.vote.vote`` with the substrate's rule, labels from ``label_of``) equals
+  the vote over the exact top-k -- what the substrate actually decides. Agreement is a
+  proportion that is often exactly 1 on the sample, where a standard error says nothing,
+  so its bound is the Wilson score lower bound at z = 2 (all of 200 agreeing: 0.980; of
+  1000: 0.996). A target t can only be certified with n_queries >= 4 t / (1 - t)
+  (``min_queries_for``).
+
+With both set, a point must meet both. The pick is the cheapest point that does; when
+none does, the cheapest point whose bound (agreement's if set, else recall's) is within
+``tolerance`` of the best bound found (``tolerance`` 0: the best point, as before), with a
+logged warning. FAISS's ``OperatingPoints`` records the Pareto frontier of (bound, cost).
+The search stops one doubling of ``nprobe`` after the deepest re-rank first meets every target.
 """
 
 from __future__ import annotations
@@ -28,7 +42,7 @@ import numpy as np
 
 from ocrr.index.exact import exact_search
 from ocrr.index.recall import recall_at_k
-from ocrr.index.rerank import rerank
+from ocrr.index.rerank import best_k, score_rows
 
 MAX_RERANK = 1024
 log = logging.getLogger("ocrr.index")
@@ -42,19 +56,75 @@ def drop_self(ids: np.ndarray, self_ids: np.ndarray, k: int) -> np.ndarray:
     return np.where(np.take_along_axis(drop, order, axis=1), -1, out)
 
 
+def wilson_lower(successes: np.ndarray | float, n: int, z: float = 2.0) -> float:
+    """Wilson score lower bound of a proportion (successes out of n)."""
+    if n == 0:
+        return 0.0
+    p = float(np.sum(successes)) / n if np.ndim(successes) else float(successes) / n
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    spread = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float((centre - spread) / (1 + z2 / n))
+
+
+def min_queries_for(target_agreement: float, z: float = 2.0) -> int:
+    """Fewest sample queries whose Wilson bound can reach ``target_agreement`` (all agreeing)."""
+    if target_agreement >= 1:
+        return 2**62
+    return int(np.ceil(z * z * target_agreement / (1 - target_agreement) - 1e-9))
+
+
+def drop_self_scored(sims: np.ndarray, ids: np.ndarray, self_ids: np.ndarray,
+                     k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``drop_self`` for (sims, ids) pairs: -inf / -1 pad a row that had no self."""
+    drop = ids == self_ids[:, None]
+    order = np.argsort(drop, axis=1, kind="stable")[:, :k]
+    gone = np.take_along_axis(drop, order, axis=1)
+    return (np.where(gone, -np.inf, np.take_along_axis(sims, order, axis=1)).astype(np.float32),
+            np.where(gone, -1, np.take_along_axis(ids, order, axis=1)))
+
+
+def check_targets(target_recall: float, target_agreement: float, tolerance: float, n_queries: int,
+                  has_labels: bool) -> None:
+    """ValueError naming the fix for settings the tuner cannot honour."""
+    if not 0 <= target_recall <= 1:
+        raise ValueError(f"target_recall must be in [0, 1] (0: no recall target), got {target_recall}")
+    if not 0 <= target_agreement < 1:
+        raise ValueError(f"target_agreement must be in [0, 1) (0: no agreement target), got {target_agreement}")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tune tolerance must be in [0, 1), got {tolerance}")
+    if n_queries < 1:
+        raise ValueError(f"tuning needs at least 1 sample query, got {n_queries}")
+    if target_agreement > 0:
+        if not has_labels:
+            raise ValueError("target_agreement needs the entries' labels (label_of: ids -> label indices)")
+        need = min_queries_for(target_agreement)
+        if n_queries < need:
+            raise ValueError(f"target_agreement {target_agreement} cannot be certified with {n_queries} tuning "
+                             f"queries (best possible lower bound {wilson_lower(n_queries, n_queries):.3f}); "
+                             f"use at least {need} tuning queries or a lower target")
+
+
 def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: int = 0,
-             max_rerank: int = MAX_RERANK, sample=None) -> dict:
+             max_rerank: int = MAX_RERANK, sample=None, *, target_agreement: float = 0.0, label_of=None,
+             rule=None, tolerance: float = 0.0) -> dict:
     """The pick and every point tried (see the module docstring). ``sample``: (ids,
-    vectors, exact top-(k+1) ids including each query itself), when the caller has them."""
+    vectors, exact top-(k+1) ids including each query itself), when the caller has them.
+    ``label_of``: ids -> label indices (needed for ``target_agreement``); ``rule``: the
+    vote's ``VoteRule`` (default: the substrate's, with this k)."""
     import faiss
 
+    from ocrr.systems.vote import VoteRule, vote
+
+    check_targets(target_recall, target_agreement, tolerance, n_queries if sample is None else len(sample[0]),
+                  label_of is not None)
     matrix = index._matrix()
     live_rows = np.flatnonzero(index._alive[: index._rows])
     row_ids = None if index.borrowed else index._row_ids
     n = len(live_rows)
     if n <= k + 1:
         return {"nprobe": index.nprobe, "rerank": index.rerank, "recall": 1.0, "target": target_recall,
-                "met": True, "k": k, "n_queries": 0, "points": []}
+                "target_agreement": target_agreement, "met": True, "k": k, "n_queries": 0, "points": []}
     if sample is None:
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1F0E]))
         pick = np.sort(rng.choice(n, size=min(n_queries, n), replace=False))
@@ -67,45 +137,84 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
     else:
         self_ids, queries, truth_ids = (np.asarray(a) for a in sample)
         queries = np.ascontiguousarray(queries, np.float32)
-    pick = self_ids
-    truth = drop_self(np.asarray(truth_ids, np.int64), np.asarray(self_ids, np.int64), k)
+        truth_rows = truth_ids if row_ids is None else _rows_of(row_ids[: index._rows], truth_ids)
+    self_ids = np.asarray(self_ids, np.int64)
+    truth = drop_self(np.asarray(truth_ids, np.int64), self_ids, k)
+    agreeing = target_agreement > 0 or label_of is not None
+    if agreeing:
+        rule = rule or VoteRule(k=k)
+
+        def decide(sims, ids):
+            return vote(sims, ids, np.where(ids >= 0, label_of(np.maximum(ids, 0)), -1), rule)
+
+        e_sims, e_ids = drop_self_scored(*best_k(*score_rows(queries, np.asarray(truth_rows, np.int64), matrix,
+                                                              row_ids), k + 1), self_ids, k)
+        exact_vote = decide(e_sims, e_ids)
 
     depths = sorted({min(max_rerank, max(k + 1, k * 2 ** j)) for j in range(12)})
     mean_list = n / index.nlist
     code_bytes = {"ivf": 4 * index.dim, "ivf_sq8": index.dim, "ivf_pq": index.pq_m / 2}[index.kind]
     hnsw_q = isinstance(faiss.downcast_index(index._index.quantizer), faiss.IndexHNSWFlat)
+    primary = "agreement_bound" if target_agreement > 0 else "recall_bound"
+
+    def meets(p):
+        return (target_recall <= 0 or p["recall_bound"] >= target_recall) and (
+            target_agreement <= 0 or p["agreement_bound"] >= target_agreement)
+
     ops = faiss.OperatingPoints()
-    points, best_at_max, reached, nprobe = [], 0.0, None, 1
+    points, reached, nprobe = [], None, 1
     max_nprobe = min(index.nlist, max(64, index.nlist // 32))  # beyond 1/32 of the lists a scan is no longer "fast"
     while nprobe <= max_nprobe:
         cand = index.candidates(queries, depths[-1] + 1, nprobe=nprobe)
+        all_sims, all_ids = score_rows(queries, cand, matrix, row_ids)  # each candidate row read once
         coarse = (max(2 * nprobe, 32) * 32 if hnsw_q else index.nlist) * index.dim * 4
         for depth in depths:
-            _, got = rerank(queries, cand[:, : depth + 1], matrix, row_ids, k + 1)
-            per = recall_at_k(drop_self(got, self_ids, k), truth, per_query=True)
+            sims, got = drop_self_scored(*best_k(all_sims[:, : depth + 1], all_ids[:, : depth + 1], k + 1),
+                                         self_ids, k)
+            per = recall_at_k(got, truth, per_query=True)
             recall = float(per.mean())
             bound = recall - 2 * float(per.std()) / np.sqrt(len(per))  # what a new sample will most likely beat
             cost = coarse + nprobe * mean_list * code_bytes + depth * index.dim * 4
-            points.append({"nprobe": nprobe, "rerank": depth, "recall": recall, "recall_bound": bound,
-                           "cost_bytes": cost})
-            ops.add(bound, cost, f"{nprobe},{depth}")
-            best_at_max = bound
-        if reached is None and best_at_max >= target_recall:
+            point = {"nprobe": nprobe, "rerank": depth, "recall": recall, "recall_bound": bound, "cost_bytes": cost}
+            if agreeing:
+                same = decide(sims, got) == exact_vote
+                point.update(agreement=float(same.mean()), agreement_bound=wilson_lower(same, len(same)))
+            points.append(point)
+            ops.add(point[primary], cost, f"{nprobe},{depth}")
+        if reached is None and meets(points[-1]):
             reached = nprobe
         elif reached is not None:
             break
         nprobe *= 2
-    frontier = [ops.optimal_pts.at(i) for i in range(ops.optimal_pts.size())]
-    ok = [p for p in frontier if p.perf >= target_recall]
-    chosen = min(ok, key=lambda p: p.t) if ok else max(frontier, key=lambda p: (p.perf, -p.t))
-    p_nprobe, p_depth = (int(v) for v in chosen.key.split(","))
+    ok = [p for p in points if meets(p)]
+    best = max(p[primary] for p in points)
+    if ok:
+        chosen = min(ok, key=lambda p: (p["cost_bytes"], -p[primary]))
+    else:  # the cheapest point within the tolerance of the best bound (tolerance 0: the best point)
+        chosen = min((p for p in points if p[primary] >= best - tolerance), key=lambda p: (p["cost_bytes"], -p[primary]))
     met = bool(ok)
-    recall = next(p["recall"] for p in points if (p["nprobe"], p["rerank"]) == (p_nprobe, p_depth))
     if not met:
-        log.warning("%s index: no setting reached recall@%d %.3f on %d held-out entries (best %.3f, lower bound "
-                    "%.3f, at nprobe=%d, rerank=%d)", index.kind, k, target_recall, len(pick), recall, chosen.perf,
-                    p_nprobe, p_depth)
-    return {"nprobe": p_nprobe, "rerank": p_depth, "recall": recall, "recall_bound": float(chosen.perf),
-            "target": target_recall,
-            "met": met, "k": k, "n_queries": int(len(pick)), "entries": int(n), "nlist": int(index.nlist),
-            "cost_bytes": float(chosen.t), "points": points}
+        wanted = " and ".join(w for w in (f"recall@{k} {target_recall:.3f}" if target_recall > 0 else "",
+                                          f"vote agreement {target_agreement:.3f}" if target_agreement > 0 else "") if w)
+        top = min((p for p in points if p[primary] == best), key=lambda p: p["cost_bytes"])
+        log.warning("%s index: no setting reached %s on %d held-out entries (best %s bound %.3f at nprobe=%d, "
+                    "rerank=%d); kept nprobe=%d, rerank=%d: the cheapest within tolerance %.3f of it (bound %.3f, "
+                    "recall %.3f, %.0f%% of the best point's cost)", index.kind, wanted, len(self_ids),
+                    primary.split("_")[0], best, top["nprobe"], top["rerank"], chosen["nprobe"], chosen["rerank"],
+                    tolerance, chosen[primary], chosen["recall"], 100 * chosen["cost_bytes"] / top["cost_bytes"])
+    frontier = [ops.optimal_pts.at(i).key for i in range(ops.optimal_pts.size())]
+    out = {"nprobe": chosen["nprobe"], "rerank": chosen["rerank"], "recall": chosen["recall"],
+           "recall_bound": float(chosen["recall_bound"]), "target": target_recall,
+           "target_agreement": target_agreement, "objective": primary.split("_")[0], "tolerance": tolerance,
+           "met": met, "k": k, "n_queries": int(len(self_ids)), "entries": int(n), "nlist": int(index.nlist),
+           "cost_bytes": float(chosen["cost_bytes"]), "frontier": frontier, "points": points}
+    if agreeing:
+        out.update(agreement=chosen["agreement"], agreement_bound=chosen["agreement_bound"])
+    return out
+
+
+def _rows_of(row_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Owned-mode row numbers of ``ids`` (-1 stays -1)."""
+    order = np.argsort(row_ids, kind="stable")
+    pos = np.searchsorted(row_ids, np.maximum(ids, 0), sorter=order)
+    return np.where(ids >= 0, order[np.minimum(pos, len(order) - 1)], -1)
