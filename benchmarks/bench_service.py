@@ -198,6 +198,9 @@ def main() -> int:
     ap.add_argument("--encoder-nice", type=int, default=None, help="pass --encoder-nice N to ocrr serve")
     ap.add_argument("--rate", type=float, default=0.0,
                     help="also run the mixed load paced at this many requests/s in all (0: skip)")
+    ap.add_argument("--predict-share", type=float, default=None,
+                    help="share of the mixed load's requests that are predicts (default 0.5 with --no-text, else "
+                         "0.45 by vector + 0.10 by text); 1: predicts only")
     ap.add_argument("--b64", action="store_true",
                     help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists")
     args = ap.parse_args()
@@ -232,6 +235,12 @@ def main() -> int:
             acked = []
             ok = True
             mixed = (0.5, 0.0, 0.5) if args.no_text else MIXED
+            if args.predict_share is not None:
+                if not 0.0 <= args.predict_share <= 1.0:
+                    print("--predict-share must be between 0 and 1")
+                    return 2
+                text = 0.0 if args.no_text else min(0.1, args.predict_share)
+                mixed = (args.predict_share - text, text, 1.0 - args.predict_share)
             phases = [("mixed", args.seconds, mixed, 0.0), ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]
             if args.rate:
                 phases.append((f"mixed, paced at {args.rate:.0f} requests/s", args.seconds, mixed,

@@ -117,3 +117,42 @@ def test_searches_during_commits_answer_from_a_consistent_ledger(tmp_path):
     assert [sub.explain(q) for q in queries] == expected  # so no new entry was ever a neighbour
     assert all(a == expected for a in answers)
     sub.close()
+
+
+def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix():
+    """Two searches run at once: one may copy in rows that the other's (older, shorter)
+    matrix does not hold. The older search must answer for its own rows only, exactly."""
+    from ocrr.persistent import _pooled_scan
+
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(1500, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    queries = vecs[rng.integers(1000, 1500, 20)] + rng.normal(0, 0.01, (20, 32)).astype(np.float32)  # near new rows
+    shortlist = Shortlist(32, depth=16)
+    shortlist.catch_up(vecs)  # the newer matrix
+    older = vecs[:1000]
+    sims, ids = shortlist.search(older, queries, 5, _pooled_scan)
+    want_sims, want_ids = _pooled_scan(older, queries, 5)
+    assert ids.max() < 1000
+    assert np.array_equal(ids, want_ids) and np.array_equal(sims, want_sims)
+    assert shortlist.fallbacks < shortlist.queries  # answered from the shortlist, not by full scans
+
+
+def test_concurrent_searches_and_appends_answer_as_a_full_scan_of_their_snapshot():
+    from ocrr.persistent import _pooled_scan
+
+    rng = np.random.default_rng(4)
+    vecs = rng.normal(size=(3000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    queries = vecs[rng.integers(0, 3000, 6)] + rng.normal(0, 0.01, (6, 32)).astype(np.float32)
+    shortlist = Shortlist(32, depth=16)
+
+    def search(n: int):
+        got = shortlist.search(vecs[:n], queries, 5, _pooled_scan)
+        want = _pooled_scan(vecs[:n], queries, 5)
+        return np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+    sizes = [1000 + 20 * i for i in range(100)]
+    with ThreadPoolExecutor(3) as pool:  # searches of growing snapshots, in any order, each copying rows in
+        assert all(pool.map(search, sizes[::-1] + sizes))
+    assert len(shortlist) == max(sizes)

@@ -1,8 +1,10 @@
 """The substrate's vote rule on hand-built neighbours (paper 4.3 and the 5.6 ablations)."""
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ocrr.systems.vote import VoteRule, vote
+from ocrr.systems.vote import VoteRule, vote, vote_rows
 
 A, B = 0, 1  # label ranks: A sorts before B
 
@@ -71,3 +73,25 @@ def test_rows_are_independent():
     ids = np.array([[0, 1, 2, 3, 4], [3, 7, 0, 1, 2]])
     labels = np.array([[A, B, B, B, B], [A, B, A, A, A]])
     assert vote(sims, ids, labels, FULL).tolist() == [A, B]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(data=st.data(), k=st.integers(1, 9), rows=st.integers(1, 4), margin=st.sampled_from([None, 0.0, 0.05, 0.3]),
+       maxsim=st.booleans(), recency=st.booleans())
+def test_the_row_by_row_vote_picks_what_the_array_vote_picks(data, k, rows, margin, maxsim, recency):
+    """vote_rows (the served predict's fast path) against vote, on rows full of ties: few
+    labels, similarities from a handful of float32 values (so band edges and max-similarity
+    ties are common), repeated ids, and padding (-1) anywhere."""
+    grid = np.float32([0.9, 0.85, 0.8, 0.5, 0.05, -0.2])
+    sims = np.array(data.draw(st.lists(st.lists(st.sampled_from(grid.tolist()), min_size=k, max_size=k),
+                                       min_size=rows, max_size=rows)), np.float32)
+    sims = -np.sort(-sims, axis=1)  # rows sorted by similarity, as a search returns them
+    ids = np.array(data.draw(st.lists(st.lists(st.integers(0, 6), min_size=k, max_size=k),
+                                      min_size=rows, max_size=rows)), np.int64)
+    labels = np.array(data.draw(st.lists(st.lists(st.integers(-1, 3), min_size=k, max_size=k),
+                                         min_size=rows, max_size=rows)), np.int64)
+    ids = np.where(labels >= 0, ids, -1)
+    rule = VoteRule(k=k, margin=margin, tiebreak_maxsim=maxsim, tiebreak_recency=recency)
+    assert vote_rows(sims, ids, labels, rule).tolist() == vote(sims, ids, labels, rule).tolist()
+    summed = VoteRule(k=k, margin=margin, weighting="sumsim")
+    assert vote_rows(sims, ids, labels, summed).tolist() == vote(sims, ids, labels, summed).tolist()

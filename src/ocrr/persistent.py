@@ -22,7 +22,7 @@ from ocrr.errors import OcrrError
 from ocrr.index.exact import _GEMV_BELOW, ExactIndex, top_k
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
-from ocrr.systems.vote import vote
+from ocrr.systems.vote import vote, vote_rows
 
 __all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
 
@@ -79,7 +79,9 @@ class PersistentSubstrate:
             return self._vote(sub, *sub.index_.search(queries, sub.k))
 
     def _vote(self, sub: Substrate, sims: np.ndarray, ids: np.ndarray):
-        labels = sub.space_.decode_ranks(vote(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
+        # A few rows (a served predict): the row-by-row vote, same winners at a fraction of the overhead.
+        by = vote_rows if len(sims) < POOLED_BELOW else vote
+        labels = sub.space_.decode_ranks(by(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
         label_of = sub.ledger_.label_of
         entry_labels = [[label_of(e) if e >= 0 else None for e in row.tolist()] for row in ids]
         return labels, sims, ids, entry_labels

@@ -18,6 +18,7 @@ import asyncio
 import base64
 import binascii
 import hmac
+import sys
 import threading
 import time
 from collections import deque
@@ -55,6 +56,18 @@ INLINE_FLOATS = 8_000_000
 # answering requests during the pass, and more predicts join the next one.
 POOL_INLINE_FLOATS = 1_000_000
 _F4LE = np.dtype("<f4")
+
+
+def _one_omp_thread() -> None:
+    """One OpenMP thread for the FAISS calls of this thread (the shortlist's scan). OpenMP's
+    thread count is a per-thread setting that new threads take from the environment, and
+    FAISS's wheel brings its own OpenMP runtime that threadpoolctl does not reach: left at
+    one thread per core, its idle workers spin after every search (measured: twice the
+    server's CPU per request at one client), taking the core the other requests need. The
+    service's parallelism is its own threads, one search per core."""
+    faiss = sys.modules.get("faiss")
+    if faiss is not None:
+        faiss.omp_set_num_threads(1)
 
 
 def _b64(b: bytes) -> str:
@@ -192,8 +205,8 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     Predicts by text and corrections, which mostly wait (for the encoder, for the group
     commit's fsync), run on ``wait_threads`` others, so slow texts never hold up a search.
     ``shortcut``: route /predict and /correct around FastAPI's routing (service/shortcut.py)."""
-    search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="ocrr-search")
-    wait_pool = ThreadPoolExecutor(wait_threads, thread_name_prefix="ocrr-wait")
+    search_pool = ThreadPoolExecutor(search_threads, thread_name_prefix="ocrr-search", initializer=_one_omp_thread)
+    wait_pool = ThreadPoolExecutor(wait_threads, thread_name_prefix="ocrr-wait", initializer=_one_omp_thread)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -267,8 +280,9 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         vecs, _ = vectors_of(req)
         return answer(state.substrate.explain(vecs))
 
-    pool = state.pool = PredictPool(state.substrate, search_pool, pool_inline_floats)
+    pool = state.pool = PredictPool(state.substrate, search_pool, pool_inline_floats, passes=search_threads)
     pool.warm()
+    _one_omp_thread()  # small pooled searches run on this (the event loop's) thread
 
     @app.post("/predict", response_model=PredictResponse, openapi_extra=_body_doc(PredictRequest))
     async def predict(request: Request) -> Response:

@@ -5,8 +5,9 @@ fits this box's cache), so under concurrent load the service spends its time str
 the same matrix once per request. The pool collects the predicts that reach the event
 loop in the same turn (and those that arrive while a search runs), and answers them with
 one pass over the vectors (``PersistentSubstrate.explain_each``: each answer is the one
-the request would get alone). A request waits for at most the search in flight and its
-own; nothing waits on a timer.
+the request would get alone). Up to ``passes`` searches run at once (one per core: the
+scan releases the GIL), so a request waits for a search only when every search thread is
+busy, and then for the first to finish and its own; nothing waits on a timer.
 """
 
 from __future__ import annotations
@@ -25,27 +26,34 @@ class PredictPool:
 
     Queries must be checked already (``substrate.check_queries``). A pooled search runs on
     the event loop when it reads at most ``inline_floats`` numbers per query (the thread
-    hop costs more than a small scan), else on ``executor``; one runs at a time."""
+    hop costs more than a small scan), else on ``executor``; at most ``passes`` at a time
+    (``executor`` needs that many threads)."""
 
     def __init__(self, substrate: PersistentSubstrate, executor: Executor, inline_floats: int,
-                 shortlist: bool = True):
+                 shortlist: bool = True, passes: int = 1):
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, got {passes}")
         self.substrate, self.executor, self.inline_floats = substrate, executor, inline_floats
         self.shortlist: Shortlist | None = None
         self.use_shortlist = shortlist
+        self.max_running = passes
         self._waiting: list[tuple[np.ndarray, asyncio.Future]] = []
-        self._busy = False  # a search (or its scheduling) is under way
+        self._running = 0  # searches under way (or scheduled)
         self.passes = self.requests = 0  # searches run and the requests they answered (for /metrics)
 
     def explain(self, queries: np.ndarray) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._waiting.append((queries, future))
-        if not self._busy:
-            self._busy = True
+        if self._running < self.max_running and len(self._waiting) == 1:  # the first to wait: start a search
+            self._running += 1
             loop.call_soon(self._start)  # after the other requests that are ready this turn
         return future
 
     def _start(self) -> None:
+        if not self._waiting:  # taken by a search that started meanwhile
+            self._running -= 1
+            return
         batch, self._waiting = self._waiting, []
         self.passes += 1
         self.requests += len(batch)
@@ -83,7 +91,7 @@ class PredictPool:
                 future.set_exception(result)
             else:
                 future.set_result(result[j])
-        if self._waiting:  # arrived during the search: the next one
+        if self._waiting:  # arrived while every search thread was busy: the next search
             asyncio.get_running_loop().call_soon(self._start)
         else:
-            self._busy = False
+            self._running -= 1

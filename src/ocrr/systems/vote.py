@@ -61,6 +61,41 @@ def vote(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: Vo
     return np.where(voting.any(axis=1), winner, -1).astype(np.int64)
 
 
+def vote_rows(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: VoteRule) -> np.ndarray:
+    """``vote``, row by row in plain Python: the same winners (tests check it against
+    ``vote``), several times faster for the few rows of a served predict, where ``vote``'s
+    dozen array operations cost more in call overhead than in work. The ``sumsim`` weighting
+    (a float sum whose rounding follows numpy's order) goes to ``vote``."""
+    if rule.weighting != "count" or sims.shape[1] == 0:
+        return vote(sims, nbr_ids, nbr_labels, rule)
+    return np.array([_vote_row(s, i, lab, rule) for s, i, lab in
+                     zip(sims.astype(np.float64).tolist(), nbr_ids.tolist(), nbr_labels.tolist())], np.int64)
+
+
+def _vote_row(sims: list[float], ids: list[int], labels: list[int], rule: VoteRule) -> int:
+    valid = [j for j, label in enumerate(labels) if label >= 0]
+    if not valid:
+        return -1
+    if rule.margin is not None:
+        top = max(sims[j] for j in valid)
+        valid = [j for j in valid if sims[j] >= top - rule.margin]  # the band, as ``vote`` computes it
+    per_label: dict[int, list] = {}  # label -> [votes, its best similarity, its latest id]
+    for j in valid:
+        got = per_label.get(labels[j])
+        if got is None:
+            per_label[labels[j]] = [1, sims[j], ids[j]]
+        else:
+            got[0] += 1
+            got[1] = max(got[1], sims[j])
+            got[2] = max(got[2], ids[j])
+    keys = [0] + [1] * rule.tiebreak_maxsim + [2] * rule.tiebreak_recency  # the keys ``vote`` applies, in order
+    left = list(per_label)
+    for key in keys:
+        best = max(per_label[label][key] for label in left)
+        left = [label for label in left if per_label[label][key] == best]
+    return min(left)  # the label that sorts first
+
+
 def _keep_best(cand: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Among candidate neighbours, keep those whose label's key equals the row's best."""
     masked = np.where(cand, key, -np.inf)
