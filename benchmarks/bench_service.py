@@ -9,9 +9,11 @@ p50/p90/p99/max latency per kind, durable corrections/s (acknowledged ones, each
 before its answer) and corrections per commit, the CPU used by the server and by the load
 generator, and the load average around each phase (on a shared box, latency follows it);
 then stops the server with SIGTERM, reopens the ledger, checks it fully and checks that
-every acknowledged correction is in it. With ``--rate R`` the mixed load runs once more
-with the clients paced to R requests/s in all (latency then counted from when each
-request was due), to show latency below saturation.
+every acknowledged correction is in it. With ``--rate R1,R2,...`` the mixed load runs
+again at each rate, the clients paced to R requests/s in all (latency then counted from
+when each request was due), each on a fresh server and ledger of ``--entries`` entries
+(so every rate starts from the same ledger size): latency below saturation, and the
+highest rate that still meets a latency target.
 
 The load generator must not be what is measured: a Python client with one thread per
 connection spends its own milliseconds under its own GIL (json.dumps of a 384-float
@@ -22,7 +24,7 @@ answers are parsed only as far as their length until the run is over, and latenc
 from the send to the last byte of the answer. ``--b64`` sends vectors as base64 float32
 (``vectors_b64``) instead of JSON lists.
 
-Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 200] [--b64]
+Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
 Targets on the 2-core box: predict by vector p99 <= 10 ms; >= 500 durable corrections/s.
 """
 
@@ -189,28 +191,54 @@ def get(port: int, path: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=20.0, help="mixed load (default 20 s)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="mixed load (default 20 s; 0: skip)")
     ap.add_argument("--burst", type=float, default=5.0, help="corrections only, afterwards (default 5 s; 0: skip)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--no-text", action="store_true", help="serve without an encoder; no predicts by text")
     ap.add_argument("--encoder-nice", type=int, default=None, help="pass --encoder-nice N to ocrr serve")
-    ap.add_argument("--rate", type=float, default=0.0,
-                    help="also run the mixed load paced at this many requests/s in all (0: skip)")
+    ap.add_argument("--rate", default="",
+                    help="also run the mixed load paced at these many requests/s in all (comma-separated, e.g. "
+                         "300,600), each for --seconds on a fresh server and ledger of --entries entries")
     ap.add_argument("--predict-share", type=float, default=None,
                     help="share of the mixed load's requests that are predicts (default 0.5 with --no-text, else "
                          "0.45 by vector + 0.10 by text); 1: predicts only")
     ap.add_argument("--b64", action="store_true",
                     help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists")
     args = ap.parse_args()
+    try:
+        rates = [float(r) for r in args.rate.split(",") if r.strip()]
+    except ValueError:
+        ap.error(f"--rate takes requests/s, comma-separated (e.g. 300,600), not {args.rate!r}")
+    if any(r <= 0 for r in rates) or args.clients < 1 or args.entries < 1 or args.seconds < 0 or args.burst < 0:
+        ap.error("--rate values, --clients and --entries must be positive; --seconds and --burst not negative")
+    if args.predict_share is not None and not 0.0 <= args.predict_share <= 1.0:
+        ap.error("--predict-share must be between 0 and 1")
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()} ({os.cpu_count()} cores)")
+    mixed = (0.5, 0.0, 0.5) if args.no_text else MIXED
+    if args.predict_share is not None:
+        text = 0.0 if args.no_text else min(0.1, args.predict_share)
+        mixed = (args.predict_share - text, text, 1.0 - args.predict_share)
+    runs = [[("mixed", args.seconds, mixed, 0.0), ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]]
+    runs += [[(f"mixed, paced at {r:.0f} requests/s (fresh ledger)", args.seconds, mixed, args.clients / r)]
+             for r in rates]
+    ok = True
+    for phases in runs:
+        phases = [p for p in phases if p[1] > 0]
+        if phases:
+            ok &= serve_and_load(args, phases)
+    return 0 if ok else 1
 
+
+def serve_and_load(args, phases) -> bool:
+    """A fresh ledger and ``ocrr serve`` on it, the phases' loads, a clean stop, and the check
+    that the reopened ledger verifies and holds every acknowledged correction."""
     with tempfile.TemporaryDirectory(prefix="ocrr-bench-service-") as tmp:
         path = Path(tmp) / "ledger.db"
         t0 = time.perf_counter()
         base, texts, labels = build_ledger(path, args.entries, args.encoder)
-        print(f"ledger: {args.entries} entries of dimension {base.shape[1]} built in {time.perf_counter() - t0:.1f} s")
+        print(f"\nledger: {args.entries} entries of dimension {base.shape[1]} built in {time.perf_counter() - t0:.1f} s")
         port = free_port()
         env = {**os.environ, "OCRR_TOKEN": TOKEN}
         log = open(Path(tmp) / "server.log", "w+")  # a file, not a pipe: a full pipe would stall the server
@@ -225,7 +253,7 @@ def main() -> int:
                 if server.poll() is not None:
                     log.seek(0)
                     print(log.read())
-                    return 1
+                    return False
                 try:
                     json.loads(get(port, "/health"))
                     break
@@ -234,27 +262,15 @@ def main() -> int:
             print(f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port})")
             acked = []
             ok = True
-            mixed = (0.5, 0.0, 0.5) if args.no_text else MIXED
-            if args.predict_share is not None:
-                if not 0.0 <= args.predict_share <= 1.0:
-                    print("--predict-share must be between 0 and 1")
-                    return 2
-                text = 0.0 if args.no_text else min(0.1, args.predict_share)
-                mixed = (args.predict_share - text, text, 1.0 - args.predict_share)
-            phases = [("mixed", args.seconds, mixed, 0.0), ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]
-            if args.rate:
-                phases.append((f"mixed, paced at {args.rate:.0f} requests/s", args.seconds, mixed,
-                               args.clients / args.rate))
             print(f"load: {args.clients} keep-alive HTTP/1.1 connections from this process (pid {os.getpid()}), "
                   "all in one asyncio loop; request bodies built before each send's clock starts (vectors as "
                   + ("base64 float32" if args.b64 else "JSON lists of floats") + "); latency = from the send "
-                  "to the last byte of the answer, as this client sees it")
+                  "(paced: from when the request was due) to the last byte of the answer, as this client sees it")
             for tag, seconds, mix, interval in phases:
-                if seconds > 0:
-                    loads, *measured = run_phase(port, args.clients, seconds, mix, tag, base, texts, labels,
-                                                 server.pid, interval, args.b64)
-                    ok &= report(tag, loads, *measured)
-                    acked += [a for c in loads for a in c.acked]
+                loads, *measured = run_phase(port, args.clients, seconds, mix, tag, base, texts, labels,
+                                             server.pid, interval, args.b64)
+                ok &= report(tag, loads, *measured)
+                acked += [a for c in loads for a in c.acked]
         finally:
             server.send_signal(signal.SIGTERM)  # clean shutdown: waits for requests in flight
             try:
@@ -270,7 +286,7 @@ def main() -> int:
             missing = [a for a in acked if a[0] >= len(mem) or (mem[a[0]].label, mem[a[0]].text) != a[1:]]
             print(f"reopened: {len(led)} entries, chain and Merkle tree verified in {time.perf_counter() - t0:.2f} s; "
                   f"acknowledged corrections missing or wrong: {len(missing)}")
-        return 0 if not missing and ok else 1
+        return not missing and ok
 
 
 def cpu_seconds(pid: int) -> np.ndarray:
