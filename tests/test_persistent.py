@@ -82,6 +82,9 @@ def test_errors_name_the_fix(tmp_path):
             sub.predict(np.zeros((1, DIM + 1), np.float32))
     with pytest.raises(OcrrError, match="not a substrate"):
         ocrr.open_substrate(tmp_path / "x.db", "static_linear")
+    for other_rule in ("consolidating", "robust_substrate", "static_knn"):  # substrates that answer otherwise
+        with pytest.raises(OcrrError, match="open it with substrate"):
+            ocrr.open_substrate(tmp_path / "x.db", other_rule)
     conn = sqlite3.connect(tmp_path / "e.db")
     conn.execute("UPDATE entries SET label = 'forged' WHERE id = 2")
     conn.commit()

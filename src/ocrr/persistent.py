@@ -199,6 +199,12 @@ def open_substrate(path: str | os.PathLike[str], system: str | Substrate = "subs
     if not isinstance(system, Substrate):
         raise OcrrError(f"{getattr(system, 'name', system)!r} is not a substrate; a persistent system needs a "
                         "ledger (pass substrate, bounded_fifo_1000, substrate:k=3, ...)")
+    if type(system).predict is not Substrate.predict or not system.learns:
+        # The persistent substrate (and the service) answer with the substrate's own search and
+        # vote; serving a system whose answer is another rule would be silently wrong.
+        raise OcrrError(f"{system.name!r} does not answer with the substrate's search and vote, which is what a "
+                        "persistent ledger serves; open it with substrate, substrate:k=3, bounded_fifo_1000 or "
+                        "bounded_reservoir_1000")
     if system.ledger_ is not None:
         raise OcrrError("pass an unfitted substrate: open_substrate fits it on the ledger file's entries")
     if not system.store_text:

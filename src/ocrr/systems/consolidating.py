@@ -40,7 +40,7 @@ from ocrr.systems.labels import LabelSpace
 from ocrr.systems.refine import check_number
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
-from ocrr.systems.vote import vote
+from ocrr.systems.vote import band, vote
 from ocrr.errors import OcrrError
 
 COMBINE = ("mix", "fresh", "head", "vote")
@@ -229,12 +229,9 @@ class ConsolidatingMemory(Substrate):
         return (1 - w) * p_head + w * p_vote, p_vote, winner_idx, fresh & has
 
     def _band(self, sims: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        valid = labels >= 0
-        if self.rule_.margin is None or sims.shape[1] == 0:
-            return valid
-        s = sims.astype(np.float64)
-        top = np.max(np.where(valid, s, -np.inf), axis=1, keepdims=True)
-        return valid & (s >= top - self.rule_.margin)
+        if sims.shape[1] == 0:
+            return labels >= 0
+        return band(sims, labels, self.rule_.margin)[2]
 
     def _head_proba(self, queries: np.ndarray) -> np.ndarray:
         """p_head over the substrate's label space (labels newer than the head get 0)."""

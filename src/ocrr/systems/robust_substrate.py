@@ -27,7 +27,7 @@ import numpy as np
 from ocrr.batch import Batch
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
-from ocrr.systems.vote import VoteRule, _keep_best
+from ocrr.systems.vote import VoteRule, _keep_best, band
 
 
 def trusted_vote(sims: np.ndarray, ids: np.ndarray, labels: np.ndarray, weights: np.ndarray, trusted: np.ndarray,
@@ -38,15 +38,7 @@ def trusted_vote(sims: np.ndarray, ids: np.ndarray, labels: np.ndarray, weights:
     n, k = sims.shape
     if k == 0:
         return np.full(n, -1, np.int64)
-    sims = sims.astype(np.float64)
-    valid = labels >= 0
-    if rule.margin is None:
-        voting = valid
-    else:
-        anchor = np.where(valid & trusted, sims, -np.inf).max(axis=1, keepdims=True)
-        plain = np.where(valid, sims, -np.inf).max(axis=1, keepdims=True)
-        top = np.where(np.isfinite(anchor), anchor, plain)
-        voting = valid & (sims >= top - rule.margin)
+    sims, _, voting = band(sims, labels, rule.margin, anchors=trusted)
     same = (labels[:, :, None] == labels[:, None, :]) & voting[:, None, :]
     weighted = np.where(same, weights[:, None, :], 0.0)
     score = weighted.sum(axis=2) if rule.weighting == "count" else (weighted * sims[:, None, :]).sum(axis=2)

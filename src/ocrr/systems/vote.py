@@ -30,6 +30,22 @@ class VoteRule:
             raise ValueError("weighting must be 'count' or 'sumsim'")
 
 
+def band(sims: np.ndarray, nbr_labels: np.ndarray, margin: float | None,
+         anchors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(similarities as float64, real neighbours (label >= 0), neighbours in the margin band)
+    per row. The band reaches ``margin`` below the top similarity, or below the best of the
+    ``anchors`` (a mask) where a row has one; no margin: every real neighbour is in it."""
+    sims = sims.astype(np.float64)
+    valid = nbr_labels >= 0
+    if margin is None:
+        return sims, valid, valid
+    top = np.max(np.where(valid, sims, -np.inf), axis=1, keepdims=True)
+    if anchors is not None:
+        anchor = np.where(valid & anchors, sims, -np.inf).max(axis=1, keepdims=True)
+        top = np.where(np.isfinite(anchor), anchor, top)
+    return sims, valid, valid & (sims >= top - margin)
+
+
 def vote(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: VoteRule) -> np.ndarray:
     """Vote each row's neighbours; return the winning label index per row (-1: no neighbours).
 
@@ -39,13 +55,7 @@ def vote(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: Vo
     n, k = sims.shape
     if k == 0:
         return np.full(n, -1, np.int64)
-    sims = sims.astype(np.float64)
-    valid = nbr_labels >= 0
-    if rule.margin is None:
-        voting = valid
-    else:
-        top = np.max(np.where(valid, sims, -np.inf), axis=1, keepdims=True)
-        voting = valid & (sims >= top - rule.margin)
+    sims, _, voting = band(sims, nbr_labels, rule.margin)
     # same[i, a, b]: neighbour b votes for the label of neighbour a.
     same = (nbr_labels[:, :, None] == nbr_labels[:, None, :]) & voting[:, None, :]
     if rule.weighting == "count":
@@ -110,13 +120,7 @@ def vote_margin(sims: np.ndarray, nbr_labels: np.ndarray, winners: np.ndarray, r
     n, k = sims.shape
     if k == 0:
         return np.zeros(n)
-    sims = sims.astype(np.float64)
-    valid = nbr_labels >= 0
-    if rule.margin is None:
-        voting = valid
-    else:
-        top = np.max(np.where(valid, sims, -np.inf), axis=1, keepdims=True)
-        voting = valid & (sims >= top - rule.margin)
+    sims, valid, voting = band(sims, nbr_labels, rule.margin)
     mine = valid & (nbr_labels == winners[:, None])
     same = (nbr_labels[:, :, None] == nbr_labels[:, None, :]) & voting[:, None, :]
     counts = same.sum(axis=2)  # band votes of each neighbour's label
