@@ -77,10 +77,14 @@ def test_cli_scale_ivf_and_bad_options(tmp_path, capsys):
 def test_run_scale_tuned_for_vote_agreement_with_memory_split_and_cold_queries(tmp_path):
     cfg = ScaleConfig(scales=(6000,), n_classes=6, dim=16, sigma=0.2, n_queries=30, threads=1, backends=("ivf_pq",),
                       exact="no", family="subspace", intrinsic_dim=4, nlist=16, vectors_dir=str(tmp_path),
-                      target_recall=0.0, target_agreement=0.99, tune_queries=400, cold_queries=True)
+                      target_recall=0.0, target_agreement=0.99, tune_queries=400, cold_queries=True,
+                      also_time=((16, 200),))
     rows = run_scale(6000, cfg)
-    assert len(rows) == 2
-    for r in rows:
+    assert [r["backend"] for r in rows] == ["ivf_pq", "ivf_pq", "ivf_pq@16/200", "ivf_pq@16/200"]
+    every_list = rows[2:]
+    assert all(r["nprobe"] == 16 and r["rerank"] == 200 and r["recall@5"] == 1.0 for r in every_list)
+    for r in rows[:2]:
+        assert (r["nprobe"], r["rerank"]) != (16, 200)
         assert r["target_met"] and r["tuned_agreement_bound"] >= 0.99 and r["tune_queries"] == 400
         assert r["target_recall"] == 0.0 and r["target_agreement"] == 0.99
         assert r["agreement"] >= 0.9
@@ -94,6 +98,7 @@ def test_cli_refuses_an_agreement_target_it_cannot_certify(tmp_path, capsys):
     for bad, what in ((["--target-agreement", "0.99"], "--tune-queries 396"),
                       (["--target-agreement", "1"], "--target-agreement must be in [0, 1)"),
                       (["--tune-tolerance", "2"], "--tune-tolerance must be in"),
-                      (["--tune-queries", "-1"], "--tune-queries must be >= 0")):
+                      (["--tune-queries", "-1"], "--tune-queries must be >= 0"),
+                      (["--also-time", "32:80"], "write nprobe/rerank pairs")):
         assert main([*base, *bad]) == 2
         assert what in capsys.readouterr().err

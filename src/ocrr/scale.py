@@ -101,6 +101,7 @@ class ScaleConfig:
     tune_queries: int = 0  # size of the tuning sample (0: n_queries)
     tune_tolerance: float = 0.0  # no point meets the targets: cheapest within this of the best bound
     cold_queries: bool = False  # also time single queries after evicting the vector file from the page cache
+    also_time: tuple = ()  # IVF: (nprobe, rerank) settings scored and timed besides the tuned one
 
     def keep_exact(self, n: int) -> bool:
         if self.exact == "yes":
@@ -292,8 +293,13 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
     if keep:
         assert exact.borrowed  # no second copy of the vectors
         timed = {"exact": exact, **backends}
+    plan = [(name, index, None) for name, index in timed.items()]
+    plan += [(kind, backends[kind], tuple(setting)) for kind in ivf_kinds for setting in cfg.also_time]
     rows = []
-    for name, index in timed.items():
+    for name, index, setting in plan:
+        if setting:  # the same index at another setting, for the trade-off (the tuned one is restored below)
+            tuned_setting = (index.nprobe, index.rerank)
+            index.nprobe, index.rerank = setting
         bytes_per_entry = index.nbytes / n
         for mode, (q, lab, qids) in qsets.items():
             t_s, t_i = truth[mode]
@@ -302,7 +308,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
             s, i = index.search(q, cfg.k)
             pred = _predict(stream, s, i, rule)
             row = {
-                "scale": n, "backend": name, "queries": mode, "n_queries": len(q), "sigma": cfg.sigma,
+                "scale": n, "backend": f"{name}@{setting[0]}/{setting[1]}" if setting else name, "queries": mode, "n_queries": len(q), "sigma": cfg.sigma,
                 "dim": cfg.dim, "n_classes": cfg.n_classes, "k": cfg.k,
                 "brute_acc": float(np.mean(exact_pred == lab)),
                 "acc": float(np.mean(pred == lab)),
@@ -332,9 +338,11 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
                            target_met=t.get("met", ""), tune_s=t.get("tune_s", math.nan),
                            kmeans_s=ivf.seconds["kmeans"], assign_s=ivf.seconds["assign"],
                            train_codes_s=ivf.seconds[f"train {name}"], add_s=ivf.seconds[f"add {name}"],
-                           tuning_points=t.get("points", []))
+                           tuning_points=[] if setting else t.get("points", []))
             rows.append(row)
-        _say(started, n, f"{name} scored")
+        if setting:
+            index.nprobe, index.rerank = tuned_setting
+        _say(started, n, f"{name} scored" + (f" at nprobe {setting[0]}, rerank {setting[1]}" if setting else ""))
         anon.append(_proc_status_mb().get("RssAnon", math.nan))
     memory.mark("queried")
     if cfg.cold_queries and vstore is not None and not keep:  # last: it empties the page cache of the file
@@ -391,6 +399,7 @@ def _child_main(argv: list[str]) -> None:
     n, raw = int(argv[0]), json.loads(argv[1])
     for key in ("scales", "backends", "query_modes"):
         raw[key] = tuple(raw[key])
+    raw["also_time"] = tuple(tuple(x) for x in raw.get("also_time", ()))
     print(json.dumps(run_scale(n, ScaleConfig(**raw))))
 
 

@@ -66,6 +66,9 @@ def add_scale_command(sub) -> None:
     sc.add_argument("--cold-queries", action="store_true",
                     help="also time IVF single queries right after the vector file left the page cache (only "
                          "with the vectors on disk: --exact no)")
+    sc.add_argument("--also-time", default="",
+                    help="IVF: also score and time each kind at these nprobe/rerank settings besides the tuned "
+                         "one, e.g. 32/80,256/160 (rows named ivf_pq@32/80)")
     sc.add_argument("--nprobe", type=int, default=16, help="IVF lists probed when not tuned (default 16)")
     sc.add_argument("--rerank", type=int, default=100, help="IVF candidates re-ranked when not tuned (default 100)")
     sc.add_argument("--vectors-dir", default=None,
@@ -136,7 +139,7 @@ def run_scale_command(args) -> int:
                       nprobe=args.nprobe, rerank=args.rerank, target_recall=args.target_recall,
                       vectors_dir=args.vectors_dir, target_agreement=args.target_agreement,
                       tune_queries=args.tune_queries, tune_tolerance=args.tune_tolerance,
-                      cold_queries=args.cold_queries)
+                      cold_queries=args.cold_queries, also_time=_settings(args.also_time))
     rows: list[dict] = []
 
     def progress(n, got):
@@ -163,6 +166,19 @@ def run_scale_command(args) -> int:
     console.print(f"{len(scales)} scale(s) in {time.perf_counter() - started:.0f} s; wrote "
                   f"{', '.join(p.name for p in paths.values())} to {args.out}/", highlight=False)
     return 0
+
+
+def _settings(text: str) -> tuple[tuple[int, int], ...]:
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            nprobe, rerank = (int(v) for v in item.split("/"))
+        except ValueError:
+            raise OcrrError(f"--also-time {item!r}: write nprobe/rerank pairs, e.g. 32/80,256/160.") from None
+        if nprobe < 1 or rerank < 1:
+            raise OcrrError(f"--also-time {item!r}: nprobe and rerank must be >= 1.")
+        out.append((nprobe, rerank))
+    return tuple(out)
 
 
 def _check_tuning(args) -> None:
