@@ -58,6 +58,9 @@ def test_run_real_pipeline_on_a_stand_in_ledger(monkeypatch):
     assert exact["recall@5"] == 1.0 and exact["agreement"] == 1.0 and exact["acc"] == exact["exact_acc"]
     assert ivf["recall@5"] >= 0.9 and ivf["agreement"] >= 0.9 and ivf["nprobe"] >= 1
     assert "| ivf_sq8 |" in real.real_markdown(rows)
+    tuned = real.run_real(("exact", "ivf_pq"), nlist=16, threads=1, target_recall=0.0, target_agreement=0.99,
+                          tune_queries=400)[1]
+    assert tuned["target_agreement"] == 0.99 and tuned["tuned_agreement"] >= 0.99 and tuned["agreement"] >= 0.95
 
 
 def test_cli_scale_ivf_and_bad_options(tmp_path, capsys):

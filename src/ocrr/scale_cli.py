@@ -191,8 +191,6 @@ def _check_tuning(args) -> None:
     if args.tune_queries < 0:
         raise OcrrError(f"--tune-queries must be >= 0 (0: --queries), got {args.tune_queries}.")
     if args.target_agreement > 0:
-        if args.real:
-            raise OcrrError("--target-agreement is for the synthetic study; --real tunes for --target-recall.")
         have, need = args.tune_queries or args.queries, min_queries_for(args.target_agreement)
         if have < need:
             raise OcrrError(f"--target-agreement {args.target_agreement} cannot be certified with {have} tuning "
@@ -204,7 +202,8 @@ def _real(args, backends, console, started) -> int:
     from ocrr.scale_report import write_csv
 
     rows = run_real(("exact", *backends), data_dir=args.data_dir, target_recall=args.target_recall,
-                    nlist=args.nlist, threads=args.threads, seed=args.seed)
+                    nlist=args.nlist, threads=args.threads, seed=args.seed, target_agreement=args.target_agreement,
+                    tune_queries=args.tune_queries or args.queries, tune_tolerance=args.tune_tolerance)
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, args.out / "real.csv")
     (args.out / "real.md").write_text(real_markdown(rows))
