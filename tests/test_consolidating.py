@@ -134,3 +134,59 @@ def test_an_empty_seed_set_works_as_under_the_ocl_protocol():
     system.correct(Batch(novel[:2], None, ["c5", "c0"]))
     assert system.consolidations_ == 1
     assert system.predict(Batch(novel[:1])) == ["c5"]
+
+
+def _heads_while_streaming(spec: str, seed, novel, labels, step: int = 1):
+    """Stream the novel items as corrections; record (ledger size, head bytes) at each new head."""
+    system = make_system(spec, labels=labels, seed=3).fit(seed)
+    heads, last = [], system.w64_.tobytes()
+    for i in range(0, len(novel), step):
+        system.correct(Batch(novel[i:i + step], None, ["c5"] * len(novel[i:i + step])))
+        if system.w64_.tobytes() != last:
+            last = system.w64_.tobytes()
+            heads.append((len(system.ledger_), last, system.b64_.tobytes(), system.consolidated_upto_))
+    return system, heads
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_background_consolidation_installs_the_synchronous_heads_one_interval_later(step):
+    """Off the correction path the heads are the same bits (the same inputs, seed and
+    arithmetic), each answering from the hand-over point: one interval after the
+    synchronous one, trained on the same rows."""
+    seed, novel, labels = seed_and_novel()
+    sync, sync_heads = _heads_while_streaming("consolidating:refit_every=4", seed, novel, labels, step)
+    back, back_heads = _heads_while_streaming("consolidating:refit_every=4:background=true", seed, novel, labels, step)
+    assert len(sync_heads) >= 5 and len(back_heads) == len(sync_heads) - 1  # the last one is still under way
+    for (at_s, w_s, b_s, upto_s), (at_b, w_b, b_b, upto_b) in zip(sync_heads, back_heads):
+        assert (w_s, b_s, upto_s) == (w_b, b_b, upto_b)  # the same head, trained on the same rows
+        assert at_b >= at_s + 4  # installed at least one interval later
+    assert back.job_ is not None and back.hyperparameters()["background"] is True
+    assert "background" not in sync.hyperparameters()  # (absent when off: older records unchanged)
+
+
+def test_background_runs_are_reproducible_and_pickle_with_a_consolidation_under_way():
+    import pickle
+
+    seed, novel, labels = seed_and_novel()
+    answers = []
+    for _ in range(2):
+        system = make_system("consolidating:refit_every=3:background=true", labels=labels, seed=5).fit(seed)
+        for i in range(13):
+            system.correct(Batch(novel[i:i + 1], None, ["c5"]))
+        answers.append(system.predict(Batch(np.concatenate([novel[13:], seed.vecs[::9]]))))
+    assert answers[0] == answers[1]
+    assert system.job_ is not None  # started at 12 corrections, due at 15
+    copy = pickle.loads(pickle.dumps(system))
+    for s in (system, copy):
+        for i in range(13, 16):
+            s.correct(Batch(novel[i:i + 1], None, ["c5"]))
+    assert copy.w64_.tobytes() == system.w64_.tobytes() and copy.consolidations_ == system.consolidations_ == 4
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("consolidating:background=maybe", "background must be true or false"),
+    ("consolidating:background=true:keep_optimizer=true", "no optimizer to keep"),
+])
+def test_background_options_are_checked_at_the_door(spec, message):
+    with pytest.raises(OcrrError, match=message):
+        make_system(spec, labels=["a", "b"], seed=0)

@@ -140,5 +140,7 @@ for _name, _summary, _defaults in (  # ablations: which part carries the gain (v
     ("consolidating_fresh", "consolidating: the vote where an unconsolidated entry is in its band, else the head alone "
                             "(no mixture)", {"combine": "fresh"}),
     ("consolidating_r50", "consolidating re-fitting every 50 corrections instead of 10", {"refit_every": 50}),
+    ("consolidating_bg", "consolidating with each re-fit off the correction path (a background thread; the "
+                         "same heads, each answering one interval later)", {"background": True}),
 ):
     register(_name, ConsolidatingMemory, "ablation", _summary, in_all=False, **_defaults)

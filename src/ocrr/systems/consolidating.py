@@ -29,7 +29,9 @@ crc32(key), consolidation number), so a seed gives the same heads and answers ev
 
 from __future__ import annotations
 
+import copy
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -44,6 +46,15 @@ from ocrr.systems.vote import band, vote
 from ocrr.errors import OcrrError
 
 COMBINE = ("mix", "fresh", "head", "vote")
+_BACKGROUND: ThreadPoolExecutor | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    """One thread for every background consolidation of the process (they queue)."""
+    global _BACKGROUND
+    if _BACKGROUND is None:
+        _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="ocrr-consolidate")
+    return _BACKGROUND
 SAMPLING = ("prior", "balanced", "share")
 
 
@@ -52,7 +63,8 @@ class ConsolidatingMemory(Substrate):
 
     def __init__(self, refit_every: int = 10, refit_steps: int = 50, refit_batch: int = 64,
                  sampling: str = "prior", correction_share: float = 0.5, lr: float = 1e-2, weight_decay: float = 1e-4,
-                 combine: str = "mix", vote_weight: float = 0.5, keep_optimizer: bool = False, seed_epochs: int = 30, **kwargs):
+                 combine: str = "mix", vote_weight: float = 0.5, keep_optimizer: bool = False, seed_epochs: int = 30,
+                 background: bool = False, **kwargs):
         kwargs.setdefault("name", "consolidating")
         super().__init__(**kwargs)
         who = self.name
@@ -85,12 +97,20 @@ class ConsolidatingMemory(Substrate):
         self.vote_weight = float(vote_weight)
         self.seed_epochs = int(seed_epochs)
         self.keep_optimizer = bool(keep_optimizer)
+        if background not in (True, False, 0, 1):
+            raise OcrrError(f"{who}: background must be true or false, got {background!r}. "
+                            f"Write e.g. {who.split(':')[0]}:background=true.")
+        self.background = bool(background)
+        if self.background and self.keep_optimizer:
+            raise OcrrError(f"{who}: background=true trains each head on a copy, so there is no optimizer to keep "
+                            "from one consolidation to the next; drop keep_optimizer or background.")
 
     def hyperparameters(self) -> dict:
+        extra = {"background": True} if self.background else {}  # (absent when off: older runs' records stay as they were)
         return {**super().hyperparameters(), "refit_every": self.refit_every, "refit_steps": self.refit_steps,
                 "refit_batch": self.refit_batch, "sampling": self.sampling, "correction_share": self.correction_share, "lr": self.lr,
                 "weight_decay": self.weight_decay, "combine": self.combine, "vote_weight": self.vote_weight,
-                "seed_epochs": self.seed_epochs, "keep_optimizer": self.keep_optimizer}
+                "seed_epochs": self.seed_epochs, "keep_optimizer": self.keep_optimizer, **extra}
 
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> "ConsolidatingMemory":
@@ -105,41 +125,91 @@ class ConsolidatingMemory(Substrate):
         self.consolidations_ = 0
         self.consolidation_seconds_ = 0.0
         self.opt_ = None
+        self.job_ = None  # background: the consolidation under way (a Future, or its result once pickled)
+        self.job_due_ = 0  # background: the ledger size at which its head is installed
+        self.handover_wait_seconds_ = 0.0  # background: time corrections waited for a head at its hand-over
         self._snapshot_head()
         return self
 
     def correct(self, batch: Batch) -> None:
         super().correct(batch)  # the ledger append: the instant fix
-        if len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
-            self.consolidate()
+        if not self.background:
+            if len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
+                self.consolidate()
+            return
+        if self.job_ is not None and len(self.ledger_) >= self.job_due_:
+            self._install_job()
+        if self.job_ is None and len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
+            self.job_ = _background().submit(self._refit, *self._refit_inputs())
+            self.job_due_ = len(self.ledger_) + self.refit_every
 
     def consolidate(self) -> None:
-        """Re-fit the head from the ledger now (also called every ``refit_every`` corrections)."""
+        """Re-fit the head from the ledger now (also called every ``refit_every`` corrections;
+        with ``background``, the consolidation under way is installed first)."""
         self._require_fitted()
-        t0 = time.perf_counter()
+        if self.job_ is not None:
+            self._install_job()
+        self._install(*self._refit(*self._refit_inputs()))
+
+    def _refit_inputs(self) -> tuple:
+        """What a consolidation reads, as of now. Background: copies of the head and of the
+        rows it trains on, so the system can go on answering and appending meanwhile."""
         n = len(self.ledger_)
-        self._grow_head()
+        vecs, entry_label = self.ledger_.vectors[:n], self._entry_label[:n]
+        if self.background:
+            head, space = copy.deepcopy(self.head_), copy.deepcopy(self.head_space_)
+            return head, space, None, np.array(vecs), entry_label.copy(), list(self.space_.names), self.consolidations_
+        return self.head_, self.head_space_, self.opt_, np.array(vecs), entry_label, list(self.space_.names), \
+            self.consolidations_
+
+    def _refit(self, head, space, opt, vecs: np.ndarray, entry_label: np.ndarray, names: list, number: int):
+        """The ``number``-th consolidation of ``head`` (over ``space``) on ledger rows
+        ``vecs`` with substrate label indices ``entry_label`` (label names ``names``): the
+        same arithmetic whether it runs in ``correct`` or in the background thread, so the
+        two give the same heads. Returns (head, space, optimizer, rows trained on, seconds)."""
+        t0 = time.perf_counter()
+        n = len(vecs)
+        head, space, grew = self._grown(head, space, names)
+        if grew:
+            opt = None  # its moments belong to the old parameters
         if self.refit_steps and n > 0:
-            gen = torch.Generator().manual_seed(self._refit_seed())
-            x_all = torch.from_numpy(np.array(self.ledger_.vectors))  # a writable copy for torch
-            sub_to_head = self._sub_to_head()
-            y_all = torch.from_numpy(sub_to_head[self._entry_label[:n]])
+            gen = torch.Generator().manual_seed(self._refit_seed(number))
+            x_all = torch.from_numpy(vecs)  # a writable copy for torch
+            y_all = torch.from_numpy(space.encode(names)[entry_label])
             draw = self._sampler(y_all, gen)
-            if self.opt_ is None or not self.keep_optimizer:
-                self.opt_ = torch.optim.AdamW(self.head_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-            opt = self.opt_
-            self.head_.train()
+            if opt is None or not self.keep_optimizer:
+                opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            head.train()
             for _ in range(self.refit_steps):
                 idx = draw()
                 opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(self.head_(x_all[idx]), y_all[idx])
+                loss = torch.nn.functional.cross_entropy(head(x_all[idx]), y_all[idx])
                 loss.backward()
                 opt.step()
-            self.head_.eval()
+            head.eval()
+        return head, space, opt, n, time.perf_counter() - t0
+
+    def _install(self, head, space, opt, n: int, seconds: float) -> None:
+        self.head_, self.head_space_, self.opt_ = head, space, opt
         self.consolidated_upto_ = n
         self.consolidations_ += 1
         self._snapshot_head()
-        self.consolidation_seconds_ += time.perf_counter() - t0
+        self.consolidation_seconds_ += seconds
+
+    def _install_job(self) -> None:
+        """Wait for the background consolidation (at its fixed hand-over point: the answers
+        never depend on how fast it ran) and answer with its head from now on."""
+        t0 = time.perf_counter()
+        result = self.job_.result() if isinstance(self.job_, Future) else self.job_
+        self.handover_wait_seconds_ += time.perf_counter() - t0
+        self.job_ = None
+        self._install(*result)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if isinstance(state.get("job_"), Future):  # a thread's future does not pickle: its result does
+            state["job_"] = state["job_"].result()
+        return state
 
     def _sampler(self, y_all: torch.Tensor, gen: torch.Generator):
         """A function drawing one mini-batch of ledger rows.
@@ -176,22 +246,16 @@ class ConsolidatingMemory(Substrate):
             return idx
         return share
 
-    def _refit_seed(self) -> int:
-        ss = np.random.SeedSequence([derive_seed(self.seed, "consolidating-refit"), self.consolidations_])
+    def _refit_seed(self, number: int) -> int:
+        ss = np.random.SeedSequence([derive_seed(self.seed, "consolidating-refit"), number])
         return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
-    def _grow_head(self) -> None:
-        """Rows for labels the ledger holds and the head does not (an open label space)."""
-        if not self.head_space_.add(self.space_.names):
-            return
-        old = self.head_
-        gen = torch.Generator().manual_seed(derive_seed(self.seed, f"consolidating-grow-{len(self.head_space_)}"))
-        self.head_ = carry_rows(old, init_linear(old.in_features, len(self.head_space_), gen))
-        self.opt_ = None  # its moments belong to the old parameters
-
-    def _sub_to_head(self) -> np.ndarray:
-        """Head row of each label index of the substrate's space."""
-        return self.head_space_.encode(self.space_.names)
+    def _grown(self, head, space: LabelSpace, names: list) -> tuple:
+        """(head, space, grew): rows for labels the ledger holds and the head does not (an open label space)."""
+        if not space.add(names):
+            return head, space, False
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, f"consolidating-grow-{len(space)}"))
+        return carry_rows(head, init_linear(head.in_features, len(space), gen)), space, True
 
     def _snapshot_head(self) -> None:
         # float64 copies: the same arithmetic for one query or many (batched == one by one)
