@@ -152,15 +152,14 @@ class ConsolidatingMemory(Substrate):
         self._install(*self._refit(*self._refit_inputs()))
 
     def _refit_inputs(self) -> tuple:
-        """What a consolidation reads, as of now. Background: copies of the head and of the
-        rows it trains on, so the system can go on answering and appending meanwhile."""
+        """What a consolidation reads, as of now. Background: a copy of the head (the system
+        goes on answering with its own meanwhile) and the rows it trains on."""
         n = len(self.ledger_)
         vecs, entry_label = self.ledger_.vectors[:n], self._entry_label[:n]
-        if self.background:
+        if self.background:  # (the ledger's rows are append-only: a view of the first n stays as it is)
             head, space = copy.deepcopy(self.head_), copy.deepcopy(self.head_space_)
-            return head, space, None, np.array(vecs), entry_label.copy(), list(self.space_.names), self.consolidations_
-        return self.head_, self.head_space_, self.opt_, np.array(vecs), entry_label, list(self.space_.names), \
-            self.consolidations_
+            return head, space, None, vecs, entry_label.copy(), list(self.space_.names), self.consolidations_
+        return self.head_, self.head_space_, self.opt_, vecs, entry_label, list(self.space_.names), self.consolidations_
 
     def _refit(self, head, space, opt, vecs: np.ndarray, entry_label: np.ndarray, names: list, number: int):
         """The ``number``-th consolidation of ``head`` (over ``space``) on ledger rows
@@ -174,7 +173,7 @@ class ConsolidatingMemory(Substrate):
             opt = None  # its moments belong to the old parameters
         if self.refit_steps and n > 0:
             gen = torch.Generator().manual_seed(self._refit_seed(number))
-            x_all = torch.from_numpy(vecs)  # a writable copy for torch
+            x_all = torch.from_numpy(np.array(vecs))  # a writable copy for torch
             y_all = torch.from_numpy(space.encode(names)[entry_label])
             draw = self._sampler(y_all, gen)
             if opt is None or not self.keep_optimizer:
