@@ -92,7 +92,7 @@ def test_run_scale_tuned_for_vote_agreement_with_memory_split_and_cold_queries(t
         assert r["target_recall"] == 0.0 and r["target_agreement"] == 0.99
         assert r["agreement"] >= 0.9
         assert r["peak_anon_mb"] > 0 and r["peak_file_mb"] >= 0 and r["anon_mb_tuned"] > 0
-        assert r["ms_per_query_cold_wall"] > 0 and r["file_mb_cold_queries"] >= 0
+        assert r["ms_per_query_cold_wall"] > 0 and not r["disk_mb_cold_queries"] < 0
     assert list(tmp_path.iterdir()) == []
 
 

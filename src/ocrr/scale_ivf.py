@@ -3,13 +3,12 @@ kind of a scale, a float32 vector store for the re-rank, and the tuning (target 
 
 The store. The re-rank reads float32 rows, as the substrate's would read its ledger: in
 RAM when the study keeps the vectors anyway, else a scratch file in ``vectors_dir``,
-written with ``pwrite`` and memory-mapped read-only, so that only the rows a query
-re-ranks are read (10M x 384 float32 = 15.4 GB stays on disk and in the kernel's page
-cache; the bulk reads of the second pass use ``pread``, which maps nothing). Mapped pages
-count as the process's file-backed RSS, and the kernel maps cached neighbours of each
-faulting page too (``ocrr.scale_memory``), so that figure is reported apart from the
-anonymous memory the index itself holds; ``time_cold_queries`` measures what a query
-costs when the rows are not cached at all.
+written with ``pwrite`` and read with ``pread`` (``ocrr.index.file_rows``), so that only
+the rows a query re-ranks are read (10M x 384 float32 = 15.4 GB stays on disk and in the
+kernel's page cache, mapped into no process: through a memory map the kernel also maps
+the cached neighbours of every page a re-rank touches, about 70x the bytes read, and the
+process then shows the file as its own resident memory; ``ocrr.scale_memory``).
+``time_cold_queries`` measures what a query costs when the rows are not cached at all.
 
 The build, for ``N`` entries: (1) the first pass over the stream (shared with the other
 backends) writes the store and keeps an even spread of ``nlist x train_per_list``
@@ -28,7 +27,6 @@ process).
 
 from __future__ import annotations
 
-import mmap
 import os
 import tempfile
 import time
@@ -36,6 +34,7 @@ import time
 import numpy as np
 
 from ocrr.index import make_index
+from ocrr.index.file_rows import FileRows
 from ocrr.index.ivf import nlist_for
 
 
@@ -52,10 +51,8 @@ class VectorStore:
             fd, self.path = tempfile.mkstemp(prefix="ocrr-scale-", suffix=".f32", dir=folder)
             os.ftruncate(fd, n * dim * 4)
             self._fd = fd
-            self.array = np.memmap(self.path, np.float32, mode="r", shape=(n, dim))
-            # re-rank reads scattered rows: no readahead from disk (the kernel still maps already-cached
-            # neighbours of a faulting page into the process: see ocrr.scale_memory)
-            self.array._mmap.madvise(mmap.MADV_RANDOM)
+            self.array = FileRows(fd, n, dim)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # re-rank reads scattered rows: no readahead
 
     def write(self, first: int, x: np.ndarray) -> None:
         if self._fd is None:
@@ -73,11 +70,10 @@ class VectorStore:
         return self.array
 
     def drop_cache(self) -> bool:
-        """Unmap the file's pages from this process and evict them from the page cache, so
-        the next re-ranks read from disk (a cold start). False when the rows are in RAM."""
+        """Evict the file's pages from the page cache, so the next re-ranks read from disk
+        (a cold start). False when the rows are in RAM."""
         if self._fd is None:
             return False
-        self.array._mmap.madvise(mmap.MADV_DONTNEED)  # a read-only shared map: the pages only leave this process
         os.fsync(self._fd)  # written pages must be clean before the kernel can drop them
         os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return True
@@ -93,16 +89,14 @@ class VectorStore:
 def time_cold_queries(index, queries: np.ndarray, k: int, store: VectorStore) -> dict:
     """Single queries right after the vector file left the page cache: each re-ranked row
     is a disk read. Wall time per query (the thread waits for the disk, so CPU time would
-    hide it), one query per call on one thread, one pass; and how much of the file those
-    queries brought back (file-backed MB of this process afterwards)."""
+    hide it), one query per call on one thread, one pass; and how many MB those queries
+    read from the disk (``read_bytes`` of /proc/self/io: what the storage layer fetched)."""
     import faiss
     from threadpoolctl import threadpool_limits
 
-    from ocrr.scale_memory import proc_status_mb
-
     if not store.drop_cache():
         return {}
-    before = proc_status_mb().get("RssFile", np.nan)
+    before = _disk_read_mb()
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -115,7 +109,18 @@ def time_cold_queries(index, queries: np.ndarray, k: int, store: VectorStore) ->
         faiss.omp_set_num_threads(threads)
     per = 1000 / len(queries)
     return {"ms_per_query_cold_wall": wall * per, "ms_per_query_cold_cpu": cpu * per,
-            "file_mb_cold_queries": proc_status_mb().get("RssFile", np.nan) - before}
+            "disk_mb_cold_queries": _disk_read_mb() - before}
+
+
+def _disk_read_mb() -> float:
+    """MB this process has made the storage layer read (/proc/self/io ``read_bytes``)."""
+    try:
+        for line in open("/proc/self/io"):
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1]) / 1e6
+    except OSError:
+        pass
+    return float("nan")
 
 
 class IVFBuild:
