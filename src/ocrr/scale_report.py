@@ -70,7 +70,9 @@ def markdown(rows: list[dict], cfg: "ScaleConfig", notes: list[str] = ()) -> str
            f"{cfg.threads} thread(s) for builds. ms/q = CPU ms of one query per call "
            f"on one thread (wall time is in the CSV; the machine was shared); build s = wall (CSV: CPU; for IVF "
            f"it includes k-means and list assignment); peak MB = peak RSS of the process that ran the scale "
-           f"(ru_maxrss; anonymous memory, without the memory-mapped vector file's pages, is in the CSV).\n"]
+           f"(ru_maxrss: anonymous plus any mapped file pages; the IVF re-rank reads the on-disk vector file "
+           f"with pread, so its pages stay in the kernel's page cache, not in this figure; the anonymous and "
+           f"file-backed peaks are apart in the CSV).\n"]
     approx = [b for b in dict.fromkeys(r["backend"] for r in rows) if b != "exact"]
     for mode in dict.fromkeys(r["queries"] for r in rows):
         for b in approx:
