@@ -61,10 +61,7 @@ class VectorStore:
             os.pwrite(self._fd, np.ascontiguousarray(x, np.float32).tobytes(), first * self.dim * 4)
 
     def read(self, lo: int, hi: int) -> np.ndarray:
-        if self._fd is None:
-            return self.array[lo:hi]
-        raw = os.pread(self._fd, (hi - lo) * self.dim * 4, lo * self.dim * 4)
-        return np.frombuffer(raw, np.float32).reshape(hi - lo, self.dim)
+        return np.asarray(self.array[lo:hi])  # in RAM: a view; on disk: FileRows reads the range
 
     def matrix(self) -> np.ndarray:
         return self.array
