@@ -9,6 +9,12 @@ refused with the first bad entry (the file format and the check: ``ocrr.audit.sc
 Vectors and the hash chain are mirrored in memory (``memory``, an ordinary ``Ledger``,
 or whatever ``apply`` feeds, e.g. a substrate); that mirror is a cache of the file,
 rebuilt on every open.
+
+Several processes may append to one file (the workers of ``ocrr serve --workers N``):
+SQLite lets one of them write at a time, and each commit first takes in, checked, the
+entries the others committed since (they chain on from what this process holds), so ids
+and the chain stay one sequence. ``refresh`` takes them in without writing, which a
+reader does before it answers, so it answers for every acknowledged correction.
 """
 
 from __future__ import annotations
@@ -76,6 +82,13 @@ class DurableLedger:
         self._closed = False
         self._broken: BaseException | None = None
         self.commits = 0  # transactions, for the group-commit figures
+        self.followed = 0  # entries other processes committed, taken in by this one
+        # Taking in other processes' entries and feeding our own commits to the mirror happen
+        # in id order under _follow; _own: the ids our commit in flight will add (fed by it).
+        self._follow = threading.Condition()
+        self._own: tuple[int, int] | None = None
+        self._watch = _connect(path)  # reads the file's size for refresh, beside the writing connection
+        self._version: int | None = None  # PRAGMA data_version at the last refresh
         self.memory: Ledger | None = None
         if apply is None:  # a plain Ledger mirror, built from the checked columns without rehashing
             n = len(scan.hashes)
@@ -89,6 +102,7 @@ class DurableLedger:
                     self._feed(scan.vectors, scan.labels, scan.texts)
                 except BaseException:
                     conn.close()
+                    self._watch.close()
                     raise
 
     # -- opening ------------------------------------------------------------------------
@@ -239,54 +253,45 @@ class DurableLedger:
                     p.error, p.done = err, True
 
     def _commit(self, batch: list[_Pending]) -> None:
-        n0 = len(self._hashes)
-        dim = batch[0].vecs.shape[1]
-        if self.dim is not None:
-            ok = [p for p in batch if p.vecs.shape[1] == self.dim]
-        else:  # first append fixes the dimension
-            ok = [p for p in batch if p.vecs.shape[1] == dim]
-        for p in batch:
-            if p not in ok:
-                p.error, p.done = OcrrError(f"vectors have dimension {p.vecs.shape[1]}, the ledger holds "
-                                            f"{self.dim or dim}; encode with the ledger's encoder"), True
-        if not ok:
-            return
-        rows, nodes, digests = [], [], []
-        prev = self.chain_head
-        n = n0
+        conn, n0 = self._conn, None
         try:
-            for p in ok:
-                p.ids = range(n, n + len(p.labels))
-                for vec, label, text in zip(p.vecs, p.labels, p.texts):
-                    raw = vec.astype(_F4LE, copy=False).tobytes()
-                    pre = entry_bytes(n, label, text, raw, prev)
-                    digest = hashlib.sha256(pre).digest()
-                    rows.append((n, label, text, raw, prev, digest))
-                    nodes.extend(self.tree.append(hashlib.sha256(b"\x00" + pre).digest()))
-                    digests.append(digest)
-                    prev, n = digest, n + 1
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
             try:
+                with self._follow:
+                    # Entries other processes committed come first; none can come now (we hold the lock).
+                    self._take_in(conn)
+                    ok, dim = self._same_dim(batch)
+                    if not ok:
+                        conn.execute("ROLLBACK")
+                        return
+                    rows, nodes, digests, n0 = self._rows_of(ok)
+                    self._own = (n0, n0 + len(rows))
                 conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
                 conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
                 conn.executemany("UPDATE meta SET value = ? WHERE key = ?",
-                                 [(n, "size"), (prev, "chain_head"), (self.dim or dim, "dim")])
+                                 [(n0 + len(rows), "size"), (digests[-1], "chain_head"), (dim, "dim")])
                 conn.execute("COMMIT")  # returns once the WAL is fsynced (synchronous=FULL)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
         except BaseException as e:
-            self.tree.truncate(n0)
+            with self._follow:
+                if n0 is not None:
+                    self.tree.truncate(n0)
+                self._own = None
+                self._follow.notify_all()
             err = e if isinstance(e, OcrrError) else OcrrError(
                 f"could not write to ledger {self.path} ({e}); nothing was appended; check disk space and permissions")
-            for p in ok:
-                p.error, p.done = err, True
+            for p in batch:
+                if not p.done:
+                    p.error, p.done = err, True
             return
         self.commits += 1
-        self.dim = self.dim or dim
-        with self.lock.write():  # the mirror follows the file
+        self.dim = dim
+        with self._follow, self.lock.write():  # the mirror follows the file
+            self._own = None
+            self._follow.notify_all()
             self._hashes.extend(digests)
             vecs = np.concatenate([p.vecs for p in ok]) if len(ok) > 1 else ok[0].vecs
             labels = [x for p in ok for x in p.labels]
@@ -299,6 +304,97 @@ class DurableLedger:
                 raise self._broken from e
         for p in ok:
             p.done = True
+
+    def _same_dim(self, batch: list[_Pending]) -> tuple[list[_Pending], int]:
+        """The items of the ledger's dimension (the first commit fixes it), and that dimension;
+        the others fail."""
+        dim = self.dim or batch[0].vecs.shape[1]
+        ok = [p for p in batch if p.vecs.shape[1] == dim]
+        for p in batch:
+            if p.vecs.shape[1] != dim:
+                p.error, p.done = OcrrError(f"vectors have dimension {p.vecs.shape[1]}, the ledger holds {dim}; "
+                                            "encode with the ledger's encoder"), True
+        return ok, dim
+
+    def _rows_of(self, ok: list[_Pending]):
+        """The rows, tree nodes and digests of new entries chained on from the last one."""
+        rows, nodes, digests = [], [], []
+        n0 = n = len(self._hashes)
+        prev = self.chain_head
+        for p in ok:
+            p.ids = range(n, n + len(p.labels))
+            for vec, label, text in zip(p.vecs, p.labels, p.texts):
+                raw = vec.astype(_F4LE, copy=False).tobytes()
+                pre = entry_bytes(n, label, text, raw, prev)
+                digest = hashlib.sha256(pre).digest()
+                rows.append((n, label, text, raw, prev, digest))
+                nodes.extend(self.tree.append(hashlib.sha256(b"\x00" + pre).digest()))
+                digests.append(digest)
+                prev, n = digest, n + 1
+        return rows, nodes, digests, n0
+
+    # -- other processes' entries -----------------------------------------------------
+    def refresh(self) -> int:
+        """Take in the entries other processes committed to the file since this one last
+        looked (checked: each must chain on from ours); return how many. Cheap when nothing
+        changed (one ``PRAGMA data_version``); never waits for a commit's fsync."""
+        with self._follow:
+            while True:
+                if self._closed:
+                    return 0
+                version = self._watch.execute("PRAGMA data_version").fetchone()[0]
+                if version == self._version:
+                    return 0
+                size = self._watch.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0]
+                if self._own is None or size <= self._own[1]:
+                    break
+                self._follow.wait()  # our commit's rows, then others': wait until ours are fed
+            if self._own is not None or size <= len(self._hashes):
+                self._version = version  # nothing new, or only our own commit's rows (fed by it)
+                return 0
+            self._watch.execute("BEGIN")  # one snapshot of the file
+            try:
+                got = self._take_in(self._watch)
+            finally:
+                self._watch.execute("COMMIT")
+            self._version = version
+            return got
+
+    def _take_in(self, conn: sqlite3.Connection) -> int:
+        """Under ``_follow``, in a transaction on ``conn``: add the file's entries past ours to
+        the tree, the chain and the mirror, each checked to chain on from the one before."""
+        size = conn.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0]
+        n0 = len(self._hashes)
+        if size <= n0:
+            return 0
+        if self._broken is not None:
+            raise self._broken
+        try:
+            self.dim = self.dim or conn.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()[0]
+            rows = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries "
+                                "WHERE id >= ? AND id < ? ORDER BY id", (n0, size)).fetchall()
+            prev, leaves, digests = self.chain_head, [], []
+            for i, (id_, label, text, raw, prev_hash, digest) in enumerate(rows, n0):
+                pre = entry_bytes(i, label, text, raw, prev) if id_ == i and len(raw) == 4 * self.dim else b""
+                if not pre or prev_hash != prev or hashlib.sha256(pre).digest() != digest:
+                    raise OcrrError(f"entry {i}, written by another process, does not chain on from entry {i - 1}")
+                leaves.append(hashlib.sha256(b"\x00" + pre).digest())
+                digests.append(digest)
+                prev = digest
+            if len(rows) != size - n0:
+                raise OcrrError(f"the file says it holds {size} entries but has {n0 + len(rows)}")
+            vecs = np.frombuffer(b"".join(r[3] for r in rows), _F4LE).reshape(len(rows), self.dim)
+            with self.lock.write():
+                for leaf in leaves:
+                    self.tree.append(leaf)
+                self._hashes.extend(digests)
+                self._feed(vecs.astype(np.float32), [r[1] for r in rows], [r[2] for r in rows])
+        except BaseException as e:  # the mirror may be part-way: refuse to go on until reopened
+            self._broken = OcrrError(f"ledger {self.path}: could not take in entries other processes committed "
+                                     f"({e}); stop the processes writing it and run `ocrr ledger verify {self.path}`")
+            raise self._broken from e
+        self.followed += len(rows)
+        return len(rows)
 
     def _feed(self, vecs: np.ndarray, labels: list, texts: list) -> None:
         if self._apply(vecs, labels, texts) != self.chain_head:  # same bytes in, same digests out
@@ -320,7 +416,8 @@ class DurableLedger:
         report, _ = scan_file(self.path, verify)
         self.report = report
         if report and verify == "full":
-            self._record_checkpoint(report.size)
+            self.refresh()  # other processes may have appended: vouch only for entries this one holds too
+            self._record_checkpoint(min(report.size, len(self)))
         return report
 
     def _record_checkpoint(self, size: int | None = None) -> None:
@@ -341,7 +438,9 @@ class DurableLedger:
             while self._committing:
                 self._cv.wait()
             if not self._closed:
-                self._closed = True
+                with self._follow:
+                    self._closed = True
+                    self._watch.close()
                 self._conn.close()
                 self._cv.notify_all()
 
