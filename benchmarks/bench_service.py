@@ -204,6 +204,7 @@ def main() -> int:
     ap.add_argument("--predict-share", type=float, default=None,
                     help="share of the mixed load's requests that are predicts (default 0.5 with --no-text, else "
                          "0.45 by vector + 0.10 by text); 1: predicts only")
+    ap.add_argument("--workers", type=int, default=1, help="pass --workers N to ocrr serve (default 1)")
     ap.add_argument("--b64", action="store_true",
                     help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists")
     args = ap.parse_args()
@@ -211,8 +212,8 @@ def main() -> int:
         rates = [float(r) for r in args.rate.split(",") if r.strip()]
     except ValueError:
         ap.error(f"--rate takes requests/s, comma-separated (e.g. 300,600), not {args.rate!r}")
-    if any(r <= 0 for r in rates) or args.clients < 1 or args.entries < 1 or args.seconds < 0 or args.burst < 0:
-        ap.error("--rate values, --clients and --entries must be positive; --seconds and --burst not negative")
+    if any(r <= 0 for r in rates) or min(args.clients, args.entries, args.workers) < 1 or min(args.seconds, args.burst) < 0:
+        ap.error("--rate values, --clients, --entries and --workers must be positive; --seconds and --burst not negative")
     if args.predict_share is not None and not 0.0 <= args.predict_share <= 1.0:
         ap.error("--predict-share must be between 0 and 1")
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()} ({os.cpu_count()} cores)")
@@ -246,20 +247,21 @@ def serve_and_load(args, phases) -> bool:
         if args.encoder_nice is not None:
             encoder += ["--encoder-nice", str(args.encoder_nice)]
         server = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), *encoder,
-                                   "--port", str(port)], env=env, stderr=log, text=True)
+                                   "--port", str(port), "--workers", str(args.workers)], env=env, stderr=log, text=True)
         try:
             t0 = time.perf_counter()
-            while True:  # wait for the server: open + full verify + index + encoder load
+            up: set[int] = set()
+            while len(up) < args.workers:  # wait for every worker: open + index + encoder load
                 if server.poll() is not None:
                     log.seek(0)
                     print(log.read())
                     return False
                 try:
-                    json.loads(get(port, "/health"))
-                    break
+                    up.add(json.loads(get(port, "/health"))["worker"])
                 except OSError:
                     time.sleep(0.2)
-            print(f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port})")
+            print(f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port}, "
+                  f"{args.workers} worker process{'es' if args.workers > 1 else ''})")
             acked = []
             ok = True
             print(f"load: {args.clients} keep-alive HTTP/1.1 connections from this process (pid {os.getpid()}), "
@@ -290,9 +292,22 @@ def serve_and_load(args, phases) -> bool:
 
 
 def cpu_seconds(pid: int) -> np.ndarray:
-    """(user, system) CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return np.array([int(fields[11]), int(fields[12])]) / os.sysconf("SC_CLK_TCK")
+    """(user, system) CPU seconds so far of a process and every process under it (its workers
+    and encoder processes), from Linux /proc (children that ended are not counted)."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended meanwhile
+                continue
+            stats[int(entry.name)] = (int(fields[1]), int(fields[11]), int(fields[12]))  # ppid, utime, stime
+    tree, total = {pid}, np.zeros(2)
+    for _ in range(4):  # workers, their encoder processes
+        tree |= {p for p, (ppid, *_) in stats.items() if ppid in tree}
+    for p in tree & stats.keys():
+        total += stats[p][1:]
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels, pid, interval=0.0, b64=False):
@@ -334,7 +349,7 @@ def report(tag, loads, wall, counters, cpu, loadavg) -> bool:
               f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
               f"shortlist): {full:.0f}")
     user, system = cpu[0]
-    print(f"  CPU: server {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
+    print(f"  CPU: server (all its processes) {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
           f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "
           f"in {wall:.1f} s of wall on {os.cpu_count()} cores")
     print(f"  load average (1 min) {loadavg[0]:.2f} at the start, {loadavg[1]:.2f} at the end "

@@ -72,7 +72,9 @@ class PersistentSubstrate:
 
     def _search(self, vecs):
         """Search and vote (Substrate.predict's steps, read-only: the index is searched
-        directly, not through the substrate's query-set cache), under the read lock."""
+        directly, not through the substrate's query-set cache), under the read lock, after
+        taking in what other processes committed to the file."""
+        self.ledger.refresh()
         with self.ledger.lock.read():
             sub = self._fitted()
             queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
@@ -105,7 +107,9 @@ class PersistentSubstrate:
 
         The pass reads the first n rows without the lock (n taken under it): rows are
         appended, never changed, and a grown buffer leaves the old one to this view, so a
-        commit need not wait for a scan. The answer is the ledger's at size n."""
+        commit need not wait for a scan. The answer is the ledger's at size n, which counts
+        every entry committed before the call, by this process or another."""
+        self.ledger.refresh()
         with self.ledger.lock.read():
             sub = self._fitted()
             index, n = sub.index_, len(sub.index_)

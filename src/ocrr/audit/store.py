@@ -19,6 +19,7 @@ reader does before it answers, so it answers for every acknowledged correction.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import sqlite3
@@ -88,6 +89,9 @@ class DurableLedger:
         self._follow = threading.Condition()
         self._own: tuple[int, int] | None = None
         self._watch = _connect(path)  # reads the file's size for refresh, beside the writing connection
+        # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
+        # polls with sleeps of up to 100 ms (measured: corrections' p99 87 ms with two writers).
+        self._writer = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT, 0o644)
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         self.memory: Ledger | None = None
         if apply is None:  # a plain Ledger mirror, built from the checked columns without rehashing
@@ -103,6 +107,7 @@ class DurableLedger:
                 except BaseException:
                     conn.close()
                     self._watch.close()
+                    os.close(self._writer)
                     raise
 
     # -- opening ------------------------------------------------------------------------
@@ -255,8 +260,9 @@ class DurableLedger:
     def _commit(self, batch: list[_Pending]) -> None:
         conn, n0 = self._conn, None
         try:
-            conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
+            fcntl.flock(self._writer, fcntl.LOCK_EX)  # wait here, woken as soon as the other writer is done
             try:
+                conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
                 with self._follow:
                     # Entries other processes committed come first; none can come now (we hold the lock).
                     self._take_in(conn)
@@ -275,6 +281,8 @@ class DurableLedger:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            finally:
+                fcntl.flock(self._writer, fcntl.LOCK_UN)
         except BaseException as e:
             with self._follow:
                 if n0 is not None:
@@ -442,6 +450,7 @@ class DurableLedger:
                     self._closed = True
                     self._watch.close()
                 self._conn.close()
+                os.close(self._writer)
                 self._cv.notify_all()
 
     def __enter__(self) -> DurableLedger:

@@ -18,10 +18,10 @@ import asyncio
 import base64
 import binascii
 import hmac
+import os
 import sys
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -39,6 +39,7 @@ from pydantic_core import to_json
 from ocrr.audit.heads import Signer, TreeHead
 from ocrr.errors import OcrrError
 from ocrr.persistent import POOLED_BELOW, PersistentSubstrate
+from ocrr.service.counters import Counters
 from ocrr.service.pool import PredictPool
 from ocrr.service.shortcut import Shortcut
 
@@ -82,14 +83,17 @@ class ServiceState:
     token: str
     encoder: Any = None  # has .encode(list[str]) -> (n, d) float32; None: vectors only
     signer: Signer | None = None
-    recent: deque = field(default_factory=lambda: deque(maxlen=20))
     last_verify: dict | None = None
-    counts: dict = field(default_factory=dict)  # (path, status) -> requests
-    seconds: dict = field(default_factory=dict)  # path -> [total seconds, requests]
     started: float = field(default_factory=time.time)
     close: Any = None  # called on shutdown (default: close the substrate)
     lock: threading.Lock = field(default_factory=threading.Lock)
     pool: Any = None  # the app's PredictPool (for /metrics)
+    # ocrr serve --workers N: this process's slot, N, and the counter table the workers share
+    # (service/workers.py); with one process, a private table.
+    slot: int = 0
+    workers: int = 1
+    shared: Any = None
+    counters: Counters | None = None  # made by create_app, which knows the routes
 
 
 # -- request and response bodies ------------------------------------------------------
@@ -269,8 +273,9 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
 
     @app.get("/health")
     def health() -> dict:
+        state.substrate.ledger.refresh()
         return {"status": "ok", "entries": len(state.substrate), "encoder": state.encoder is not None,
-                "signed": state.signer is not None}
+                "signed": state.signer is not None, "worker": state.slot, "workers": state.workers, "pid": os.getpid()}
 
     def answer(explanations) -> bytes:
         return to_json({"predictions": [{"label": e.label, "margin": e.margin,
@@ -311,8 +316,6 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         size, root, chain, found = state.substrate.ledger.head_with_proofs(ids)  # one size for all
         proofs = [{"index": i, "size": size, "root": _b64(root), "leaf_hash": _b64(leaf),
                    "proof": [_b64(p) for p in proof]} for i, leaf, proof in found]
-        for i, label, text in zip(ids, req.labels, texts or [None] * len(ids)):
-            state.recent.appendleft({"id": i, "label": label, "text": text, "time": time.time()})
         return to_json({"ids": list(ids), "head": _commit_head(size, root, chain), "proofs": proofs})
 
     @app.post("/correct", response_model=CorrectResponse, dependencies=[Depends(_bearer)],  # the schema's auth
@@ -339,11 +342,13 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
 
     @app.get("/head")
     def head() -> dict:
+        state.substrate.ledger.refresh()  # what every worker committed
         return _signed(TreeHead.now(*state.substrate.ledger.head()))
 
     @app.get("/proof/inclusion/{index}", response_model=ProofOut)
     def inclusion(index: int, size: Annotated[int | None, Query(ge=1)] = None) -> dict:
         led = state.substrate.ledger
+        led.refresh()
         with led.lock.read():
             n = len(led) if size is None else size
             if not 0 <= index < n <= len(led):
@@ -356,6 +361,7 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     def consistency(size1: Annotated[int, Query(alias="from", ge=1)],
                     size2: Annotated[int | None, Query(alias="to", ge=1)] = None) -> dict:
         led = state.substrate.ledger
+        led.refresh()
         with led.lock.read():
             n = len(led) if size2 is None else size2
             if not 0 < size1 <= n <= len(led):
@@ -372,11 +378,22 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
 
     @app.get("/corrections/recent")
     def recent() -> dict:
-        return {"corrections": list(state.recent), "last_verify": state.last_verify}
+        """The ledger's latest entries (from the file: whichever worker committed them)."""
+        led = state.substrate.ledger
+        led.refresh()
+        n = len(led)
+        latest = [{"id": i, "label": label, "text": text} for i, label, text, *_ in led.read_entries(max(0, n - 20), n)]
+        return {"corrections": latest[::-1], "last_verify": state.last_verify}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> str:
+        state.substrate.ledger.refresh()
         return _prometheus(state)
+
+    from ocrr.service.workers import MAX_ROUTES
+
+    state.counters = Counters([r.path for r in app.routes if hasattr(r, "methods")], state.workers, state.slot,
+                              state.shared, routes=MAX_ROUTES)
 
     if shortcut:
         app.add_middleware(Shortcut, fastapi_app=app, hot={("POST", "/predict"), ("POST", "/correct")})
@@ -408,37 +425,41 @@ class _Measure:
         finally:
             path = getattr(scope.get("route"), "path", "other")  # the router records the matched route
             state = self.state
+            pool, led = state.pool, state.substrate.ledger
             with state.lock:
-                state.counts[(path, status)] = state.counts.get((path, status), 0) + 1
-                tot = state.seconds.setdefault(path, [0.0, 0])
-                tot[0] += time.perf_counter() - t0
-                tot[1] += 1
+                state.counters.request(path, status, time.perf_counter() - t0)
+                state.counters.publish(commits=led.commits, searches=pool.passes, pooled=pool.requests,
+                                       full_scans=pool.shortlist.fallbacks if pool.shortlist else 0,
+                                       followed=led.followed)
 
 
 def _prometheus(state: ServiceState) -> str:
-    """Prometheus text exposition format (version 0.0.4)."""
-    led, pool = state.substrate.ledger, state.pool
+    """Prometheus text exposition format (version 0.0.4), summed over the workers."""
+    with state.lock:
+        state.counters.publish(commits=state.substrate.ledger.commits)  # this worker's, current
+        got = state.counters.totals()
     lines = ["# HELP ocrr_requests_total HTTP requests by route and status.",
              "# TYPE ocrr_requests_total counter"]
-    with state.lock:
-        for (path, status), n in sorted(state.counts.items()):
-            lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
-        lines += ["# HELP ocrr_request_seconds Time spent answering requests, by route.",
-                  "# TYPE ocrr_request_seconds summary"]
-        for path, (total, n) in sorted(state.seconds.items()):
-            lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
-            lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
+    for (path, status), n in sorted(got["requests"].items(), key=str):
+        lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
+    lines += ["# HELP ocrr_request_seconds Time spent answering requests, by route.",
+              "# TYPE ocrr_request_seconds summary"]
+    for path, (total, n) in sorted(got["seconds"].items()):
+        lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
+        lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
     lines += ["# HELP ocrr_ledger_entries Entries committed to the ledger.", "# TYPE ocrr_ledger_entries gauge",
-              f"ocrr_ledger_entries {len(led)}",
-              "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits).",
-              "# TYPE ocrr_ledger_commits_total counter", f"ocrr_ledger_commits_total {led.commits}",
+              f"ocrr_ledger_entries {len(state.substrate.ledger)}",
+              "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits), all workers.",
+              "# TYPE ocrr_ledger_commits_total counter", f"ocrr_ledger_commits_total {got['commits']}",
               "# HELP ocrr_predict_searches_total Searches run for pooled predicts by vector.",
-              "# TYPE ocrr_predict_searches_total counter", f"ocrr_predict_searches_total {pool.passes}",
+              "# TYPE ocrr_predict_searches_total counter", f"ocrr_predict_searches_total {got['searches']}",
               "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
-              "# TYPE ocrr_predict_pooled_total counter", f"ocrr_predict_pooled_total {pool.requests}",
+              "# TYPE ocrr_predict_pooled_total counter", f"ocrr_predict_pooled_total {got['pooled']}",
               "# HELP ocrr_predict_full_scans_total Pooled queries the float16 shortlist could not settle "
               "(scanned in full).", "# TYPE ocrr_predict_full_scans_total counter",
-              f"ocrr_predict_full_scans_total {pool.shortlist.fallbacks if pool.shortlist else 0}",
+              f"ocrr_predict_full_scans_total {got['full_scans']}",
+              "# HELP ocrr_workers Processes answering requests (ocrr serve --workers).",
+              "# TYPE ocrr_workers gauge", f"ocrr_workers {state.workers}",
               "# HELP ocrr_uptime_seconds Seconds since the service started.", "# TYPE ocrr_uptime_seconds gauge",
               f"ocrr_uptime_seconds {time.time() - state.started:.3f}"]
     return "\n".join(lines) + "\n"

@@ -33,6 +33,9 @@ def add_serve(sub) -> None:
     s.add_argument("--origin", default=None, help="the log's name in signed heads (default ocrr.invalid/<file>)")
     s.add_argument("--quick-open", action="store_true",
                    help="on open, rehash only the entries after the last checkpoint")
+    s.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes answering requests, all on one port and one ledger file (default 1; one per "
+                        "core lets predicts use every core: one Python process is bound by its GIL)")
     s.set_defaults(handler=_cmd_serve)
 
 
@@ -121,21 +124,10 @@ def _seed_from_dataset(sub, name: str, encoder, data_dir, log) -> None:
     log(f"seeded the ledger with {len(train)} {name} train items ({len(set(train.labels))} labels)")
 
 
-def _cmd_serve(args) -> int:
-    try:
-        import uvicorn
-
-        from ocrr.service.app import BodyLimit, create_app
-    except ImportError as e:
-        raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); "
-                        "pip install 'ocrr[service]'") from e
-    token, generated = _token(args)
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    state = build_state(args.ledger, args.system, args.encoder, args.fit, args.data_dir, args.key, args.origin,
-                        token, args.seed, "checkpoint" if args.quick_open else "full", log, args.encoder_nice)
-    # Requests run in parallel threads: one BLAS / OpenMP / torch thread each beats pools that
-    # fight over the cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two; MiniLM
-    # on one sentence: 18 ms of CPU with one thread, 87 with two). Set once everything is loaded.
+def limit_threads() -> None:
+    """Requests run in parallel threads: one BLAS / OpenMP / torch thread each beats pools that
+    fight over the cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two; MiniLM
+    on one sentence: 18 ms of CPU with one thread, 87 with two). Call once everything is loaded."""
     import faiss  # noqa: F401 - loaded before the limit, which then covers its OpenMP pool (the predict shortlist)
     from threadpoolctl import threadpool_limits
 
@@ -145,9 +137,30 @@ def _cmd_serve(args) -> int:
     sys.setswitchinterval(0.0005)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+
+
+def _cmd_serve(args) -> int:
+    try:
+        import uvicorn
+
+        from ocrr.service.app import BodyLimit, create_app
+    except ImportError as e:
+        raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); "
+                        "pip install 'ocrr[service]'") from e
+    if not 1 <= args.workers <= 64:
+        raise OcrrError(f"--workers takes 1 to 64 processes, got {args.workers}; one per core is the usual choice")
+    token, generated = _token(args)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
+    encoder = args.encoder if args.workers == 1 or args.fit else None
+    state = build_state(args.ledger, args.system, encoder, args.fit, args.data_dir, args.key, args.origin,
+                        token, args.seed, "checkpoint" if args.quick_open else "full", log, args.encoder_nice)
     log(f"ledger {args.ledger}: {len(state.substrate)} entries, verified")
     if generated:
         log(f"bearer token for /correct (set OCRR_TOKEN or --token-file to choose one): {token}")
+    if args.workers > 1:
+        return _serve_workers(args, state, token, log)
+    limit_threads()
     log(f"review page: http://{args.host}:{args.port}/   API: http://{args.host}:{args.port}/docs")
     close = state.close
 
@@ -159,3 +172,22 @@ def _cmd_serve(args) -> int:
     # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
     uvicorn.run(BodyLimit(create_app(state)), host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
+
+
+def _serve_workers(args, state, token: str, log) -> int:
+    """``--workers N``: the ledger is checked (and seeded) here once; N worker processes then
+    open it from that checkpoint and answer on one socket (service/workers.py)."""
+    from ocrr.service.workers import bind, supervise, worker_main
+
+    state.close()
+    try:
+        sock = bind(args.host, args.port, listen=False)  # claims the port; the workers listen on it
+    except OSError as e:
+        raise OcrrError(f"cannot listen on {args.host}:{args.port} ({e.strerror}); pick another --port or --host") from e
+    config = {"host": args.host, "port": sock.getsockname()[1], "ledger": args.ledger, "system": args.system, "encoder": args.encoder, "key": args.key,
+              "origin": args.origin, "token": token, "seed": args.seed, "encoder_nice": args.encoder_nice}
+    log(f"review page: http://{args.host}:{args.port}/   API: http://{args.host}:{args.port}/docs "
+        f"({args.workers} worker processes)")
+    status = supervise(args.workers, sock, worker_main, config, log)
+    log(f"stopped: {args.workers} workers, ledger {args.ledger} closed")
+    return status
