@@ -205,6 +205,8 @@ def main() -> int:
                     help="share of the mixed load's requests that are predicts (default 0.5 with --no-text, else "
                          "0.45 by vector + 0.10 by text); 1: predicts only")
     ap.add_argument("--workers", type=int, default=1, help="pass --workers N to ocrr serve (default 1)")
+    ap.add_argument("--paced-only", action="store_true",
+                    help="run only the --rate phases (no load as fast as answered, no corrections-only burst)")
     ap.add_argument("--b64", action="store_true",
                     help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists")
     args = ap.parse_args()
@@ -221,7 +223,8 @@ def main() -> int:
     if args.predict_share is not None:
         text = 0.0 if args.no_text else min(0.1, args.predict_share)
         mixed = (args.predict_share - text, text, 1.0 - args.predict_share)
-    runs = [[("mixed", args.seconds, mixed, 0.0), ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]]
+    runs = [] if args.paced_only else [[("mixed", args.seconds, mixed, 0.0),
+                                        ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]]
     runs += [[(f"mixed, paced at {r:.0f} requests/s (fresh ledger)", args.seconds, mixed, args.clients / r)]
              for r in rates]
     ok = True
