@@ -271,3 +271,29 @@ def test_an_unreachable_target_falls_back_to_the_cheapest_point_within_the_toler
 def test_bad_tuning_values_are_refused_with_the_fix(params, match):
     with pytest.raises(ValueError, match=match):
         IVFIndex(DIM, "ivf_pq", **params)
+
+
+def test_a_substrate_tunes_its_ivf_index_for_its_own_vote():
+    x, labels, q, _ = clustered(n_classes=20, per_class=300, n_queries=40, noise=0.5)
+    names = np.array([f"c{c:02d}" for c in range(20)])
+    seed = Batch(x, None, names[labels].tolist())
+    sub = make_system("substrate:index=ivf_pq:nlist=32:target_agreement=0.99:margin=0.02").fit(seed)
+    sub.rebuild_index()  # k-means over the ledger, then tuning for the substrate's own vote
+    t = sub.index_.tuning
+    assert t["objective"] == "agreement" and t["met"] and t["agreement_bound"] >= 0.99
+    assert t["n_queries"] >= 396  # enough queries to certify 0.99 with the Wilson bound, chosen for it
+    assert sub.index_.vote_rule is sub.rule_  # its margin band, not a default rule
+    hyper = sub.hyperparameters()
+    assert hyper["target_agreement"] == 0.99 and (hyper["nprobe"], hyper["rerank"]) == (t["nprobe"], t["rerank"])
+    exact = make_system("substrate:margin=0.02").fit(seed)
+    assert np.mean(np.array(sub.predict(q)) == np.array(exact.predict(q))) >= 0.95  # fresh queries
+    assert "target_agreement" not in make_system("substrate:index=ivf_pq").hyperparameters()  # old records stay
+    knn = make_system("knn_lm:index=ivf_sq8:target_agreement=0.99")
+    assert knn.hyperparameters()["target_agreement"] == 0.99
+
+
+@pytest.mark.parametrize("bad, match", [("index=ivf_pq:target_agreement=1", "target_agreement must be a number in"),
+                                        ("target_agreement=0.99", "target_agreement tunes an IVF index")])
+def test_bad_agreement_options_name_the_fix(bad, match):
+    with pytest.raises(OcrrError, match=match):
+        make_system(f"substrate:{bad}")

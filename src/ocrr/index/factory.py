@@ -21,7 +21,9 @@ epoch, ids, vectors, len, plus ``exact``, ``supports_start``, ``nbytes``, ``name
 ``hnsw_m``, default 16), ``ef_construction`` (200), ``ef_search`` (64); removal:
 ``rebuild_fraction`` (0.25); sq8: ``min_train`` (4096), ``sq_range_expand`` (0.5). IVF
 parameters: ``nlist`` (0 = automatic), ``nprobe`` (16), ``rerank`` (100), ``pq_m``,
-``target_recall`` (0 = no tuning), ``tune_k``, ``ivf_min_train`` (20 000), ``retrain_growth``,
+``target_recall`` (0 = no tuning), ``target_agreement`` with ``label_of`` and ``vote_rule``
+(tune for the owner's vote; ocrr.index.ivf_tune), ``tune_queries``, ``tune_tolerance``,
+``tune_k``, ``ivf_min_train`` (20 000), ``retrain_growth``,
 ``retune_growth``, ``train_per_list``, ``hnsw_quantizer_from``, ``seed``; ``switch_to``
 (auto kinds). Parameters that a kind does not use (e.g. ``ef_search`` for ``exact``) are
 accepted and ignored, so one set of hyperparameters can be passed whatever the kind;
@@ -51,7 +53,8 @@ IVF_KINDS = ("ivf", "ivf_sq8", "ivf_pq")
 HNSW_DEFAULTS = {"m": 16, "ef_construction": 200, "ef_search": 64}
 _FAISS_PARAMS = ("m", "ef_construction", "ef_search", "min_train", "rebuild_fraction", "sq_range_expand")
 _IVF_PARAMS = ("nlist", "nprobe", "rerank", "pq_m", "target_recall", "tune_k", "ivf_min_train", "retrain_growth",
-               "retune_growth", "train_per_list", "hnsw_quantizer_from", "seed")
+               "retune_growth", "train_per_list", "hnsw_quantizer_from", "seed", "target_agreement", "label_of",
+               "vote_rule", "tune_queries", "tune_tolerance")
 
 
 def split_params(params: dict) -> tuple[dict, dict]:

@@ -92,7 +92,7 @@ class IVFIndex:
                  rerank: int = 100, pq_m: int = 0, min_train: int = 20_000, train_per_list: int = 32,
                  hnsw_quantizer_from: int = 4096, retrain_growth: float = 4.0, retune_growth: float = 2.0,
                  target_recall: float = 0.0, tune_k: int = 5, seed: int = 0, target_agreement: float = 0.0,
-                 label_of=None, tune_queries: int = 200, tune_tolerance: float = 0.0):
+                 label_of=None, tune_queries: int = 200, tune_tolerance: float = 0.0, vote_rule=None):
         if kind not in KINDS:
             raise ValueError(f"IVFIndex kind must be one of {KINDS}, got {kind!r}")
         for key, value in (("nlist", nlist), ("pq_m", pq_m)):
@@ -118,7 +118,7 @@ class IVFIndex:
         self.hnsw_quantizer_from = int(hnsw_quantizer_from)
         self.retrain_growth, self.retune_growth = float(retrain_growth), float(retune_growth)
         self.target_recall, self.tune_k, self.seed = float(target_recall), int(tune_k), int(seed)
-        self.target_agreement, self.label_of = float(target_agreement), label_of
+        self.target_agreement, self.label_of, self.vote_rule = float(target_agreement), label_of, vote_rule
         self.tune_queries, self.tune_tolerance = int(tune_queries), float(tune_tolerance)
         self.epoch = 0
         self.trained_on = 0  # entries the centroids were trained on (0: not trained yet)
@@ -331,7 +331,7 @@ class IVFIndex:
         agreement = self.target_agreement if target_agreement is None else target_agreement
         self.tuning = tune_ivf(self, target_recall, k or self.tune_k, n_queries or self.tune_queries,
                                self.seed if seed is None else seed, sample=sample, target_agreement=agreement,
-                               label_of=self.label_of,
+                               label_of=self.label_of, rule=self.vote_rule,
                                tolerance=self.tune_tolerance if tolerance is None else tolerance)
         self.nprobe, self.rerank = self.tuning["nprobe"], self.tuning["rerank"]
         self.tuned_at = len(self)

@@ -3,7 +3,7 @@
 One object so that every such system takes the same hyperparameters
 (``index``, ``hnsw_m``, ``ef_construction``, ``ef_search``, ``auto_threshold``,
 ``force_exact``, and for the IVF kinds ``nlist``, ``nprobe``, ``rerank``,
-``target_recall``), validates them the same way, and records only the knobs its backend
+``target_recall``, ``target_agreement``), validates them the same way, and records only the knobs its backend
 uses (exact search has none, so its runs keep their short hyperparameter record). With
 ``target_recall`` set, the ``nprobe`` and ``rerank`` an IVF index was tuned to are what
 the system records (``IndexedSystem.index_hyperparameters``): a system rebuilt from its
@@ -35,6 +35,7 @@ class IndexOptions:
     nprobe: int = IVF_DEFAULTS["nprobe"]
     rerank: int = IVF_DEFAULTS["rerank"]
     target_recall: float = IVF_DEFAULTS["target_recall"]
+    target_agreement: float = 0.0  # tune the IVF index until its top-k gives the owner's vote (ivf_tune)
 
     def check(self, owner: str) -> "IndexOptions":
         """Raise one error naming the fix for a bad setting; return self."""
@@ -54,6 +55,13 @@ class IndexOptions:
         if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 <= t <= 1:
             raise OcrrError(f"{owner}: target_recall must be a number in [0, 1] (0: no tuning), got {t!r}; "
                             f"write e.g. '{owner}:index=ivf_pq:target_recall=0.95'.")
+        a = self.target_agreement
+        if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0 <= a < 1:
+            raise OcrrError(f"{owner}: target_agreement must be a number in [0, 1) (0: no tuning), got {a!r}; "
+                            f"write e.g. '{owner}:index=ivf_pq:target_agreement=0.99'.")
+        if a and not (self.kind.startswith("ivf") or self.kind.startswith("auto")):
+            raise OcrrError(f"{owner}: target_agreement tunes an IVF index, and index={self.kind} has none; "
+                            f"write e.g. '{owner}:index=ivf_pq:target_agreement=0.99'.")
         return self
 
     @property
@@ -75,20 +83,34 @@ class IndexOptions:
             if self.ivf:
                 out.update(nlist=self.nlist, nprobe=self.nprobe, rerank=self.rerank,
                            target_recall=self.target_recall)
+                if self.target_agreement:  # recorded only when set: older records stay as they were
+                    out["target_agreement"] = self.target_agreement
             elif self.kind != "exact_sq8":
                 out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
             if self.kind.startswith("auto"):
                 out["auto_threshold"] = self.auto_threshold
         return out
 
-    def make(self, dim: int, owner: str, source: Callable[[], np.ndarray] | None = None, k: int = 5):
+    def make(self, dim: int, owner: str, source: Callable[[], np.ndarray] | None = None, k: int = 5,
+             label_of: Callable[[np.ndarray], np.ndarray] | None = None, vote_rule=None):
         """An empty index of this kind (``source``: a buffer exact kinds read instead of copying,
-        and the IVF re-rank reads; ``k``: the neighbours the owner asks for, which tuning targets)."""
+        and the IVF re-rank reads; ``k``: the neighbours the owner asks for, which tuning targets;
+        ``label_of`` (ids -> label indices) and ``vote_rule``: the owner's vote, which
+        ``target_agreement`` tunes for, with enough tuning queries to certify it)."""
+        agreement = {}
+        if self.target_agreement:
+            from ocrr.index.ivf_tune import min_queries_for
+
+            if label_of is None:
+                raise OcrrError(f"{owner}: target_agreement needs the system's entry labels; this system does "
+                                "not give them (use target_recall)")
+            agreement = dict(target_agreement=float(self.target_agreement), label_of=label_of, vote_rule=vote_rule,
+                             tune_queries=max(200, min_queries_for(float(self.target_agreement))))
         try:
             return make_index(self.kind, dim, source=source, threshold=self.auto_threshold, m=self.hnsw_m,
                               ef_construction=self.ef_construction, ef_search=self.ef_search, nlist=self.nlist,
                               nprobe=self.nprobe, rerank=self.rerank, target_recall=float(self.target_recall),
-                              tune_k=int(k))
+                              tune_k=int(k), **agreement)
         except ValueError as err:
             raise OcrrError(f"{owner}: {err}") from None
 
@@ -103,16 +125,19 @@ class IndexedSystem:
     def _set_index_options(self, index: str, hnsw_m: int, ef_construction: int, ef_search: int,
                            auto_threshold: int, force_exact: bool, nlist: int = IVF_DEFAULTS["nlist"],
                            nprobe: int = IVF_DEFAULTS["nprobe"], rerank: int = IVF_DEFAULTS["rerank"],
-                           target_recall: float = IVF_DEFAULTS["target_recall"]) -> None:
+                           target_recall: float = IVF_DEFAULTS["target_recall"],
+                           target_agreement: float = 0.0) -> None:
         self.index, self.hnsw_m, self.ef_construction = index, hnsw_m, ef_construction
         self.ef_search, self.auto_threshold, self.force_exact = ef_search, auto_threshold, bool(force_exact)
         self.nlist, self.nprobe, self.rerank, self.target_recall = nlist, nprobe, rerank, target_recall
+        self.target_agreement = target_agreement
         self.index_options.check(self.name)
 
     @property
     def index_options(self) -> IndexOptions:
         return IndexOptions(self.index, self.hnsw_m, self.ef_construction, self.ef_search, self.auto_threshold,
-                            self.force_exact, self.nlist, self.nprobe, self.rerank, self.target_recall)
+                            self.force_exact, self.nlist, self.nprobe, self.rerank, self.target_recall,
+                            getattr(self, "target_agreement", 0.0))
 
     def index_hyperparameters(self) -> dict:
         """``index_options.hyperparameters()``, with the ``nprobe`` and ``rerank`` a tuned IVF

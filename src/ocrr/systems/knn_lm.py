@@ -10,7 +10,7 @@ The datastore is searched by any ocrr.index backend, with the substrate's option
 ``knn_lm:index=hnsw`` (or ``exact`` (default), ``auto``, ``exact_sq8``, ``hnsw_sq8``,
 ``auto_sq8``, ``ivf``, ``ivf_sq8``, ``ivf_pq``; ``hnsw_m``, ``ef_construction``,
 ``ef_search``, ``auto_threshold``, ``force_exact``, ``nlist``, ``nprobe``, ``rerank``,
-``target_recall``).
+``target_recall``, ``target_agreement``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ class KNNLM(IndexedSystem, LinearHead):
     def __init__(self, k: int = 5, tau: float = 0.1, knn_lambda: float = 0.5, index: str = "exact",
                  hnsw_m: int = 16, ef_construction: int = 200, ef_search: int = 64, auto_threshold: int = 200_000,
                  force_exact: bool = False, nlist: int = 0, nprobe: int = 16, rerank: int = 100,
-                 target_recall: float = 0.0, **kwargs):
+                 target_recall: float = 0.0, target_agreement: float = 0.0, **kwargs):
         kwargs.setdefault("name", "knn_lm")
         super().__init__(**kwargs)
         self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact,
-                                nlist, nprobe, rerank, target_recall)
+                                nlist, nprobe, rerank, target_recall, target_agreement)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OcrrError(f"{self.name}: k must be a whole number >= 1, got {k!r}. Pass e.g. knn_lm:k=5.")
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
@@ -57,7 +57,7 @@ class KNNLM(IndexedSystem, LinearHead):
         # float64 copies: the same arithmetic for one query or many (batched == one by one).
         self.w64_ = self.head_.weight.detach().double().numpy()
         self.b64_ = self.head_.bias.detach().double().numpy()
-        self.index_ = self.index_options.make(self.dim_, self.name, k=self.k)
+        self.index_ = self.index_options.make(self.dim_, self.name, k=self.k, label_of=self._labels_of_ids)
         self.search_ = IncrementalSearch(self.index_)
         self.entry_label_ = np.empty(0, np.int64)
         self._append(check_vectors(seed.vecs, self.dim_, "seed vectors"), seed.labels)
@@ -72,8 +72,14 @@ class KNNLM(IndexedSystem, LinearHead):
 
     def _append(self, vecs: np.ndarray, labels) -> None:
         start = len(self.index_)
-        self.index_.add(vecs, np.arange(start, start + len(vecs)))
+        # Labels first: an IVF index tuned for target_agreement reads them while it takes the rows.
         self.entry_label_ = np.concatenate([self.entry_label_, self.space_.encode(labels)])
+        self.index_.add(vecs, np.arange(start, start + len(vecs)))
+
+    def _labels_of_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Label index of each datastore entry (what ``target_agreement`` tuning votes with:
+        a k-NN vote over the entries, the datastore's side of kNN-LM)."""
+        return self.entry_label_[ids]
 
     def head_proba(self, vecs: np.ndarray) -> np.ndarray:
         """p_head over the current label space (n, C); labels newer than the head get 0."""

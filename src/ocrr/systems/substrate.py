@@ -32,7 +32,9 @@ class Substrate(IndexedSystem, System):
     efSearch=``ef_search``), ``auto`` (exact until ``auto_threshold`` entries, then HNSW),
     and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``; ``ivf``, ``ivf_sq8``,
     ``ivf_pq`` (FAISS inverted lists re-ranked from the ledger's float32 vectors; ``nlist``,
-    ``nprobe``, ``rerank``, ``target_recall``: see ocrr.index.ivf). ``force_exact=True``
+    ``nprobe``, ``rerank``, ``target_recall``, and ``target_agreement``: tuned until the
+    vote over the IVF top-k equals the vote over the exact top-k on held-out stored entries,
+    with a Wilson lower bound; see ocrr.index.ivf). ``force_exact=True``
     overrides ``index`` with exact search: the 100 %-recall mode at any scale. The ledger
     is the store of record; the index is a cache of it (``rebuild_index``), and
     ``verify_recall`` measures how much of the exact top-k an approximate index finds.
@@ -63,6 +65,7 @@ class Substrate(IndexedSystem, System):
         nprobe: int = 16,
         rerank: int = 100,
         target_recall: float = 0.0,
+        target_agreement: float = 0.0,
         vectors_on_disk: str | None = None,
         labels=None,
         seed: int = 0,
@@ -77,7 +80,7 @@ class Substrate(IndexedSystem, System):
         self.store_text = store_text
         self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
         self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact,
-                                nlist, nprobe, rerank, target_recall)
+                                nlist, nprobe, rerank, target_recall, target_agreement)
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
@@ -149,7 +152,12 @@ class Substrate(IndexedSystem, System):
         """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
         (row i = entry i), so vectors are stored once; see ExactIndex. (A partial, not a
         lambda, so the system still pickles.)"""
-        return self.index_options.make(dim, self.name, source=partial(getattr, self.ledger_, "vectors"), k=self.k)
+        return self.index_options.make(dim, self.name, source=partial(getattr, self.ledger_, "vectors"), k=self.k,
+                                       label_of=self._labels_of_ids, vote_rule=self.rule_)
+
+    def _labels_of_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Label index of each entry id (what ``target_agreement`` tuning votes with)."""
+        return self._entry_label[ids]
 
     def rebuild_index(self, chunk: int = 65_536) -> None:
         """Drop the index and rebuild it from the ledger (the store of record).
