@@ -88,10 +88,17 @@ class DurableLedger:
         # in id order under _follow; _own: the ids our commit in flight will add (fed by it).
         self._follow = threading.Condition()
         self._own: tuple[int, int] | None = None
-        self._watch = _connect(path)  # reads the file's size for refresh, beside the writing connection
-        # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
-        # polls with sleeps of up to 100 ms (measured: corrections' p99 87 ms with two writers).
-        self._writer = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._watch = _connect(path)  # reads the file's size for refresh, beside the writing connection
+            # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
+            # polls with sleeps of up to 100 ms (measured: corrections' p99 87 ms with two writers).
+            self._writer = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT, 0o644)
+        except (OSError, sqlite3.Error) as e:
+            conn.close()
+            if hasattr(self, "_watch"):
+                self._watch.close()
+            raise OcrrError(f"cannot open ledger {path} for writing ({e}); its folder must be writable (a copy "
+                            f"in a writable folder will do; `ocrr ledger verify` only reads)") from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         self.memory: Ledger | None = None
         if apply is None:  # a plain Ledger mirror, built from the checked columns without rehashing
