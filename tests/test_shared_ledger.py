@@ -140,3 +140,49 @@ def test_processes_appending_at_once_lose_nothing(tmp_path):
     with DurableLedger.open(path) as led:  # full check of chain and tree
         assert len(led) == len(acked) == len({i for i, _ in acked})
         assert all(led.memory.labels[i] == label for i, label in acked)
+
+
+def _ack_worker(path, rounds, out):
+    rng = np.random.default_rng(7)
+    with DurableLedger.open(path, verify="checkpoint") as led:
+        for r in range(rounds):
+            out.put((led.append(_vecs(rng, 1)[0], f"other-{r}"), f"other-{r}"))
+    out.put(None)
+
+
+def test_every_entry_acknowledged_elsewhere_is_seen_after_refresh_while_this_process_writes(tmp_path):
+    """Read-your-writes across processes, under load: another process acknowledges entries one
+    by one; right after each acknowledgement this process refreshes and must hold it, while
+    a thread of this process keeps committing its own (so refresh meets commits in flight)."""
+    import threading
+
+    path = tmp_path / "l.db"
+    DurableLedger.open(path, dim=8).close()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    writer = ctx.Process(target=_ack_worker, args=(path, 150, out))
+    with DurableLedger.open(path, verify="checkpoint") as led:
+        stop = threading.Event()
+
+        def own_commits():
+            rng = np.random.default_rng(8)
+            while not stop.is_set():
+                led.extend(_vecs(rng, 2), ["mine", "mine"])
+
+        mine = threading.Thread(target=own_commits)
+        mine.start()
+        writer.start()
+        try:
+            seen = 0
+            while (got := out.get(timeout=120)) is not None:
+                entry, label = got
+                led.refresh()
+                assert len(led) > entry and led.memory.labels[entry] == label
+                seen += 1
+        finally:
+            stop.set()
+            mine.join()
+            writer.join(timeout=60)
+        assert seen == 150 and writer.exitcode == 0
+    with DurableLedger.open(path) as fresh:  # and the file is one intact chain
+        assert fresh.memory.labels.count("mine") == len(fresh) - 150
