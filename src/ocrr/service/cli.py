@@ -186,8 +186,8 @@ def _serve_workers(args, state, token: str, log) -> int:
         raise OcrrError(f"cannot listen on {args.host}:{args.port} ({e.strerror}); pick another --port or --host") from e
     config = {"host": args.host, "port": sock.getsockname()[1], "ledger": args.ledger, "system": args.system, "encoder": args.encoder, "key": args.key,
               "origin": args.origin, "token": token, "seed": args.seed, "encoder_nice": args.encoder_nice}
-    log(f"review page: http://{args.host}:{args.port}/   API: http://{args.host}:{args.port}/docs "
-        f"({args.workers} worker processes)")
+    port = config["port"]  # the one bound (--port 0: a free one)
+    log(f"review page: http://{args.host}:{port}/   API: http://{args.host}:{port}/docs ({args.workers} worker processes)")
     status = supervise(args.workers, sock, worker_main, config, log)
     log(f"stopped: {args.workers} workers, ledger {args.ledger} closed")
     return status
