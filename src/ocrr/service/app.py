@@ -39,7 +39,7 @@ from pydantic_core import to_json
 from ocrr.audit.heads import Signer, TreeHead
 from ocrr.errors import OcrrError
 from ocrr.persistent import POOLED_BELOW, PersistentSubstrate
-from ocrr.service.counters import Counters
+from ocrr.service.counters import MAX_ROUTES, Counters
 from ocrr.service.pool import PredictPool
 from ocrr.service.shortcut import Shortcut
 
@@ -389,8 +389,6 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     def metrics() -> str:
         state.substrate.ledger.refresh()
         return _prometheus(state)
-
-    from ocrr.service.workers import MAX_ROUTES
 
     state.counters = Counters([r.path for r in app.routes if hasattr(r, "methods")], state.workers, state.slot,
                               state.shared, routes=MAX_ROUTES)

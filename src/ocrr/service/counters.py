@@ -14,6 +14,8 @@ import numpy as np
 
 #: The statuses counted one by one; any other goes under "other".
 STATUSES = (200, 400, 401, 404, 405, 413, 422, 500)
+#: Routes a table has room for (the app's own are far fewer); every worker's table has this width.
+MAX_ROUTES = 32
 #: What each worker publishes besides its requests (copied from the ledger and the pool).
 GAUGES = ("commits", "searches", "pooled", "full_scans", "followed")
 

@@ -25,10 +25,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Callable
 
-from ocrr.service.counters import Counters
-
-#: Routes the shared counter table has room for (the app's own are far fewer).
-MAX_ROUTES = 32
+from ocrr.service.counters import MAX_ROUTES, Counters
 
 
 def bind(host: str, port: int, listen: bool) -> socket.socket:
