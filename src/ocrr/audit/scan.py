@@ -161,20 +161,8 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
                 text = None if txt is None else txt.decode("utf-8")
             except UnicodeDecodeError:
                 raise _Damage(i, f"entry {i}: label or text is not valid UTF-8 (bytes edited)") from None
-            if not isinstance(vec, bytes) or len(vec) != 4 * dim:
-                raise _Damage(i, f"entry {i}: vector is not {4 * dim} bytes (dim {dim})")
-            if prev_hash != prev:
-                link = "the genesis value" if i == 0 else f"entry {i - 1}"
-                raise _Damage(i, f"entry {i}: prev_hash does not link to {link}")
-            if not isinstance(digest, bytes) or len(digest) != 32:
-                raise _Damage(i, f"entry {i}: stored hash is not 32 bytes")
-            if i >= trusted:
-                pre = entry_bytes(i, label, text, vec, prev_hash)
-                if hashlib.sha256(pre).digest() != digest:
-                    raise _Damage(i, f"entry {i}: stored hash does not match its contents "
-                                     "(label, text or vector changed)")
-                leaf = hashlib.sha256(b"\x00" + pre).digest()
-            else:
+            leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, dim, rehash=i >= trusted)
+            if leaf is None:
                 leaf = stored.get((0, i))
                 if not isinstance(leaf, bytes) or len(leaf) != 32:
                     raise _Damage(i, f"entry {i}: its Merkle leaf is missing from the nodes table")
@@ -203,6 +191,26 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
     for cp in checkpoints:
         _check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= len(hashes) else None)
     return _Scan(dim if type(dim) is int else None, labels, texts, vectors, hashes, tree)
+
+
+def check_entry(i: int, label: str, text: str | None, vec, prev_hash, digest, prev: bytes, dim: int,
+                rehash: bool = True) -> bytes | None:
+    """Raise _Damage unless stored entry ``i`` links to ``prev`` and (``rehash``) its stored
+    hash matches its contents; return its Merkle leaf hash (None when not rehashed). The
+    check of an opened file and of entries another process appended to it."""
+    if not isinstance(vec, bytes) or len(vec) != 4 * dim:
+        raise _Damage(i, f"entry {i}: vector is not {4 * dim} bytes (dim {dim})")
+    if prev_hash != prev:
+        link = "the genesis value" if i == 0 else f"entry {i - 1}"
+        raise _Damage(i, f"entry {i}: prev_hash does not link to {link}")
+    if not isinstance(digest, bytes) or len(digest) != 32:
+        raise _Damage(i, f"entry {i}: stored hash is not 32 bytes")
+    if not rehash:
+        return None
+    pre = entry_bytes(i, label, text, vec, prev_hash)
+    if hashlib.sha256(pre).digest() != digest:
+        raise _Damage(i, f"entry {i}: stored hash does not match its contents (label, text or vector changed)")
+    return hashlib.sha256(b"\x00" + pre).digest()
 
 
 def _check_checkpoint(cp: tuple, tree: MerkleTree, chain_head: bytes | None) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.audit.scan import (
-    LedgerReport, _adopt_v1, _connect, _report_of, _Scan, _schema, scan_file,
+    LedgerReport, _adopt_v1, _connect, _Damage, _report_of, _Scan, _schema, check_entry, scan_file,
 )
 from ocrr.audit.rwlock import RWLock
 from ocrr.audit.verify import entry_bytes
@@ -390,10 +390,13 @@ class DurableLedger:
                                 "WHERE id >= ? AND id < ? ORDER BY id", (n0, size)).fetchall()
             prev, leaves, digests = self.chain_head, [], []
             for i, (id_, label, text, raw, prev_hash, digest) in enumerate(rows, n0):
-                pre = entry_bytes(i, label, text, raw, prev) if id_ == i and len(raw) == 4 * self.dim else b""
-                if not pre or prev_hash != prev or hashlib.sha256(pre).digest() != digest:
-                    raise OcrrError(f"entry {i}, written by another process, does not chain on from entry {i - 1}")
-                leaves.append(hashlib.sha256(b"\x00" + pre).digest())
+                try:
+                    if id_ != i:
+                        raise _Damage(i, f"entry {i}: id is {id_!r}")
+                    leaves.append(check_entry(i, label, text, raw, prev_hash, digest, prev, self.dim))
+                except _Damage as e:
+                    raise OcrrError(f"entry {i}, written by another process, does not chain on from entry "
+                                    f"{i - 1} ({e.reason})") from None
                 digests.append(digest)
                 prev = digest
             if len(rows) != size - n0:
