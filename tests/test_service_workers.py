@@ -106,3 +106,18 @@ def test_a_bad_worker_count_is_refused_with_the_fix(tmp_path):
                          env={**os.environ, "OCRR_TOKEN": TOKEN})
     assert out.returncode != 0 and "--workers takes 1 to 64" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "l.db").exists()
+
+
+def _dies_at_once(config, slot, workers, table):
+    sys.exit(3)
+
+
+def test_a_worker_that_keeps_dying_stops_the_service_instead_of_spinning():
+    from ocrr.service.workers import bind, supervise
+
+    said = []
+    sock = bind("127.0.0.1", 0, listen=False)
+    t0 = time.monotonic()
+    assert supervise(1, sock, _dies_at_once, {}, said.append) == 1
+    assert time.monotonic() - t0 < 60
+    assert "starting it again" in said[0] and "stopped again within a minute" in said[1] and len(said) == 2

@@ -63,17 +63,18 @@ def supervise(workers: int, sock: socket.socket, target: Callable, config: dict,
     try:
         for slot in range(workers):
             start(slot)
-        last_restart = 0.0
+        restarted: dict[int, float] = {}  # slot -> when it was last started again
         while not stopping:
             wait([p.sentinel for p in procs.values()], timeout=0.5)
             for slot, proc in list(procs.items()):
                 if proc.exitcode is not None and not stopping:
-                    if time.monotonic() - last_restart < 1.0:  # dying at once again: do not spin
-                        log(f"worker {slot} stopped again (exit status {proc.exitcode}); stopping the service")
+                    if time.monotonic() - restarted.get(slot, -1e9) < 60:  # a crash loop: do not spin
+                        log(f"worker {slot} stopped again within a minute (exit status {proc.exitcode}); "
+                            "stopping the service: see the worker's error above")
                         stopping.append(0)
                         break
                     log(f"worker {slot} stopped (exit status {proc.exitcode}); starting it again")
-                    last_restart = time.monotonic()
+                    restarted[slot] = time.monotonic()
                     start(slot)
     finally:
         for proc in procs.values():
