@@ -197,7 +197,7 @@ def main() -> int:
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--no-text", action="store_true", help="serve without an encoder; no predicts by text")
-    ap.add_argument("--encoder-nice", type=int, default=None, help="pass --encoder-nice N to ocrr serve")
+    ap.add_argument("--encoder-nice", default=None, help="pass --encoder-nice N|idle to ocrr serve")
     ap.add_argument("--rate", default="",
                     help="also run the mixed load paced at these many requests/s in all (comma-separated, e.g. "
                          "300,600), each for --seconds on a fresh server and ledger of --entries entries")

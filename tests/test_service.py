@@ -250,6 +250,31 @@ def test_an_unknown_encoder_is_refused_with_the_fix():
         EncoderProcess("nonsense")
 
 
+def test_the_encoder_process_yields_the_cpu_and_bad_priorities_name_the_fix():
+    """By default the model runs in Linux's SCHED_IDLE class (only on a core nothing else
+    wants); a niceness outside 0-19 is refused before any process starts."""
+    import argparse
+    import os
+
+    from ocrr.errors import OcrrError
+    from ocrr.service.cli import _encoder_nice
+    from ocrr.service.encoder import EncoderProcess
+
+    assert _encoder_nice("idle") == "idle" and _encoder_nice("7") == 7
+    for bad in ("20", "-1", "low"):
+        with pytest.raises(argparse.ArgumentTypeError, match="0-19, or idle"):
+            _encoder_nice(bad)
+    with pytest.raises(OcrrError, match="0-19, or 'idle'"):
+        EncoderProcess("minilm", nice=25)
+    enc = EncoderProcess("minilm", nice="idle")
+    try:
+        if hasattr(os, "SCHED_IDLE"):
+            assert os.sched_getscheduler(enc._proc.pid) == os.SCHED_IDLE
+        assert enc.encode(["where is my card"]).shape == (1, 384)
+    finally:
+        enc.close()
+
+
 def test_ocrr_serve_starts_answers_and_shuts_down_cleanly(tmp_path):
     """The real command: `ocrr serve` in a child process; SIGTERM after corrections were
     acknowledged; it shuts down through its lifespan and the ledger holds every one."""

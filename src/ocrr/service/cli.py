@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import sys
@@ -18,9 +19,10 @@ def add_serve(sub) -> None:
     s.add_argument("--seed", type=int, default=0, help="seed of a bounded substrate's eviction (default 0)")
     s.add_argument("--encoder", default=None,
                    help="encoder for texts (minilm, st:<model id>); without one, /predict takes vectors only")
-    s.add_argument("--encoder-nice", type=int, default=10, choices=range(20), metavar="N",
-                   help="niceness of the encoder process, 0-19 (default 10): on a small box, predicts by "
-                        "vector and corrections get a contended core before text encoding does")
+    s.add_argument("--encoder-nice", type=_encoder_nice, default="idle", metavar="N|idle",
+                   help="priority of the encoder process: a niceness 0-19, or idle (the default: Linux's "
+                        "SCHED_IDLE, the model runs only on a core nothing else wants), so that on a small "
+                        "box predicts by vector and corrections get a contended core before text encoding")
     s.add_argument("--fit", default=None, metavar="DATASET",
                    help="when the ledger is empty, seed it with this dataset's train split (needs --encoder "
                         "unless the dataset carries vectors)")
@@ -53,9 +55,21 @@ def _token(args) -> tuple[str, bool]:
     return secrets.token_urlsafe(24), True
 
 
+def _encoder_nice(value: str) -> int | str:
+    if value == "idle":
+        return value
+    try:
+        level = int(value)
+    except ValueError:
+        level = -1
+    if not 0 <= level <= 19:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a niceness 0-19, or idle")
+    return level
+
+
 def build_state(ledger: Path, system: str = "substrate", encoder=None, fit: str | None = None,
                 data_dir: str | None = None, key: Path | None = None, origin: str | None = None,
-                token: str = "", seed: int = 0, verify: str = "full", log=print, encoder_nice: int = 0):
+                token: str = "", seed: int = 0, verify: str = "full", log=print, encoder_nice: int | str = 0):
     """Open everything ``ocrr serve`` serves (also used by tests and the benchmark)."""
     from ocrr.audit.heads import Signer, default_origin
     from ocrr.persistent import open_substrate
