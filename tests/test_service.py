@@ -198,6 +198,20 @@ def test_verify_health_metrics_and_page(server):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             assert math.isfinite(float(line.rsplit(" ", 1)[1]))
+    # Prometheus's own parser reads it; the duration histogram is cumulative and ends at the count.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    hist = families["ocrr_request_seconds"]
+    assert hist.type == "histogram"
+    by_path: dict = {}
+    for sample in hist.samples:
+        by_path.setdefault(sample.labels["path"], {}).setdefault(sample.name, []).append(sample)
+    assert "/verify" in by_path and "/health" in by_path
+    for samples in by_path.values():
+        counts = [b.value for b in samples["ocrr_request_seconds_bucket"]]
+        assert counts == sorted(counts) and samples["ocrr_request_seconds_bucket"][-1].labels["le"] == "+Inf"
+        assert counts[-1] == samples["ocrr_request_seconds_count"][0].value >= 1
     page = requests.get(url + "/")
     assert page.status_code == 200 and "predict-btn" in page.text
     assert "/correct" in requests.get(f"{url}/openapi.json").json()["paths"]

@@ -39,7 +39,7 @@ from pydantic_core import to_json
 from ocrr.audit.heads import Signer, TreeHead
 from ocrr.errors import OcrrError
 from ocrr.persistent import POOLED_BELOW, PersistentSubstrate
-from ocrr.service.counters import MAX_ROUTES, Counters
+from ocrr.service.counters import BUCKETS, MAX_ROUTES, Counters
 from ocrr.service.pool import PredictPool
 from ocrr.service.shortcut import Shortcut
 
@@ -442,9 +442,13 @@ def _prometheus(state: ServiceState) -> str:
              "# TYPE ocrr_requests_total counter"]
     for (path, status), n in sorted(got["requests"].items(), key=str):
         lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
-    lines += ["# HELP ocrr_request_seconds Time spent answering requests, by route.",
-              "# TYPE ocrr_request_seconds summary"]
+    lines += ["# HELP ocrr_request_seconds Time spent answering requests, by route (from the request's "
+              "arrival in the app to its last byte handed to the server).",
+              "# TYPE ocrr_request_seconds histogram"]
     for path, (total, n) in sorted(got["seconds"].items()):
+        for bound, count in zip(BUCKETS, got["buckets"][path]):
+            lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="{bound}"}} {count}')
+        lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="+Inf"}} {n}')
         lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
         lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
     lines += ["# HELP ocrr_ledger_entries Entries committed to the ledger.", "# TYPE ocrr_ledger_entries gauge",

@@ -10,12 +10,16 @@ caller serialises its threads.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 #: The statuses counted one by one; any other goes under "other".
 STATUSES = (200, 400, 401, 404, 405, 413, 422, 500)
 #: Routes a table has room for (the app's own are far fewer); every worker's table has this width.
 MAX_ROUTES = 32
+#: Upper bounds (seconds, inclusive) of the request-duration histogram's buckets; +Inf is the count.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: What each worker publishes besides its requests (copied from the ledger and the pool).
 GAUGES = ("commits", "searches", "pooled", "full_scans", "followed")
 
@@ -23,7 +27,8 @@ GAUGES = ("commits", "searches", "pooled", "full_scans", "followed")
 class Counters:
     """A (workers x fields) table of counters; this process writes row ``slot``.
 
-    Fields: requests per (path, status), seconds and requests per path, and ``GAUGES``.
+    Fields: requests per (path, status), seconds and requests per path, requests per path
+    and duration bucket (``BUCKETS``; each request counted in its own bucket only), and ``GAUGES``.
     ``paths``: the routes counted by name (others go under "other"); ``routes``: room for
     that many (every worker must list the same paths in the same order)."""
 
@@ -45,13 +50,14 @@ class Counters:
         self._req = 0  # offsets of the blocks in a row
         self._sec = n_paths * n_status
         self._cnt = self._sec + n_paths
-        self._gauge = self._cnt + n_paths
+        self._bucket = self._cnt + n_paths
+        self._gauge = self._bucket + n_paths * len(BUCKETS)
 
     @staticmethod
     def width(n_paths: int) -> int:
         """Counters per worker for ``n_paths`` named routes."""
         n = n_paths + 1
-        return n * (len(STATUSES) + 1) + 2 * n + len(GAUGES)
+        return n * (len(STATUSES) + 1) + 2 * n + n * len(BUCKETS) + len(GAUGES)
 
     def request(self, path: str, status: int, seconds: float) -> None:
         p = self._path.get(path, len(self.paths) - 1)
@@ -60,6 +66,9 @@ class Counters:
         row[self._req + p * (len(STATUSES) + 1) + s] += 1
         row[self._sec + p] += seconds
         row[self._cnt + p] += 1
+        b = bisect_left(BUCKETS, seconds)  # the first bound at or above it
+        if b < len(BUCKETS):
+            row[self._bucket + p * len(BUCKETS) + b] += 1
 
     def publish(self, **gauges: float) -> None:
         """This worker's current ``GAUGES`` (totals since it started)."""
@@ -68,7 +77,8 @@ class Counters:
 
     def totals(self) -> dict:
         """Every worker's rows added up: {"requests": {(path, status): n}, "seconds":
-        {path: (seconds, n)}, and each gauge}."""
+        {path: (seconds, n)}, "buckets": {path: [requests at most BUCKETS[i] seconds, for each
+        i]} (cumulative, as Prometheus histograms count), and each gauge}."""
         total = self.table.sum(axis=0)
         n_status = len(STATUSES) + 1
         requests = {}
@@ -81,5 +91,8 @@ class Counters:
                     requests[(path, status)] = int(n)
         seconds = {path: (float(total[self._sec + p]), int(total[self._cnt + p]))
                    for p, path in enumerate(self.paths) if total[self._cnt + p]}
-        return {"requests": requests, "seconds": seconds,
+        nb = len(BUCKETS)
+        buckets = {path: np.cumsum(total[self._bucket + p * nb: self._bucket + (p + 1) * nb]).astype(int).tolist()
+                   for p, path in enumerate(self.paths) if total[self._cnt + p]}
+        return {"requests": requests, "seconds": seconds, "buckets": buckets,
                 **{g: int(total[self._gauge + i]) for i, g in enumerate(GAUGES)}}
