@@ -87,6 +87,8 @@ def test_workers_answer_for_each_other_and_stop_cleanly(tmp_path):
         assert "ocrr_workers 2" in metrics
         assert "ocrr_ledger_commits_total 6" in metrics  # three by each worker, counted together
         assert 'ocrr_requests_total{path="/correct",status="200"} 6' in metrics
+        verified = on[0].get(f"{url}/verify").json()  # the page of the other worker shows it
+        assert verified["ok"] and on[1].get(f"{url}/corrections/recent").json()["last_verify"] == verified
 
         os.kill(pids[1], signal.SIGKILL)  # a worker dies: the supervisor starts another in its slot
         _wait_for_workers(url, proc, 2, time.monotonic() + 120, exclude_pids={pids[1]})

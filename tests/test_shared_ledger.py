@@ -186,3 +186,24 @@ def test_every_entry_acknowledged_elsewhere_is_seen_after_refresh_while_this_pro
         assert seen == 150 and writer.exitcode == 0
     with DurableLedger.open(path) as fresh:  # and the file is one intact chain
         assert fresh.memory.labels.count("mine") == len(fresh) - 150
+
+
+def test_a_verification_kept_by_one_process_is_the_latest_for_all_even_in_an_older_file(tmp_path):
+    path = tmp_path / "l.db"
+    rng = np.random.default_rng(3)
+    with DurableLedger.open(path, dim=8) as a:
+        a.extend(_vecs(rng, 2), ["x", "y"])
+    conn = sqlite3.connect(path)  # a file written before the table existed
+    conn.execute("DROP TABLE verifications")
+    conn.commit()
+    conn.close()
+    with DurableLedger.open(path) as a, DurableLedger.open(path) as b:
+        assert a.last_verification() is None
+        first = {**a.verify().to_dict(), "time": 1.0}
+        a.record_verification(first)
+        assert b.last_verification() == first and first["ok"] and first["size"] == 2
+        later = {**b.verify().to_dict(), "time": 2.0}
+        b.record_verification(later)
+        assert a.last_verification() == later
+    with DurableLedger.open(path) as c:  # and after a restart; the kept outcomes are not entries
+        assert c.last_verification() == later and len(c) == 2 and scan_file(path)[0]

@@ -74,6 +74,9 @@ class _Scan:
     tree: MerkleTree
 
 
+# Outcomes of verifications asked of a running service (kept, not checked: they vouch for nothing).
+VERIFICATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS verifications (id INTEGER PRIMARY KEY, time REAL NOT NULL, "
+                       "report TEXT NOT NULL)")
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)",
     "CREATE TABLE IF NOT EXISTS entries (id INTEGER PRIMARY KEY, label TEXT NOT NULL, text TEXT, "
@@ -82,6 +85,7 @@ _TABLES = (
     "PRIMARY KEY (level, idx)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, chain_head BLOB NOT NULL, "
     "root BLOB NOT NULL, time REAL NOT NULL)",
+    VERIFICATIONS_TABLE,
 )
 _MAX_DIM = 1 << 16
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -31,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.audit.scan import (
-    LedgerReport, _adopt_v1, _connect, _Damage, _report_of, _Scan, _schema, check_entry, scan_file,
+    VERIFICATIONS_TABLE, LedgerReport, _adopt_v1, _connect, _Damage, _report_of, _Scan, _schema, check_entry,
+    scan_file,
 )
 from ocrr.audit.rwlock import RWLock
 from ocrr.audit.verify import entry_bytes
@@ -212,6 +214,29 @@ class DurableLedger:
                 yield from batch
         finally:
             conn.close()
+
+    def record_verification(self, report: dict) -> None:
+        """Keep a verification's outcome (a JSON object with its ``time``) in the file, so that
+        every process serving it, and the next start, shows the latest one, whoever ran it."""
+        with self._cv:  # between group commits: one connection, one statement at a time
+            while self._committing:
+                self._cv.wait()
+            if self._closed:
+                return
+            self._conn.execute(VERIFICATIONS_TABLE)  # files from before the table
+            self._conn.execute("INSERT INTO verifications (time, report) VALUES (?, ?)",
+                               (float(report["time"]), json.dumps(report)))
+
+    def last_verification(self) -> dict | None:
+        """The latest outcome ``record_verification`` kept (by any process), or None."""
+        conn = _connect(self.path, readonly=True)
+        try:
+            row = conn.execute("SELECT report FROM verifications ORDER BY id DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:  # a file from before the table, none recorded yet
+            row = None
+        finally:
+            conn.close()
+        return json.loads(row[0]) if row else None
 
     # -- appending ----------------------------------------------------------------------
     def append(self, vector, label: str, text: str | None = None) -> int:

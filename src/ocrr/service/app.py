@@ -85,7 +85,6 @@ class ServiceState:
     token: str
     encoder: Any = None  # has .encode(list[str]) -> (n, d) float32; None: vectors only
     signer: Signer | None = None
-    last_verify: dict | None = None
     started: float = field(default_factory=time.time)
     close: Any = None  # called on shutdown (default: close the substrate)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -374,9 +373,9 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
 
     @app.get("/verify")
     def verify() -> dict:
-        report = state.substrate.verify()
-        state.last_verify = {**report.to_dict(), "time": time.time()}
-        return state.last_verify
+        report = {**state.substrate.verify().to_dict(), "time": time.time()}
+        state.substrate.ledger.record_verification(report)  # in the file: every worker's page shows it
+        return report
 
     @app.get("/corrections/recent")
     def recent() -> dict:
@@ -385,7 +384,7 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         led.refresh()
         n = len(led)
         latest = [{"id": i, "label": label, "text": text} for i, label, text, *_ in led.read_entries(max(0, n - 20), n)]
-        return {"corrections": latest[::-1], "last_verify": state.last_verify}
+        return {"corrections": latest[::-1], "last_verify": led.last_verification()}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> str:
