@@ -85,10 +85,11 @@ def _lower_priority(nice: int | str) -> None:
     task still runs its share of each scheduling period, and a request thread woken on its
     core can wait for that; a SCHED_IDLE task is preempted at once by any other."""
     if nice == "idle":
-        if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # threads started later inherit it
             return
-        nice = 19
+        except (AttributeError, OSError):  # not Linux, or a sandbox that forbids it: the next best
+            nice = 19
     if nice and hasattr(os, "nice"):
         os.nice(int(nice))
 
