@@ -207,3 +207,9 @@ def test_a_verification_kept_by_one_process_is_the_latest_for_all_even_in_an_old
         assert a.last_verification() == later
     with DurableLedger.open(path) as c:  # and after a restart; the kept outcomes are not entries
         assert c.last_verification() == later and len(c) == 2 and scan_file(path)[0]
+        for t in range(150):  # only the latest 100 stay: the file does not grow with every call
+            c.record_verification({**later, "time": 3.0 + t})
+        assert c.last_verification()["time"] == 152.0
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT COUNT(*), MIN(time) FROM verifications").fetchone() == (100, 53.0)
+    conn.close()

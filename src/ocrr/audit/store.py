@@ -44,6 +44,7 @@ __all__ = ["DurableLedger", "LedgerReport", "scan_file"]
 
 _F4LE = np.dtype("<f4")
 _BATCH = 65_536
+_VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
 
 # apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
 # feeds committed entries to the in-memory side, which must hash them to the same chain.
@@ -217,15 +218,24 @@ class DurableLedger:
 
     def record_verification(self, report: dict) -> None:
         """Keep a verification's outcome (a JSON object with its ``time``) in the file, so that
-        every process serving it, and the next start, shows the latest one, whoever ran it."""
+        every process serving it, and the next start, shows the latest one, whoever ran it
+        (the latest ``_VERIFICATIONS_KEPT`` are kept)."""
         with self._cv:  # between group commits: one connection, one statement at a time
             while self._committing:
                 self._cv.wait()
             if self._closed:
                 return
             self._conn.execute(VERIFICATIONS_TABLE)  # files from before the table
-            self._conn.execute("INSERT INTO verifications (time, report) VALUES (?, ?)",
-                               (float(report["time"]), json.dumps(report)))
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute("INSERT INTO verifications (time, report) VALUES (?, ?)",
+                                         (float(report["time"]), json.dumps(report)))
+                # The latest few only: /verify takes no token, and the file must not grow with every call.
+                self._conn.execute("DELETE FROM verifications WHERE id <= ?", (cur.lastrowid - _VERIFICATIONS_KEPT,))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
 
     def last_verification(self) -> dict | None:
         """The latest outcome ``record_verification`` kept (by any process), or None."""

@@ -32,7 +32,7 @@ class EncoderProcess:
         class, which runs the model only on a core nothing else of normal priority wants (where
         there is no such class: niceness 19). Either lets the service's own threads (predicts by
         vector, commits) take a contended core first; see ``_lower_priority``."""
-        if nice != "idle" and not (isinstance(nice, int) and 0 <= nice <= 19):
+        if nice != "idle" and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19):
             raise OcrrError(f"encoder niceness {nice!r}: give 0-19, or 'idle' (run only on an otherwise free core)")
         self.id = spec
         self._lock = threading.Lock()
