@@ -24,7 +24,7 @@ answers are parsed only as far as their length until the run is over, and latenc
 from the send to the last byte of the answer. ``--b64`` sends vectors as base64 float32
 (``vectors_b64``) instead of JSON lists.
 
-Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
+Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64] [--repeat 4]
 Targets on the 2-core box: predict by vector p99 <= 10 ms; >= 500 durable corrections/s.
 """
 
@@ -50,6 +50,7 @@ TOKEN = "bench-token-0123456789abcdef"
 KINDS = ("predict_vector", "predict_text", "correct")
 MIXED = (0.45, 0.10, 0.45)
 CORRECTIONS_ONLY = (0.0, 0.0, 1.0)
+TARGET_P99_MS = 10.0  # the issue's target for predicts by vector
 
 
 def build_ledger(path: Path, entries: int, encoder: str) -> tuple[np.ndarray, list[str], list[str]]:
@@ -207,6 +208,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="pass --workers N to ocrr serve (default 1)")
     ap.add_argument("--paced-only", action="store_true",
                     help="run only the --rate phases (no load as fast as answered, no corrections-only burst)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run everything this many times, each on a fresh server and ledger, and end with each "
+                         "phase's by-vector p99 over the runs (on a shared box one run decides little)")
     ap.add_argument("--b64", action="store_true",
                     help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists")
     args = ap.parse_args()
@@ -214,8 +218,10 @@ def main() -> int:
         rates = [float(r) for r in args.rate.split(",") if r.strip()]
     except ValueError:
         ap.error(f"--rate takes requests/s, comma-separated (e.g. 300,600), not {args.rate!r}")
-    if any(r <= 0 for r in rates) or min(args.clients, args.entries, args.workers) < 1 or min(args.seconds, args.burst) < 0:
-        ap.error("--rate values, --clients, --entries and --workers must be positive; --seconds and --burst not negative")
+    if (any(r <= 0 for r in rates) or min(args.clients, args.entries, args.workers, args.repeat) < 1
+            or min(args.seconds, args.burst) < 0):
+        ap.error("--rate values, --clients, --entries, --workers and --repeat must be positive; --seconds and --burst "
+                 "not negative")
     if args.predict_share is not None and not 0.0 <= args.predict_share <= 1.0:
         ap.error("--predict-share must be between 0 and 1")
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()} ({os.cpu_count()} cores)")
@@ -228,14 +234,22 @@ def main() -> int:
     runs += [[(f"mixed, paced at {r:.0f} requests/s (fresh ledger)", args.seconds, mixed, args.clients / r)]
              for r in rates]
     ok = True
-    for phases in runs:
-        phases = [p for p in phases if p[1] > 0]
-        if phases:
-            ok &= serve_and_load(args, phases)
+    p99s: dict[str, list[float]] = {}  # phase -> by-vector p99 of each run
+    for _ in range(args.repeat):
+        for phases in runs:
+            phases = [p for p in phases if p[1] > 0]
+            if phases:
+                ok &= serve_and_load(args, phases, p99s)
+    if args.repeat > 1:
+        print(f"\npredict by vector, p99 over {args.repeat} runs (target: <= {TARGET_P99_MS:g} ms):")
+        for tag, values in p99s.items():
+            met = sum(v <= TARGET_P99_MS for v in values)
+            print(f"  {tag}: median {np.median(values):.2f} ms, runs {' '.join(f'{v:.2f}' for v in values)}; "
+                  f"{met} of {len(values)} at or under the target")
     return 0 if ok else 1
 
 
-def serve_and_load(args, phases) -> bool:
+def serve_and_load(args, phases, p99s: dict) -> bool:
     """A fresh ledger and ``ocrr serve`` on it, the phases' loads, a clean stop, and the check
     that the reopened ledger verifies and holds every acknowledged correction."""
     with tempfile.TemporaryDirectory(prefix="ocrr-bench-service-") as tmp:
@@ -274,7 +288,7 @@ def serve_and_load(args, phases) -> bool:
             for tag, seconds, mix, interval in phases:
                 loads, *measured = run_phase(port, args.clients, seconds, mix, tag, base, texts, labels,
                                              server.pid, interval, args.b64)
-                ok &= report(tag, loads, *measured)
+                ok &= report(tag, loads, *measured, p99s=p99s)
                 acked += [a for c in loads for a in c.acked]
         finally:
             server.send_signal(signal.SIGTERM)  # clean shutdown: waits for requests in flight
@@ -332,7 +346,7 @@ def _metrics(port: int) -> np.ndarray:
     return np.array([_metric(text, name) for name in _COUNTERS])
 
 
-def report(tag, loads, wall, counters, cpu, loadavg) -> bool:
+def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
     commits, searches, pooled, grown, full = counters
     errors = [e for c in loads for e in c.errors]
     acked = [a for c in loads for a in c.acked]
@@ -345,6 +359,8 @@ def report(tag, loads, wall, counters, cpu, loadavg) -> bool:
         if len(lat):
             p50, p90, p99 = np.percentile(lat, [50, 90, 99])
             print(f"  {name:<16}{len(lat):>8}{p50:>9.2f}{p90:>9.2f}{p99:>9.2f}{lat.max():>9.2f}")
+            if name == "predict_vector":
+                p99s.setdefault(tag, []).append(float(p99))
     print(f"  durable corrections: {len(acked) / wall:.0f}/s ({len(acked)} acknowledged, {commits:.0f} commits, "
           f"{len(acked) / max(commits, 1):.1f} corrections per fsync); the ledger grew by {grown:.0f} entries")
     if searches:

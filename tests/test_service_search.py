@@ -5,6 +5,7 @@ on ledgers full of near-ties and exact duplicates, and across threads over a rea
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -63,17 +64,25 @@ def test_a_bounded_substrate_is_searched_by_its_own_index(tmp_path):
     sub.close()
 
 
-def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tmp_path):
+@pytest.mark.parametrize("on_loop", [True, False], ids=["on-the-event-loop", "on-search-threads"])
+def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tmp_path, on_loop, monkeypatch):
     pytest.importorskip("fastapi")
     requests = pytest.importorskip("requests")
     from ocrr.service.app import BodyLimit, ServiceState, create_app
+    from ocrr.service.pool import PredictPool
     from service_helpers import running
+
+    searched_on = []  # the thread each pooled search ran on
+    search = PredictPool._search
+    monkeypatch.setattr(PredictPool, "_search",
+                        lambda self, batch: searched_on.append(threading.current_thread().name) or search(self, batch))
 
     sub, _, queries = _ledger(tmp_path, 3000, dim=64)
     state = ServiceState(substrate=sub, token="t" * 20)
     expected = [[{"label": e.label, "margin": e.margin, "neighbours": [n.__dict__ for n in e.neighbours]}
                  for e in sub.explain(q)] for q in queries]
-    with running(BodyLimit(create_app(state))) as url:
+    pass_floats = 3000 * 64  # what a pooled pass reads: on the loop up to pool_inline_floats
+    with running(BodyLimit(create_app(state, pool_inline_floats=pass_floats if on_loop else pass_floats - 1))) as url:
         def ask(q):
             with requests.Session() as s:
                 return [s.post(f"{url}/predict", data=json.dumps({"vectors": q.tolist()})).json() for _ in range(3)]
@@ -85,6 +94,7 @@ def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tm
         assert all(a["predictions"] == want for a in got)
     counters = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("ocrr_")}
     pooled = 3 * sum(len(q) < 8 for q in queries)
+    assert searched_on and all(name.startswith("ocrr-search") != on_loop for name in searched_on)
     assert counters["ocrr_predict_pooled_total"] == pooled
     assert 0 < counters["ocrr_predict_searches_total"] <= pooled
 
