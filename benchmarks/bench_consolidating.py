@@ -22,7 +22,7 @@ import numpy as np
 from ocrr.data.synthetic import make_synthetic
 from ocrr.protocols import heldout_scenario
 from ocrr.systems import make_system
-from ocrr.threads import pin_threads
+from ocrr.utils.threads import pin_threads
 
 
 def main() -> None:
@@ -35,8 +35,10 @@ def main() -> None:
     sc = heldout_scenario(ds, ds.train.vecs, ds.test.vecs, seed=0, n_heldout=10, eval_cap=400)
     stream = sc.stream[: args.calls]
     print(f"seed set {len(sc.seed_set)}, {len(stream)} predict+correct calls per system\n")
-    print("| system | append (µs per correction) | vs substrate | consolidations | consolidation (ms each) "
-          "| consolidation total (s) | predict (µs) |")
+    print(
+        "| system | append (µs per correction) | vs substrate | consolidations | consolidation (ms each) "
+        "| consolidation total (s) | predict (µs) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     base = None
     for spec in args.systems.split(","):
@@ -55,8 +57,11 @@ def main() -> None:
         append = 1e6 * float(np.mean(plain))
         base = append if base is None else base
         each = 1e3 * float(np.mean(consolidating)) if consolidating else 0.0
-        print(f"| {spec} | {append:,.0f} | {append / base:.2f}x | {len(consolidating)} | {each:,.1f} | "
-              f"{sum(consolidating):.2f} | {1e6 * float(np.mean(predict)):,.0f} |", flush=True)
+        print(
+            f"| {spec} | {append:,.0f} | {append / base:.2f}x | {len(consolidating)} | {each:,.1f} | "
+            f"{sum(consolidating):.2f} | {1e6 * float(np.mean(predict)):,.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -46,17 +46,21 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     from ocrr.index import ExactIndex, exact_search, make_index, recall_at_k
-    from ocrr.scale import _predict, _time_queries
-    from ocrr.scale_data import make_stream
-    from ocrr.systems.vote import VoteRule
+    from ocrr.index.vote import VoteRule
+    from ocrr.studies.scale.data import make_stream
+    from ocrr.studies.scale.study import _predict, _time_queries
 
     faiss.omp_set_num_threads(args.threads)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     efs = [int(e) for e in args.ef_search.split(",")]
-    print(f"dim={args.dim} sigma={args.sigma} family={args.family} queries={args.queries} threads={args.threads} "
-          f"faiss={faiss.__version__}")
-    print(f"{'N':>9} {'kind':>10} {'ef':>9} {'build s':>8} {'single ms/q':>12} {'single q/s':>11} {'wall ms/q':>10} "
-          f"{'batched ms/q':>13} {'batched q/s':>12} {'recall@5':>9} {'vote acc':>9} {'B/entry':>8}")
+    print(
+        f"dim={args.dim} sigma={args.sigma} family={args.family} queries={args.queries} threads={args.threads} "
+        f"faiss={faiss.__version__}"
+    )
+    print(
+        f"{'N':>9} {'kind':>10} {'ef':>9} {'build s':>8} {'single ms/q':>12} {'single q/s':>11} {'wall ms/q':>10} "
+        f"{'batched ms/q':>13} {'batched q/s':>12} {'recall@5':>9} {'vote acc':>9} {'B/entry':>8}"
+    )
     with threadpool_limits(args.threads):
         for n in (int(float(s)) for s in args.sizes.split(",")):
             stream = make_stream(args.family, n, 100, args.dim, args.sigma, 0, args.intrinsic_dim)
@@ -89,7 +93,7 @@ def main() -> None:
                     build[kind] = time.perf_counter() - t0
             _, truth = exact_search(store, queries, 5)
             for kind, index in indexes.items():
-                for ef in (efs if kind.startswith("hnsw") else [None]):
+                for ef in efs if kind.startswith("hnsw") else [None]:
                     if ef is not None:
                         index.ef_search = ef
                     t = _time_queries(index, queries, 5, args.threads)
@@ -98,9 +102,12 @@ def main() -> None:
                     single, batched = t["ms_per_query"], t["ms_per_query_batched"]
                     if kind.startswith("ivf"):
                         ef = f"{index.nprobe}/{index.rerank}"
-                    print(f"{n:>9} {kind:>10} {ef or '':>9} {build[kind]:>8.1f} {single:>12.3f} {1000 / single:>11.0f} "
-                          f"{t['ms_per_query_wall']:>10.3f} {batched:>13.3f} {1000 / batched:>12.0f} "
-                          f"{recall_at_k(ids, truth):>9.3f} {acc:>9.3f} {index.nbytes / n:>8.0f}", flush=True)
+                    print(
+                        f"{n:>9} {kind:>10} {ef or '':>9} {build[kind]:>8.1f} {single:>12.3f} {1000 / single:>11.0f} "
+                        f"{t['ms_per_query_wall']:>10.3f} {batched:>13.3f} {1000 / batched:>12.0f} "
+                        f"{recall_at_k(ids, truth):>9.3f} {acc:>9.3f} {index.nbytes / n:>8.0f}",
+                        flush=True,
+                    )
             del indexes, store
 
 

@@ -97,5 +97,6 @@ def main() -> None:
     for name, value in lines:
         print(f"  {name:<42s}{value}")
 
+
 if __name__ == "__main__":
     main()

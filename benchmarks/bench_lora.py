@@ -26,8 +26,8 @@ import pandas as pd
 from ocrr.data import load_dataset
 from ocrr.encoders import embed_dataset
 from ocrr.protocols import heldout_scenario
-from ocrr.threads import pin_threads
 from ocrr.systems import make_system
+from ocrr.utils.threads import pin_threads
 
 SYSTEMS = ["substrate", "online_linear", "lora:progress=false:seed_epochs=0"]
 
@@ -57,8 +57,14 @@ def measure(spec: str, scenario, n_corrections: int, n_predicts: int) -> dict:
     for batch in scenario.eval_sets.values():
         system.predict(batch)
     eval_s = time.perf_counter() - t
-    return {"system": spec.split(":")[0], "fit": fit_s, "predict": predict_s, "correct": correct_s,
-            "eval": eval_s, "n_eval": n_eval}
+    return {
+        "system": spec.split(":")[0],
+        "fit": fit_s,
+        "predict": predict_s,
+        "correct": correct_s,
+        "eval": eval_s,
+        "n_eval": n_eval,
+    }
 
 
 def seed_phase_estimate(scenario, n_texts: int) -> tuple[float, float]:
@@ -81,15 +87,20 @@ def print_timings(path: Path) -> None:
     df = pd.read_csv(path)
     last = df.sort_values("step").groupby(["seed", "system"], sort=False).tail(1)
     cols = ["fit_seconds", "predict_seconds", "correct_seconds", "eval_seconds"]
-    last = last.assign(total=last[cols].sum(axis=1),
-                       per_correction=last["correct_seconds"] / last["corrections"].clip(lower=1))
+    last = last.assign(
+        total=last[cols].sum(axis=1), per_correction=last["correct_seconds"] / last["corrections"].clip(lower=1)
+    )
     print(f"\nrun wall time from {path} (seconds; total = fit + stream predict + corrections + evaluations)")
-    print(f"  {'system':<16}{'seed':>5}{'fit':>9}{'predict':>9}{'correct':>9}{'eval':>9}{'total':>9}"
-          f"{'corrections':>13}{'per correction':>17}")
+    print(
+        f"  {'system':<16}{'seed':>5}{'fit':>9}{'predict':>9}{'correct':>9}{'eval':>9}{'total':>9}"
+        f"{'corrections':>13}{'per correction':>17}"
+    )
     for row in last.sort_values(["system", "seed"]).itertuples():
-        print(f"  {row.system:<16}{row.seed:>5}{row.fit_seconds:9.1f}{row.predict_seconds:9.1f}"
-              f"{row.correct_seconds:9.1f}{row.eval_seconds:9.1f}{row.total:9.1f}{row.corrections:13d}"
-              f"{fmt(row.per_correction):>17}")
+        print(
+            f"  {row.system:<16}{row.seed:>5}{row.fit_seconds:9.1f}{row.predict_seconds:9.1f}"
+            f"{row.correct_seconds:9.1f}{row.eval_seconds:9.1f}{row.total:9.1f}{row.corrections:13d}"
+            f"{fmt(row.per_correction):>17}"
+        )
     print(f"  all runs: {last['total'].sum():.0f} s ({last['total'].sum() / 60:.1f} min)")
 
 
@@ -107,8 +118,10 @@ def main() -> None:
     n_predicts = min(args.corrections, len(scenario.stream))
     rows = [measure(spec, scenario, min(args.corrections, len(scenario.stream)), n_predicts) for spec in SYSTEMS]
     n_eval = rows[0]["n_eval"]
-    print(f"banking77 seed 0: {len(scenario.seed_set)} seed items, {len(scenario.stream)} stream items, "
-          f"{n_eval} eval queries; torch threads 1")
+    print(
+        f"banking77 seed 0: {len(scenario.seed_set)} seed items, {len(scenario.stream)} stream items, "
+        f"{n_eval} eval queries; torch threads 1"
+    )
     print(f"  {'system':<16}{'correct (per item)':>20}{'predict (one item)':>20}{'evaluate ' + str(n_eval):>16}")
     for r in rows:
         print(f"  {r['system']:<16}{fmt(r['correct']):>20}{fmt(r['predict']):>20}{fmt(r['eval']):>16}")
@@ -116,8 +129,10 @@ def main() -> None:
     lora = next(r for r in rows if r["system"] == "lora")
     print(f"  lora / online_linear per correction: {lora['correct'] / lin['correct']:.0f}x")
     per_text, full = seed_phase_estimate(scenario, args.seed_sample)
-    print(f"  lora seed phase: {per_text * 1e3:.1f} ms per text per epoch -> about {full / 60:.1f} min "
-          f"for 2 epochs over {len(scenario.seed_set)} texts (model load included)")
+    print(
+        f"  lora seed phase: {per_text * 1e3:.1f} ms per text per epoch -> about {full / 60:.1f} min "
+        f"for 2 epochs over {len(scenario.seed_set)} texts (model load included)"
+    )
     if args.timings is not None:
         print_timings(args.timings)
 

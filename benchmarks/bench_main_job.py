@@ -12,8 +12,23 @@ import sys
 import tempfile
 import time
 
-MAIN = ["run", "--dataset", "banking77", "--policy", "oracle", "--seeds", "0", "1", "2",
-        "--systems", "substrate", "static_knn", "static_linear", "online_linear", "--quiet"]
+MAIN = [
+    "run",
+    "--dataset",
+    "banking77",
+    "--policy",
+    "oracle",
+    "--seeds",
+    "0",
+    "1",
+    "2",
+    "--systems",
+    "substrate",
+    "static_knn",
+    "static_linear",
+    "online_linear",
+    "--quiet",
+]
 
 
 def ocrr(*args: str) -> float:
@@ -27,8 +42,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         times = [ocrr(*MAIN, "--out", out) for _ in range(2)]
     print("main job (banking77 · oracle · seeds 0 1 2 · 4 systems), embeddings cached, whole command:")
-    print(f"  wall time   {min(times):6.1f} s  (best of {len(times)}; runs {', '.join(f'{t:.1f}' for t in times)})"
-          "   target < 30 s")
+    print(
+        f"  wall time   {min(times):6.1f} s  (best of {len(times)}; runs {', '.join(f'{t:.1f}' for t in times)})"
+        "   target < 30 s"
+    )
 
 
 if __name__ == "__main__":

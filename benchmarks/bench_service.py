@@ -54,9 +54,9 @@ TARGET_P99_MS = 10.0  # the issue's target for predicts by vector
 
 
 def build_ledger(path: Path, entries: int, encoder: str) -> tuple[np.ndarray, list[str], list[str]]:
-    from ocrr.audit.store import DurableLedger
     from ocrr.data import load_dataset
     from ocrr.encoders import embed_dataset
+    from ocrr.ledger.store import DurableLedger
 
     data = load_dataset("demo")
     texts, labels = list(data.train.texts), list(data.train.labels)
@@ -125,8 +125,10 @@ class Load:
 def _post(path: str, body: str, token: str | None = None) -> bytes:
     data = body.encode()
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}"
-            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    ).encode() + data
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -166,6 +168,7 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
 
 def run_load(port: int, loads: list, seconds: float, interval: float) -> float:
     """All clients in this process's one asyncio loop (uvloop when installed); returns the wall time."""
+
     async def main() -> float:
         t0 = time.perf_counter()
         await asyncio.gather(*(_drive(load, port, t0 + seconds, interval) for load in loads))
@@ -199,29 +202,51 @@ def main() -> int:
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--no-text", action="store_true", help="serve without an encoder; no predicts by text")
     ap.add_argument("--encoder-nice", default=None, help="pass --encoder-nice N|idle to ocrr serve")
-    ap.add_argument("--rate", default="",
-                    help="also run the mixed load paced at these many requests/s in all (comma-separated, e.g. "
-                         "300,600), each for --seconds on a fresh server and ledger of --entries entries")
-    ap.add_argument("--predict-share", type=float, default=None,
-                    help="share of the mixed load's requests that are predicts (default 0.5 with --no-text, else "
-                         "0.45 by vector + 0.10 by text); 1: predicts only")
+    ap.add_argument(
+        "--rate",
+        default="",
+        help="also run the mixed load paced at these many requests/s in all (comma-separated, e.g. "
+        "300,600), each for --seconds on a fresh server and ledger of --entries entries",
+    )
+    ap.add_argument(
+        "--predict-share",
+        type=float,
+        default=None,
+        help="share of the mixed load's requests that are predicts (default 0.5 with --no-text, else "
+        "0.45 by vector + 0.10 by text); 1: predicts only",
+    )
     ap.add_argument("--workers", type=int, default=1, help="pass --workers N to ocrr serve (default 1)")
-    ap.add_argument("--paced-only", action="store_true",
-                    help="run only the --rate phases (no load as fast as answered, no corrections-only burst)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run everything this many times, each on a fresh server and ledger, and end with each "
-                         "phase's by-vector p99 over the runs (on a shared box one run decides little)")
-    ap.add_argument("--b64", action="store_true",
-                    help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists")
+    ap.add_argument(
+        "--paced-only",
+        action="store_true",
+        help="run only the --rate phases (no load as fast as answered, no corrections-only burst)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run everything this many times, each on a fresh server and ledger, and end with each "
+        "phase's by-vector p99 over the runs (on a shared box one run decides little)",
+    )
+    ap.add_argument(
+        "--b64",
+        action="store_true",
+        help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists",
+    )
     args = ap.parse_args()
     try:
         rates = [float(r) for r in args.rate.split(",") if r.strip()]
     except ValueError:
         ap.error(f"--rate takes requests/s, comma-separated (e.g. 300,600), not {args.rate!r}")
-    if (any(r <= 0 for r in rates) or min(args.clients, args.entries, args.workers, args.repeat) < 1
-            or min(args.seconds, args.burst) < 0):
-        ap.error("--rate values, --clients, --entries, --workers and --repeat must be positive; --seconds and --burst "
-                 "not negative")
+    if (
+        any(r <= 0 for r in rates)
+        or min(args.clients, args.entries, args.workers, args.repeat) < 1
+        or min(args.seconds, args.burst) < 0
+    ):
+        ap.error(
+            "--rate values, --clients, --entries, --workers and --repeat must be positive; --seconds and --burst "
+            "not negative"
+        )
     if args.predict_share is not None and not 0.0 <= args.predict_share <= 1.0:
         ap.error("--predict-share must be between 0 and 1")
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()} ({os.cpu_count()} cores)")
@@ -229,10 +254,14 @@ def main() -> int:
     if args.predict_share is not None:
         text = 0.0 if args.no_text else min(0.1, args.predict_share)
         mixed = (args.predict_share - text, text, 1.0 - args.predict_share)
-    runs = [] if args.paced_only else [[("mixed", args.seconds, mixed, 0.0),
-                                        ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]]
-    runs += [[(f"mixed, paced at {r:.0f} requests/s (fresh ledger)", args.seconds, mixed, args.clients / r)]
-             for r in rates]
+    runs = (
+        []
+        if args.paced_only
+        else [[("mixed", args.seconds, mixed, 0.0), ("corrections only", args.burst, CORRECTIONS_ONLY, 0.0)]]
+    )
+    runs += [
+        [(f"mixed, paced at {r:.0f} requests/s (fresh ledger)", args.seconds, mixed, args.clients / r)] for r in rates
+    ]
     ok = True
     p99s: dict[str, list[float]] = {}  # phase -> by-vector p99 of each run
     for _ in range(args.repeat):
@@ -244,8 +273,10 @@ def main() -> int:
         print(f"\npredict by vector, p99 over {args.repeat} runs (target: <= {TARGET_P99_MS:g} ms):")
         for tag, values in p99s.items():
             met = sum(v <= TARGET_P99_MS for v in values)
-            print(f"  {tag}: median {np.median(values):.2f} ms, runs {' '.join(f'{v:.2f}' for v in values)}; "
-                  f"{met} of {len(values)} at or under the target")
+            print(
+                f"  {tag}: median {np.median(values):.2f} ms, runs {' '.join(f'{v:.2f}' for v in values)}; "
+                f"{met} of {len(values)} at or under the target"
+            )
     return 0 if ok else 1
 
 
@@ -256,15 +287,33 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
         path = Path(tmp) / "ledger.db"
         t0 = time.perf_counter()
         base, texts, labels = build_ledger(path, args.entries, args.encoder)
-        print(f"\nledger: {args.entries} entries of dimension {base.shape[1]} built in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"\nledger: {args.entries} entries of dimension {base.shape[1]} built in {time.perf_counter() - t0:.1f} s"
+        )
         port = free_port()
         env = {**os.environ, "OCRR_TOKEN": TOKEN}
         log = open(Path(tmp) / "server.log", "w+")  # a file, not a pipe: a full pipe would stall the server
         encoder = [] if args.no_text else ["--encoder", args.encoder]
         if args.encoder_nice is not None:
             encoder += ["--encoder-nice", str(args.encoder_nice)]
-        server = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), *encoder,
-                                   "--port", str(port), "--workers", str(args.workers)], env=env, stderr=log, text=True)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ocrr.cli",
+                "serve",
+                "--ledger",
+                str(path),
+                *encoder,
+                "--port",
+                str(port),
+                "--workers",
+                str(args.workers),
+            ],
+            env=env,
+            stderr=log,
+            text=True,
+        )
         try:
             t0 = time.perf_counter()
             up: set[int] = set()
@@ -277,17 +326,23 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
                     up.add(json.loads(get(port, "/health"))["worker"])
                 except OSError:
                     time.sleep(0.2)
-            print(f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port}, "
-                  f"{args.workers} worker process{'es' if args.workers > 1 else ''})")
+            print(
+                f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port}, "
+                f"{args.workers} worker process{'es' if args.workers > 1 else ''})"
+            )
             acked = []
             ok = True
-            print(f"load: {args.clients} keep-alive HTTP/1.1 connections from this process (pid {os.getpid()}), "
-                  "all in one asyncio loop; request bodies built before each send's clock starts (vectors as "
-                  + ("base64 float32" if args.b64 else "JSON lists of floats") + "); latency = from the send "
-                  "(paced: from when the request was due) to the last byte of the answer, as this client sees it")
+            print(
+                f"load: {args.clients} keep-alive HTTP/1.1 connections from this process (pid {os.getpid()}), "
+                "all in one asyncio loop; request bodies built before each send's clock starts (vectors as "
+                + ("base64 float32" if args.b64 else "JSON lists of floats")
+                + "); latency = from the send "
+                "(paced: from when the request was due) to the last byte of the answer, as this client sees it"
+            )
             for tag, seconds, mix, interval in phases:
-                loads, *measured = run_phase(port, args.clients, seconds, mix, tag, base, texts, labels,
-                                             server.pid, interval, args.b64)
+                loads, *measured = run_phase(
+                    port, args.clients, seconds, mix, tag, base, texts, labels, server.pid, interval, args.b64
+                )
                 ok &= report(tag, loads, *measured, p99s=p99s)
                 acked += [a for c in loads for a in c.acked]
         finally:
@@ -297,14 +352,16 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
             except subprocess.TimeoutExpired:
                 server.kill()
 
-        from ocrr.audit.store import DurableLedger
+        from ocrr.ledger.store import DurableLedger
 
         t0 = time.perf_counter()
         with DurableLedger.open(path) as led:  # full check of chain and tree, or it raises
             mem = led.memory
             missing = [a for a in acked if a[0] >= len(mem) or (mem[a[0]].label, mem[a[0]].text) != a[1:]]
-            print(f"reopened: {len(led)} entries, chain and Merkle tree verified in {time.perf_counter() - t0:.2f} s; "
-                  f"acknowledged corrections missing or wrong: {len(missing)}")
+            print(
+                f"reopened: {len(led)} entries, chain and Merkle tree verified in {time.perf_counter() - t0:.2f} s; "
+                f"acknowledged corrections missing or wrong: {len(missing)}"
+            )
         return not missing and ok
 
 
@@ -337,8 +394,13 @@ def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels, pid, inte
     return loads, wall, after - before, cpu, (load0, os.getloadavg()[0])
 
 
-_COUNTERS = ("ocrr_ledger_commits_total", "ocrr_predict_searches_total", "ocrr_predict_pooled_total",
-             "ocrr_ledger_entries", "ocrr_predict_full_scans_total")
+_COUNTERS = (
+    "ocrr_ledger_commits_total",
+    "ocrr_predict_searches_total",
+    "ocrr_predict_pooled_total",
+    "ocrr_ledger_entries",
+    "ocrr_predict_full_scans_total",
+)
 
 
 def _metrics(port: int) -> np.ndarray:
@@ -351,8 +413,10 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
     errors = [e for c in loads for e in c.errors]
     acked = [a for c in loads for a in c.acked]
     total = sum(len(v) for c in loads for v in c.lat.values())
-    print(f"\n{tag}: {len(loads)} clients for {wall:.1f} s: {total} requests, {total / wall:.0f} requests/s, "
-          f"{len(errors)} errors" + (f" (first: {errors[0]})" if errors else ""))
+    print(
+        f"\n{tag}: {len(loads)} clients for {wall:.1f} s: {total} requests, {total / wall:.0f} requests/s, "
+        f"{len(errors)} errors" + (f" (first: {errors[0]})" if errors else "")
+    )
     print(f"  {'request':<16}{'count':>8}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     for name in KINDS:
         lat = np.array([x for c in loads for x in c.lat[name]]) * 1000
@@ -361,18 +425,26 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
             print(f"  {name:<16}{len(lat):>8}{p50:>9.2f}{p90:>9.2f}{p99:>9.2f}{lat.max():>9.2f}")
             if name == "predict_vector":
                 p99s.setdefault(tag, []).append(float(p99))
-    print(f"  durable corrections: {len(acked) / wall:.0f}/s ({len(acked)} acknowledged, {commits:.0f} commits, "
-          f"{len(acked) / max(commits, 1):.1f} corrections per fsync); the ledger grew by {grown:.0f} entries")
+    print(
+        f"  durable corrections: {len(acked) / wall:.0f}/s ({len(acked)} acknowledged, {commits:.0f} commits, "
+        f"{len(acked) / max(commits, 1):.1f} corrections per fsync); the ledger grew by {grown:.0f} entries"
+    )
     if searches:
-        print(f"  predicts by vector: {pooled:.0f} answered by {searches:.0f} shared searches "
-              f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
-              f"shortlist): {full:.0f}")
+        print(
+            f"  predicts by vector: {pooled:.0f} answered by {searches:.0f} shared searches "
+            f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
+            f"shortlist): {full:.0f}"
+        )
     user, system = cpu[0]
-    print(f"  CPU: server (all its processes) {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
-          f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "
-          f"in {wall:.1f} s of wall on {os.cpu_count()} cores")
-    print(f"  load average (1 min) {loadavg[0]:.2f} at the start, {loadavg[1]:.2f} at the end "
-          f"(/proc/loadavg: {Path('/proc/loadavg').read_text().strip()})")
+    print(
+        f"  CPU: server (all its processes) {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
+        f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "
+        f"in {wall:.1f} s of wall on {os.cpu_count()} cores"
+    )
+    print(
+        f"  load average (1 min) {loadavg[0]:.2f} at the start, {loadavg[1]:.2f} at the end "
+        f"(/proc/loadavg: {Path('/proc/loadavg').read_text().strip()})"
+    )
     return not errors
 
 

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from ocrr.threads import pin_threads
 from ocrr.systems import Batch, make_system
+from ocrr.utils.threads import pin_threads
 
 DIM, N, CLASSES = 384, 10_000, 77
 

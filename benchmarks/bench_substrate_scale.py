@@ -4,7 +4,7 @@ Run: python benchmarks/bench_substrate_scale.py [--n 10000000] [--index exact_sq
      [--vectors-on-disk /tmp] [--sigma 0.1] [--queries 200] [--no-verify]
      [--index ivf_pq --target-recall 0.95]
 
-Streams the scale study's synthetic class-incremental entries (ocrr.scale.SyntheticStream:
+Streams the scale study's synthetic class-incremental entries (ocrr.studies.scale.study.SyntheticStream:
 100 classes, dim 384) into ``Substrate(index=..., vectors_on_disk=...)`` -- fit on the
 first chunk, ``correct`` with the rest in 65,536-entry batches, every entry hashed into
 the chain -- then prints:
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from ocrr.scale import SyntheticStream
+from ocrr.studies.scale.study import SyntheticStream
 from ocrr.systems import Batch, make_system
 
 
@@ -49,8 +49,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--index", default="exact_sq8", help="substrate index kind (exact_sq8, hnsw_sq8, exact, ...)")
-    ap.add_argument("--vectors-on-disk", default=tempfile.gettempdir(),
-                    help="folder for the ledger's memory-mapped vector file ('' keeps vectors in RAM)")
+    ap.add_argument(
+        "--vectors-on-disk",
+        default=tempfile.gettempdir(),
+        help="folder for the ledger's memory-mapped vector file ('' keeps vectors in RAM)",
+    )
     ap.add_argument("--sigma", type=float, default=0.1)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
@@ -84,17 +87,27 @@ def main() -> None:
         t = time.perf_counter()
         sub.rebuild_index()
         index = getattr(sub.index_, "backend", sub.index_)
-        print(f"rebuild_index (the IVF maintenance step: k-means over the whole ledger, then tuning): "
-              f"{time.perf_counter() - t:.0f} s; nlist {index.nlist}, nprobe {index.nprobe}, rerank {index.rerank}, "
-              f"tuned recall@5 {index.tuning['recall']:.3f}" if index.tuning else "")
+        print(
+            f"rebuild_index (the IVF maintenance step: k-means over the whole ledger, then tuning): "
+            f"{time.perf_counter() - t:.0f} s; nlist {index.nlist}, nprobe {index.nprobe}, rerank {index.rerank}, "
+            f"tuned recall@5 {index.tuning['recall']:.3f}"
+            if index.tuning
+            else ""
+        )
     mem = proc_status()
-    print(f"substrate {spec}: {args.n:,} entries in {build:.0f} s ({args.n / build:,.0f} entries/s, "
-          f"SHA-256 chain + {args.index} add)")
-    print(f"  memory: anonymous {mem['RssAnon']:.2f} GB (must fit in RAM), file-backed {mem['RssFile']:.2f} GB "
-          f"(mapped vector pages: reclaimable page cache); peak RSS {mem['VmHWM']:.2f} GB")
+    print(
+        f"substrate {spec}: {args.n:,} entries in {build:.0f} s ({args.n / build:,.0f} entries/s, "
+        f"SHA-256 chain + {args.index} add)"
+    )
+    print(
+        f"  memory: anonymous {mem['RssAnon']:.2f} GB (must fit in RAM), file-backed {mem['RssFile']:.2f} GB "
+        f"(mapped vector pages: reclaimable page cache); peak RSS {mem['VmHWM']:.2f} GB"
+    )
     fp = sub.footprint()
-    print(f"  footprint: {fp.bytes / args.n:.0f} B/entry counted by the substrate "
-          f"(vector + label + hash + index {fp.extra['index_bytes'] / args.n:.0f} B/entry)")
+    print(
+        f"  footprint: {fp.bytes / args.n:.0f} B/entry counted by the substrate "
+        f"(vector + label + hash + index {fp.extra['index_bytes'] / args.n:.0f} B/entry)"
+    )
 
     q, labels = stream.fresh_queries(args.queries)
     want = names[labels].tolist()
@@ -106,17 +119,23 @@ def main() -> None:
     single_ms = (time.thread_time() - c0) / len(single) * 1e3
     assert single == got[: len(single)]  # one by one = batched
     acc = float(np.mean([a == b for a, b in zip(got, want)]))
-    print(f"  predict: fresh-query accuracy {acc:.3f} ({len(q)} queries); {single_ms:.1f} ms/query one at a time "
-          f"(CPU, 1 thread), {batched:.1f} ms/query batched (wall)")
+    print(
+        f"  predict: fresh-query accuracy {acc:.3f} ({len(q)} queries); {single_ms:.1f} ms/query one at a time "
+        f"(CPU, 1 thread), {batched:.1f} ms/query batched (wall)"
+    )
     if not args.no_verify:
         t = time.perf_counter()
         ok = sub.verify().ok
-        print(f"  verify: chain of {len(sub.ledger_):,} entries {'intact' if ok else 'BROKEN'} "
-              f"in {time.perf_counter() - t:.0f} s")
+        print(
+            f"  verify: chain of {len(sub.ledger_):,} entries {'intact' if ok else 'BROKEN'} "
+            f"in {time.perf_counter() - t:.0f} s"
+        )
     mem = proc_status()
-    print(f"  at the end: anonymous {mem['RssAnon']:.2f} GB, file-backed {mem['RssFile']:.2f} GB (verify pages the "
-          f"whole vector file in; the kernel drops those pages under memory pressure), peak RSS {mem['VmHWM']:.2f} GB "
-          "(file-backed pages included)")
+    print(
+        f"  at the end: anonymous {mem['RssAnon']:.2f} GB, file-backed {mem['RssFile']:.2f} GB (verify pages the "
+        f"whole vector file in; the kernel drops those pages under memory pressure), peak RSS {mem['VmHWM']:.2f} GB "
+        "(file-backed pages included)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,14 @@ from collections import defaultdict
 from pathlib import Path
 
 BUDGET_S = {"main": 600.0, "cmr": 900.0}
-DATASETS = {"main": ["banking77", "clinc150"], "storage": ["banking77"], "ablation": ["banking77"], "smoke": [],
-            "cmr": ["clinc150"], "cmr_table2": ["clinc150"]}
+DATASETS = {
+    "main": ["banking77", "clinc150"],
+    "storage": ["banking77"],
+    "ablation": ["banking77"],
+    "smoke": [],
+    "cmr": ["clinc150"],
+    "cmr_table2": ["clinc150"],
+}
 
 
 def ocrr(*args: str) -> list[str]:
@@ -40,10 +46,15 @@ def main() -> None:
     ap.add_argument("--executor", default="local")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the sweep folders under this folder")
-    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
-                    help="more `ocrr sweep` options, e.g. --extra --seeds 0 (a reduced grid)")
-    ap.add_argument("--warm-fit-cache", action="store_true",
-                    help="reuse seed states (river seed models) already in the user cache")
+    ap.add_argument(
+        "--extra",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="more `ocrr sweep` options, e.g. --extra --seeds 0 (a reduced grid)",
+    )
+    ap.add_argument(
+        "--warm-fit-cache", action="store_true", help="reuse seed states (river seed models) already in the user cache"
+    )
     args = ap.parse_args()
     if not os.environ.get("OCRR_DATA_DIR") and any(DATASETS.get(p) for p in args.presets):
         print("note: OCRR_DATA_DIR is not set; banking77/clinc150 must be in the cache or downloadable.")
@@ -56,7 +67,7 @@ def main() -> None:
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     env = dict(os.environ)
     if not args.warm_fit_cache:
-        from ocrr.paths import cache_root
+        from ocrr.utils.paths import cache_root
 
         cold = Path(tempfile.mkdtemp(prefix="bench-sweep-cache-"))
         (cold / "embeddings").symlink_to(cache_root() / "embeddings", target_is_directory=True)
@@ -66,8 +77,18 @@ def main() -> None:
         for preset in args.presets:
             out = root / f"sweep-{preset}"
             shutil.rmtree(out, ignore_errors=True)
-            cmd = ocrr("sweep", "--preset", preset, "--out", str(out), "--executor", args.executor, "--quiet",
-                       *(["--jobs", str(args.jobs)] if args.jobs else []), *args.extra)
+            cmd = ocrr(
+                "sweep",
+                "--preset",
+                preset,
+                "--out",
+                str(out),
+                "--executor",
+                args.executor,
+                "--quiet",
+                *(["--jobs", str(args.jobs)] if args.jobs else []),
+                *args.extra,
+            )
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             wall = time.perf_counter() - t0
@@ -75,30 +96,45 @@ def main() -> None:
                 print(f"{preset}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
                 continue
             # staged presets (cmr) keep one sweep folder per stage, each with its log
-            log = [json.loads(line) for path in sorted(out.rglob("log.jsonl")) for line in path.read_text().splitlines()]
+            log = [
+                json.loads(line) for path in sorted(out.rglob("log.jsonl")) for line in path.read_text().splitlines()
+            ]
             done = [r for r in log if r["event"] == "done"]
             start = next(r for r in log if r["event"] == "start")
             budget = BUDGET_S.get(preset)
-            verdict = "" if budget is None or args.extra else (
-                f"  [{'within' if wall <= budget else 'OVER'} the {budget / 60:.0f}-minute budget]")
-            print(f"\nsweep --preset {preset} {' '.join(args.extra)}: {len(done)} runs on {start['workers']} "
-                  f"{args.executor} workers in {wall:.1f} s wall ({60 * len(done) / wall:.1f} runs/min){verdict}")
-            print(f"  load average at the end: {open('/proc/loadavg').read().split()[0]} (above the core count: "
-                  "other work shared the machine)")
+            verdict = (
+                ""
+                if budget is None or args.extra
+                else (f"  [{'within' if wall <= budget else 'OVER'} the {budget / 60:.0f}-minute budget]")
+            )
+            print(
+                f"\nsweep --preset {preset} {' '.join(args.extra)}: {len(done)} runs on {start['workers']} "
+                f"{args.executor} workers in {wall:.1f} s wall ({60 * len(done) / wall:.1f} runs/min){verdict}"
+            )
+            print(
+                f"  load average at the end: {open('/proc/loadavg').read().split()[0]} (above the core count: "
+                "other work shared the machine)"
+            )
             per_system = defaultdict(list)
             for r in done:
                 per_system[r["system"]].append((r["seconds"], r.get("cpu_seconds", float("nan"))))
             busy = sum(w for v in per_system.values() for w, _ in v)
             cpu = sum(c for v in per_system.values() for _, c in v)
-            print(f"  in runs: {busy:.1f} worker-seconds wall, {cpu:.1f} CPU-seconds "
-                  f"(CPU/wall {cpu / busy:.0%}: below 100 % means the cores were shared)")
-            print(f"  CPU-bound estimate for a quiet box: {cpu / start['workers'] / 60:.1f} min "
-                  f"(CPU-seconds in runs / {start['workers']} workers; stage tails and start-up not counted)")
+            print(
+                f"  in runs: {busy:.1f} worker-seconds wall, {cpu:.1f} CPU-seconds "
+                f"(CPU/wall {cpu / busy:.0%}: below 100 % means the cores were shared)"
+            )
+            print(
+                f"  CPU-bound estimate for a quiet box: {cpu / start['workers'] / 60:.1f} min "
+                f"(CPU-seconds in runs / {start['workers']} workers; stage tails and start-up not counted)"
+            )
             print(f"  {'system':28s} runs   mean wall   mean CPU   total CPU")
             for system, secs in sorted(per_system.items(), key=lambda kv: -sum(c for _, c in kv[1])):
                 walls, cpus = [w for w, _ in secs], [c for _, c in secs]
-                print(f"  {system:28s} {len(secs):4d} {sum(walls) / len(walls):9.2f} s {sum(cpus) / len(cpus):8.2f} s "
-                      f"{sum(cpus):9.1f} s")
+                print(
+                    f"  {system:28s} {len(secs):4d} {sum(walls) / len(walls):9.2f} s {sum(cpus) / len(cpus):8.2f} s "
+                    f"{sum(cpus):9.1f} s"
+                )
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -26,8 +26,8 @@ import numpy as np
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
 from ocrr.protocols import heldout_scenario
-from ocrr.threads import pin_threads
 from ocrr.systems import REGISTRY, expand_systems, make_system
+from ocrr.utils.threads import pin_threads
 
 
 def main() -> None:
@@ -44,8 +44,10 @@ def main() -> None:
     evalset = sc.eval_sets["original"]
     novel = sc.eval_sets["novel"]
     queries = type(evalset)(np.concatenate([evalset.vecs, novel.vecs]))
-    print(f"seed set {len(sc.seed_set)} x {ds.train.vecs.shape[1]}-d, {len(ds.labels)} classes; "
-          f"{len(stream)} predict+correct calls per system; eval batch {len(queries)}\n")
+    print(
+        f"seed set {len(sc.seed_set)} x {ds.train.vecs.shape[1]}-d, {len(ds.labels)} classes; "
+        f"{len(stream)} predict+correct calls per system; eval batch {len(queries)}\n"
+    )
 
     rows, skipped = [], []
     for spec in expand_systems([args.systems]):
@@ -75,7 +77,9 @@ def main() -> None:
         system.predict(queries)
         t_eval = time.perf_counter() - t
         n = max(len(stream), 1)
-        rows.append((spec, REGISTRY[name].family, 1e6 * t_corr / n, 1e6 * t_pred / n, 1e6 * t_eval / len(queries), fit_s))
+        rows.append(
+            (spec, REGISTRY[name].family, 1e6 * t_corr / n, 1e6 * t_pred / n, 1e6 * t_eval / len(queries), fit_s)
+        )
         print(f"  {spec}: done", flush=True)
 
     print("\n| System | family | per-correction (µs) | per-prediction (µs) | eval (µs/query) | fit (s) |")

@@ -20,15 +20,19 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ocrr.scale import ledger_bytes_per_entry, read_csv, scale_label
+from ocrr.studies.scale.study import ledger_bytes_per_entry, read_csv, scale_label
 
 # (column, label, model): "power" fits y = a N^b through the last two scales; "affine" fits
 # y = c + d N (memory: a fixed interpreter/library base plus bytes per entry, which a
 # power law through small scales would underestimate); "last" keeps the largest scale's value
 # (a per-entry size).
-METRICS = [("build_s", "build s (wall)", "power"), ("build_cpu_s", "build CPU s", "power"),
-           ("ms_per_query", "ms/query", "power"), ("index_bytes_per_entry", "index B/entry", "last"),
-           ("peak_rss_mb", "peak RSS MB", "affine")]
+METRICS = [
+    ("build_s", "build s (wall)", "power"),
+    ("build_cpu_s", "build CPU s", "power"),
+    ("ms_per_query", "ms/query", "power"),
+    ("index_bytes_per_entry", "index B/entry", "last"),
+    ("peak_rss_mb", "peak RSS MB", "affine"),
+]
 
 
 def slope(x0: float, y0: float, x1: float, y1: float) -> float:
@@ -58,8 +62,10 @@ def main() -> None:
                 series[(f"sigma {row['sigma']}", row["backend"])][int(row["scale"])] = row
 
     target = args.target
-    print(f"Growth per decade and projection to N = {scale_label(target)} "
-          f"({args.queries} queries; projections apply the last measured decade's log-log slope)\n")
+    print(
+        f"Growth per decade and projection to N = {scale_label(target)} "
+        f"({args.queries} queries; projections apply the last measured decade's log-log slope)\n"
+    )
     for (source, backend), by_scale in sorted(series.items()):
         scales = sorted(by_scale)
         print(f"## {source} · {backend}  (measured at {', '.join(scale_label(n) for n in scales)})")
@@ -83,7 +89,7 @@ def main() -> None:
                 continue
             b = slope(n0, v0, n1, v1)
             projected = v1 * (target / n1) ** b if not math.isnan(b) else math.nan
-            growth = 10 ** b if not math.isnan(b) else math.nan
+            growth = 10**b if not math.isnan(b) else math.nan
             print(line + f"   {growth:8.2f}x (b={b:+.2f}) {projected:16.1f}  [extrapolated]")
         print()
 
@@ -93,10 +99,14 @@ def main() -> None:
     objects_gb = n * object_bytes / 1e9
     ledger_gb = vec_gb + objects_gb
     ram_gb = args.ram_gib * 2**30 / 1e9
-    print(f"Memory of a substrate with {scale_label(n)} entries of dim {args.dim} (this machine: "
-          f"{args.ram_gib:g} GiB = {ram_gb:.1f} GB):")
-    print(f"  ledger: {vec_gb:.1f} GB float32 vectors + {objects_gb:.1f} GB per-entry objects "
-          f"= {ledger_gb:.1f} GB (exact search reads this buffer: no index bytes)")
+    print(
+        f"Memory of a substrate with {scale_label(n)} entries of dim {args.dim} (this machine: "
+        f"{args.ram_gib:g} GiB = {ram_gb:.1f} GB):"
+    )
+    print(
+        f"  ledger: {vec_gb:.1f} GB float32 vectors + {objects_gb:.1f} GB per-entry objects "
+        f"= {ledger_gb:.1f} GB (exact search reads this buffer: no index bytes)"
+    )
     per_entry = {}
     for (source, backend), by_scale in series.items():
         largest = max(by_scale)

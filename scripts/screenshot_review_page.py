@@ -30,12 +30,40 @@ def main(out: str) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-        subprocess.run([sys.executable, "-m", "ocrr.cli", "ledger", "keygen", f"{tmp}/key.pem", "--origin",
-                        "example.com/helpdesk"], check=True)
-        server = subprocess.Popen([sys.executable, "-m", "ocrr.cli", "serve", "--ledger", f"{tmp}/demo.db",
-                                   "--encoder", "minilm", "--fit", "demo", "--port", str(port),
-                                   "--key", f"{tmp}/key.pem", "--origin", "example.com/helpdesk"],
-                                  env={**os.environ, "OCRR_TOKEN": TOKEN})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ocrr.cli",
+                "ledger",
+                "keygen",
+                f"{tmp}/key.pem",
+                "--origin",
+                "example.com/helpdesk",
+            ],
+            check=True,
+        )
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ocrr.cli",
+                "serve",
+                "--ledger",
+                f"{tmp}/demo.db",
+                "--encoder",
+                "minilm",
+                "--fit",
+                "demo",
+                "--port",
+                str(port),
+                "--key",
+                f"{tmp}/key.pem",
+                "--origin",
+                "example.com/helpdesk",
+            ],
+            env={**os.environ, "OCRR_TOKEN": TOKEN},
+        )
         try:
             for _ in range(600):
                 try:
@@ -45,11 +73,17 @@ def main(out: str) -> None:
                     time.sleep(0.2)
             options = webdriver.ChromeOptions()
             options.binary_location = shutil.which("chromium")
-            for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,860",
-                        "--hide-scrollbars"):
+            for arg in (
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--window-size=1280,860",
+                "--hide-scrollbars",
+            ):
                 options.add_argument(arg)
-            driver = webdriver.Chrome(options=options,
-                                      service=webdriver.ChromeService(executable_path=shutil.which("chromedriver")))
+            driver = webdriver.Chrome(
+                options=options, service=webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+            )
             try:
                 wait = WebDriverWait(driver, 30)
                 driver.get(f"http://127.0.0.1:{port}/")

@@ -6,7 +6,7 @@ import pytest
 
 from ocrr.checks.data import clustered_splits
 from ocrr.data.records import Split, make_dataset
-from ocrr.paths import cache_root
+from ocrr.utils.paths import cache_root
 
 # The real user cache, captured before tests isolate it: real-data tests reuse its embeddings.
 USER_CACHE = cache_root()

@@ -5,8 +5,8 @@ A core record: protocols build batches and systems read them, so it lives below 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class Batch:
     def __len__(self) -> int:
         return int(self.vecs.shape[0])
 
-    def __getitem__(self, index) -> "Batch":
+    def __getitem__(self, index) -> Batch:
         """Rows selected by an int, slice or integer array."""
         if isinstance(index, (int, np.integer)):
             index = slice(int(index), int(index) + 1)

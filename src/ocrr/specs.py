@@ -29,6 +29,11 @@ def parse_value(text: str):
     return text
 
 
+def spec_name(spec: str) -> str:
+    """The registered name a spec starts with: 'substrate:k=3' -> 'substrate'."""
+    return str(spec).strip().split(":", 1)[0].strip()
+
+
 def parse_spec(spec: str, what: str = "system", example: str = "substrate:k=3") -> tuple[str, dict]:
     """'name:key=value:key=value' -> (name, {key: value})."""
     name, *parts = spec.strip().split(":")

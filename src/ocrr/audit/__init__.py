@@ -1,26 +1,39 @@
-"""The provable ledger: an RFC 6962 Merkle tree beside the hash chain, a durable SQLite
-store with group commit, signed tree heads and C2SP checkpoints, JSONL export/import.
-
-``verify`` is standalone (standard library only) so auditors can copy it; the rest is
-imported on first use, so ``import ocrr.audit.verify`` pulls in nothing else.
-"""
+"""Old name of ``ocrr.ledger``: ``ocrr.audit`` and ``ocrr.audit.<module>`` still import, and
+are the same module objects as their ``ocrr.ledger`` counterparts. New code imports ``ocrr.ledger``."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
-_EXPORTS = {
-    "MerkleTree": "ocrr.audit.merkle",
-    "DurableLedger": "ocrr.audit.store",
-    "LedgerReport": "ocrr.audit.store",
-    "TreeHead": "ocrr.audit.heads",
-    "Signer": "ocrr.audit.heads",
-}
+_MODULES = ("merkle", "verify", "heads", "scan", "store", "transfer")
 
-__all__ = sorted(_EXPORTS)
+
+class _Alias(importlib.abc.MetaPathFinder):
+    """Finds ``ocrr.audit.X`` as ``ocrr.ledger.X`` (imported on first use, as before)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        prefix = __name__ + "."
+        if fullname.startswith(prefix) and fullname[len(prefix) :] in _MODULES:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader())
+        return None
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        module = importlib.import_module("ocrr.ledger." + spec.name.rsplit(".", 1)[1])
+        sys.modules[spec.name] = module
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+if not any(isinstance(f, _Alias) for f in sys.meta_path):
+    sys.meta_path.append(_Alias())
 
 
 def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ocrr.audit' has no attribute {name!r}")
+    return getattr(importlib.import_module("ocrr.ledger"), name)

@@ -25,9 +25,9 @@ system is checked in seconds (lora uses a tiny random encoder).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 from ocrr.checks import suite
 from ocrr.checks.data import CheckData, Subject, SystemUnavailable, check_data
@@ -86,10 +86,16 @@ def yield_checks(system) -> Iterator[Check]:
     """The checks that apply to ``system`` (a spec or factory), chosen by its capabilities."""
     subject = system if isinstance(system, Subject) else Subject(system)
     chosen = list(COMMON)
-    chosen.append(suite.check_learns_a_label_first_seen_in_a_correction if subject.capability("learns", True)
-                  else suite.check_ignores_corrections)
-    chosen.append(suite.check_refuses_batches_without_text if subject.capability("reads_text", False)
-                  else suite.check_works_without_texts)
+    chosen.append(
+        suite.check_learns_a_label_first_seen_in_a_correction
+        if subject.capability("learns", True)
+        else suite.check_ignores_corrections
+    )
+    chosen.append(
+        suite.check_refuses_batches_without_text
+        if subject.capability("reads_text", False)
+        else suite.check_works_without_texts
+    )
     for fn in chosen:
         yield Check(fn.__name__, fn)
 

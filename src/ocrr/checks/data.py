@@ -6,8 +6,8 @@ The checks are about the System protocol, not accuracy, so the data is small and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -61,11 +61,19 @@ def clustered_splits(n_classes: int, dim: int, sizes: tuple[int, ...], noise: fl
     return splits
 
 
-def check_data(n_classes: int = 12, n_known: int = 8, dim: int = 64, n_train: int = 20, n_test: int = 10,
-               noise: float = 0.15, seed: int = 11) -> CheckData:
+def check_data(
+    n_classes: int = 12,
+    n_known: int = 8,
+    dim: int = 64,
+    n_train: int = 20,
+    n_test: int = 10,
+    noise: float = 0.15,
+    seed: int = 11,
+) -> CheckData:
     """Unit-norm class centroids plus Gaussian noise, each split in an interleaved order."""
     (train_labels, train_texts, train_vecs), (test_labels, test_texts, test_vecs) = clustered_splits(
-        n_classes, dim, (n_train, n_test), noise, seed)
+        n_classes, dim, (n_train, n_test), noise, seed
+    )
     train = Batch(train_vecs, list(train_texts), list(train_labels))
     test = Batch(test_vecs, list(test_texts), list(test_labels))
     labels = sorted(set(train.labels))
@@ -101,9 +109,11 @@ class Subject:
             self._defaults = self._overrides_of(factory)
             self._named = False
         else:
-            raise OcrrError(f"ocrr.checks needs a registered system name or a class/function that builds a "
-                            f"system, got {type(factory).__name__} {factory!r}. Pass e.g. check_system('substrate') "
-                            "or check_system(MySystem) -- the class, not an instance: the checks build many.")
+            raise OcrrError(
+                f"ocrr.checks needs a registered system name or a class/function that builds a "
+                f"system, got {type(factory).__name__} {factory!r}. Pass e.g. check_system('substrate') "
+                "or check_system(MySystem) -- the class, not an instance: the checks build many."
+            )
 
     @staticmethod
     def _overrides_of(factory) -> dict:

@@ -9,7 +9,7 @@ capabilities it declares (``learns``, ``reads_text``): see ``ocrr.checks.yield_c
 from __future__ import annotations
 
 import pickle
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,8 +34,9 @@ def expect_ocrr_error(call: Callable[[], object], what: str) -> None:
     except OcrrError:
         return
     except Exception as err:  # noqa: BLE001 - any other type is the finding
-        raise AssertionError(f"{what} raised {type(err).__name__}: {err}; expected an OcrrError naming the fix") \
-            from err
+        raise AssertionError(
+            f"{what} raised {type(err).__name__}: {err}; expected an OcrrError naming the fix"
+        ) from err
     raise AssertionError(f"{what} raised nothing; expected an OcrrError naming the fix")
 
 
@@ -74,8 +75,11 @@ def check_fit_returns_self_and_predicts_one_label_per_item(subject: Subject, dat
     returned = subject.fit(system, data.seed)
     expect(returned is system, f"fit() must return the system itself (self), got {returned!r:.100}")
     expect(isinstance(getattr(system, "name", None), str) and system.name, "the system needs a non-empty str name")
-    for batch, what in ((data.eval, "predict(eval set)"), (data.eval[:1], "predict(one item)"),
-                        (data.stream[:5], "predict(five stream items)")):
+    for batch, what in (
+        (data.eval, "predict(eval set)"),
+        (data.eval[:1], "predict(one item)"),
+        (data.stream[:5], "predict(five stream items)"),
+    ):
         expect_predictions(system.predict(batch), len(batch), what)
     # a system predicts only labels it has been told about (constructor list or data)
     told = set(data.labels) | set(data.seed.labels)
@@ -102,12 +106,18 @@ def check_predict_has_no_side_effects(subject: Subject, data: CheckData) -> None
         busy.predict(evalset[:10])
         quiet.correct(stream[lo:hi])
     # predicting did not change what the corrections did
-    expect_same(busy.predict(evalset), quiet.predict(evalset),
-                "a system that also predicted now predicts the eval set differently from one that only "
-                "learned the same corrections: predict() changed its state")
-    expect_same(busy.predict(stream), quiet.predict(stream),
-                "a system that also predicted now predicts the stream differently from one that only "
-                "learned the same corrections: predict() changed its state")
+    expect_same(
+        busy.predict(evalset),
+        quiet.predict(evalset),
+        "a system that also predicted now predicts the eval set differently from one that only "
+        "learned the same corrections: predict() changed its state",
+    )
+    expect_same(
+        busy.predict(stream),
+        quiet.predict(stream),
+        "a system that also predicted now predicts the stream differently from one that only "
+        "learned the same corrections: predict() changed its state",
+    )
 
 
 def check_empty_batches(subject: Subject, data: CheckData) -> None:
@@ -121,8 +131,10 @@ def check_empty_batches(subject: Subject, data: CheckData) -> None:
 
 def check_hyperparameters_are_constructor_arguments(subject: Subject, data: CheckData) -> None:
     system = subject.fitted(data)
-    expect(callable(getattr(system, "hyperparameters", None)),
-           "no hyperparameters() method: inherit ocrr.systems.base.System or define one returning a dict")
+    expect(
+        callable(getattr(system, "hyperparameters", None)),
+        "no hyperparameters() method: inherit ocrr.systems.base.System or define one returning a dict",
+    )
     hyper = system.hyperparameters()
     expect(isinstance(hyper, dict), f"hyperparameters() must return a dict, got {type(hyper).__name__}")
     learned = [key for key in hyper if key.endswith("_")]
@@ -130,13 +142,16 @@ def check_hyperparameters_are_constructor_arguments(subject: Subject, data: Chec
     run = [key for key in hyper if key in RUN_ARGUMENTS]
     expect(not run, f"{run} say which run this is; they are not hyperparameters")
     settings = [key for key in hyper if key in getattr(system, "execution_settings", ())]
-    expect(not settings, f"execution settings {settings} must stay out of hyperparameters() "
-                         "(they are hashed into sweep task ids)")
+    expect(
+        not settings,
+        f"execution settings {settings} must stay out of hyperparameters() (they are hashed into sweep task ids)",
+    )
     rebuilt = subject.build(data.labels, SEED, hyperparameters=hyper)
     # scikit-learn's get_params/clone invariance: the record rebuilds the same configuration
-    expect(rebuilt.hyperparameters() == hyper,
-           f"a system built from its own hyperparameters() reports different ones: {rebuilt.hyperparameters()} "
-           f"vs {hyper}")
+    expect(
+        rebuilt.hyperparameters() == hyper,
+        f"a system built from its own hyperparameters() reports different ones: {rebuilt.hyperparameters()} vs {hyper}",
+    )
 
 
 def check_correct_leaves_its_input_and_refusals_untouched(subject: Subject, data: CheckData) -> None:
@@ -144,16 +159,20 @@ def check_correct_leaves_its_input_and_refusals_untouched(subject: Subject, data
     stream = data.stream
     vecs, labels, texts = stream.vecs.copy(), list(stream.labels), list(stream.texts)
     correct_chunks(system, stream)
-    expect(np.array_equal(stream.vecs, vecs) and list(stream.labels) == labels and list(stream.texts) == texts,
-           "correct() modified the caller's vectors, labels or texts")
+    expect(
+        np.array_equal(stream.vecs, vecs) and list(stream.labels) == labels and list(stream.texts) == texts,
+        "correct() modified the caller's vectors, labels or texts",
+    )
     before = system.predict(data.eval)
     fp = system.footprint()
     # a batch without labels is refused, and the refusal leaves no trace
     expect_ocrr_error(lambda: system.correct(Batch(stream.vecs[:3], stream.texts[:3])), "correct() without labels")
     expect_same(system.predict(data.eval), before, "a refused correct() changed the predictions")
     after = system.footprint()
-    expect(after.entries == fp.entries and after.params == fp.params,
-           f"a refused correct() changed the footprint: {fp} -> {after}")
+    expect(
+        after.entries == fp.entries and after.params == fp.params,
+        f"a refused correct() changed the footprint: {fp} -> {after}",
+    )
 
 
 def check_batched_predict_equals_one_by_one(subject: Subject, data: CheckData) -> None:
@@ -161,10 +180,16 @@ def check_batched_predict_equals_one_by_one(subject: Subject, data: CheckData) -
     correct_chunks(system, data.stream, CHUNKS[:3])
     evalset = data.eval
     batched = system.predict(evalset)
-    expect_same(batched, [system.predict(evalset[i])[0] for i in range(len(evalset))],
-                "predicting the eval set at once differs from predicting it one item at a time")
-    expect_same(batched, system.predict(evalset[:37]) + system.predict(evalset[37:]),
-                "predicting the eval set at once differs from predicting it in two parts")
+    expect_same(
+        batched,
+        [system.predict(evalset[i])[0] for i in range(len(evalset))],
+        "predicting the eval set at once differs from predicting it one item at a time",
+    )
+    expect_same(
+        batched,
+        system.predict(evalset[:37]) + system.predict(evalset[37:]),
+        "predicting the eval set at once differs from predicting it in two parts",
+    )
 
 
 def check_same_seed_same_predictions(subject: Subject, data: CheckData) -> None:
@@ -185,8 +210,10 @@ def check_footprint_is_reported(subject: Subject, data: CheckData) -> None:
     fp = system.footprint()
     for field in ("entries", "params", "bytes"):
         value = getattr(fp, field, None)
-        expect(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0,
-               f"footprint().{field} must be a whole number >= 0, got {value!r}")
+        expect(
+            isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0,
+            f"footprint().{field} must be a whole number >= 0, got {value!r}",
+        )
     expect(fp.bytes > 0, "footprint().bytes must be > 0")
     expect(fp.entries > 0 or fp.params > 0, "footprint() reports neither entries nor params: it stores something")
     expect(isinstance(fp.extra, dict), f"footprint().extra must be a dict, got {type(fp.extra).__name__}")
@@ -214,8 +241,11 @@ def check_pickle_round_trip(subject: Subject, data: CheckData) -> None:
     for lo, hi in CHUNKS[2:]:
         system.correct(data.stream[lo:hi])
         clone.correct(data.stream[lo:hi])
-    expect_same(clone.predict(data.eval), system.predict(data.eval),
-                "an unpickled copy learns the same corrections differently from the original")
+    expect_same(
+        clone.predict(data.eval),
+        system.predict(data.eval),
+        "an unpickled copy learns the same corrections differently from the original",
+    )
 
 
 # -- by capability ------------------------------------------------------------------------------
@@ -242,8 +272,11 @@ def check_learns_a_label_first_seen_in_a_correction(subject: Subject, data: Chec
     system = subject.fitted(data)  # told the dataset's labels, which lack the new one
     learned_at = _correct_a_new_label(system, data)
     expect_predictions(system.predict(data.eval), len(data.eval), "predict(eval set) after learning a new label")
-    expect(learned_at is not None, "a learning system should predict a corrected new label eventually (it did not "
-                                   "after 100 corrections); declare learns = False if corrections are ignored")
+    expect(
+        learned_at is not None,
+        "a learning system should predict a corrected new label eventually (it did not "
+        "after 100 corrections); declare learns = False if corrections are ignored",
+    )
 
 
 def check_ignores_corrections(subject: Subject, data: CheckData) -> None:
@@ -260,8 +293,9 @@ def check_refuses_batches_without_text(subject: Subject, data: CheckData) -> Non
     system = subject.fitted(data)
     expect_ocrr_error(lambda: system.predict(Batch(data.eval.vecs[:3])), "predict() of a batch without texts")
     stream = data.stream
-    expect_ocrr_error(lambda: system.correct(Batch(stream.vecs[:2], None, stream.labels[:2])),
-                      "correct() of a batch without texts")
+    expect_ocrr_error(
+        lambda: system.correct(Batch(stream.vecs[:2], None, stream.labels[:2])), "correct() of a batch without texts"
+    )
 
 
 def check_works_without_texts(subject: Subject, data: CheckData) -> None:
@@ -273,5 +307,8 @@ def check_works_without_texts(subject: Subject, data: CheckData) -> None:
         part = data.stream[lo:hi]
         with_text.correct(part)
         blind.correct(Batch(part.vecs, None, part.labels))
-    expect_same(blind.predict(Batch(data.eval.vecs)), with_text.predict(data.eval),
-                "a vector-level system (reads_text = False) predicts differently when the batches carry no texts")
+    expect_same(
+        blind.predict(Batch(data.eval.vecs)),
+        with_text.predict(data.eval),
+        "a vector-level system (reads_text = False) predicts differently when the batches carry no texts",
+    )

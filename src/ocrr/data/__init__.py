@@ -65,7 +65,7 @@ def _parse(name: str) -> tuple[str, str | None, list[str]]:
         return name, None, []
     for prefix, fmt in _TABLE_PREFIXES.items():
         if name.lower().startswith(prefix):
-            return "table", fmt, _table_paths(name[len(prefix):], name)
+            return "table", fmt, _table_paths(name[len(prefix) :], name)
     if name.lower().endswith(_TABLE_SUFFIXES):
         return "table", None, _table_paths(name, name)
     raise OcrrError(
@@ -78,8 +78,7 @@ def _table_paths(spec: str, name: str) -> list[str]:
     paths = [part.strip() for part in spec.split(",")]
     if not 1 <= len(paths) <= 2 or not all(paths):
         raise OcrrError(
-            f"Cannot read dataset {name!r}: give one or two files, e.g. csv:train.csv or "
-            "csv:train.csv,test.csv."
+            f"Cannot read dataset {name!r}: give one or two files, e.g. csv:train.csv or csv:train.csv,test.csv."
         )
     return paths
 
@@ -89,9 +88,7 @@ def _check_options(kind: str, options: dict[str, Any]) -> None:
     if unknown:
         allowed = ", ".join(_OPTIONS[kind]) or "none"
         label = "user files" if kind == "table" else kind
-        raise OcrrError(
-            f"Unknown option(s) for {label}: {', '.join(unknown)}. Options it takes: {allowed}."
-        )
+        raise OcrrError(f"Unknown option(s) for {label}: {', '.join(unknown)}. Options it takes: {allowed}.")
 
 
 __all__ = ["DATASETS", "Dataset", "Split", "load_dataset"]

@@ -32,8 +32,8 @@ def load_demo() -> Dataset:
         split = obj.get("split")
         if split not in rows or not obj.get("text") or not obj.get("label"):
             raise OcrrError(
-                f"{source} line {number} needs non-empty \"text\" and \"label\" and a \"split\" "
-                f"of \"train\" or \"test\", got {obj!r}. Reinstall ocrr, or fix the file if you are developing it."
+                f'{source} line {number} needs non-empty "text" and "label" and a "split" '
+                f'of "train" or "test", got {obj!r}. Reinstall ocrr, or fix the file if you are developing it.'
             )
         rows[split].append((str(obj["text"]), str(obj["label"])))
     return make_dataset(

@@ -36,8 +36,13 @@ def make_synthetic(
     Labels are "c000", "c001", ... (zero-padded, so sorted order is class
     order); each split lists class 0's items first, then class 1's, and so on.
     """
-    _check(n_classes=n_classes, dim=dim, n_train_per_class=n_train_per_class,
-           n_test_per_class=n_test_per_class, sigma=sigma)
+    _check(
+        n_classes=n_classes,
+        dim=dim,
+        n_train_per_class=n_train_per_class,
+        n_test_per_class=n_test_per_class,
+        sigma=sigma,
+    )
     rng = np.random.default_rng(seed)
     centroids = _unit(rng.standard_normal((n_classes, dim)))
     width = max(3, len(str(n_classes - 1)))
@@ -53,7 +58,7 @@ def make_synthetic(
     test = split(n_test_per_class)
     notes = (
         f"Synthetic Gaussian clusters: {n_classes} classes, dim={dim}, sigma={sigma} per dimension "
-        f"(noise norm ~{sigma * dim ** 0.5:.2f} vs unit centroids), {n_train_per_class} train / "
+        f"(noise norm ~{sigma * dim**0.5:.2f} vs unit centroids), {n_train_per_class} train / "
         f"{n_test_per_class} test per class, seed={seed}; embeddings only."
     )
     return make_dataset("synthetic", train=train, test=test, notes=notes)

@@ -74,12 +74,12 @@ def parse_jsonl(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as error:
             raise OcrrError(
                 f"{source} line {number} is not valid JSON ({error.msg}). "
-                "Write one JSON object per line, e.g. {\"text\": \"...\", \"label\": \"...\"}."
+                'Write one JSON object per line, e.g. {"text": "...", "label": "..."}.'
             ) from error
         if not isinstance(obj, dict):
             raise OcrrError(
                 f"{source} line {number} is a JSON {type(obj).__name__}, not an object. "
-                "Write one JSON object per line, e.g. {\"text\": \"...\", \"label\": \"...\"}."
+                'Write one JSON object per line, e.g. {"text": "...", "label": "..."}.'
             )
         rows.append((number, obj))
     return rows
@@ -88,9 +88,7 @@ def parse_jsonl(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
 def _read_rows(path: Path, text_col: str, label_col: str, fmt: str | None) -> list[tuple[str, str]]:
     """(text, label) pairs in file order, after checking columns and cells."""
     if not path.is_file():
-        raise OcrrError(
-            f"File not found: {path} (relative paths are taken from {Path.cwd()}). Check the path."
-        )
+        raise OcrrError(f"File not found: {path} (relative paths are taken from {Path.cwd()}). Check the path.")
     fmt = fmt or FORMATS.get(path.suffix.lower())
     if fmt not in ("csv", "jsonl"):
         raise OcrrError(
@@ -167,7 +165,9 @@ def _random_split(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Not stratified: a seeded random subset becomes test; order is kept in both."""
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
-        raise OcrrError(f"test_fraction must be between 0 and 1, got {test_fraction!r}. Pass e.g. 0.2, or give a test file.")
+        raise OcrrError(
+            f"test_fraction must be between 0 and 1, got {test_fraction!r}. Pass e.g. 0.2, or give a test file."
+        )
     n_test = round(len(rows) * test_fraction)
     if n_test < 1 or n_test >= len(rows):
         raise OcrrError(

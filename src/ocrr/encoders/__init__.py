@@ -38,12 +38,14 @@ def make_encoder(spec: str) -> Encoder:
         return make_minilm()
     if spec.startswith("st:") and len(spec) > 3:
         return SentenceTransformerEncoder(spec[3:])
-    raise OcrrError(f"unknown encoder {spec!r}. Use minilm, st:<sentence-transformers model id> "
-                    "or precomputed:<file.npy|file.npz>.")
+    raise OcrrError(
+        f"unknown encoder {spec!r}. Use minilm, st:<sentence-transformers model id> or precomputed:<file.npy|file.npz>."
+    )
 
 
-def embed_dataset(dataset: Dataset, encoder: str = DEFAULT_ENCODER, progress=None,
-                  cache_dir: Path | None = None) -> Embeddings:
+def embed_dataset(
+    dataset: Dataset, encoder: str = DEFAULT_ENCODER, progress=None, cache_dir: Path | None = None
+) -> Embeddings:
     """Unit-vector embeddings of the train and test splits, from cache when possible.
 
     ``progress(total)`` is called once with the number of texts to encode and must
@@ -52,7 +54,7 @@ def embed_dataset(dataset: Dataset, encoder: str = DEFAULT_ENCODER, progress=Non
     if not dataset.has_text:  # embedding-only data (synthetic) carries its vectors
         return _finish(dataset.train.vecs, dataset.test.vecs, "dataset", "dataset")
     if encoder.startswith("precomputed:"):
-        return _precomputed(dataset, encoder[len("precomputed:"):])
+        return _precomputed(dataset, encoder[len("precomputed:") :])
     enc = make_encoder(encoder)
     texts = list(dataset.train.texts) + list(dataset.test.texts)
     path = cache_path(enc.id, texts_sha256(texts), cache_dir)
@@ -75,15 +77,19 @@ def _precomputed(dataset: Dataset, file: str) -> Embeddings:
     try:
         loaded = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
-        raise OcrrError(f"cannot read {str(path)!r} as numpy data ({err}). Save it with numpy.save or numpy.savez.") from None
+        raise OcrrError(
+            f"cannot read {str(path)!r} as numpy data ({err}). Save it with numpy.save or numpy.savez."
+        ) from None
     if isinstance(loaded, np.lib.npyio.NpzFile):
         if not {"train", "test"} <= set(loaded.files):
             raise OcrrError(f"{str(path)!r} must hold arrays named 'train' and 'test'; it has {loaded.files}.")
         train, test = loaded["train"], loaded["test"]
     else:
         if loaded.ndim != 2 or loaded.shape[0] != n_train + n_test:
-            raise OcrrError(f"{str(path)!r} has shape {loaded.shape}; {dataset.name} needs ({n_train + n_test}, d): "
-                            f"{n_train} train rows then {n_test} test rows, in the dataset's order.")
+            raise OcrrError(
+                f"{str(path)!r} has shape {loaded.shape}; {dataset.name} needs ({n_train + n_test}, d): "
+                f"{n_train} train rows then {n_test} test rows, in the dataset's order."
+            )
         train, test = loaded[:n_train], loaded[n_train:]
     for name, arr, n in (("train", train, n_train), ("test", test, n_test)):
         if arr.ndim != 2 or arr.shape[0] != n:

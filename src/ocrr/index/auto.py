@@ -17,7 +17,7 @@ paper's settings kept recall@5 0.43 and vote accuracy 0.77 and took 16 minutes t
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,9 +32,16 @@ log = logging.getLogger("ocrr.index")
 
 
 class AutoIndex:
-    def __init__(self, dim: int, threshold: int = DEFAULT_THRESHOLD, compress: str | None = None,
-                 source: Callable[[], np.ndarray] | None = None, switch_to: str | None = None,
-                 hnsw_params: dict | None = None, ivf_params: dict | None = None):
+    def __init__(
+        self,
+        dim: int,
+        threshold: int = DEFAULT_THRESHOLD,
+        compress: str | None = None,
+        source: Callable[[], np.ndarray] | None = None,
+        switch_to: str | None = None,
+        hnsw_params: dict | None = None,
+        ivf_params: dict | None = None,
+    ):
         if threshold < 0:
             raise ValueError("threshold must be >= 0")
         self.dim = int(dim)
@@ -123,8 +130,10 @@ class AutoIndex:
         self._epoch_offset = exact.epoch + 1
         self._inner = new
         self.switched_at = len(ids)
-        self.reason = (f"{self.switch_to}: {len(ids):,} live entries > threshold {self.threshold:,} "
-                       f"(exact search costs ~{_exact_ms(len(ids)):.0f} ms per query at this size on one core)")
+        self.reason = (
+            f"{self.switch_to}: {len(ids):,} live entries > threshold {self.threshold:,} "
+            f"(exact search costs ~{_exact_ms(len(ids)):.0f} ms per query at this size on one core)"
+        )
         log.info("auto index: %s", self.reason)
 
 

@@ -44,8 +44,9 @@ class IncrementalSearch:
         if hit is not None and hit.epoch == self.index.epoch and hit.n_rows <= n_rows:
             if hit.n_rows < n_rows:
                 new_sims, new_ids = self.index.search(queries, k, start=hit.n_rows)
-                hit.sims, hit.ids = top_k(np.concatenate([hit.sims, new_sims], axis=1),
-                                          np.concatenate([hit.ids, new_ids], axis=1), k)
+                hit.sims, hit.ids = top_k(
+                    np.concatenate([hit.sims, new_sims], axis=1), np.concatenate([hit.ids, new_ids], axis=1), k
+                )
                 hit.n_rows = n_rows
             self._sets.move_to_end(key)
         else:

@@ -7,7 +7,7 @@ does not depend on how the work was chunked.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -47,8 +47,9 @@ def top_k(sims: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     return np.take_along_axis(part_sims, order, axis=1), np.take_along_axis(part_ids, order, axis=1)
 
 
-def exact_search(matrix: np.ndarray, queries: np.ndarray, k: int, rows: np.ndarray | None = None,
-                 chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def exact_search(
+    matrix: np.ndarray, queries: np.ndarray, k: int, rows: np.ndarray | None = None, chunk_rows: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k over rows of ``matrix`` without copying it (ground truth for recall).
 
     ``rows``: the row numbers (= ids) to search, e.g. a bounded substrate's live ids;

@@ -39,7 +39,7 @@ Adopting it (e.g. a kNN-LM datastore)::
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,9 +52,25 @@ KINDS = ("exact", "hnsw", "auto", "exact_sq8", "hnsw_sq8", "auto_sq8", "ivf", "i
 IVF_KINDS = ("ivf", "ivf_sq8", "ivf_pq")
 HNSW_DEFAULTS = {"m": 16, "ef_construction": 200, "ef_search": 64}
 _FAISS_PARAMS = ("m", "ef_construction", "ef_search", "min_train", "rebuild_fraction", "sq_range_expand")
-_IVF_PARAMS = ("nlist", "nprobe", "rerank", "pq_m", "target_recall", "tune_k", "ivf_min_train", "retrain_growth",
-               "retune_growth", "train_per_list", "hnsw_quantizer_from", "seed", "target_agreement", "label_of",
-               "vote_rule", "tune_queries", "tune_tolerance")
+_IVF_PARAMS = (
+    "nlist",
+    "nprobe",
+    "rerank",
+    "pq_m",
+    "target_recall",
+    "tune_k",
+    "ivf_min_train",
+    "retrain_growth",
+    "retune_growth",
+    "train_per_list",
+    "hnsw_quantizer_from",
+    "seed",
+    "target_agreement",
+    "label_of",
+    "vote_rule",
+    "tune_queries",
+    "tune_tolerance",
+)
 
 
 def split_params(params: dict) -> tuple[dict, dict]:
@@ -66,9 +82,16 @@ def split_params(params: dict) -> tuple[dict, dict]:
     return faiss_p, ivf_p
 
 
-def make_index(kind: str = "exact", dim: int | None = None, *, compress: str | None = None,
-               source: Callable[[], np.ndarray] | None = None, threshold: int = DEFAULT_THRESHOLD,
-               switch_to: str | None = None, **params):
+def make_index(
+    kind: str = "exact",
+    dim: int | None = None,
+    *,
+    compress: str | None = None,
+    source: Callable[[], np.ndarray] | None = None,
+    threshold: int = DEFAULT_THRESHOLD,
+    switch_to: str | None = None,
+    **params,
+):
     """Build an empty search index of ``kind`` for ``dim``-dimensional unit vectors."""
     if dim is None or int(dim) < 1:
         raise ValueError(f"make_index needs a positive dim, got {dim!r}")
@@ -76,8 +99,10 @@ def make_index(kind: str = "exact", dim: int | None = None, *, compress: str | N
         params["m"] = params.pop("hnsw_m")
     unknown = set(params) - set(_FAISS_PARAMS) - set(_IVF_PARAMS)
     if unknown:
-        raise ValueError(f"make_index: unknown parameter(s) {sorted(unknown)}; known: compress, source, "
-                         f"threshold, switch_to, {', '.join(_FAISS_PARAMS + _IVF_PARAMS)}, hnsw_m")
+        raise ValueError(
+            f"make_index: unknown parameter(s) {sorted(unknown)}; known: compress, source, "
+            f"threshold, switch_to, {', '.join(_FAISS_PARAMS + _IVF_PARAMS)}, hnsw_m"
+        )
     faiss_p, ivf_p = split_params(params)
     base = str(kind).lower()
     dim = int(dim)
@@ -98,5 +123,12 @@ def make_index(kind: str = "exact", dim: int | None = None, *, compress: str | N
         return ExactIndex(dim, source=source)
     if base == "hnsw":
         return FaissIndex(dim, "hnsw_sq8" if compress == "sq8" else "hnsw", **faiss_p)
-    return AutoIndex(dim, threshold=threshold, compress=compress, source=source, switch_to=switch_to,
-                     hnsw_params=faiss_p, ivf_params=ivf_p)
+    return AutoIndex(
+        dim,
+        threshold=threshold,
+        compress=compress,
+        source=source,
+        switch_to=switch_to,
+        hnsw_params=faiss_p,
+        ivf_params=ivf_p,
+    )

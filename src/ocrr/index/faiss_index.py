@@ -62,9 +62,17 @@ class FaissIndex:
 
     supports_start = False  # FAISS cannot restrict a search to "rows added since r"
 
-    def __init__(self, dim: int, kind: str = "hnsw", m: int = 16, ef_construction: int = 200,
-                 ef_search: int = 64, min_train: int = 4096, rebuild_fraction: float = 0.25,
-                 sq_range_expand: float = 0.5):
+    def __init__(
+        self,
+        dim: int,
+        kind: str = "hnsw",
+        m: int = 16,
+        ef_construction: int = 200,
+        ef_search: int = 64,
+        min_train: int = 4096,
+        rebuild_fraction: float = 0.25,
+        sq_range_expand: float = 0.5,
+    ):
         if kind not in KINDS:
             raise ValueError(f"FaissIndex kind must be one of {KINDS}, got {kind!r}")
         if m < 2 or ef_construction < 1 or ef_search < 1:

@@ -3,7 +3,7 @@
 An IVF index re-ranks its candidates from the stored float32 vectors, which at 10M
 entries (15 GB) live in a file. Read through a memory map, every page a re-rank touches
 is mapped into the process, and the kernel maps the already-cached pages around it too
-(fault-around: about 70x the bytes actually read here, ``ocrr.scale_memory``), so a
+(fault-around: about 70x the bytes actually read here, ``ocrr.studies.scale.memory``), so a
 process that needs 3 GB of its own shows 15-17 GB resident. Read with ``pread``, the
 file's pages stay in the kernel's page cache, shared and reclaimable, and the process
 holds only what it copied out. The re-rank reads a few rows per query either way.

@@ -58,10 +58,23 @@ from ocrr.index.exact import ExactIndex
 from ocrr.index.rerank import rerank
 
 KINDS = ("ivf", "ivf_sq8", "ivf_pq")
-IVF_DEFAULTS = {"nlist": 0, "nprobe": 16, "rerank": 100, "pq_m": 0, "min_train": 20_000,
-                "train_per_list": 32, "hnsw_quantizer_from": 4096, "retrain_growth": 4.0, "retune_growth": 2.0,
-                "target_recall": 0.0, "tune_k": 5, "seed": 0, "target_agreement": 0.0, "tune_queries": 200,
-                "tune_tolerance": 0.0}
+IVF_DEFAULTS = {
+    "nlist": 0,
+    "nprobe": 16,
+    "rerank": 100,
+    "pq_m": 0,
+    "min_train": 20_000,
+    "train_per_list": 32,
+    "hnsw_quantizer_from": 4096,
+    "retrain_growth": 4.0,
+    "retune_growth": 2.0,
+    "target_recall": 0.0,
+    "tune_k": 5,
+    "seed": 0,
+    "target_agreement": 0.0,
+    "tune_queries": 200,
+    "tune_tolerance": 0.0,
+}
 _ADD_CHUNK = 65_536
 _KMEANS_ITER = 10
 log = logging.getLogger("ocrr.index")
@@ -88,18 +101,41 @@ class IVFIndex:
     supports_start = False
     exact = False
 
-    def __init__(self, dim: int, kind: str = "ivf_pq", source=None, nlist: int = 0, nprobe: int = 16,
-                 rerank: int = 100, pq_m: int = 0, min_train: int = 20_000, train_per_list: int = 32,
-                 hnsw_quantizer_from: int = 4096, retrain_growth: float = 4.0, retune_growth: float = 2.0,
-                 target_recall: float = 0.0, tune_k: int = 5, seed: int = 0, target_agreement: float = 0.0,
-                 label_of=None, tune_queries: int = 200, tune_tolerance: float = 0.0, vote_rule=None):
+    def __init__(
+        self,
+        dim: int,
+        kind: str = "ivf_pq",
+        source=None,
+        nlist: int = 0,
+        nprobe: int = 16,
+        rerank: int = 100,
+        pq_m: int = 0,
+        min_train: int = 20_000,
+        train_per_list: int = 32,
+        hnsw_quantizer_from: int = 4096,
+        retrain_growth: float = 4.0,
+        retune_growth: float = 2.0,
+        target_recall: float = 0.0,
+        tune_k: int = 5,
+        seed: int = 0,
+        target_agreement: float = 0.0,
+        label_of=None,
+        tune_queries: int = 200,
+        tune_tolerance: float = 0.0,
+        vote_rule=None,
+    ):
         if kind not in KINDS:
             raise ValueError(f"IVFIndex kind must be one of {KINDS}, got {kind!r}")
         for key, value in (("nlist", nlist), ("pq_m", pq_m)):
             if value < 0:
                 raise ValueError(f"{key} must be >= 0 (0: chosen automatically), got {value}")
-        for key, value in (("nprobe", nprobe), ("rerank", rerank), ("min_train", min_train),
-                           ("train_per_list", train_per_list), ("tune_k", tune_k)):
+        for key, value in (
+            ("nprobe", nprobe),
+            ("rerank", rerank),
+            ("min_train", min_train),
+            ("train_per_list", train_per_list),
+            ("tune_k", tune_k),
+        ):
             if value < 1:
                 raise ValueError(f"{key} must be >= 1, got {value}")
         if not 0 <= target_recall <= 1:
@@ -161,10 +197,15 @@ class IVFIndex:
         """Record rows for ``ids`` (owned: copy the vectors); returns their FAISS row numbers."""
         if self.borrowed:
             src = self._source()
-            if ids.min() < 0 or ids.max() >= len(src) or not (
-                    np.array_equal(src[ids[0]], vecs[0]) and np.array_equal(src[ids[-1]], vecs[-1])):
-                raise ValueError("an index borrowing its vectors needs id i to be row i of the source, "
-                                 "and the rows written there before they are added")
+            if (
+                ids.min() < 0
+                or ids.max() >= len(src)
+                or not (np.array_equal(src[ids[0]], vecs[0]) and np.array_equal(src[ids[-1]], vecs[-1]))
+            ):
+                raise ValueError(
+                    "an index borrowing its vectors needs id i to be row i of the source, "
+                    "and the rows written there before they are added"
+                )
             self._grow(int(ids.max()) + 1)
             if self._alive[ids].any():
                 raise ValueError("ids already indexed")
@@ -246,8 +287,15 @@ class IVFIndex:
         nlist = self.nlist_setting or nlist_for(n if n is not None else max(len(self), len(sample)))
         nlist = min(nlist, len(sample))
         take = sample[:: max(1, len(sample) // (nlist * self.train_per_list))]
-        km = faiss.Kmeans(self.dim, nlist, niter=_KMEANS_ITER, seed=self.seed + 1234, spherical=True,
-                          max_points_per_centroid=self.train_per_list, min_points_per_centroid=1)
+        km = faiss.Kmeans(
+            self.dim,
+            nlist,
+            niter=_KMEANS_ITER,
+            seed=self.seed + 1234,
+            spherical=True,
+            max_points_per_centroid=self.train_per_list,
+            min_points_per_centroid=1,
+        )
         km.train(np.ascontiguousarray(take, np.float32))
         return km.centroids
 
@@ -305,9 +353,14 @@ class IVFIndex:
     def _after_growth(self) -> None:
         if self.needs_retrain and not self._warned_retrain:
             self._warned_retrain = True
-            log.warning("%s index: %d live entries, %.1fx the %d its centroids were trained on; "
-                        "call rebuild_index() to retrain", self.kind, len(self), len(self) / self.trained_on,
-                        self.trained_on)
+            log.warning(
+                "%s index: %d live entries, %.1fx the %d its centroids were trained on; "
+                "call rebuild_index() to retrain",
+                self.kind,
+                len(self),
+                len(self) / self.trained_on,
+                self.trained_on,
+            )
         if self.tunes and self.retune_growth > 0 and len(self) >= self.retune_growth * self.tuned_at:
             self.tune(self.target_recall, self.tune_k)
 
@@ -321,18 +374,34 @@ class IVFIndex:
         """Whether the index tunes itself (a recall or an agreement target is set)."""
         return self.target_recall > 0 or self.target_agreement > 0
 
-    def tune(self, target_recall: float, k: int | None = None, n_queries: int | None = None, seed: int | None = None,
-             sample=None, target_agreement: float | None = None, tolerance: float | None = None) -> dict:
+    def tune(
+        self,
+        target_recall: float,
+        k: int | None = None,
+        n_queries: int | None = None,
+        seed: int | None = None,
+        sample=None,
+        target_agreement: float | None = None,
+        tolerance: float | None = None,
+    ) -> dict:
         """Set ``nprobe`` and ``rerank`` for recall@k >= ``target_recall`` and/or vote agreement
         >= ``target_agreement`` (default: the index's; see ocrr.index.ivf_tune; ``sample``:
         (ids, vectors, exact top-(k+1) ids) computed elsewhere)."""
         from ocrr.index.ivf_tune import tune_ivf
 
         agreement = self.target_agreement if target_agreement is None else target_agreement
-        self.tuning = tune_ivf(self, target_recall, k or self.tune_k, n_queries or self.tune_queries,
-                               self.seed if seed is None else seed, sample=sample, target_agreement=agreement,
-                               label_of=self.label_of, rule=self.vote_rule,
-                               tolerance=self.tune_tolerance if tolerance is None else tolerance)
+        self.tuning = tune_ivf(
+            self,
+            target_recall,
+            k or self.tune_k,
+            n_queries or self.tune_queries,
+            self.seed if seed is None else seed,
+            sample=sample,
+            target_agreement=agreement,
+            label_of=self.label_of,
+            rule=self.vote_rule,
+            tolerance=self.tune_tolerance if tolerance is None else tolerance,
+        )
         self.nprobe, self.rerank = self.tuning["nprobe"], self.tuning["rerank"]
         self.tuned_at = len(self)
         return self.tuning

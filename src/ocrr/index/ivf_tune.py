@@ -20,7 +20,7 @@ most likely meets the target too:
 
 * ``target_recall``: recall@k; bound = the sample's mean minus two standard errors;
 * ``target_agreement``: the fraction of sample queries whose vote over the IVF top-k
-  (``ocrr.systems.vote.vote`` with the substrate's rule, labels from ``label_of``) equals
+  (``ocrr.index.vote.vote`` with the substrate's rule, labels from ``label_of``) equals
   the vote over the exact top-k -- what the substrate actually decides. Agreement is a
   proportion that is often exactly 1 on the sample, where a standard error says nothing,
   so its bound is the Wilson score lower bound at z = 2 (all of 200 agreeing: 0.980; of
@@ -74,18 +74,20 @@ def min_queries_for(target_agreement: float, z: float = 2.0) -> int:
     return int(np.ceil(z * z * target_agreement / (1 - target_agreement) - 1e-9))
 
 
-def drop_self_scored(sims: np.ndarray, ids: np.ndarray, self_ids: np.ndarray,
-                     k: int) -> tuple[np.ndarray, np.ndarray]:
+def drop_self_scored(sims: np.ndarray, ids: np.ndarray, self_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``drop_self`` for (sims, ids) pairs: -inf / -1 pad a row that had no self."""
     drop = ids == self_ids[:, None]
     order = np.argsort(drop, axis=1, kind="stable")[:, :k]
     gone = np.take_along_axis(drop, order, axis=1)
-    return (np.where(gone, -np.inf, np.take_along_axis(sims, order, axis=1)).astype(np.float32),
-            np.where(gone, -1, np.take_along_axis(ids, order, axis=1)))
+    return (
+        np.where(gone, -np.inf, np.take_along_axis(sims, order, axis=1)).astype(np.float32),
+        np.where(gone, -1, np.take_along_axis(ids, order, axis=1)),
+    )
 
 
-def check_targets(target_recall: float, target_agreement: float, tolerance: float, n_queries: int,
-                  has_labels: bool) -> None:
+def check_targets(
+    target_recall: float, target_agreement: float, tolerance: float, n_queries: int, has_labels: bool
+) -> None:
     """ValueError naming the fix for settings the tuner cannot honour."""
     if not 0 <= target_recall <= 1:
         raise ValueError(f"target_recall must be in [0, 1] (0: no recall target), got {target_recall}")
@@ -100,31 +102,58 @@ def check_targets(target_recall: float, target_agreement: float, tolerance: floa
             raise ValueError("target_agreement needs the entries' labels (label_of: ids -> label indices)")
         need = min_queries_for(target_agreement)
         if n_queries < need:
-            raise ValueError(f"target_agreement {target_agreement} cannot be certified with {n_queries} tuning "
-                             f"queries (best possible lower bound {wilson_lower(n_queries, n_queries):.3f}); "
-                             f"use at least {need} tuning queries or a lower target")
+            raise ValueError(
+                f"target_agreement {target_agreement} cannot be certified with {n_queries} tuning "
+                f"queries (best possible lower bound {wilson_lower(n_queries, n_queries):.3f}); "
+                f"use at least {need} tuning queries or a lower target"
+            )
 
 
-def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: int = 0,
-             max_rerank: int = MAX_RERANK, sample=None, *, target_agreement: float = 0.0, label_of=None,
-             rule=None, tolerance: float = 0.0) -> dict:
+def tune_ivf(
+    index,
+    target_recall: float,
+    k: int,
+    n_queries: int = 200,
+    seed: int = 0,
+    max_rerank: int = MAX_RERANK,
+    sample=None,
+    *,
+    target_agreement: float = 0.0,
+    label_of=None,
+    rule=None,
+    tolerance: float = 0.0,
+) -> dict:
     """The pick and every point tried (see the module docstring). ``sample``: (ids,
     vectors, exact top-(k+1) ids including each query itself), when the caller has them.
     ``label_of``: ids -> label indices (needed for ``target_agreement``); ``rule``: the
     vote's ``VoteRule`` (default: the substrate's, with this k)."""
     import faiss
 
-    from ocrr.systems.vote import VoteRule, vote
+    from ocrr.index.vote import VoteRule, vote
 
-    check_targets(target_recall, target_agreement, tolerance, n_queries if sample is None else len(sample[0]),
-                  label_of is not None)
+    check_targets(
+        target_recall,
+        target_agreement,
+        tolerance,
+        n_queries if sample is None else len(sample[0]),
+        label_of is not None,
+    )
     matrix = index._matrix()
     live_rows = np.flatnonzero(index._alive[: index._rows])
     row_ids = None if index.borrowed else index._row_ids
     n = len(live_rows)
     if n <= k + 1:
-        return {"nprobe": index.nprobe, "rerank": index.rerank, "recall": 1.0, "target": target_recall,
-                "target_agreement": target_agreement, "met": True, "k": k, "n_queries": 0, "points": []}
+        return {
+            "nprobe": index.nprobe,
+            "rerank": index.rerank,
+            "recall": 1.0,
+            "target": target_recall,
+            "target_agreement": target_agreement,
+            "met": True,
+            "k": k,
+            "n_queries": 0,
+            "points": [],
+        }
     if sample is None:
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1F0E]))
         pick = np.sort(rng.choice(n, size=min(n_queries, n), replace=False))
@@ -147,11 +176,12 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
         def decide(sims, ids):
             return vote(sims, ids, np.where(ids >= 0, label_of(np.maximum(ids, 0)), -1), rule)
 
-        e_sims, e_ids = drop_self_scored(*best_k(*score_rows(queries, np.asarray(truth_rows, np.int64), matrix,
-                                                              row_ids), k + 1), self_ids, k)
+        e_sims, e_ids = drop_self_scored(
+            *best_k(*score_rows(queries, np.asarray(truth_rows, np.int64), matrix, row_ids), k + 1), self_ids, k
+        )
         exact_vote = decide(e_sims, e_ids)
 
-    depths = sorted({min(max_rerank, max(k + 1, k * 2 ** j)) for j in range(12)})
+    depths = sorted({min(max_rerank, max(k + 1, k * 2**j)) for j in range(12)})
     mean_list = n / index.nlist
     code_bytes = {"ivf": 4 * index.dim, "ivf_sq8": index.dim, "ivf_pq": index.pq_m / 2}[index.kind]
     hnsw_q = isinstance(faiss.downcast_index(index._index.quantizer), faiss.IndexHNSWFlat)
@@ -159,7 +189,8 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
 
     def meets(p):
         return (target_recall <= 0 or p["recall_bound"] >= target_recall) and (
-            target_agreement <= 0 or p["agreement_bound"] >= target_agreement)
+            target_agreement <= 0 or p["agreement_bound"] >= target_agreement
+        )
 
     ops = faiss.OperatingPoints()
     points, reached, nprobe = [], None, 1
@@ -169,8 +200,7 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
         all_sims, all_ids = score_rows(queries, cand, matrix, row_ids)  # each candidate row read once
         coarse = (max(2 * nprobe, 32) * 32 if hnsw_q else index.nlist) * index.dim * 4
         for depth in depths:
-            sims, got = drop_self_scored(*best_k(all_sims[:, : depth + 1], all_ids[:, : depth + 1], k + 1),
-                                         self_ids, k)
+            sims, got = drop_self_scored(*best_k(all_sims[:, : depth + 1], all_ids[:, : depth + 1], k + 1), self_ids, k)
             per = recall_at_k(got, truth, per_query=True)
             recall = float(per.mean())
             bound = recall - 2 * float(per.std()) / np.sqrt(len(per))  # what a new sample will most likely beat
@@ -191,23 +221,57 @@ def tune_ivf(index, target_recall: float, k: int, n_queries: int = 200, seed: in
     if ok:
         chosen = min(ok, key=lambda p: (p["cost_bytes"], -p[primary]))
     else:  # the cheapest point within the tolerance of the best bound (tolerance 0: the best point)
-        chosen = min((p for p in points if p[primary] >= best - tolerance), key=lambda p: (p["cost_bytes"], -p[primary]))
+        chosen = min(
+            (p for p in points if p[primary] >= best - tolerance), key=lambda p: (p["cost_bytes"], -p[primary])
+        )
     met = bool(ok)
     if not met:
-        wanted = " and ".join(w for w in (f"recall@{k} {target_recall:.3f}" if target_recall > 0 else "",
-                                          f"vote agreement {target_agreement:.3f}" if target_agreement > 0 else "") if w)
+        wanted = " and ".join(
+            w
+            for w in (
+                f"recall@{k} {target_recall:.3f}" if target_recall > 0 else "",
+                f"vote agreement {target_agreement:.3f}" if target_agreement > 0 else "",
+            )
+            if w
+        )
         top = min((p for p in points if p[primary] == best), key=lambda p: p["cost_bytes"])
-        log.warning("%s index: no setting reached %s on %d held-out entries (best %s bound %.3f at nprobe=%d, "
-                    "rerank=%d); kept nprobe=%d, rerank=%d: the cheapest within tolerance %.3f of it (bound %.3f, "
-                    "recall %.3f, %.0f%% of the best point's cost)", index.kind, wanted, len(self_ids),
-                    primary.split("_")[0], best, top["nprobe"], top["rerank"], chosen["nprobe"], chosen["rerank"],
-                    tolerance, chosen[primary], chosen["recall"], 100 * chosen["cost_bytes"] / top["cost_bytes"])
+        log.warning(
+            "%s index: no setting reached %s on %d held-out entries (best %s bound %.3f at nprobe=%d, "
+            "rerank=%d); kept nprobe=%d, rerank=%d: the cheapest within tolerance %.3f of it (bound %.3f, "
+            "recall %.3f, %.0f%% of the best point's cost)",
+            index.kind,
+            wanted,
+            len(self_ids),
+            primary.split("_")[0],
+            best,
+            top["nprobe"],
+            top["rerank"],
+            chosen["nprobe"],
+            chosen["rerank"],
+            tolerance,
+            chosen[primary],
+            chosen["recall"],
+            100 * chosen["cost_bytes"] / top["cost_bytes"],
+        )
     frontier = [ops.optimal_pts.at(i).key for i in range(ops.optimal_pts.size())]
-    out = {"nprobe": chosen["nprobe"], "rerank": chosen["rerank"], "recall": chosen["recall"],
-           "recall_bound": float(chosen["recall_bound"]), "target": target_recall,
-           "target_agreement": target_agreement, "objective": primary.split("_")[0], "tolerance": tolerance,
-           "met": met, "k": k, "n_queries": int(len(self_ids)), "entries": int(n), "nlist": int(index.nlist),
-           "cost_bytes": float(chosen["cost_bytes"]), "frontier": frontier, "points": points}
+    out = {
+        "nprobe": chosen["nprobe"],
+        "rerank": chosen["rerank"],
+        "recall": chosen["recall"],
+        "recall_bound": float(chosen["recall_bound"]),
+        "target": target_recall,
+        "target_agreement": target_agreement,
+        "objective": primary.split("_")[0],
+        "tolerance": tolerance,
+        "met": met,
+        "k": k,
+        "n_queries": int(len(self_ids)),
+        "entries": int(n),
+        "nlist": int(index.nlist),
+        "cost_bytes": float(chosen["cost_bytes"]),
+        "frontier": frontier,
+        "points": points,
+    }
     if agreeing:
         out.update(agreement=chosen["agreement"], agreement_bound=chosen["agreement_bound"])
     return out

@@ -13,8 +13,9 @@ import numpy as np
 from ocrr.index.exact import top_k
 
 
-def score_rows(queries: np.ndarray, rows: np.ndarray, matrix: np.ndarray,
-               row_ids: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def score_rows(
+    queries: np.ndarray, rows: np.ndarray, matrix: np.ndarray, row_ids: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact similarity of every candidate, in candidate order: (sims, ids), (n, depth),
     -inf / -1 where ``rows`` is -1. ``matrix`` may be memory-mapped: only the candidates'
     rows are read, each once, in row order (kinder to a memory-mapped file)."""
@@ -38,8 +39,9 @@ def best_k(sims: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
     return top_k(sims, ids, k)
 
 
-def rerank(queries: np.ndarray, rows: np.ndarray, matrix: np.ndarray, row_ids: np.ndarray | None,
-           k: int) -> tuple[np.ndarray, np.ndarray]:
+def rerank(
+    queries: np.ndarray, rows: np.ndarray, matrix: np.ndarray, row_ids: np.ndarray | None, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of each query among its candidate ``rows`` (n, depth; -1 = none), scored as
     ``matrix[row] . query`` in float32. ``row_ids`` maps rows to ids (None: row = id).
 

@@ -5,5 +5,14 @@ from ocrr.protocols.heldout import HeldoutProtocol, heldout_scenario
 from ocrr.protocols.registry import PROTOCOLS, make_protocol, register_protocol
 from ocrr.protocols.scenario import Scenario
 
-__all__ = ["Option", "PROTOCOLS", "HeldoutProtocol", "Protocol", "RunSoFar", "Scenario", "heldout_scenario",
-           "make_protocol", "register_protocol"]
+__all__ = [
+    "Option",
+    "PROTOCOLS",
+    "HeldoutProtocol",
+    "Protocol",
+    "RunSoFar",
+    "Scenario",
+    "heldout_scenario",
+    "make_protocol",
+    "register_protocol",
+]

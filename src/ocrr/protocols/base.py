@@ -58,8 +58,10 @@ class Option:
                 bounds.append(f"<= {self.high:g}")
             what = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}[self.kind]
             need = what + (f" {' and '.join(bounds)}" if bounds else "") + (" (or none)" if self.allow_none else "")
-            raise OcrrError(f"protocol {protocol}: option {name}={value!r} must be {need}"
-                            f"{f' ({self.help})' if self.help else ''}. Write e.g. {protocol}:{name}={self.default}.")
+            raise OcrrError(
+                f"protocol {protocol}: option {name}={value!r} must be {need}"
+                f"{f' ({self.help})' if self.help else ''}. Write e.g. {protocol}:{name}={self.default}."
+            )
         return value
 
 
@@ -85,8 +87,13 @@ class RunSoFar:
 
 # Options of every protocol. Left out of ``values`` (and so of task ids) at their default.
 COMMON_OPTIONS: dict[str, Option] = {
-    "shift": Option(None, int, low=0, allow_none=True,
-                    help="near-future accuracy: predict S items ahead, S from `ocrr calibrate-shift`; none: off"),
+    "shift": Option(
+        None,
+        int,
+        low=0,
+        allow_none=True,
+        help="near-future accuracy: predict S items ahead, S from `ocrr calibrate-shift`; none: off",
+    ),
 }
 
 
@@ -136,7 +143,7 @@ class Protocol:
     def summarise(self, per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
         """One row per (dataset, encoder, policy, system): the final value of every metric
         (mean and population std over seeds), corrections, online accuracy, footprint."""
-        from ocrr.metrics import CELL_KEYS, RUN_KEYS, add_footprints, add_online_accuracy
+        from ocrr.engine.metrics import CELL_KEYS, RUN_KEYS, add_footprints, add_online_accuracy
 
         rows = []
         metrics = [m for m in self.metrics if m in per_checkpoint.columns]
@@ -154,29 +161,35 @@ class Protocol:
 
     def summary_columns(self) -> list[str]:
         """Leading columns of summary.csv, in order (the rest follow as they come)."""
-        from ocrr.metrics import CELL_KEYS
+        from ocrr.engine.metrics import CELL_KEYS
 
         return CELL_KEYS + ["n_seeds"] + [f"final_{m}_{s}" for m in self.metrics for s in ("mean", "std")]
 
     def table(self, summary: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
         """(header, rows, footnote) of its main table: final metrics per system."""
-        from ocrr.results import fmt_acc, fmt_buffer
+        from ocrr.engine.results import fmt_acc, fmt_buffer
 
         header = ["system", "buffer"] + [f"final {m}" for m in self.metrics] + ["online acc", "corrections"]
         rows = []
         for _, r in summary.iterrows():
             n = int(r["n_seeds"])
-            rows.append([r["system"], fmt_buffer(r)]
-                        + [fmt_acc(r[f"final_{m}_mean"], r[f"final_{m}_std"], n) for m in self.metrics]
-                        + [fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0.0), n),
-                           f"{r['corrections_mean']:.0f}"])
-        note = ("Final values at the end of the stream: mean ± std (population) over seeds. Online acc: accuracy "
-                "of the stream predictions, each made before the system learned that item.")
+            rows.append(
+                [r["system"], fmt_buffer(r)]
+                + [fmt_acc(r[f"final_{m}_mean"], r[f"final_{m}_std"], n) for m in self.metrics]
+                + [
+                    fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0.0), n),
+                    f"{r['corrections_mean']:.0f}",
+                ]
+            )
+        note = (
+            "Final values at the end of the stream: mean ± std (population) over seeds. Online acc: accuracy "
+            "of the stream predictions, each made before the system learned that item."
+        )
         return header, rows, note
 
     def per_run(self, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
         """One row per run: the final value of every metric and the corrections (report's runs.csv)."""
-        from ocrr.metrics import RUN_KEYS
+        from ocrr.engine.metrics import RUN_KEYS
 
         metrics = [m for m in self.metrics if m in per_checkpoint.columns]
         last = per_checkpoint.sort_values("step", kind="mergesort").groupby(RUN_KEYS, sort=True).tail(1)
@@ -192,11 +205,14 @@ class Protocol:
 
         header, body, note = self.table(summary)
         metrics = [m for m in self.metrics if m in rows.columns] + (
-            ["online_accuracy"] if "online_accuracy" in rows.columns else [])
+            ["online_accuracy"] if "online_accuracy" in rows.columns else []
+        )
         figure = metric_curves_figure(rows, list(summary["system"]), metrics, styles, title)
-        return ([(title, header, body, note)],
-                [("curves", figure, f"{', '.join(metrics)} against stream items seen, {title}: mean over seeds.")],
-                {})
+        return (
+            [(title, header, body, note)],
+            [("curves", figure, f"{', '.join(metrics)} against stream items seen, {title}: mean over seeds.")],
+            {},
+        )
 
 
 # Re-exported for protocols that declare options.

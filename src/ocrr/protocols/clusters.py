@@ -39,17 +39,23 @@ def label_clusters(dataset, train_vecs: np.ndarray, how: str = "auto", n_cluster
         how = "domains" if dataset.domains else "kmeans"
     if how == "domains":
         if not dataset.domains:
-            raise OcrrError(f"protocol cmr: dataset {dataset.name} has no domains; use cmr:clusters=kmeans "
-                            "(with cmr:n_clusters=N) or cmr:clusters=<file.json|file.csv>.")
-        return {label: str(d) for label, d in dataset.domains.items()
-                if d not in LEFT_OUT_DOMAINS and label in set(dataset.labels)}
+            raise OcrrError(
+                f"protocol cmr: dataset {dataset.name} has no domains; use cmr:clusters=kmeans "
+                "(with cmr:n_clusters=N) or cmr:clusters=<file.json|file.csv>."
+            )
+        return {
+            label: str(d)
+            for label, d in dataset.domains.items()
+            if d not in LEFT_OUT_DOMAINS and label in set(dataset.labels)
+        }
     if how == "kmeans":
         return kmeans_clusters(dataset, train_vecs, n_clusters)
     return file_clusters(how, dataset.labels)
 
 
-def item_clusters(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, how: str = "auto",
-                  n_clusters: int = 10) -> tuple[list[str], np.ndarray, np.ndarray]:
+def item_clusters(
+    dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, how: str = "auto", n_clusters: int = 10
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(cluster names, cluster of every training item, of every test item; None: left out).
     ``drift`` groups items within their class (ocrr.protocols.drift: d0 = each class's core
     phrasing .. d{n-1} its most peripheral); every other map goes by label."""
@@ -68,8 +74,10 @@ def kmeans_clusters(dataset, train_vecs: np.ndarray, n_clusters: int) -> dict[st
 
     labels = list(dataset.labels)
     if not 3 <= n_clusters <= len(labels):
-        raise OcrrError(f"protocol cmr: n_clusters={n_clusters} is impossible for {dataset.name} with "
-                        f"{len(labels)} classes; choose between 3 and {len(labels)}.")
+        raise OcrrError(
+            f"protocol cmr: n_clusters={n_clusters} is impossible for {dataset.name} with "
+            f"{len(labels)} classes; choose between 3 and {len(labels)}."
+        )
     train_labels = np.asarray(dataset.train.labels, dtype=object)
     centroids = np.zeros((len(labels), train_vecs.shape[1]), np.float64)
     for i, label in enumerate(labels):
@@ -88,11 +96,15 @@ def kmeans_clusters(dataset, train_vecs: np.ndarray, n_clusters: int) -> dict[st
 def file_clusters(path: str, labels) -> dict[str, str]:
     p = Path(path)
     if p.suffix.lower() not in (".json", ".csv"):
-        raise OcrrError(f"protocol cmr: clusters={path!r} is not auto, domains, kmeans, drift or a .json/.csv file "
-                        "mapping label -> cluster.")
+        raise OcrrError(
+            f"protocol cmr: clusters={path!r} is not auto, domains, kmeans, drift or a .json/.csv file "
+            "mapping label -> cluster."
+        )
     if not p.is_file():
-        raise OcrrError(f"protocol cmr: cluster map {path!r} does not exist; give the path of a .json file "
-                        "{label: cluster} or a .csv file of label,cluster rows.")
+        raise OcrrError(
+            f"protocol cmr: cluster map {path!r} does not exist; give the path of a .json file "
+            "{label: cluster} or a .csv file of label,cluster rows."
+        )
     try:
         if p.suffix.lower() == ".json":
             raw = json.loads(p.read_text(encoding="utf-8"))
@@ -105,11 +117,15 @@ def file_clusters(path: str, labels) -> dict[str, str]:
             if pairs and pairs[0] == ("label", "cluster"):
                 pairs = pairs[1:]
     except (ValueError, OSError) as e:
-        raise OcrrError(f"protocol cmr: cannot read the cluster map {path!r} ({e}); write a JSON object "
-                        "{label: cluster} or CSV rows label,cluster.") from e
+        raise OcrrError(
+            f"protocol cmr: cannot read the cluster map {path!r} ({e}); write a JSON object "
+            "{label: cluster} or CSV rows label,cluster."
+        ) from e
     known = set(labels)
     unknown = sorted(str(k) for k, _ in pairs if k not in known)
     if unknown:
-        raise OcrrError(f"protocol cmr: the cluster map {path!r} names labels the dataset does not have: "
-                        f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}. Fix the map.")
+        raise OcrrError(
+            f"protocol cmr: the cluster map {path!r} names labels the dataset does not have: "
+            f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}. Fix the map."
+        )
     return {str(k): str(v) for k, v in pairs}

@@ -64,8 +64,17 @@ def episode_counts(t: int, b: int, alpha: float, gamma: float) -> tuple[int, int
     return b_u, major, b_o - major
 
 
-def sample_stream(upstream: np.ndarray, pools: list[np.ndarray], T: int, b: int, alpha: float, beta: float,
-                  gamma: float, rng: np.random.Generator, names: list[str] | None = None):
+def sample_stream(
+    upstream: np.ndarray,
+    pools: list[np.ndarray],
+    T: int,
+    b: int,
+    alpha: float,
+    beta: float,
+    gamma: float,
+    rng: np.random.Generator,
+    names: list[str] | None = None,
+):
     """Algorithm 1. ``upstream``: V0's item ids; ``pools[k]``: OOD cluster k's item ids.
     Returns (items, source, majors): per stream position the item id and its cluster
     (0 = V0, k + 1 = OOD cluster k), per episode the major cluster k."""
@@ -82,13 +91,16 @@ def sample_stream(upstream: np.ndarray, pools: list[np.ndarray], T: int, b: int,
         rest = [k for k in range(n) if k != major]
         rest_items = np.concatenate([pools[k] for k in rest])
         rest_source = np.concatenate([np.full(len(pools[k]), k + 1) for k in rest])
-        for pool, src, k, what in ((upstream, np.zeros(len(upstream), int), b_u, "the upstream clusters"),
-                                   (pools[major], np.full(len(pools[major]), major + 1), b_major,
-                                    f"the major cluster {names[major]}"),
-                                   (rest_items, rest_source, b_other, f"the clusters other than {names[major]}")):
+        for pool, src, k, what in (
+            (upstream, np.zeros(len(upstream), int), b_u, "the upstream clusters"),
+            (pools[major], np.full(len(pools[major]), major + 1), b_major, f"the major cluster {names[major]}"),
+            (rest_items, rest_source, b_other, f"the clusters other than {names[major]}"),
+        ):
             if k > len(pool):
-                raise OcrrError(f"protocol cmr: episode {t} needs {k} items from {what}, which hold only "
-                                f"{len(pool)} training items; lower cmr:b (now {b}) or use fewer, larger clusters.")
+                raise OcrrError(
+                    f"protocol cmr: episode {t} needs {k} items from {what}, which hold only "
+                    f"{len(pool)} training items; lower cmr:b (now {b}) or use fewer, larger clusters."
+                )
             pick = rng.choice(len(pool), size=k, replace=False)
             items.append(pool[pick])
             source.append(src[pick])
@@ -117,14 +129,16 @@ class CmrProtocol(Protocol):
         "alpha": Option(0.9, float, low=0.0, high=1.0, help="decay of the upstream share"),
         "beta": Option(0.5, float, low=0.0, high=1.0, help="probability of keeping the major cluster"),
         "gamma": Option(0.8, float, low=0.0, high=1.0, help="major cluster's share of the OOD items"),
-        "clusters": Option("auto", str, help="auto, domains, kmeans, drift (within-class clusters) or a "
-                                             ".json/.csv label->cluster file"),
+        "clusters": Option(
+            "auto", str, help="auto, domains, kmeans, drift (within-class clusters) or a .json/.csv label->cluster file"
+        ),
         "n_clusters": Option(10, int, low=3, help="k-means clusters (clusters=kmeans)"),
         "upstream": Option(None, str, allow_none=True, help="comma-separated upstream clusters; none: a seeded half"),
         "split": Option("test", str, help="val or test: which family of streams"),
         "stream": Option(0, int, low=0, help="stream index within the split"),
-        "streams": Option(None, int, low=1, allow_none=True,
-                          help="cycle runs over this many streams: stream = run seed mod streams"),
+        "streams": Option(
+            None, int, low=1, allow_none=True, help="cycle runs over this many streams: stream = run seed mod streams"
+        ),
         "ukr_cap": Option(512, int, low=1, help="cap on the UKR set"),
         "kg_cap": Option(256, int, low=1, help="cap on the KG set, per OOD cluster"),
         "okr_cap": Option(512, int, low=1, help="cap on the OKR sample"),
@@ -135,8 +149,10 @@ class CmrProtocol(Protocol):
     def __init__(self, **values):
         super().__init__(**values)
         if self.values["split"] not in ("val", "test"):
-            raise OcrrError(f"protocol cmr: option split={self.values['split']!r} must be val or test. "
-                            "Write e.g. cmr:split=val:stream=2.")
+            raise OcrrError(
+                f"protocol cmr: option split={self.values['split']!r} must be val or test. "
+                "Write e.g. cmr:split=val:stream=2."
+            )
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         return cmr_scenario(dataset, train_vecs, test_vecs, seed, self.values)
@@ -146,7 +162,7 @@ class CmrProtocol(Protocol):
     def per_run(self, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
         """One row per run: X̄ (mean over the evaluations after episodes >= 1 where X was
         measured) and X^(T) (after the last episode) for EFR, UKR, OKR, CSR, KG and OEC."""
-        from ocrr.metrics import RUN_KEYS
+        from ocrr.engine.metrics import RUN_KEYS
 
         keys = RUN_KEYS + _setting_keys(per_checkpoint)
         rows = []
@@ -171,7 +187,7 @@ class CmrProtocol(Protocol):
     def summarise(self, per_checkpoint, footprints=None):
         """Per (dataset, encoder, policy, system): mean and population std over runs of every
         X̄ and X^(T); ``n_seeds`` counts the runs."""
-        from ocrr.metrics import CELL_KEYS, add_footprints, add_online_accuracy
+        from ocrr.engine.metrics import CELL_KEYS, add_footprints, add_online_accuracy
 
         runs = self.per_run(per_checkpoint)
         values = [c for c in runs.columns if c.endswith(("_avg", "_final"))]
@@ -189,7 +205,7 @@ class CmrProtocol(Protocol):
         return add_online_accuracy(add_footprints(pd.DataFrame(rows), footprints), per_checkpoint)
 
     def summary_columns(self):
-        from ocrr.metrics import CELL_KEYS
+        from ocrr.engine.metrics import CELL_KEYS
 
         cols = [f"{x}_avg" for x, _ in AVG] + [f"{x}_final" for x, _ in FINAL] + ["efr_final", "stream_final"]
         return CELL_KEYS + ["n_seeds"] + [f"{c}_{s}" for c in cols for s in ("mean", "std")]
@@ -202,14 +218,16 @@ class CmrProtocol(Protocol):
             cells = [_pct(r[f"{x}_avg_mean"], r[f"{x}_avg_std"], n) for x, _ in AVG]
             cells += [_pct(r[f"{x}_final_mean"], r[f"{x}_final_std"], n) for x, _ in FINAL]
             rows.append([r["system"], *cells, f"{r['corrections_mean']:.0f}"])
-        note = ("The paper's Table 1 (%): mean ± std (population) over runs (streams × seeds). Every metric is "
-                "measured on f_t, the model after its update on episode t. X̄: mean over the evaluations after "
-                "episodes 1..T where X was measured; X^(T): after the last episode. EFR on the revealed errors of "
-                "the episode (episodes without one left out); UKR on upstream test items; OKR on a sample of the "
-                "earlier episodes' stream items; CSR: accuracy of the stream predictions so far, each made before "
-                "the update; KG on the OOD clusters' test items. OEC = mean(UKR, OKR, CSR, KG); EFR not in OEC. "
-                "offline_refining (f_0 -> f_T, the upper reference) exists only after the stream: its averages are "
-                "'–' and its CSR^(T) is f_T on the whole stream in hindsight, as in the paper.")
+        note = (
+            "The paper's Table 1 (%): mean ± std (population) over runs (streams × seeds). Every metric is "
+            "measured on f_t, the model after its update on episode t. X̄: mean over the evaluations after "
+            "episodes 1..T where X was measured; X^(T): after the last episode. EFR on the revealed errors of "
+            "the episode (episodes without one left out); UKR on upstream test items; OKR on a sample of the "
+            "earlier episodes' stream items; CSR: accuracy of the stream predictions so far, each made before "
+            "the update; KG on the OOD clusters' test items. OEC = mean(UKR, OKR, CSR, KG); EFR not in OEC. "
+            "offline_refining (f_0 -> f_T, the upper reference) exists only after the stream: its averages are "
+            "'–' and its CSR^(T) is f_T on the whole stream in hindsight, as in the paper."
+        )
         return header, rows, note
 
     def report_cell(self, rows, summary, title, styles):
@@ -221,18 +239,31 @@ class CmrProtocol(Protocol):
         curves["oec"] = curves[have].mean(axis=1, skipna=False) if len(have) == 4 else np.nan
         metrics = [SOURCE[x] for x in ("efr", "ukr", "okr", "csr", "kg") if SOURCE[x] in curves.columns] + ["oec"]
         figure = metric_curves_figure(curves, list(summary["system"]), metrics, styles, title)
-        return ([(title, header, body, note)],
-                [("curves", figure, f"EFR, UKR, OKR, CSR (online accuracy), KG and OEC against stream items seen "
-                                    f"(as the paper's Figure 5), {title}: mean over runs.")],
-                {"cmr_runs": self.per_run(rows)})
+        return (
+            [(title, header, body, note)],
+            [
+                (
+                    "curves",
+                    figure,
+                    f"EFR, UKR, OKR, CSR (online accuracy), KG and OEC against stream items seen "
+                    f"(as the paper's Figure 5), {title}: mean over runs.",
+                )
+            ],
+            {"cmr_runs": self.per_run(rows)},
+        )
 
     def stream_figures(self, predictions: pd.DataFrame | None, title: str) -> list:
         """The cell's first stream: cluster shares per episode (the paper's Figure 3)."""
         if predictions is None or not {"episode", "cluster", "role"} <= set(predictions.columns):
             return []
-        return [("stream", stream_figure(predictions, f"stream of the first run, {title}"),
-                 f"Cluster shares per episode of the first run's stream (V0 = upstream), as the paper's "
-                 f"Figure 3, {title}.")]
+        return [
+            (
+                "stream",
+                stream_figure(predictions, f"stream of the first run, {title}"),
+                f"Cluster shares per episode of the first run's stream (V0 = upstream), as the paper's "
+                f"Figure 3, {title}.",
+            )
+        ]
 
 
 def _pct(mean: float, std: float, n: int) -> str:
@@ -249,8 +280,10 @@ def choose_upstream(names: list[str], upstream: str | None, dataset_name: str) -
     chosen = [c.strip() for c in str(upstream).split(",") if c.strip()]
     unknown = [c for c in chosen if c not in names]
     if unknown or not chosen:
-        raise OcrrError(f"protocol cmr: upstream={upstream!r} names no cluster or unknown ones "
-                        f"({', '.join(unknown)}). Clusters: {', '.join(names)}.")
+        raise OcrrError(
+            f"protocol cmr: upstream={upstream!r} names no cluster or unknown ones "
+            f"({', '.join(unknown)}). Clusters: {', '.join(names)}."
+        )
     return sorted(set(chosen))
 
 
@@ -264,14 +297,25 @@ def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
     upstream = choose_upstream(names, v["upstream"], dataset.name)
     ood = [c for c in names if c not in upstream]
     if len(ood) < 2:
-        raise OcrrError(f"protocol cmr: {len(ood)} OOD cluster(s) left ({', '.join(ood) or 'none'}); it needs at "
-                        f"least 2. Name fewer upstream clusters (cmr:upstream=...) or use more clusters.")
+        raise OcrrError(
+            f"protocol cmr: {len(ood)} OOD cluster(s) left ({', '.join(ood) or 'none'}); it needs at "
+            f"least 2. Name fewer upstream clusters (cmr:upstream=...) or use more clusters."
+        )
     v0_train = np.flatnonzero(np.isin(train_c, upstream))
     pools = [np.flatnonzero(train_c == c) for c in ood]
     index = v["stream"] if v["streams"] is None else seed % v["streams"]
     ints = stream_seed(dataset.name, v["split"], index)
-    items, source, majors = sample_stream(v0_train, pools, v["T"], v["b"], v["alpha"], v["beta"], v["gamma"],
-                                          np.random.default_rng(np.random.SeedSequence(ints)), ood)
+    items, source, majors = sample_stream(
+        v0_train,
+        pools,
+        v["T"],
+        v["b"],
+        v["alpha"],
+        v["beta"],
+        v["gamma"],
+        np.random.default_rng(np.random.SeedSequence(ints)),
+        ood,
+    )
     cluster = [str(train_c[i]) for i in items]
     role = np.where(source == 0, "upstream", "other")
     bounds = np.arange(0, v["T"] * v["b"] + 1, v["b"])
@@ -297,13 +341,25 @@ def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
         return sets
 
     return Scenario(
-        protocol="cmr", seed_value=seed, labels=dataset.labels,
-        seed_set=_rows(dataset.train, train_vecs, v0_train), stream=stream,
+        protocol="cmr",
+        seed_value=seed,
+        labels=dataset.labels,
+        seed_set=_rows(dataset.train, train_vecs, v0_train),
+        stream=stream,
         eval_sets={"ukr": _rows(dataset.test, test_vecs, ukr), "kg": _rows(dataset.test, test_vecs, kg)},
-        eval_after=every_n(v["T"], v["eval_every"]), episode_bounds=bounds, dynamic_eval_sets=dynamic,
+        eval_after=every_n(v["T"], v["eval_every"]),
+        episode_bounds=bounds,
+        dynamic_eval_sets=dynamic,
         stream_columns={"cluster": cluster, "role": role.tolist()},
-        info={"stream": index, "upstream": upstream, "ood": ood, "majors": [ood[k] for k in majors],
-              "stream_seed": ints, "n_ukr": len(ukr), "n_kg": len(kg)},
+        info={
+            "stream": index,
+            "upstream": upstream,
+            "ood": ood,
+            "majors": [ood[k] for k in majors],
+            "stream_seed": ints,
+            "n_ukr": len(ukr),
+            "n_kg": len(kg),
+        },
     )
 
 

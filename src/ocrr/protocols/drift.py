@@ -35,8 +35,9 @@ from ocrr.protocols.clusters import crc
 from ocrr.protocols.scenario import Scenario, every_n
 
 
-def class_clusters(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, n_clusters: int,
-                   who: str = "drift") -> tuple[np.ndarray, np.ndarray]:
+def class_clusters(
+    dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, n_clusters: int, who: str = "drift"
+) -> tuple[np.ndarray, np.ndarray]:
     """Within-class cluster index of every training and test item (0 = nearest the class mean)."""
     from sklearn.cluster import KMeans
 
@@ -47,11 +48,16 @@ def class_clusters(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, n_clu
     for label in dataset.labels:
         rows = np.flatnonzero(train_labels == label)
         if len(rows) < n_clusters:
-            raise OcrrError(f"protocol {who}: class {label!r} of {dataset.name} has {len(rows)} training items, fewer "
-                            f"than n_clusters={n_clusters}; lower {who}:n_clusters (at least 2).")
+            raise OcrrError(
+                f"protocol {who}: class {label!r} of {dataset.name} has {len(rows)} training items, fewer "
+                f"than n_clusters={n_clusters}; lower {who}:n_clusters (at least 2)."
+            )
         x = np.asarray(train_vecs[rows], np.float64)
-        seed = int(np.random.SeedSequence([crc("drift-kmeans"), crc(dataset.name), crc(str(label)),
-                                           n_clusters]).generate_state(1)[0])
+        seed = int(
+            np.random.SeedSequence(
+                [crc("drift-kmeans"), crc(dataset.name), crc(str(label)), n_clusters]
+            ).generate_state(1)[0]
+        )
         km = KMeans(n_clusters=n_clusters, n_init=10, random_state=seed).fit(x)
         centres = km.cluster_centers_ / np.maximum(np.linalg.norm(km.cluster_centers_, axis=1, keepdims=True), 1e-12)
         mean = x.mean(axis=0)
@@ -90,20 +96,31 @@ class DriftProtocol(Protocol):
     def __init__(self, **values):
         super().__init__(**values)
         if self.values["out"] not in ("random", "farthest"):
-            raise OcrrError(f"protocol drift: option out={self.values['out']!r} must be random or farthest. "
-                            "Write e.g. drift:out=farthest.")
+            raise OcrrError(
+                f"protocol drift: option out={self.values['out']!r} must be random or farthest. "
+                "Write e.g. drift:out=farthest."
+            )
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         return drift_scenario(dataset, train_vecs, test_vecs, seed, **self.values)
 
 
-def drift_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int, n_clusters: int = 3,
-                   out: str = "random", eval_cap: int = 400, every: int = 50) -> Scenario:
+def drift_scenario(
+    dataset,
+    train_vecs: np.ndarray,
+    test_vecs: np.ndarray,
+    seed: int,
+    n_clusters: int = 3,
+    out: str = "random",
+    eval_cap: int = 400,
+    every: int = 50,
+) -> Scenario:
     train_j, test_j = class_clusters(dataset, train_vecs, test_vecs, n_clusters)
     labels = list(dataset.labels)
     if out == "random":
         moved = np.random.default_rng(np.random.SeedSequence([int(seed), crc("drift-out")])).integers(
-            n_clusters, size=len(labels))
+            n_clusters, size=len(labels)
+        )
     else:
         moved = np.full(len(labels), n_clusters - 1)
     moved_of = dict(zip(labels, moved.tolist()))
@@ -120,13 +137,22 @@ def drift_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed:
     stream_idx = stream_idx[rng.permutation(len(stream_idx))]
     train, test = dataset.train, dataset.test
     return Scenario(
-        protocol="drift", seed_value=seed, labels=dataset.labels,
-        seed_set=_rows(train, train_vecs, seed_idx), stream=_rows(train, train_vecs, stream_idx),
+        protocol="drift",
+        seed_value=seed,
+        labels=dataset.labels,
+        seed_set=_rows(train, train_vecs, seed_idx),
+        stream=_rows(train, train_vecs, stream_idx),
         eval_sets={"drifted": _rows(test, test_vecs, drifted_idx), "stable": _rows(test, test_vecs, stable_idx)},
         eval_after=every_n(len(stream_idx), every),
         stream_columns={"cluster": [f"{train.labels[i]}#d{train_j[i]}" for i in stream_idx]},
-        info={"n_clusters": n_clusters, "out": out, "moved": {lab: f"d{j}" for lab, j in moved_of.items()},
-              "n_stream": len(stream_idx), "n_drifted": len(drifted_idx), "n_stable": len(stable_idx)},
+        info={
+            "n_clusters": n_clusters,
+            "out": out,
+            "moved": {lab: f"d{j}" for lab, j in moved_of.items()},
+            "n_stream": len(stream_idx),
+            "n_drifted": len(drifted_idx),
+            "n_stable": len(stable_idx),
+        },
     )
 
 

@@ -40,26 +40,25 @@ class HeldoutProtocol(Protocol):
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         v = self.values
-        return heldout_scenario(dataset, train_vecs, test_vecs, seed, v["n_heldout"], v["eval_cap"] or None,
-                                v["every"])
+        return heldout_scenario(dataset, train_vecs, test_vecs, seed, v["n_heldout"], v["eval_cap"] or None, v["every"])
 
     def summarise(self, per_checkpoint, footprints=None):
-        from ocrr.metrics import add_online_accuracy, summarise
+        from ocrr.engine.metrics import add_online_accuracy, summarise
 
         return add_online_accuracy(summarise(per_checkpoint, footprints), per_checkpoint)
 
     def summary_columns(self):
-        from ocrr.results import SUMMARY_COLUMNS
+        from ocrr.engine.results import SUMMARY_COLUMNS
 
         return SUMMARY_COLUMNS
 
     def table(self, summary):
-        from ocrr.results import TABLE_HEADER, TABLE_NOTE, table_rows
+        from ocrr.engine.results import TABLE_HEADER, TABLE_NOTE, table_rows
 
         return TABLE_HEADER, table_rows(summary), TABLE_NOTE
 
     def per_run(self, per_checkpoint):
-        from ocrr.metrics import per_run
+        from ocrr.engine.metrics import per_run
 
         return per_run(per_checkpoint)
 
@@ -69,12 +68,21 @@ class HeldoutProtocol(Protocol):
         return heldout_cell(rows, summary, title, styles)
 
 
-def heldout_scenario(dataset: Dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int,
-                     n_heldout: int = 10, eval_cap: int | None = 400, every: int = 50) -> Scenario:
+def heldout_scenario(
+    dataset: Dataset,
+    train_vecs: np.ndarray,
+    test_vecs: np.ndarray,
+    seed: int,
+    n_heldout: int = 10,
+    eval_cap: int | None = 400,
+    every: int = 50,
+) -> Scenario:
     labels = dataset.labels
     if not 0 < n_heldout < len(labels):
-        raise OcrrError(f"--heldout {n_heldout} is impossible for {dataset.name} with {len(labels)} classes; "
-                        f"choose between 1 and {len(labels) - 1}.")
+        raise OcrrError(
+            f"--heldout {n_heldout} is impossible for {dataset.name} with {len(labels)} classes; "
+            f"choose between 1 and {len(labels) - 1}."
+        )
     held_idx = np.random.default_rng(seed).choice(len(labels), size=n_heldout, replace=False)
     heldout = {labels[i] for i in held_idx}
 

@@ -23,7 +23,7 @@ stream of a run depends on (dataset, split, stay, seed), never on the system.
 from __future__ import annotations
 
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -75,8 +75,10 @@ class OclProtocol(Protocol):
     """EvalOCL's setting: every training item once, in batches, label-correlated order."""
 
     name = "ocl"
-    summary_text = ("online continual learning (EvalOCL): every training item once, label-ordered stream, "
-                    "online vs near-future accuracy, retention")
+    summary_text = (
+        "online continual learning (EvalOCL): every training item once, label-ordered stream, "
+        "online vs near-future accuracy, retention"
+    )
     options = {
         "batch": Option(1, int, low=1, help="items per incoming batch (the paper: 64 or 128)"),
         "stay": Option(0.0, float, low=0.0, high=1.0, help="probability that the next label repeats; 0: shuffled"),
@@ -90,8 +92,9 @@ class OclProtocol(Protocol):
     def __init__(self, **values):
         super().__init__(**values)
         if self.values["split"] not in ("val", "test"):
-            raise OcrrError(f"protocol ocl: option split={self.values['split']!r} must be val or test. "
-                            "Write e.g. ocl:split=val.")
+            raise OcrrError(
+                f"protocol ocl: option split={self.values['split']!r} must be val or test. Write e.g. ocl:split=val."
+            )
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         return ocl_scenario(dataset, train_vecs, test_vecs, seed, self.values)
@@ -132,9 +135,12 @@ def ocl_streams(dataset, seed: int, values: dict) -> tuple[np.ndarray, np.ndarra
     upstream = np.sort(up_rng.choice(len(train_labels), size=n_up, replace=False)) if n_up else np.arange(0)
     rest = np.setdiff1d(np.arange(len(train_labels)), upstream)
     stay = float(v["stay"])
-    order = label_chain_order([train_labels[i] for i in rest], stay,
-                              np.random.default_rng(np.random.SeedSequence([*key, crc("stream")])))
-    test_order = label_chain_order(test_labels, stay, np.random.default_rng(np.random.SeedSequence([*key, crc("test")])))
+    order = label_chain_order(
+        [train_labels[i] for i in rest], stay, np.random.default_rng(np.random.SeedSequence([*key, crc("stream")]))
+    )
+    test_order = label_chain_order(
+        test_labels, stay, np.random.default_rng(np.random.SeedSequence([*key, crc("test")]))
+    )
     return upstream, rest[order], test_order
 
 
@@ -162,9 +168,14 @@ def ocl_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
         return {f"past_{q:03d}": test[:end] for q, end in ends}
 
     return Scenario(
-        protocol="ocl", seed_value=seed, labels=dataset.labels,
-        seed_set=_rows(dataset.train, train_vecs, upstream), stream=_rows(dataset.train, train_vecs, stream_idx),
-        eval_sets={"test": test}, eval_after=every_n(n_episodes, max(1, -(-n_episodes // v["checkpoints"]))),
-        episode_bounds=bounds, dynamic_eval_sets=retention_curve,
+        protocol="ocl",
+        seed_value=seed,
+        labels=dataset.labels,
+        seed_set=_rows(dataset.train, train_vecs, upstream),
+        stream=_rows(dataset.train, train_vecs, stream_idx),
+        eval_sets={"test": test},
+        eval_after=every_n(n_episodes, max(1, -(-n_episodes // v["checkpoints"]))),
+        episode_bounds=bounds,
+        dynamic_eval_sets=retention_curve,
         info={"n_upstream": len(upstream), "n_stream": n, "n_test": len(test), "batch": batch, "stay": v["stay"]},
     )

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ocrr.engine.results import SUMMARY_COLUMNS, markdown, write_csv
 from ocrr.report import figures as F
 from ocrr.report.html import Section, render
 from ocrr.report.load import first_run_predictions, load_predictions, load_results_any
 from ocrr.report.tables import cell_rows, cell_summary, cells, order_systems, seeds_text
-from ocrr.results import SUMMARY_COLUMNS, markdown, write_csv
 
 
 @dataclass
@@ -43,8 +43,7 @@ class Report:
 
 def build_report(source: str | Path, out: str | Path | None = None) -> Report:
     from ocrr.protocols import PROTOCOLS
-
-    from ocrr.sweep.cmr_preset import is_preset_folder, preset_tables
+    from ocrr.studies.cmr_preset import is_preset_folder, preset_tables
 
     source = Path(source)
     preset = is_preset_folder(source)  # --preset cmr: its test stage, plus the picks and Table 2
@@ -100,8 +99,11 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
             report.tables.append(table_title)
     report.files.append(_write(out / "tables.md", "\n".join(md)))
     write_csv(pd.concat(summaries, ignore_index=True), out / "summary.csv", ["protocol"] + SUMMARY_COLUMNS)
-    write_csv(pd.concat(runs, ignore_index=True), out / "runs.csv",
-              ["protocol", "dataset", "encoder", "policy", "system", "seed"])
+    write_csv(
+        pd.concat(runs, ignore_index=True),
+        out / "runs.csv",
+        ["protocol", "dataset", "encoder", "policy", "system", "seed"],
+    )
     report.files += [out / "summary.csv", out / "runs.csv"]
     for name, frames in extras.items():  # a protocol's own tables, e.g. the held-out storage Pareto
         write_csv(pd.concat(frames, ignore_index=True), out / f"{name}.csv", [])
@@ -128,10 +130,12 @@ def _meta_line(loaded, per: pd.DataFrame) -> str:
     runs = per[["dataset", "encoder", "policy", "system", "seed"]].drop_duplicates()
     kind = {"sweep": "sweep folder", "run": "ocrr run folder", "file": "results file"}[loaded.source]
     name = loaded.path.name + ("/" if loaded.path.is_dir() else "")
-    return (f"Source: {kind} {name} — {len(runs)} runs, {len(per)} checkpoints; "
-            f"datasets {', '.join(sorted(per['dataset'].unique()))}; "
-            f"policies {', '.join(sorted(per['policy'].unique()))}; "
-            f"seeds {', '.join(str(s) for s in sorted(per['seed'].unique()))}.")
+    return (
+        f"Source: {kind} {name} — {len(runs)} runs, {len(per)} checkpoints; "
+        f"datasets {', '.join(sorted(per['dataset'].unique()))}; "
+        f"policies {', '.join(sorted(per['policy'].unique()))}; "
+        f"seeds {', '.join(str(s) for s in sorted(per['seed'].unique()))}."
+    )
 
 
 def _write(path: Path, text: str) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ocrr.policies import make_policy
+from ocrr.policies.basic import make_policy
 
 RUN = ["policy", "system", "seed"]
 
@@ -46,14 +46,17 @@ def _cell(values: np.ndarray) -> str:
     return f"{values.mean():.3f}" + (f" ± {values.std():.3f}" if len(values) > 1 else "")
 
 
-def axis_table(per_checkpoint: pd.DataFrame, axis: str, systems: list[str] | None = None,
-               metrics=("acc_novel", "acc_original")) -> pd.DataFrame:
+def axis_table(
+    per_checkpoint: pd.DataFrame, axis: str, systems: list[str] | None = None, metrics=("acc_novel", "acc_original")
+) -> pd.DataFrame:
     """Rows: systems; columns: the axis's values; cells 'novel / original' (mean ± std over seeds)."""
     last = finals(per_checkpoint).copy()
     last["value"] = [axis_value(p, axis) for p in last["policy"]]
     if axis == "budget":
         last["corrections"] = last["corrections"].astype(float)
-    order = sorted(last["value"].unique(), key=lambda v: (isinstance(v, str) and v != "all", str(v) if isinstance(v, str) else v))
+    order = sorted(
+        last["value"].unique(), key=lambda v: (isinstance(v, str) and v != "all", str(v) if isinstance(v, str) else v)
+    )
     systems = [s for s in (systems or list(dict.fromkeys(last["system"]))) if s in set(last["system"])]
     rows = []
     for system in systems:
@@ -106,8 +109,9 @@ def budget_figure(per_checkpoint: pd.DataFrame, systems: list[str], title: str):
 
     last = finals(per_checkpoint).copy()
     last["value"] = [axis_value(p, "budget") for p in last["policy"]]
-    values = [v for v in ("10% random", "10% uncertainty", "50% random", "50% uncertainty", "all")
-              if v in set(last["value"])]
+    values = [
+        v for v in ("10% random", "10% uncertainty", "50% random", "50% uncertainty", "all") if v in set(last["value"])
+    ]
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(len(values), 1)
@@ -121,30 +125,38 @@ def budget_figure(per_checkpoint: pd.DataFrame, systems: list[str], title: str):
     return fig
 
 
-def drift_table(per_checkpoint: pd.DataFrame, systems: list[str] | None = None,
-                thresholds=(0.7, 0.8, 0.9)) -> pd.DataFrame:
+def drift_table(
+    per_checkpoint: pd.DataFrame, systems: list[str] | None = None, thresholds=(0.7, 0.8, 0.9)
+) -> pd.DataFrame:
     """Per system: drifted accuracy before and after the stream, stable accuracy after, online
     accuracy, and the corrections until drifted accuracy first reached each threshold."""
     rows = []
-    systems = [s for s in (systems or list(dict.fromkeys(per_checkpoint["system"])))
-               if s in set(per_checkpoint["system"])]
+    systems = [
+        s for s in (systems or list(dict.fromkeys(per_checkpoint["system"]))) if s in set(per_checkpoint["system"])
+    ]
     for system in systems:
         runs = per_checkpoint[per_checkpoint["system"] == system].sort_values("step", kind="mergesort")
         first = runs.groupby("seed").head(1)
         last = runs.groupby("seed").tail(1)
-        row = {"system": system, "seeds": runs["seed"].nunique(),
-               "drifted before": _cell(first["acc_drifted"].to_numpy(float)),
-               "drifted after": _cell(last["acc_drifted"].to_numpy(float)),
-               "stable after": _cell(last["acc_stable"].to_numpy(float)),
-               "online acc": _cell(last["online_accuracy"].to_numpy(float))}
+        row = {
+            "system": system,
+            "seeds": runs["seed"].nunique(),
+            "drifted before": _cell(first["acc_drifted"].to_numpy(float)),
+            "drifted after": _cell(last["acc_drifted"].to_numpy(float)),
+            "stable after": _cell(last["acc_stable"].to_numpy(float)),
+            "online acc": _cell(last["online_accuracy"].to_numpy(float)),
+        }
         for t in thresholds:
             reached = []
             for _, run in runs.groupby("seed"):
                 hit = run[run["acc_drifted"] >= t]
                 reached.append(float(hit["corrections"].iloc[0]) if len(hit) else math.nan)
             got = [r for r in reached if np.isfinite(r)]
-            row[f"→{t:.0%}"] = "never" if not got else f"{np.mean(got):.0f}" + (
-                f" ({len(got)}/{len(reached)})" if len(got) < len(reached) else "")
+            row[f"→{t:.0%}"] = (
+                "never"
+                if not got
+                else f"{np.mean(got):.0f}" + (f" ({len(got)}/{len(reached)})" if len(got) < len(reached) else "")
+            )
         row["corrections"] = f"{last['corrections'].mean():.0f}"
         rows.append(row)
     return pd.DataFrame(rows)
@@ -177,8 +189,11 @@ def markdown(frame: pd.DataFrame, title: str, note: str) -> str:
 
 
 AXES = {"noise": lambda p: p.noise > 0, "delay": lambda p: p.delay > 0, "budget": lambda p: p.budget is not None}
-AXIS_NOTES = {"noise": "final novel / final original.", "budget": "final novel / final original / corrections applied.",
-              "delay": "final novel / final original / corrections delivered."}
+AXIS_NOTES = {
+    "noise": "final novel / final original.",
+    "budget": "final novel / final original / corrections applied.",
+    "delay": "final novel / final original / corrections delivered.",
+}
 
 
 def axis_tables(per_checkpoint: pd.DataFrame, systems: list[str]) -> list[tuple[str, pd.DataFrame, str]]:
@@ -193,16 +208,19 @@ def axis_tables(per_checkpoint: pd.DataFrame, systems: list[str]) -> list[tuple[
                 continue
             part = frame[frame["policy"].isin(chosen)]
             n = part["seed"].nunique()
-            note = (f"Final values after the stream, mean ± population std over up to {n} seed(s); cells: "
-                    + AXIS_NOTES[axis])
+            note = (
+                f"Final values after the stream, mean ± population std over up to {n} seed(s); cells: "
+                + AXIS_NOTES[axis]
+            )
             out.append((f"{dataset}: final accuracy vs {axis}", axis_table(part, axis, systems), note))
     return out
 
 
-def write_report(out: Path, feedback: Path | None = None, robust: Path | None = None,
-                 drift: Path | None = None) -> list[Path]:
+def write_report(
+    out: Path, feedback: Path | None = None, robust: Path | None = None, drift: Path | None = None
+) -> list[Path]:
+    from ocrr.engine.sweep.grid import MAIN_SYSTEMS
     from ocrr.report.load import load_results_any
-    from ocrr.sweep.grid import MAIN_SYSTEMS
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -215,44 +233,68 @@ def write_report(out: Path, feedback: Path | None = None, robust: Path | None = 
             fig.savefig(out / f"{fname}.png", dpi=110)
             written.append(out / f"{fname}.png")
 
-    seeds_note = ("Final values after the whole stream, mean ± population std over the seeds ({n} at most; a cell without ± "
-                  "has one); Banking77, held-out protocol.")
+    seeds_note = (
+        "Final values after the whole stream, mean ± population std over the seeds ({n} at most; a cell without ± "
+        "has one); Banking77, held-out protocol."
+    )
     if feedback is not None:
         df = load_results_any(feedback).per_checkpoint
         n = df["seed"].nunique()
         pieces = []
         figures = []
-        for axis, keep, title in (("noise", lambda p: make_policy(p).noise > 0 or not make_policy(p).realistic, "noise"),
-                                  ("delay", lambda p: make_policy(p).delay > 0 or not make_policy(p).realistic, "delay"),
-                                  ("budget", lambda p: make_policy(p).budget is not None or not make_policy(p).realistic,
-                                   "budget")):
+        for axis, keep, title in (
+            ("noise", lambda p: make_policy(p).noise > 0 or not make_policy(p).realistic, "noise"),
+            ("delay", lambda p: make_policy(p).delay > 0 or not make_policy(p).realistic, "delay"),
+            ("budget", lambda p: make_policy(p).budget is not None or not make_policy(p).realistic, "budget"),
+        ):
             part = df[[keep(p) for p in df["policy"]]]
             metrics = ("acc_novel", "acc_original") + (("online_accuracy",) if axis == "delay" else ())
             table = axis_table(part, axis, MAIN_SYSTEMS, metrics)
-            note = seeds_note.format(n=n) + " Cells: final novel / final original" + {
-                "budget": " / corrections applied.",
-                "delay": " / online accuracy (of the stream predictions) / corrections delivered; corrections "
-                         "still in flight when the stream ends are never delivered.",
-                "noise": "."}[axis]
+            note = (
+                seeds_note.format(n=n)
+                + " Cells: final novel / final original"
+                + {
+                    "budget": " / corrections applied.",
+                    "delay": " / online accuracy (of the stream predictions) / corrections delivered; corrections "
+                    "still in flight when the stream ends are never delivered.",
+                    "noise": ".",
+                }[axis]
+            )
             pieces.append(markdown(table, f"Final accuracy vs {title}", note))
             if axis in ("noise", "delay"):
-                figures.append((f"{axis}", axis_figure(part, axis, MAIN_SYSTEMS, f"Banking77, oracle, final accuracy vs {axis}")))
+                figures.append(
+                    (f"{axis}", axis_figure(part, axis, MAIN_SYSTEMS, f"Banking77, oracle, final accuracy vs {axis}"))
+                )
             else:
-                figures.append(("budget", budget_figure(part, MAIN_SYSTEMS, "Banking77, final novel accuracy by budget")))
-        save("feedback-tables", "# Realistic feedback: Banking77, held-out protocol, oracle\n\n" + "\n".join(pieces), figures)
+                figures.append(
+                    ("budget", budget_figure(part, MAIN_SYSTEMS, "Banking77, final novel accuracy by budget"))
+                )
+        save(
+            "feedback-tables",
+            "# Realistic feedback: Banking77, held-out protocol, oracle\n\n" + "\n".join(pieces),
+            figures,
+        )
     if robust is not None:
         df = load_results_any(robust).per_checkpoint
         table = axis_table(df, "noise", ["substrate", "robust_substrate"])
-        save("robust-tables", "# The robust substrate under label noise\n\n" + markdown(
-            table, "Final novel / original vs label noise", seeds_note.format(n=df["seed"].nunique())))
+        save(
+            "robust-tables",
+            "# The robust substrate under label noise\n\n"
+            + markdown(table, "Final novel / original vs label noise", seeds_note.format(n=df["seed"].nunique())),
+        )
     if drift is not None:
         df = load_results_any(drift).per_checkpoint
         table = drift_table(df, MAIN_SYSTEMS)
-        note = ("Banking77, drift protocol (3 k-means clusters per class, one per class streamed), oracle. Drifted: "
-                "test items of the streamed clusters; stable: the rest. →N%: corrections until drifted accuracy "
-                "first reached N % (checkpoints every 50 items; (r/n): only r of n seeds did).")
-        save("drift-tables", "# Within-class drift\n\n" + markdown(table, "Drift protocol", note),
-             [("drift-recovery", drift_figure(df, MAIN_SYSTEMS, "Banking77, drift protocol, oracle: mean over seeds"))])
+        note = (
+            "Banking77, drift protocol (3 k-means clusters per class, one per class streamed), oracle. Drifted: "
+            "test items of the streamed clusters; stable: the rest. →N%: corrections until drifted accuracy "
+            "first reached N % (checkpoints every 50 items; (r/n): only r of n seeds did)."
+        )
+        save(
+            "drift-tables",
+            "# Within-class drift\n\n" + markdown(table, "Drift protocol", note),
+            [("drift-recovery", drift_figure(df, MAIN_SYSTEMS, "Banking77, drift protocol, oracle: mean over seeds"))],
+        )
     return written
 
 

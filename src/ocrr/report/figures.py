@@ -77,7 +77,7 @@ def recovery_figure(rows: pd.DataFrame, systems: list[str], title: str) -> Figur
         ax.tick_params(labelsize=8)
         if float(x.max() if len(x) else 0) <= 0:
             ax.set_xlim(-1, 1)
-    for ax in axes[:: ncols]:
+    for ax in axes[::ncols]:
         ax.set_ylabel("accuracy", fontsize=8)
     for ax in axes[n:]:
         ax.set_visible(False)
@@ -92,9 +92,18 @@ def scatter_figure(summary: pd.DataFrame, styles: dict, title: str) -> Figure:
     ax = fig.subplots()
     for _, r in summary.iterrows():
         colour, marker = styles[r["system"]]
-        ax.errorbar(r["final_novel_mean"], r["final_original_mean"], xerr=r["final_novel_std"],
-                    yerr=r["final_original_std"], fmt=marker, ms=8, capsize=3, color=colour,
-                    label=r["system"], alpha=0.9)
+        ax.errorbar(
+            r["final_novel_mean"],
+            r["final_original_mean"],
+            xerr=r["final_novel_std"],
+            yerr=r["final_original_std"],
+            fmt=marker,
+            ms=8,
+            capsize=3,
+            color=colour,
+            label=r["system"],
+            alpha=0.9,
+        )
     ax.set_xlim(-0.03, 1.03)
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("final novel accuracy (held-out classes)")
@@ -131,8 +140,9 @@ def storage_figure(storage: pd.DataFrame, styles: dict, title: str) -> Figure:
     return fig
 
 
-def metric_curves_figure(rows: pd.DataFrame, systems: list[str], metrics: list[str], styles: dict,
-                         title: str) -> Figure:
+def metric_curves_figure(
+    rows: pd.DataFrame, systems: list[str], metrics: list[str], styles: dict, title: str
+) -> Figure:
     """Any protocol: one panel per metric, its mean over seeds against stream items seen,
     one line per system (a finished run's last value is carried forward)."""
     n = max(1, len(metrics))

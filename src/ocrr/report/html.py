@@ -41,7 +41,7 @@ def table_html(header: list[str], rows: list[list[str]]) -> str:
     for row in rows:
         cells = []
         for value in row:
-            cls = " class=\"never\"" if value == "never" else (" class=\"yes\"" if value == "yes" else "")
+            cls = ' class="never"' if value == "never" else (' class="yes"' if value == "yes" else "")
             cells.append(f"<td{cls}>{html.escape(str(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -53,13 +53,19 @@ def image_html(path: Path, alt: str) -> str:
 
 
 def render(title: str, meta: list[str], sections: list[Section]) -> str:
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
     parts += [f'<p class="meta">{html.escape(line)}</p>' for line in meta]
-    parts.append("<nav><ul>" + "".join(f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>'
-                                      for s in sections) + "</ul></nav>")
+    parts.append(
+        "<nav><ul>"
+        + "".join(f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections)
+        + "</ul></nav>"
+    )
     for section in sections:
         parts.append(f'<section id="{section.anchor}"><h2>{html.escape(section.title)}</h2>')
         for table_title, header, rows, note in section.tables:

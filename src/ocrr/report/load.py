@@ -32,19 +32,23 @@ class Loaded:
 def load_results_any(path: str | Path) -> Loaded:
     path = Path(path)
     if not path.exists():
-        raise OcrrError(f"{str(path)!r} does not exist. Give a sweep folder (ocrr sweep --out), "
-                        "an ocrr run folder, or a results .parquet/.csv file.")
+        raise OcrrError(
+            f"{str(path)!r} does not exist. Give a sweep folder (ocrr sweep --out), "
+            "an ocrr run folder, or a results .parquet/.csv file."
+        )
     if path.is_dir():
         if (path / "tasks").is_dir():
-            from ocrr.sweep import load_results
+            from ocrr.engine.sweep import load_results
 
             return Loaded(_normalise(load_results(path), path), "sweep", path)
         if (path / "results.parquet").exists():
             return Loaded(_normalise(pd.read_parquet(path / "results.parquet"), path), "sweep", path)
         if (path / "per_checkpoint.csv").exists():
             return Loaded(_from_run(path), "run", path)
-        raise OcrrError(f"{str(path)!r} holds no results: expected tasks/ or results.parquet (from ocrr sweep) "
-                        "or per_checkpoint.csv (from ocrr run). Point ocrr report at one of those folders.")
+        raise OcrrError(
+            f"{str(path)!r} holds no results: expected tasks/ or results.parquet (from ocrr sweep) "
+            "or per_checkpoint.csv (from ocrr run). Point ocrr report at one of those folders."
+        )
     if path.suffix == ".parquet":
         return Loaded(_normalise(pd.read_parquet(path), path), "file", path)
     if path.suffix == ".csv":
@@ -70,8 +74,10 @@ def _from_run(folder: Path) -> pd.DataFrame:
 def _normalise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     missing = [c for c in BASE_COLUMNS if c not in df.columns]
     if missing:
-        raise OcrrError(f"{str(path)!r} lacks the column(s) {', '.join(missing)}; it is not an ocrr results table. "
-                        "Use the results.parquet of a sweep or the per_checkpoint.csv of a run.")
+        raise OcrrError(
+            f"{str(path)!r} lacks the column(s) {', '.join(missing)}; it is not an ocrr results table. "
+            "Use the results.parquet of a sweep or the per_checkpoint.csv of a run."
+        )
     if not len(df):
         raise OcrrError(f"{str(path)!r} holds no finished runs yet. Run (or resume) the sweep first.")
     df = df.copy()
@@ -81,13 +87,17 @@ def _normalise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
         df["protocol"] = "heldout"
     unknown = sorted(set(df["protocol"]) - set(PROTOCOLS))
     if unknown:
-        raise OcrrError(f"{str(path)!r} holds results of the protocol(s) {', '.join(unknown)}, which are not "
-                        "registered here. Import the module that registers them before building the report.")
+        raise OcrrError(
+            f"{str(path)!r} holds results of the protocol(s) {', '.join(unknown)}, which are not "
+            "registered here. Import the module that registers them before building the report."
+        )
     for name, group in df.groupby("protocol"):
         missing = [m for m in PROTOCOLS[name].metrics if m not in group.columns or group[m].isna().all()]
         if missing:
-            raise OcrrError(f"{str(path)!r}: the {name} results lack the column(s) {', '.join(missing)}; it is not "
-                            "a complete ocrr results table. Use the results.parquet of a sweep or an ocrr run folder.")
+            raise OcrrError(
+                f"{str(path)!r}: the {name} results lack the column(s) {', '.join(missing)}; it is not "
+                "a complete ocrr results table. Use the results.parquet of a sweep or an ocrr run folder."
+            )
     for col in FOOTPRINT_COLUMNS:
         df[col] = df[col].fillna(0).astype("int64") if col in df.columns else 0
     df["dataset"] = _dataset_labels(df)

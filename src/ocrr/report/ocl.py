@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ocrr.metrics import CELL_KEYS, RUN_KEYS
-from ocrr.results import fmt_acc
+from ocrr.engine.metrics import CELL_KEYS, RUN_KEYS
+from ocrr.engine.results import fmt_acc
 
 PAST = "acc_past_"
 
@@ -29,8 +29,11 @@ def add_near_future(summary: pd.DataFrame, per_checkpoint: pd.DataFrame) -> pd.D
     the gap online - near-future."""
     if "near_future_accuracy" not in per_checkpoint.columns or not len(summary):
         return summary
-    stats = _last(per_checkpoint).groupby(CELL_KEYS, sort=False)["near_future_accuracy"].agg(
-        near_future_accuracy_mean="mean", near_future_accuracy_std=lambda v: float(v.std(ddof=0)))
+    stats = (
+        _last(per_checkpoint)
+        .groupby(CELL_KEYS, sort=False)["near_future_accuracy"]
+        .agg(near_future_accuracy_mean="mean", near_future_accuracy_std=lambda v: float(v.std(ddof=0)))
+    )
     out = summary.merge(stats.reset_index(), on=CELL_KEYS, how="left")
     if "online_accuracy_mean" in out.columns:
         out["gap_mean"] = out["online_accuracy_mean"] - out["near_future_accuracy_mean"]
@@ -54,14 +57,21 @@ def ocl_table(summary: pd.DataFrame, shift: int | None) -> tuple[list[str], list
         n = int(r["n_seeds"])
         nf = r.get("near_future_accuracy_mean", math.nan)
         gap = r.get("gap_mean", math.nan)
-        rows.append([r["system"], fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0), n),
-                     fmt_acc(nf, r.get("near_future_accuracy_std", 0.0), n),
-                     "–" if not np.isfinite(gap) else f"{gap:+.3f}",
-                     fmt_acc(r["final_acc_test_mean"], r["final_acc_test_std"], n)])
-    note = ("Mean ± std (population) over runs (each seed is its own stream). Online acc: every item predicted by "
-            "the state after the previous batch. Near-future acc: item t+1+S predicted by the state after item t "
-            "(states that learned nothing ask nothing), S in items. Gap: online − near-future. Retention: the "
-            "final state's accuracy on the test items, ordered in time by the same chain (backward transfer at T).")
+        rows.append(
+            [
+                r["system"],
+                fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0), n),
+                fmt_acc(nf, r.get("near_future_accuracy_std", 0.0), n),
+                "–" if not np.isfinite(gap) else f"{gap:+.3f}",
+                fmt_acc(r["final_acc_test_mean"], r["final_acc_test_std"], n),
+            ]
+        )
+    note = (
+        "Mean ± std (population) over runs (each seed is its own stream). Online acc: every item predicted by "
+        "the state after the previous batch. Near-future acc: item t+1+S predicted by the state after item t "
+        "(states that learned nothing ask nothing), S in items. Gap: online − near-future. Retention: the "
+        "final state's accuracy on the test items, ordered in time by the same chain (backward transfer at T)."
+    )
     return header, rows, note
 
 
@@ -76,8 +86,15 @@ def online_vs_near_future_figure(rows: pd.DataFrame, systems: list[str], styles:
             if metric not in own.columns:
                 continue
             wide = own.pivot_table(index="step", columns="seed", values=metric, aggfunc="first").sort_index().ffill()
-            ax.plot(wide.index, wide.mean(axis=1), style, color=colour, marker=marker, markersize=3,
-                    label=system if metric == "online_accuracy" else None)
+            ax.plot(
+                wide.index,
+                wide.mean(axis=1),
+                style,
+                color=colour,
+                marker=marker,
+                markersize=3,
+                label=system if metric == "online_accuracy" else None,
+            )
     ax.set_xlabel("stream items seen")
     ax.set_ylabel("running accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -92,7 +109,7 @@ def retention_curve_figure(runs: pd.DataFrame, systems: list[str], styles: dict,
     fig = Figure(figsize=(6.5, 3.6), layout="constrained")
     ax = fig.subplots()
     curve = sorted(c for c in runs.columns if c.startswith(PAST))
-    qs = [int(c[len(PAST):]) for c in curve]
+    qs = [int(c[len(PAST) :]) for c in curve]
     for system in systems:
         own = runs[runs["system"] == system]
         if not len(own) or not curve:
@@ -121,12 +138,20 @@ def ocl_cell(protocol, rows: pd.DataFrame, summary: pd.DataFrame, title: str, st
     header, body, note = ocl_table(summary, shift)
     systems = list(summary["system"])
     runs = ocl_per_run(rows)
-    figures = [("online_vs_near_future", online_vs_near_future_figure(rows, systems, styles, title),
-                f"Running online accuracy (solid) and near-future accuracy at S={shift} (dashed) against "
-                f"stream items seen, {title}: mean over runs."),
-               ("retention_curve", retention_curve_figure(runs, systems, styles, title),
-                f"Retention curve, {title}: the final state's accuracy on the first q % of the time-ordered test "
-                "stream, mean over runs.")]
+    figures = [
+        (
+            "online_vs_near_future",
+            online_vs_near_future_figure(rows, systems, styles, title),
+            f"Running online accuracy (solid) and near-future accuracy at S={shift} (dashed) against "
+            f"stream items seen, {title}: mean over runs.",
+        ),
+        (
+            "retention_curve",
+            retention_curve_figure(runs, systems, styles, title),
+            f"Retention curve, {title}: the final state's accuracy on the first q % of the time-ordered test "
+            "stream, mean over runs.",
+        ),
+    ]
     return [(title, header, body, note)], figures, {"ocl_runs": runs}
 
 

@@ -1,6 +1,6 @@
 """Report tables: the paper's Table 1 per (dataset, policy) cell and the storage Pareto table.
 
-Both are computed from the tidy per-checkpoint table alone (ocrr.metrics), so a report
+Both are computed from the tidy per-checkpoint table alone (ocrr.engine.metrics), so a report
 can always be rebuilt from files.
 """
 
@@ -11,18 +11,33 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ocrr.metrics import RUN_KEYS
+from ocrr.engine.metrics import RUN_KEYS
 from ocrr.report.load import FOOTPRINT_COLUMNS
 
 # The paper's row order (Table 1, then the ablations); other systems follow alphabetically.
-SYSTEM_ORDER = (["substrate"] + [f"bounded_reservoir_{n}" for n in (5000, 1000, 500, 100)]
-                + [f"bounded_fifo_{n}" for n in (5000, 1000, 500, 100)]
-                + ["substrate_count_only", "substrate_no_recency", "substrate_k1", "substrate_sumsim",
-                   "knn_lm", "online_linear", "a_gem", "ewc", "lwf", "river_logreg", "river_softmax",
-                   "lora_deberta", "static_knn", "static_linear"]
-                # the CMR paper's Table 1 order
-                + ["cmr_frozen", "cft", "online_l2", "online_ewc", "er", "max_loss", "mir", "mir_l2",
-                   "offline_refining"])
+SYSTEM_ORDER = (
+    ["substrate"]
+    + [f"bounded_reservoir_{n}" for n in (5000, 1000, 500, 100)]
+    + [f"bounded_fifo_{n}" for n in (5000, 1000, 500, 100)]
+    + [
+        "substrate_count_only",
+        "substrate_no_recency",
+        "substrate_k1",
+        "substrate_sumsim",
+        "knn_lm",
+        "online_linear",
+        "a_gem",
+        "ewc",
+        "lwf",
+        "river_logreg",
+        "river_softmax",
+        "lora_deberta",
+        "static_knn",
+        "static_linear",
+    ]
+    # the CMR paper's Table 1 order
+    + ["cmr_frozen", "cft", "online_l2", "online_ewc", "er", "max_loss", "mir", "mir_l2", "offline_refining"]
+)
 POLICY_ORDER = ["oracle", "random50", "random10"]
 
 
@@ -64,8 +79,12 @@ def cells(per_checkpoint: pd.DataFrame) -> list[Cell]:
 
 def cell_rows(per_checkpoint: pd.DataFrame, cell: Cell) -> pd.DataFrame:
     df = per_checkpoint
-    return df[(df["dataset"] == cell.dataset) & (df["encoder"] == cell.encoder) & (df["policy"] == cell.policy)
-              & (df["protocol"] == cell.protocol)]
+    return df[
+        (df["dataset"] == cell.dataset)
+        & (df["encoder"] == cell.encoder)
+        & (df["policy"] == cell.policy)
+        & (df["protocol"] == cell.protocol)
+    ]
 
 
 def cell_summary(rows: pd.DataFrame, protocol=None) -> pd.DataFrame:
@@ -114,26 +133,53 @@ def storage_table(summary: pd.DataFrame) -> pd.DataFrame:
     df = df.sort_values(["footprint_bytes", "final_novel_mean"], ascending=[True, False], kind="mergesort")
     df["pareto_novel"] = pareto_flags(df["footprint_bytes"].tolist(), df["final_novel_mean"].tolist())
     df["pareto_original"] = pareto_flags(df["footprint_bytes"].tolist(), df["final_original_mean"].tolist())
-    cols = ["dataset", "encoder", "policy", "system", "n_seeds", "footprint_entries", "footprint_params",
-            "footprint_bytes", "final_novel_mean", "final_novel_std", "final_original_mean", "final_original_std",
-            "pareto_novel", "pareto_original"]
+    cols = [
+        "dataset",
+        "encoder",
+        "policy",
+        "system",
+        "n_seeds",
+        "footprint_entries",
+        "footprint_params",
+        "footprint_bytes",
+        "final_novel_mean",
+        "final_novel_std",
+        "final_original_mean",
+        "final_original_std",
+        "pareto_novel",
+        "pareto_original",
+    ]
     return df[cols].reset_index(drop=True)
 
 
-STORAGE_HEADER = ["system", "entries", "params", "memory", "final novel", "final original", "Pareto (novel)",
-                  "Pareto (original)"]
+STORAGE_HEADER = [
+    "system",
+    "entries",
+    "params",
+    "memory",
+    "final novel",
+    "final original",
+    "Pareto (novel)",
+    "Pareto (original)",
+]
 
 
 def storage_rows(storage: pd.DataFrame) -> list[list[str]]:
-    from ocrr.results import fmt_acc
+    from ocrr.engine.results import fmt_acc
 
     rows = []
     for _, r in storage.iterrows():
         n = int(r["n_seeds"])
-        rows.append([r["system"], f"{int(r['footprint_entries']):,}" if r["footprint_entries"] else "–",
-                     f"{int(r['footprint_params']):,}" if r["footprint_params"] else "–",
-                     fmt_bytes(r["footprint_bytes"]),
-                     fmt_acc(r["final_novel_mean"], r["final_novel_std"], n),
-                     fmt_acc(r["final_original_mean"], r["final_original_std"], n),
-                     "yes" if r["pareto_novel"] else "", "yes" if r["pareto_original"] else ""])
+        rows.append(
+            [
+                r["system"],
+                f"{int(r['footprint_entries']):,}" if r["footprint_entries"] else "–",
+                f"{int(r['footprint_params']):,}" if r["footprint_params"] else "–",
+                fmt_bytes(r["footprint_bytes"]),
+                fmt_acc(r["final_novel_mean"], r["final_novel_std"], n),
+                fmt_acc(r["final_original_mean"], r["final_original_std"], n),
+                "yes" if r["pareto_novel"] else "",
+                "yes" if r["pareto_original"] else "",
+            ]
+        )
     return rows

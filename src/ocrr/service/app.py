@@ -36,12 +36,12 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import to_json
 
-from ocrr.audit.heads import Signer, TreeHead
 from ocrr.errors import OcrrError
-from ocrr.persistent import POOLED_BELOW, PersistentSubstrate
+from ocrr.ledger.heads import Signer, TreeHead
 from ocrr.service.counters import BUCKETS, MAX_ROUTES, Counters
 from ocrr.service.pool import PredictPool
 from ocrr.service.shortcut import Shortcut
+from ocrr.systems.persistent import POOLED_BELOW, PersistentSubstrate
 
 MAX_BATCH = 256  # items per request
 MAX_DIM = 4096  # components per vector
@@ -104,8 +104,9 @@ class _Strict(BaseModel):
 
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 Vector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
-PackedVector = Annotated[str, Field(min_length=1, max_length=MAX_B64,
-                                    description="base64 of the vector's little-endian float32 bytes")]
+PackedVector = Annotated[
+    str, Field(min_length=1, max_length=MAX_B64, description="base64 of the vector's little-endian float32 bytes")
+]
 
 
 class PredictRequest(_Strict):
@@ -180,18 +181,21 @@ def _unpack(packed: list[str]) -> np.ndarray:
     try:
         raws = [base64.b64decode(v, validate=True) for v in packed]
     except (binascii.Error, ValueError):
-        raise OcrrError("vectors_b64 holds a string that is not base64; send base64 (RFC 4648, with padding) "
-                        "of each vector's little-endian float32 bytes") from None
+        raise OcrrError(
+            "vectors_b64 holds a string that is not base64; send base64 (RFC 4648, with padding) "
+            "of each vector's little-endian float32 bytes"
+        ) from None
     if len({len(r) for r in raws}) != 1 or not raws[0] or len(raws[0]) % 4:
-        raise OcrrError("vectors_b64: every vector must decode to the same whole number of float32 values "
-                        "(4 bytes each), at least one")
+        raise OcrrError(
+            "vectors_b64: every vector must decode to the same whole number of float32 values "
+            "(4 bytes each), at least one"
+        )
     return np.frombuffer(b"".join(raws), _F4LE).reshape(len(raws), -1).astype(np.float64)
 
 
 def _body_doc(model: type[BaseModel]) -> dict:
     """The OpenAPI request body of an endpoint that parses its body with ``_json_body``."""
-    return {"requestBody": {"required": True,
-                            "content": {"application/json": {"schema": model.model_json_schema()}}}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 # -- the app --------------------------------------------------------------------------
@@ -199,8 +203,14 @@ def _body_doc(model: type[BaseModel]) -> dict:
 _bearer = HTTPBearer(auto_error=False, description="the service token (printed or set at `ocrr serve`)")
 
 
-def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_threads: int = 2,
-               wait_threads: int = 32, shortcut: bool = True, pool_inline_floats: int = POOL_INLINE_FLOATS) -> FastAPI:
+def create_app(
+    state: ServiceState,
+    inline_floats: int = INLINE_FLOATS,
+    search_threads: int = 2,
+    wait_threads: int = 32,
+    shortcut: bool = True,
+    pool_inline_floats: int = POOL_INLINE_FLOATS,
+) -> FastAPI:
     """The app. A predict of fewer than 8 vectors joins the pooled search
     (service/pool.py: one pass, through the float16 shortlist, for the predicts that arrive
     together; on a search thread unless the pass reads at most ``pool_inline_floats``
@@ -224,14 +234,22 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     async def off_loop(pool: ThreadPoolExecutor, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
-    app = FastAPI(title="ocrr substrate", version="1", lifespan=lifespan,
-                  description="Predict with a persistent substrate, correct it, and prove what its ledger holds.")
+    app = FastAPI(
+        title="ocrr substrate",
+        version="1",
+        lifespan=lifespan,
+        description="Predict with a persistent substrate, correct it, and prove what its ledger holds.",
+    )
+
     def require_token(request: Request) -> None:
         # In the endpoint, not a dependency: the shortcut (service/shortcut.py) solves none.
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), state.token.encode()):
-            raise HTTPException(401, "a correction needs the service token: send 'Authorization: Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "a correction needs the service token: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     @app.exception_handler(OcrrError)
     async def _ocrr_error(request: Request, exc: OcrrError):
@@ -247,8 +265,10 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
 
     def vectors_of(req: PredictRequest) -> tuple[np.ndarray, list | None]:
         if req.vectors is None and req.vectors_b64 is None and req.texts is None:
-            raise OcrrError("send 'texts' (a list of strings), 'vectors' (a list of float lists) or "
-                            "'vectors_b64' (a list of base64 float32 vectors)")
+            raise OcrrError(
+                "send 'texts' (a list of strings), 'vectors' (a list of float lists) or "
+                "'vectors_b64' (a list of base64 float32 vectors)"
+            )
         if req.vectors is not None and req.vectors_b64 is not None:
             raise OcrrError("send 'vectors' or 'vectors_b64', not both")
         if req.vectors is not None or req.vectors_b64 is not None:
@@ -261,8 +281,10 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
             if req.texts is not None and len(req.texts) != len(vecs):
                 raise OcrrError(f"got {len(req.texts)} texts but {len(vecs)} vectors; send one per item")
             if not (np.isfinite(vecs).all() and np.abs(vecs).max() <= _F32_MAX):
-                raise OcrrError("a vector contains NaN, infinity or a value beyond float32's range (3.4e38); "
-                                "send finite float32 numbers")
+                raise OcrrError(
+                    "a vector contains NaN, infinity or a value beyond float32's range (3.4e38); "
+                    "send finite float32 numbers"
+                )
             return vecs.astype(np.float32), req.texts
         if state.encoder is None:
             raise OcrrError("this service has no encoder: send 'vectors', or restart it with --encoder minilm")
@@ -275,12 +297,25 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     @app.get("/health")
     def health() -> dict:
         state.substrate.ledger.refresh()
-        return {"status": "ok", "entries": len(state.substrate), "encoder": state.encoder is not None,
-                "signed": state.signer is not None, "worker": state.slot, "workers": state.workers, "pid": os.getpid()}
+        return {
+            "status": "ok",
+            "entries": len(state.substrate),
+            "encoder": state.encoder is not None,
+            "signed": state.signer is not None,
+            "worker": state.slot,
+            "workers": state.workers,
+            "pid": os.getpid(),
+        }
 
     def answer(explanations) -> bytes:
-        return to_json({"predictions": [{"label": e.label, "margin": e.margin,
-                                         "neighbours": [n.__dict__ for n in e.neighbours]} for e in explanations]})
+        return to_json(
+            {
+                "predictions": [
+                    {"label": e.label, "margin": e.margin, "neighbours": [n.__dict__ for n in e.neighbours]}
+                    for e in explanations
+                ]
+            }
+        )
 
     def predict_now(req: PredictRequest) -> bytes:
         vecs, _ = vectors_of(req)
@@ -294,7 +329,9 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
     async def predict(request: Request) -> Response:
         req = await _parse(request, PredictRequest)
         vectors = req.vectors if req.vectors is not None else req.vectors_b64
-        if vectors is None and req.texts is not None and len(req.texts) < POOLED_BELOW:  # encode off the loop, then pool
+        if (
+            vectors is None and req.texts is not None and len(req.texts) < POOLED_BELOW
+        ):  # encode off the loop, then pool
             vecs, _ = await off_loop(wait_pool, vectors_of, req)
             body = answer(await pool.explain(state.substrate.check_queries(vecs)))
         elif vectors is None:
@@ -315,12 +352,18 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
             raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
         ids = state.substrate.correct(vecs, list(req.labels), texts)
         size, root, chain, found = state.substrate.ledger.head_with_proofs(ids)  # one size for all
-        proofs = [{"index": i, "size": size, "root": _b64(root), "leaf_hash": _b64(leaf),
-                   "proof": [_b64(p) for p in proof]} for i, leaf, proof in found]
+        proofs = [
+            {"index": i, "size": size, "root": _b64(root), "leaf_hash": _b64(leaf), "proof": [_b64(p) for p in proof]}
+            for i, leaf, proof in found
+        ]
         return to_json({"ids": list(ids), "head": _commit_head(size, root, chain), "proofs": proofs})
 
-    @app.post("/correct", response_model=CorrectResponse, dependencies=[Depends(_bearer)],  # the schema's auth
-              openapi_extra=_body_doc(CorrectRequest))
+    @app.post(
+        "/correct",
+        response_model=CorrectResponse,
+        dependencies=[Depends(_bearer)],  # the schema's auth
+        openapi_extra=_body_doc(CorrectRequest),
+    )
     async def correct(request: Request) -> Response:
         require_token(request)
         req = await _parse(request, CorrectRequest)
@@ -353,23 +396,40 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         with led.lock.read():
             n = len(led) if size is None else size
             if not 0 <= index < n <= len(led):
-                raise HTTPException(404, f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
-                                         "ask for 0 <= index < size <= the ledger's size")
-            return {"index": index, "size": n, "root": _b64(led.root(n)), "leaf_hash": _b64(led.tree.node(0, index)),
-                    "proof": [_b64(p) for p in led.inclusion_proof(index, n)]}
+                raise HTTPException(
+                    404,
+                    f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
+                    "ask for 0 <= index < size <= the ledger's size",
+                )
+            return {
+                "index": index,
+                "size": n,
+                "root": _b64(led.root(n)),
+                "leaf_hash": _b64(led.tree.node(0, index)),
+                "proof": [_b64(p) for p in led.inclusion_proof(index, n)],
+            }
 
     @app.get("/proof/consistency", response_model=ConsistencyOut)
-    def consistency(size1: Annotated[int, Query(alias="from", ge=1)],
-                    size2: Annotated[int | None, Query(alias="to", ge=1)] = None) -> dict:
+    def consistency(
+        size1: Annotated[int, Query(alias="from", ge=1)], size2: Annotated[int | None, Query(alias="to", ge=1)] = None
+    ) -> dict:
         led = state.substrate.ledger
         led.refresh()
         with led.lock.read():
             n = len(led) if size2 is None else size2
             if not 0 < size1 <= n <= len(led):
-                raise HTTPException(404, f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
-                                         "ask for 1 <= from <= to <= the ledger's size")
-            return {"from": size1, "to": n, "root_from": _b64(led.root(size1)), "root_to": _b64(led.root(n)),
-                    "proof": [_b64(p) for p in led.consistency_proof(size1, n)]}
+                raise HTTPException(
+                    404,
+                    f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
+                    "ask for 1 <= from <= to <= the ledger's size",
+                )
+            return {
+                "from": size1,
+                "to": n,
+                "root_from": _b64(led.root(size1)),
+                "root_to": _b64(led.root(n)),
+                "proof": [_b64(p) for p in led.consistency_proof(size1, n)],
+            }
 
     @app.get("/verify")
     def verify() -> dict:
@@ -391,8 +451,13 @@ def create_app(state: ServiceState, inline_floats: int = INLINE_FLOATS, search_t
         state.substrate.ledger.refresh()
         return _prometheus(state)
 
-    state.counters = Counters([r.path for r in app.routes if hasattr(r, "methods")], state.workers, state.slot,
-                              state.shared, routes=MAX_ROUTES)
+    state.counters = Counters(
+        [r.path for r in app.routes if hasattr(r, "methods")],
+        state.workers,
+        state.slot,
+        state.shared,
+        routes=MAX_ROUTES,
+    )
 
     if shortcut:
         app.add_middleware(Shortcut, fastapi_app=app, hot={("POST", "/predict"), ("POST", "/correct")})
@@ -427,9 +492,13 @@ class _Measure:
             pool, led = state.pool, state.substrate.ledger
             with state.lock:
                 state.counters.request(path, status, time.perf_counter() - t0)
-                state.counters.publish(commits=led.commits, searches=pool.passes, pooled=pool.requests,
-                                       full_scans=pool.shortlist.fallbacks if pool.shortlist else 0,
-                                       followed=led.followed)
+                state.counters.publish(
+                    commits=led.commits,
+                    searches=pool.passes,
+                    pooled=pool.requests,
+                    full_scans=pool.shortlist.fallbacks if pool.shortlist else 0,
+                    followed=led.followed,
+                )
 
 
 def _prometheus(state: ServiceState) -> str:
@@ -437,34 +506,43 @@ def _prometheus(state: ServiceState) -> str:
     with state.lock:
         state.counters.publish(commits=state.substrate.ledger.commits)  # this worker's, current
         got = state.counters.totals()
-    lines = ["# HELP ocrr_requests_total HTTP requests by route and status.",
-             "# TYPE ocrr_requests_total counter"]
+    lines = ["# HELP ocrr_requests_total HTTP requests by route and status.", "# TYPE ocrr_requests_total counter"]
     for (path, status), n in sorted(got["requests"].items(), key=str):
         lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
-    lines += ["# HELP ocrr_request_seconds Time spent answering requests, by route (from the request's "
-              "arrival in the app to its last byte handed to the server).",
-              "# TYPE ocrr_request_seconds histogram"]
+    lines += [
+        "# HELP ocrr_request_seconds Time spent answering requests, by route (from the request's "
+        "arrival in the app to its last byte handed to the server).",
+        "# TYPE ocrr_request_seconds histogram",
+    ]
     for path, (total, n) in sorted(got["seconds"].items()):
         for bound, count in zip(BUCKETS, got["buckets"][path]):
             lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="{bound}"}} {count}')
         lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="+Inf"}} {n}')
         lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
         lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
-    lines += ["# HELP ocrr_ledger_entries Entries committed to the ledger.", "# TYPE ocrr_ledger_entries gauge",
-              f"ocrr_ledger_entries {len(state.substrate.ledger)}",
-              "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits), all workers.",
-              "# TYPE ocrr_ledger_commits_total counter", f"ocrr_ledger_commits_total {got['commits']}",
-              "# HELP ocrr_predict_searches_total Searches run for pooled predicts by vector.",
-              "# TYPE ocrr_predict_searches_total counter", f"ocrr_predict_searches_total {got['searches']}",
-              "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
-              "# TYPE ocrr_predict_pooled_total counter", f"ocrr_predict_pooled_total {got['pooled']}",
-              "# HELP ocrr_predict_full_scans_total Pooled queries the float16 shortlist could not settle "
-              "(scanned in full).", "# TYPE ocrr_predict_full_scans_total counter",
-              f"ocrr_predict_full_scans_total {got['full_scans']}",
-              "# HELP ocrr_workers Processes answering requests (ocrr serve --workers).",
-              "# TYPE ocrr_workers gauge", f"ocrr_workers {state.workers}",
-              "# HELP ocrr_uptime_seconds Seconds since the service started.", "# TYPE ocrr_uptime_seconds gauge",
-              f"ocrr_uptime_seconds {time.time() - state.started:.3f}"]
+    lines += [
+        "# HELP ocrr_ledger_entries Entries committed to the ledger.",
+        "# TYPE ocrr_ledger_entries gauge",
+        f"ocrr_ledger_entries {len(state.substrate.ledger)}",
+        "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits), all workers.",
+        "# TYPE ocrr_ledger_commits_total counter",
+        f"ocrr_ledger_commits_total {got['commits']}",
+        "# HELP ocrr_predict_searches_total Searches run for pooled predicts by vector.",
+        "# TYPE ocrr_predict_searches_total counter",
+        f"ocrr_predict_searches_total {got['searches']}",
+        "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
+        "# TYPE ocrr_predict_pooled_total counter",
+        f"ocrr_predict_pooled_total {got['pooled']}",
+        "# HELP ocrr_predict_full_scans_total Pooled queries the float16 shortlist could not settle (scanned in full).",
+        "# TYPE ocrr_predict_full_scans_total counter",
+        f"ocrr_predict_full_scans_total {got['full_scans']}",
+        "# HELP ocrr_workers Processes answering requests (ocrr serve --workers).",
+        "# TYPE ocrr_workers gauge",
+        f"ocrr_workers {state.workers}",
+        "# HELP ocrr_uptime_seconds Seconds since the service started.",
+        "# TYPE ocrr_uptime_seconds gauge",
+        f"ocrr_uptime_seconds {time.time() - state.started:.3f}",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -89,10 +89,20 @@ class Counters:
                 n = total[self._req + p * n_status + s]
                 if n:
                     requests[(path, status)] = int(n)
-        seconds = {path: (float(total[self._sec + p]), int(total[self._cnt + p]))
-                   for p, path in enumerate(self.paths) if total[self._cnt + p]}
+        seconds = {
+            path: (float(total[self._sec + p]), int(total[self._cnt + p]))
+            for p, path in enumerate(self.paths)
+            if total[self._cnt + p]
+        }
         nb = len(BUCKETS)
-        buckets = {path: np.cumsum(total[self._bucket + p * nb: self._bucket + (p + 1) * nb]).astype(int).tolist()
-                   for p, path in enumerate(self.paths) if total[self._cnt + p]}
-        return {"requests": requests, "seconds": seconds, "buckets": buckets,
-                **{g: int(total[self._gauge + i]) for i, g in enumerate(GAUGES)}}
+        buckets = {
+            path: np.cumsum(total[self._bucket + p * nb : self._bucket + (p + 1) * nb]).astype(int).tolist()
+            for p, path in enumerate(self.paths)
+            if total[self._cnt + p]
+        }
+        return {
+            "requests": requests,
+            "seconds": seconds,
+            "buckets": buckets,
+            **{g: int(total[self._gauge + i]) for i, g in enumerate(GAUGES)},
+        }

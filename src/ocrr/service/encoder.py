@@ -36,8 +36,11 @@ class EncoderProcess:
             raise OcrrError(f"encoder niceness {nice!r}: give 0-19, or 'idle' (run only on an otherwise free core)")
         self.id = spec
         self._lock = threading.Lock()
-        self._proc = subprocess.Popen([sys.executable, "-m", "ocrr.service.encoder", spec, str(nice)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "ocrr.service.encoder", spec, str(nice)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         header = self._header()  # waits for the model to load
         if not header.get("ok"):
             self.close()

@@ -17,8 +17,8 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from ocrr.persistent import Explanation, PersistentSubstrate
 from ocrr.service.shortlist import Shortlist
+from ocrr.systems.persistent import Explanation, PersistentSubstrate
 
 
 class PredictPool:
@@ -29,8 +29,14 @@ class PredictPool:
     hop costs more than a small scan), else on ``executor``; at most ``passes`` at a time
     (``executor`` needs that many threads)."""
 
-    def __init__(self, substrate: PersistentSubstrate, executor: Executor, inline_floats: int,
-                 shortlist: bool = True, passes: int = 1):
+    def __init__(
+        self,
+        substrate: PersistentSubstrate,
+        executor: Executor,
+        inline_floats: int,
+        shortlist: bool = True,
+        passes: int = 1,
+    ):
         if passes < 1:
             raise ValueError(f"passes must be at least 1, got {passes}")
         self.substrate, self.executor, self.inline_floats = substrate, executor, inline_floats

@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from ocrr.audit.rwlock import RWLock
+from ocrr.utils.rwlock import RWLock
 
 _U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once (4 or 8)

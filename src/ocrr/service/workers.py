@@ -22,8 +22,8 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
-from typing import Callable
 
 from ocrr.service.counters import MAX_ROUTES, Counters
 
@@ -69,8 +69,10 @@ def supervise(workers: int, sock: socket.socket, target: Callable, config: dict,
             for slot, proc in list(procs.items()):
                 if proc.exitcode is not None and not stopping:
                     if time.monotonic() - restarted.get(slot, -1e9) < 60:  # a crash loop: do not spin
-                        log(f"worker {slot} stopped again within a minute (exit status {proc.exitcode}); "
-                            "stopping the service: see the worker's error above")
+                        log(
+                            f"worker {slot} stopped again within a minute (exit status {proc.exitcode}); "
+                            "stopping the service: see the worker's error above"
+                        )
                         stopping.append(0)
                         break
                     log(f"worker {slot} stopped (exit status {proc.exitcode}); starting it again")
@@ -95,16 +97,27 @@ def worker_main(config: dict, slot: int, workers: int, table) -> None:
     serve on its own socket of the shared port until SIGTERM."""
     import uvicorn
 
+    from ocrr.cli.serve import build_state, limit_threads
     from ocrr.service.app import BodyLimit, create_app
-    from ocrr.service.cli import build_state, limit_threads
 
     log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     import os
 
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
-    state = build_state(config["ledger"], config["system"], config["encoder"], None, None, config["key"],
-                        config["origin"], config["token"], config["seed"], "checkpoint", log,
-                        config["encoder_nice"])
+    state = build_state(
+        config["ledger"],
+        config["system"],
+        config["encoder"],
+        None,
+        None,
+        config["key"],
+        config["origin"],
+        config["token"],
+        config["seed"],
+        "checkpoint",
+        log,
+        config["encoder_nice"],
+    )
     state.slot, state.workers, state.shared = slot, workers, table
     limit_threads()
     app = BodyLimit(create_app(state))

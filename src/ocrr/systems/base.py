@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class System(ABC):
     execution_settings: tuple[str, ...] = ()
 
     @abstractmethod
-    def fit(self, seed: Batch) -> "System":
+    def fit(self, seed: Batch) -> System:
         """Learn the seed state from the seed set (labels given); return self."""
 
     @abstractmethod
@@ -94,30 +94,31 @@ class System(ABC):
             if init is None or cls is object:
                 continue
             params = list(inspect.signature(init).parameters.values())[1:]  # without self
-            names += [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                      and p.name not in names]
+            names += [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names]
             if not any(p.kind == p.VAR_KEYWORD for p in params):
                 break  # this constructor does not pass arguments on to its parents
         skip = set(RUN_ARGUMENTS) | set(self.execution_settings)
         missing = [n for n in names if n not in skip and not hasattr(self, n)]
         if missing:
-            raise OcrrError(f"{type(self).__name__} does not store the constructor argument(s) "
-                            f"{', '.join(missing)} as attributes of the same name; store them in "
-                            "__init__ or override hyperparameters().")
+            raise OcrrError(
+                f"{type(self).__name__} does not store the constructor argument(s) "
+                f"{', '.join(missing)} as attributes of the same name; store them in "
+                "__init__ or override hyperparameters()."
+            )
         return {n: getattr(self, n) for n in names if n not in skip}
 
     def _require_fitted(self) -> None:
         """Raise NotFittedError (an OcrrError naming the fix) unless ``fit`` has run."""
         if not self._is_fitted():
             name = getattr(self, "name", type(self).__name__)
-            raise NotFittedError(f"{name} is not fitted yet: call fit(seed_batch) first, "
-                                 "then predict() or correct().")
+            raise NotFittedError(f"{name} is not fitted yet: call fit(seed_batch) first, then predict() or correct().")
 
     def _is_fitted(self) -> bool:
         """Whether ``fit`` has run: by default, some learned state (a public attribute whose
         name ends in ``_``) is set and not None. Override if learned state is named otherwise."""
-        return any(key.endswith("_") and not key.startswith("_") and value is not None
-                   for key, value in vars(self).items())
+        return any(
+            key.endswith("_") and not key.startswith("_") and value is not None for key, value in vars(self).items()
+        )
 
 
 def check_vectors(vecs: np.ndarray, dim: int | None, what: str = "vectors") -> np.ndarray:

@@ -12,7 +12,7 @@ gives away for free (``ocrr calibrate-shift`` chooses S from it).
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,15 +40,16 @@ class BlindClassifier(System):
 
     def __init__(self, k: int = 1, labels=None, seed: int = 0, name: str = "blind"):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise OcrrError(f"{name}: k must be a whole number >= 1 (labels in the window), got {k!r}. "
-                            "Write e.g. blind:k=4.")
+            raise OcrrError(
+                f"{name}: k must be a whole number >= 1 (labels in the window), got {k!r}. Write e.g. blind:k=4."
+            )
         self.name = name
         self.k = int(k)
         self.labels = labels
         self.seed = seed
         self.window_: deque | None = None
 
-    def fit(self, seed: Batch) -> "BlindClassifier":
+    def fit(self, seed: Batch) -> BlindClassifier:
         labels = require_labels(seed, self.name)
         self.dim_ = check_vectors(seed.vecs, None, "seed vectors").shape[1]
         self.window_ = deque(labels, maxlen=self.k)
@@ -77,7 +78,7 @@ def blind_modes(codes: np.ndarray, k: int, starts: np.ndarray) -> np.ndarray:
     for i, a in enumerate(starts):
         if a <= 0:
             continue
-        window = codes[max(0, a - k): a]
+        window = codes[max(0, a - k) : a]
         counts = np.bincount(window)
         tied = counts[window] == counts.max()
         out[i] = window[np.flatnonzero(tied)[-1]]

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.ledger import VerifyResult
+from ocrr.ledger.chain import VerifyResult
 from ocrr.systems.base import Footprint
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import derive_seed
@@ -57,8 +57,10 @@ class BoundedSubstrate(Substrate):
         kwargs.setdefault("name", f"bounded_{self.eviction}")
         super().__init__(**kwargs)
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
-            raise OcrrError(f"{self.name}: budget must be a positive integer, got {budget!r}; "
-                            f"write e.g. '{self.name.split(':')[0]}:budget=1000'.")
+            raise OcrrError(
+                f"{self.name}: budget must be a positive integer, got {budget!r}; "
+                f"write e.g. '{self.name.split(':')[0]}:budget=1000'."
+            )
         self.budget = int(budget)
 
     def hyperparameters(self) -> dict:
@@ -104,8 +106,12 @@ class BoundedSubstrate(Substrate):
         live = self.live_ids()
         if not np.array_equal(expected, live):
             bad = np.setxor1d(expected, live)
-            return VerifyResult(False, int(bad[0]), f"live set differs from the {self.eviction} policy "
-                                                    f"replayed over {n} entries (first odd id {int(bad[0])})")
+            return VerifyResult(
+                False,
+                int(bad[0]),
+                f"live set differs from the {self.eviction} policy "
+                f"replayed over {n} entries (first odd id {int(bad[0])})",
+            )
         index_ids = np.asarray(self.index_.ids)
         order = np.argsort(index_ids, kind="stable")
         if not np.array_equal(index_ids[order], live):
@@ -116,8 +122,9 @@ class BoundedSubstrate(Substrate):
             if not same.all():
                 bad = int(live[np.flatnonzero(~same)[0]])
                 return VerifyResult(False, bad, f"entry {bad}: indexed vector differs from its ledger entry")
-        return VerifyResult(True, None, f"{chain.reason}; {len(live)} live of {n} "
-                                        f"(budget {self.budget}, {self.eviction})")
+        return VerifyResult(
+            True, None, f"{chain.reason}; {len(live)} live of {n} (budget {self.budget}, {self.eviction})"
+        )
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # entries: the live (searchable) entries only
@@ -126,11 +133,19 @@ class BoundedSubstrate(Substrate):
         # Exact search: once anything is evicted the index owns a copy of the live vectors,
         # which is the bounded store itself -- count it once, by entries, not by capacity.
         nbytes = live * per_entry if self.index_kind == "exact" else fp.bytes
-        return Footprint(entries=live, params=0, bytes=nbytes,
-                         extra={**fp.extra, "budget": self.budget, "eviction": self.eviction,
-                                "evicted_entries": evicted,
-                                # still held in memory by the full ledger (see module docstring)
-                                "history_bytes": evicted * per_entry})
+        return Footprint(
+            entries=live,
+            params=0,
+            bytes=nbytes,
+            extra={
+                **fp.extra,
+                "budget": self.budget,
+                "eviction": self.eviction,
+                "evicted_entries": evicted,
+                # still held in memory by the full ledger (see module docstring)
+                "history_bytes": evicted * per_entry,
+            },
+        )
 
 
 class BoundedReservoir(BoundedSubstrate):

@@ -37,13 +37,13 @@ import numpy as np
 import torch
 
 from ocrr.batch import Batch
+from ocrr.errors import OcrrError
+from ocrr.index.vote import band, vote
 from ocrr.systems.base import Footprint, check_vectors
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.refine import check_number
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
-from ocrr.systems.vote import band, vote
-from ocrr.errors import OcrrError
 
 COMBINE = ("mix", "fresh", "head", "vote")
 _BACKGROUND: ThreadPoolExecutor | None = None
@@ -55,16 +55,30 @@ def _background() -> ThreadPoolExecutor:
     if _BACKGROUND is None:
         _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="ocrr-consolidate")
     return _BACKGROUND
+
+
 SAMPLING = ("prior", "balanced", "share")
 
 
 class ConsolidatingMemory(Substrate):
     family = "hybrid"
 
-    def __init__(self, refit_every: int = 10, refit_steps: int = 50, refit_batch: int = 64,
-                 sampling: str = "prior", correction_share: float = 0.5, lr: float = 1e-2, weight_decay: float = 1e-4,
-                 combine: str = "mix", vote_weight: float = 0.5, keep_optimizer: bool = False, seed_epochs: int = 30,
-                 background: bool = False, **kwargs):
+    def __init__(
+        self,
+        refit_every: int = 10,
+        refit_steps: int = 50,
+        refit_batch: int = 64,
+        sampling: str = "prior",
+        correction_share: float = 0.5,
+        lr: float = 1e-2,
+        weight_decay: float = 1e-4,
+        combine: str = "mix",
+        vote_weight: float = 0.5,
+        keep_optimizer: bool = False,
+        seed_epochs: int = 30,
+        background: bool = False,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "consolidating")
         super().__init__(**kwargs)
         who = self.name
@@ -75,17 +89,25 @@ class ConsolidatingMemory(Substrate):
         check_number(who, "weight_decay", weight_decay, example=0.0001)
         check_number(who, "seed_epochs", seed_epochs, whole=True, example=30)
         if not (isinstance(correction_share, (int, float)) and 0 <= correction_share <= 1):
-            raise OcrrError(f"{who}: correction_share must be between 0 and 1, got {correction_share!r}. "
-                            f"Write e.g. {who.split(':')[0]}:correction_share=0.5.")
+            raise OcrrError(
+                f"{who}: correction_share must be between 0 and 1, got {correction_share!r}. "
+                f"Write e.g. {who.split(':')[0]}:correction_share=0.5."
+            )
         if not (isinstance(vote_weight, (int, float)) and 0 <= vote_weight <= 1):
-            raise OcrrError(f"{who}: vote_weight must be between 0 and 1, got {vote_weight!r}. "
-                            f"Write e.g. {who.split(':')[0]}:vote_weight=0.5.")
+            raise OcrrError(
+                f"{who}: vote_weight must be between 0 and 1, got {vote_weight!r}. "
+                f"Write e.g. {who.split(':')[0]}:vote_weight=0.5."
+            )
         if sampling not in SAMPLING:
-            raise OcrrError(f"{who}: sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}. "
-                            f"Write e.g. {who.split(':')[0]}:sampling=balanced.")
+            raise OcrrError(
+                f"{who}: sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}. "
+                f"Write e.g. {who.split(':')[0]}:sampling=balanced."
+            )
         if combine not in COMBINE:
-            raise OcrrError(f"{who}: combine must be one of {', '.join(COMBINE)}, got {combine!r}. "
-                            f"Write e.g. {who.split(':')[0]}:combine=mix.")
+            raise OcrrError(
+                f"{who}: combine must be one of {', '.join(COMBINE)}, got {combine!r}. "
+                f"Write e.g. {who.split(':')[0]}:combine=mix."
+            )
         self.refit_every = int(refit_every)
         self.refit_steps = int(refit_steps)
         self.refit_batch = int(refit_batch)
@@ -98,22 +120,39 @@ class ConsolidatingMemory(Substrate):
         self.seed_epochs = int(seed_epochs)
         self.keep_optimizer = bool(keep_optimizer)
         if background not in (True, False, 0, 1):
-            raise OcrrError(f"{who}: background must be true or false, got {background!r}. "
-                            f"Write e.g. {who.split(':')[0]}:background=true.")
+            raise OcrrError(
+                f"{who}: background must be true or false, got {background!r}. "
+                f"Write e.g. {who.split(':')[0]}:background=true."
+            )
         self.background = bool(background)
         if self.background and self.keep_optimizer:
-            raise OcrrError(f"{who}: background=true trains each head on a copy, so there is no optimizer to keep "
-                            "from one consolidation to the next; drop keep_optimizer or background.")
+            raise OcrrError(
+                f"{who}: background=true trains each head on a copy, so there is no optimizer to keep "
+                "from one consolidation to the next; drop keep_optimizer or background."
+            )
 
     def hyperparameters(self) -> dict:
-        extra = {"background": True} if self.background else {}  # (absent when off: older runs' records stay as they were)
-        return {**super().hyperparameters(), "refit_every": self.refit_every, "refit_steps": self.refit_steps,
-                "refit_batch": self.refit_batch, "sampling": self.sampling, "correction_share": self.correction_share, "lr": self.lr,
-                "weight_decay": self.weight_decay, "combine": self.combine, "vote_weight": self.vote_weight,
-                "seed_epochs": self.seed_epochs, "keep_optimizer": self.keep_optimizer, **extra}
+        extra = (
+            {"background": True} if self.background else {}
+        )  # (absent when off: older runs' records stay as they were)
+        return {
+            **super().hyperparameters(),
+            "refit_every": self.refit_every,
+            "refit_steps": self.refit_steps,
+            "refit_batch": self.refit_batch,
+            "sampling": self.sampling,
+            "correction_share": self.correction_share,
+            "lr": self.lr,
+            "weight_decay": self.weight_decay,
+            "combine": self.combine,
+            "vote_weight": self.vote_weight,
+            "seed_epochs": self.seed_epochs,
+            "keep_optimizer": self.keep_optimizer,
+            **extra,
+        }
 
     # -- learning -------------------------------------------------------------------
-    def fit(self, seed: Batch) -> "ConsolidatingMemory":
+    def fit(self, seed: Batch) -> ConsolidatingMemory:
         super().fit(seed)
         self.n_seed_ = len(self.ledger_)
         labels = list(seed.labels) if seed.labels is not None else []
@@ -228,12 +267,15 @@ class ConsolidatingMemory(Substrate):
             if self.sampling == "prior":  # seed labels at their seed frequency, new ones at the median's
                 seed_counts = torch.bincount(y_all[: self.n_seed_], minlength=int(present.max()) + 1)[present]
                 typical = seed_counts[seed_counts > 0].double().median() if (seed_counts > 0).any() else 1.0
-                weight = torch.where(seed_counts > 0, seed_counts.double(), torch.as_tensor(typical, dtype=torch.float64))
+                weight = torch.where(
+                    seed_counts > 0, seed_counts.double(), torch.as_tensor(typical, dtype=torch.float64)
+                )
 
             def by_label() -> torch.Tensor:
                 c = torch.multinomial(weight, size, replacement=True, generator=gen)
                 within = (torch.rand(size, generator=gen, dtype=torch.float64) * counts[c]).long()
                 return order[starts[c] + torch.minimum(within, counts[c] - 1)]
+
             return by_label
         n_corr = n - self.n_seed_
         from_corr = int(round(self.correction_share * size)) if n_corr > 0 else 0
@@ -243,6 +285,7 @@ class ConsolidatingMemory(Substrate):
             if from_corr:
                 idx = torch.cat([idx, self.n_seed_ + torch.randint(0, n_corr, (from_corr,), generator=gen)])
             return idx
+
         return share
 
     def _refit_seed(self, number: int) -> int:
@@ -312,8 +355,10 @@ class ConsolidatingMemory(Substrate):
         key = (len(self.space_), len(self.head_space_))
         if getattr(self, "_columns_key", None) != key:
             known = [i for i, name in enumerate(self.space_.names) if name in self.head_space_]
-            self._columns = (np.asarray(known, np.int64),
-                             self.head_space_.encode([self.space_.names[i] for i in known]))
+            self._columns = (
+                np.asarray(known, np.int64),
+                self.head_space_.encode([self.space_.names[i] for i in known]),
+            )
             self._columns_key = key
         return self._columns
 
@@ -349,6 +394,9 @@ class ConsolidatingMemory(Substrate):
     def footprint(self) -> Footprint:
         base = super().footprint()
         params = sum(p.numel() for p in self.head_.parameters())
-        return Footprint(entries=base.entries, params=params, bytes=base.bytes + 4 * params,
-                         extra={**base.extra, "consolidations": self.consolidations_})
-
+        return Footprint(
+            entries=base.entries,
+            params=params,
+            bytes=base.bytes + 4 * params,
+            extra={**base.extra, "consolidations": self.consolidations_},
+        )

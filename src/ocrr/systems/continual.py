@@ -83,7 +83,9 @@ class EWC(OnlineLinear):
     def penalty(self) -> torch.Tensor:
         """ewc_lambda/2 * sum F (theta - theta*)^2 over weight and bias (differentiable)."""
         w, b = self.head_.weight, self.head_.bias
-        quad = (self.fisher_w_ * (w - self.anchor_w_).square()).sum() + (self.fisher_b_ * (b - self.anchor_b_).square()).sum()
+        quad = (self.fisher_w_ * (w - self.anchor_w_).square()).sum() + (
+            self.fisher_b_ * (b - self.anchor_b_).square()
+        ).sum()
         return 0.5 * self.ewc_lambda * quad
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -94,15 +96,20 @@ class EWC(OnlineLinear):
         self.head_.zero_grad(set_to_none=True)
         self._correction_loss(x, y).backward()
         with torch.no_grad():
-            for p, fisher, anchor in ((self.head_.weight, self.fisher_w_, self.anchor_w_),
-                                      (self.head_.bias, self.fisher_b_, self.anchor_b_)):
+            for p, fisher, anchor in (
+                (self.head_.weight, self.fisher_w_, self.anchor_w_),
+                (self.head_.bias, self.fisher_b_, self.anchor_b_),
+            ):
                 pull = (self.lr * self.ewc_lambda * fisher).clamp_(max=1.0) * (p - anchor)
                 p.add_(p.grad, alpha=-self.lr)
                 p.sub_(pull)
 
     def capped_parameters(self) -> int:
         """How many coordinates the pull cap applies to (0: every step is plain SGD)."""
-        return int((self.lr * self.ewc_lambda * self.fisher_w_ > 1).sum() + (self.lr * self.ewc_lambda * self.fisher_b_ > 1).sum())
+        return int(
+            (self.lr * self.ewc_lambda * self.fisher_w_ > 1).sum()
+            + (self.lr * self.ewc_lambda * self.fisher_b_ > 1).sum()
+        )
 
     def _grow_head(self) -> None:
         super()._grow_head()
@@ -114,8 +121,12 @@ class EWC(OnlineLinear):
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # head, plus the Fisher and the anchor: 3x the head's bytes
-        return Footprint(entries=0, params=fp.params, bytes=3 * fp.bytes, extra={"fisher_samples": self.fisher_n_,
-                                                                           "capped_params": self.capped_parameters()})
+        return Footprint(
+            entries=0,
+            params=fp.params,
+            bytes=3 * fp.bytes,
+            extra={"fisher_samples": self.fisher_n_, "capped_params": self.capped_parameters()},
+        )
 
 
 def reservoir_indices(n: int, size: int, rng: np.random.Generator) -> np.ndarray:

@@ -19,10 +19,11 @@ import fcntl
 import hashlib
 import os
 import pickle
-from typing import Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
-from ocrr.files import atomic_write
-from ocrr.paths import cache_root
+from ocrr.utils.files import atomic_write
+from ocrr.utils.paths import cache_root
 
 T = TypeVar("T")
 

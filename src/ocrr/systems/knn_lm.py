@@ -16,12 +16,11 @@ The datastore is searched by any ocrr.index backend, with the substrate's option
 from __future__ import annotations
 
 import numpy as np
-import torch
 
+from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
-from ocrr.batch import Batch
 from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.linear import LinearHead
 
@@ -29,14 +28,39 @@ from ocrr.systems.linear import LinearHead
 class KNNLM(IndexedSystem, LinearHead):
     family = "hybrid"
 
-    def __init__(self, k: int = 5, tau: float = 0.1, knn_lambda: float = 0.5, index: str = "exact",
-                 hnsw_m: int = 16, ef_construction: int = 200, ef_search: int = 64, auto_threshold: int = 200_000,
-                 force_exact: bool = False, nlist: int = 0, nprobe: int = 16, rerank: int = 100,
-                 target_recall: float = 0.0, target_agreement: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        k: int = 5,
+        tau: float = 0.1,
+        knn_lambda: float = 0.5,
+        index: str = "exact",
+        hnsw_m: int = 16,
+        ef_construction: int = 200,
+        ef_search: int = 64,
+        auto_threshold: int = 200_000,
+        force_exact: bool = False,
+        nlist: int = 0,
+        nprobe: int = 16,
+        rerank: int = 100,
+        target_recall: float = 0.0,
+        target_agreement: float = 0.0,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "knn_lm")
         super().__init__(**kwargs)
-        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact,
-                                nlist, nprobe, rerank, target_recall, target_agreement)
+        self._set_index_options(
+            index,
+            hnsw_m,
+            ef_construction,
+            ef_search,
+            auto_threshold,
+            force_exact,
+            nlist,
+            nprobe,
+            rerank,
+            target_recall,
+            target_agreement,
+        )
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OcrrError(f"{self.name}: k must be a whole number >= 1, got {k!r}. Pass e.g. knn_lm:k=5.")
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
@@ -48,10 +72,15 @@ class KNNLM(IndexedSystem, LinearHead):
         self.knn_lambda = float(knn_lambda)
 
     def hyperparameters(self) -> dict:
-        return {"k": self.k, "tau": self.tau, "knn_lambda": self.knn_lambda, **super().hyperparameters(),
-                **self.index_hyperparameters()}
+        return {
+            "k": self.k,
+            "tau": self.tau,
+            "knn_lambda": self.knn_lambda,
+            **super().hyperparameters(),
+            **self.index_hyperparameters(),
+        }
 
-    def fit(self, seed: Batch) -> "KNNLM":
+    def fit(self, seed: Batch) -> KNNLM:
         super().fit(seed)  # trains the head, builds the label space
         self.head_.requires_grad_(False)
         # float64 copies: the same arithmetic for one query or many (batched == one by one).
@@ -132,5 +161,6 @@ class KNNLM(IndexedSystem, LinearHead):
         # Exact search: the datastore is the float32 vectors plus a label per entry. Other
         # backends store their own form (codes, graph), counted instead of the raw vectors.
         store = n * (4 * self.dim_) if self.index_options.kind == "exact" else int(self.index_.nbytes)
-        return Footprint(entries=n, params=params, bytes=4 * params + store + 8 * n,
-                         extra={"index": self.index_options.kind})
+        return Footprint(
+            entries=n, params=params, bytes=4 * params + store + 8 * n, extra={"index": self.index_options.kind}
+        )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ class LabelSpace:
         self.add(labels)
 
     @classmethod
-    def over(cls, declared: Iterable[str] | None, seen: Iterable[str]) -> "LabelSpace":
+    def over(cls, declared: Iterable[str] | None, seen: Iterable[str]) -> LabelSpace:
         """Every label a head is told about up front plus those of its fit data, sorted
         (so a head's rows do not depend on the order the data lists them in)."""
         return cls(sorted(set(declared or ()) | set(seen)))
@@ -37,7 +37,9 @@ class LabelSpace:
         for label in labels:
             if label not in self._index:
                 if not isinstance(label, str) or not label:
-                    raise OcrrError(f"labels must be non-empty strings; got {label!r}. Fix the label column of your data.")
+                    raise OcrrError(
+                        f"labels must be non-empty strings; got {label!r}. Fix the label column of your data."
+                    )
                 self._index[label] = len(self.names)
                 self.names.append(label)
                 grew = True
@@ -54,8 +56,9 @@ class LabelSpace:
         try:
             return np.fromiter((self._index[l] for l in labels), np.int64, count=len(labels))
         except KeyError as err:
-            raise OcrrError(f"unknown label {err.args[0]!r}: this system has not seen it. "
-                            "Correct the system with this label first.") from None
+            raise OcrrError(
+                f"unknown label {err.args[0]!r}: this system has not seen it. Correct the system with this label first."
+            ) from None
 
     def encode_one(self, label: str) -> int:
         """Index of one label, adding it if unseen (the one-correction path of encode)."""

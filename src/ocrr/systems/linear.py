@@ -46,8 +46,16 @@ class LinearHead(HeadPredictions, System):
     family = "parametric"
     over_all_labels = True  # head over the dataset's whole label list, or the seed's labels only
 
-    def __init__(self, seed_epochs: int = 30, seed_lr: float = 1e-2, seed_weight_decay: float = 1e-4,
-                 seed_batch_size: int = 256, labels=None, seed: int = 0, name: str = "linear"):
+    def __init__(
+        self,
+        seed_epochs: int = 30,
+        seed_lr: float = 1e-2,
+        seed_weight_decay: float = 1e-4,
+        seed_batch_size: int = 256,
+        labels=None,
+        seed: int = 0,
+        name: str = "linear",
+    ):
         self.name = name
         self.seed_epochs = seed_epochs
         self.seed_lr = seed_lr
@@ -58,10 +66,14 @@ class LinearHead(HeadPredictions, System):
         self.head_: torch.nn.Linear | None = None
 
     def hyperparameters(self) -> dict:
-        return {"seed_epochs": self.seed_epochs, "seed_lr": self.seed_lr,
-                "seed_weight_decay": self.seed_weight_decay, "seed_batch_size": self.seed_batch_size}
+        return {
+            "seed_epochs": self.seed_epochs,
+            "seed_lr": self.seed_lr,
+            "seed_weight_decay": self.seed_weight_decay,
+            "seed_batch_size": self.seed_batch_size,
+        }
 
-    def fit(self, seed: Batch) -> "LinearHead":
+    def fit(self, seed: Batch) -> LinearHead:
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
@@ -81,7 +93,6 @@ class LinearHead(HeadPredictions, System):
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
         require_labels(batch, self.name)
-
 
 
 class StaticLinear(LinearHead):

@@ -40,14 +40,14 @@ import importlib.util
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from ocrr.errors import OcrrError
 from ocrr.batch import Batch
+from ocrr.errors import OcrrError
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import carry_rows, derive_seed, init_linear
@@ -69,8 +69,14 @@ def tiny_random_config(vocab_size: int):
     """The test model: BERT with 2 layers of width 32 (2 heads, FFN 37)."""
     from transformers import BertConfig
 
-    return BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-                      vocab_size=vocab_size, max_position_embeddings=512)
+    return BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        vocab_size=vocab_size,
+        max_position_embeddings=512,
+    )
 
 
 def resolve_targets(model: torch.nn.Module, targets: str | None = None, model_id: str = "") -> list[str]:
@@ -86,25 +92,30 @@ def resolve_targets(model: torch.nn.Module, targets: str | None = None, model_id
         wanted = [t.strip() for t in str(targets).split("+") if t.strip()]
         missing = [t for t in wanted if t not in leaves]
         if not wanted or missing:
-            raise OcrrError(f"lora: {model_id or 'the model'} has no Linear module named {missing or targets!r}; "
-                            f"its Linear layers are named {', '.join(sorted(leaves)) or '(none)'}. "
-                            "Pass some of these joined by '+', e.g. lora:targets=query+value.")
+            raise OcrrError(
+                f"lora: {model_id or 'the model'} has no Linear module named {missing or targets!r}; "
+                f"its Linear layers are named {', '.join(sorted(leaves)) or '(none)'}. "
+                "Pass some of these joined by '+', e.g. lora:targets=query+value."
+            )
         candidates = [tuple(wanted)]
     else:
         candidates = [pair for pair in KNOWN_TARGETS if set(pair) <= leaves]
         if not candidates:
             tried = ", ".join("/".join(pair) for pair in KNOWN_TARGETS)
-            raise OcrrError(f"lora: found no attention query/value projections in {model_id or 'the model'} "
-                            f"(tried {tried}); its Linear layers are named {', '.join(sorted(leaves)) or '(none)'}. "
-                            "Name the modules to adapt, joined by '+', e.g. lora:targets=Wqkv.")
+            raise OcrrError(
+                f"lora: found no attention query/value projections in {model_id or 'the model'} "
+                f"(tried {tried}); its Linear layers are named {', '.join(sorted(leaves)) or '(none)'}. "
+                "Name the modules to adapt, joined by '+', e.g. lora:targets=Wqkv."
+            )
     chosen = set(candidates[0])
     return [name for name in linear if name.rsplit(".", 1)[-1] in chosen]
 
 
 def _require_peft() -> None:
     if importlib.util.find_spec("peft") is None:
-        raise OcrrError(f"lora needs the optional package peft, which is not installed: {INSTALL_HINT}.") \
-            from ModuleNotFoundError("No module named 'peft'")
+        raise OcrrError(
+            f"lora needs the optional package peft, which is not installed: {INSTALL_HINT}."
+        ) from ModuleNotFoundError("No module named 'peft'")
 
 
 @contextmanager
@@ -152,11 +163,27 @@ class LoRA(System):
     # (predict_batch_size only caps how many equal-length texts share one forward pass).
     execution_settings = ("predict_batch_size", "device", "threads", "progress")
 
-    def __init__(self, model: str = PACKAGED, rank: int = 8, alpha: float = 16, targets: str | None = None,
-                 pooling: str = "mean", max_length: int = 64, seed_epochs: int = 2, seed_lr: float = 1e-3,
-                 seed_weight_decay: float = 0.0, seed_batch_size: int = 32, lr: float = 5e-4,
-                 predict_batch_size: int = 128, device: str = "cpu", threads: int | None = None,
-                 progress: bool = True, labels=None, seed: int = 0, name: str = "lora"):
+    def __init__(
+        self,
+        model: str = PACKAGED,
+        rank: int = 8,
+        alpha: float = 16,
+        targets: str | None = None,
+        pooling: str = "mean",
+        max_length: int = 64,
+        seed_epochs: int = 2,
+        seed_lr: float = 1e-3,
+        seed_weight_decay: float = 0.0,
+        seed_batch_size: int = 32,
+        lr: float = 5e-4,
+        predict_batch_size: int = 128,
+        device: str = "cpu",
+        threads: int | None = None,
+        progress: bool = True,
+        labels=None,
+        seed: int = 0,
+        name: str = "lora",
+    ):
         self.name = name
         self.model = model
         self.rank = rank
@@ -180,14 +207,23 @@ class LoRA(System):
         self.model_ = None
 
     def hyperparameters(self) -> dict:
-        return {"model": self.model, "rank": self.rank, "alpha": self.alpha, "targets": self.targets,
-                "pooling": self.pooling, "max_length": self.max_length, "seed_epochs": self.seed_epochs,
-                "seed_lr": self.seed_lr, "seed_weight_decay": self.seed_weight_decay,
-                "seed_batch_size": self.seed_batch_size, "lr": self.lr}
+        return {
+            "model": self.model,
+            "rank": self.rank,
+            "alpha": self.alpha,
+            "targets": self.targets,
+            "pooling": self.pooling,
+            "max_length": self.max_length,
+            "seed_epochs": self.seed_epochs,
+            "seed_lr": self.seed_lr,
+            "seed_weight_decay": self.seed_weight_decay,
+            "seed_batch_size": self.seed_batch_size,
+            "lr": self.lr,
+        }
 
     # -- fitting ---------------------------------------------------------------------------
 
-    def fit(self, seed: Batch) -> "LoRA":
+    def fit(self, seed: Batch) -> LoRA:
         labels = require_labels(seed, self.name)
         texts = self._texts(seed, "seed set")
         self.dim_ = check_vectors(seed.vecs, None, "seed vectors").shape[1]
@@ -197,8 +233,9 @@ class LoRA(System):
         with _quiet_transformers():
             tokenizer, base = self._load_base()
             targets = resolve_targets(base, self.targets, self.model)
-            config = LoraConfig(r=self.rank, lora_alpha=self.alpha, lora_dropout=0.0, bias="none",
-                                target_modules=targets)
+            config = LoraConfig(
+                r=self.rank, lora_alpha=self.alpha, lora_dropout=0.0, bias="none", target_modules=targets
+            )
             with torch.random.fork_rng(devices=[]):  # PEFT draws LoRA A from the global RNG
                 torch.manual_seed(derive_seed(self.seed, "lora/adapters"))
                 model = get_peft_model(base, config)
@@ -328,12 +365,23 @@ class LoRA(System):
         n_head = sum(p.numel() for p in self.head_.parameters())
         n_total = sum(p.numel() for p in self.model_.parameters()) + n_head
         trainable_bytes = sum(p.numel() * p.element_size() for p in adapters + list(self.head_.parameters()))
-        total_bytes = trainable_bytes + sum(p.numel() * p.element_size()
-                                            for p in self.model_.parameters() if not p.requires_grad)
-        return Footprint(entries=0, params=n_adapters + n_head, bytes=trainable_bytes,
-                         extra={"model": self.model, "adapter_params": n_adapters, "head_params": n_head,
-                                "total_params": n_total, "total_bytes": total_bytes,
-                                "targets": list(self.targets_), "pooling": self.pooling})
+        total_bytes = trainable_bytes + sum(
+            p.numel() * p.element_size() for p in self.model_.parameters() if not p.requires_grad
+        )
+        return Footprint(
+            entries=0,
+            params=n_adapters + n_head,
+            bytes=trainable_bytes,
+            extra={
+                "model": self.model,
+                "adapter_params": n_adapters,
+                "head_params": n_head,
+                "total_params": n_total,
+                "total_bytes": total_bytes,
+                "targets": list(self.targets_),
+                "pooling": self.pooling,
+            },
+        )
 
     # -- machinery -------------------------------------------------------------------------
 
@@ -375,16 +423,21 @@ class LoRA(System):
 
     def _texts(self, batch: Batch, what: str = "batch") -> list[str]:
         if batch.texts is None:
-            raise OcrrError(f"{self.name.split(':')[0]} reads text; this dataset is embeddings-only. Use a dataset with texts "
-                            "(banking77, clinc150, csv/jsonl with a text column) or a vector-level system.")
+            raise OcrrError(
+                f"{self.name.split(':')[0]} reads text; this dataset is embeddings-only. Use a dataset with texts "
+                "(banking77, clinc150, csv/jsonl with a text column) or a vector-level system."
+            )
         texts = list(batch.texts)
         if len(texts) != len(batch):
-            raise OcrrError(f"{self.name}: the {what} has {len(texts)} texts for {len(batch)} vectors; "
-                            "pass one text per item.")
+            raise OcrrError(
+                f"{self.name}: the {what} has {len(texts)} texts for {len(batch)} vectors; pass one text per item."
+            )
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise OcrrError(f"{self.name}: text {i} of the {what} is {type(text).__name__}, not a string. "
-                                "Fix the text column of your data.")
+                raise OcrrError(
+                    f"{self.name}: text {i} of the {what} is {type(text).__name__}, not a string. "
+                    "Fix the text column of your data."
+                )
         return texts
 
     def _device(self) -> torch.device:
@@ -393,8 +446,10 @@ class LoRA(System):
         except RuntimeError:
             raise OcrrError(f"lora: device {self.device!r} is not a torch device; use cpu or cuda.") from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise OcrrError(f"lora: device {self.device!r} asked for, but torch sees no CUDA GPU here. "
-                            "Use lora:device=cpu (the default) or install a CUDA build of torch.")
+            raise OcrrError(
+                f"lora: device {self.device!r} asked for, but torch sees no CUDA GPU here. "
+                "Use lora:device=cpu (the default) or install a CUDA build of torch."
+            )
         return device
 
     @contextmanager
@@ -417,9 +472,15 @@ class LoRA(System):
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TextColumn("loss {task.fields[loss]:.3f}"), TimeRemainingColumn(),
-                       console=_progress_console(), transient=True)
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]:.3f}"),
+            TimeRemainingColumn(),
+            console=_progress_console(),
+            transient=True,
+        )
         with bar:
             task = bar.add_task(description, total=total, loss=float("nan"))
             yield lambda loss: bar.update(task, advance=1, loss=loss)
@@ -430,8 +491,13 @@ class LoRA(System):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise OcrrError(f"lora: {key} must be a whole number >= {low}, got {value!r}.")
 
-        for key, low in (("rank", 1), ("max_length", 2), ("seed_epochs", 0), ("seed_batch_size", 1),
-                         ("predict_batch_size", 1)):
+        for key, low in (
+            ("rank", 1),
+            ("max_length", 2),
+            ("seed_epochs", 0),
+            ("seed_batch_size", 1),
+            ("predict_batch_size", 1),
+        ):
             whole(key, low)
         if self.threads is not None:
             whole("threads", 1)
@@ -442,7 +508,8 @@ class LoRA(System):
         if self.pooling not in POOLINGS:
             raise OcrrError(f"lora: pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}.")
         if not isinstance(self.model, str) or not self.model:
-            raise OcrrError(f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; "
-                            f"got {self.model!r}.")
+            raise OcrrError(
+                f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; got {self.model!r}."
+            )
         if not isinstance(self.progress, bool):
             raise OcrrError(f"lora: progress must be true or false, got {self.progress!r}.")

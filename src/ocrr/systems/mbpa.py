@@ -37,8 +37,18 @@ from ocrr.systems.training import derive_seed
 class MbPAPlusPlus(IndexedSystem, LinearHead):
     family = "hybrid"
 
-    def __init__(self, k: int = 32, local_steps: int = 30, local_lr: float = 0.5, local_lambda: float = 1e-3,
-                 lr: float = 0.05, replay_every: int = 10, replay_size: int = 32, replay_steps: int = 1, **kwargs):
+    def __init__(
+        self,
+        k: int = 32,
+        local_steps: int = 30,
+        local_lr: float = 0.5,
+        local_lambda: float = 1e-3,
+        lr: float = 0.05,
+        replay_every: int = 10,
+        replay_size: int = 32,
+        replay_steps: int = 1,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "mbpa")
         super().__init__(**kwargs)
         self._set_index_options("exact", 16, 200, 64, 200_000, False)
@@ -51,16 +61,34 @@ class MbPAPlusPlus(IndexedSystem, LinearHead):
         check_number(who, "replay_every", replay_every, low=1, whole=True, example=10)
         check_number(who, "replay_size", replay_size, low=1, whole=True, example=32)
         check_number(who, "replay_steps", replay_steps, whole=True, example=1)
-        self.k, self.local_steps, self.local_lr, self.local_lambda = int(k), int(local_steps), float(local_lr), float(local_lambda)
-        self.lr, self.replay_every, self.replay_size, self.replay_steps = float(lr), int(replay_every), int(replay_size), int(replay_steps)
+        self.k, self.local_steps, self.local_lr, self.local_lambda = (
+            int(k),
+            int(local_steps),
+            float(local_lr),
+            float(local_lambda),
+        )
+        self.lr, self.replay_every, self.replay_size, self.replay_steps = (
+            float(lr),
+            int(replay_every),
+            int(replay_size),
+            int(replay_steps),
+        )
 
     def hyperparameters(self) -> dict:
-        return {"k": self.k, "local_steps": self.local_steps, "local_lr": self.local_lr,
-                "local_lambda": self.local_lambda, "lr": self.lr, "replay_every": self.replay_every,
-                "replay_size": self.replay_size, "replay_steps": self.replay_steps, **super().hyperparameters()}
+        return {
+            "k": self.k,
+            "local_steps": self.local_steps,
+            "local_lr": self.local_lr,
+            "local_lambda": self.local_lambda,
+            "lr": self.lr,
+            "replay_every": self.replay_every,
+            "replay_size": self.replay_size,
+            "replay_steps": self.replay_steps,
+            **super().hyperparameters(),
+        }
 
     # -- learning -------------------------------------------------------------------
-    def fit(self, seed: Batch) -> "MbPAPlusPlus":
+    def fit(self, seed: Batch) -> MbPAPlusPlus:
         super().fit(seed)  # the shared seed head over every declared label
         self.index_ = self.index_options.make(self.dim_, self.name)
         self.search_ = IncrementalSearch(self.index_)
@@ -97,8 +125,8 @@ class MbPAPlusPlus(IndexedSystem, LinearHead):
             self._grow_head()
         ys = self.space_.encode(labels)
         for i in range(len(ys)):  # one step per correction, in stream order, then into memory
-            self._sgd(torch.from_numpy(vecs[i:i + 1]), torch.from_numpy(ys[i:i + 1]))
-            self._remember(vecs[i:i + 1], ys[i:i + 1])
+            self._sgd(torch.from_numpy(vecs[i : i + 1]), torch.from_numpy(ys[i : i + 1]))
+            self._remember(vecs[i : i + 1], ys[i : i + 1])
             self.since_replay_ += 1
             if self.since_replay_ >= self.replay_every:  # sparse experience replay
                 self.since_replay_ = 0

@@ -66,8 +66,10 @@ class CosineLinear(torch.nn.Module):
 
 def _choice(who: str, key: str, value, allowed) -> None:
     if value not in allowed:
-        raise OcrrError(f"{who}: {key} must be one of {', '.join(map(str, allowed))}, got {value!r}. "
-                        f"Write e.g. {who.split(':')[0]}:{key}={allowed[0]}.")
+        raise OcrrError(
+            f"{who}: {key} must be one of {', '.join(map(str, allowed))}, got {value!r}. "
+            f"Write e.g. {who.split(':')[0]}:{key}={allowed[0]}."
+        )
 
 
 class OclReplay(HeadPredictions, System):
@@ -75,9 +77,22 @@ class OclReplay(HeadPredictions, System):
 
     family = "online continual learning"
 
-    def __init__(self, sampler: str = "uniform", head: str = "linear", cosine: bool = False, budget: int = 1,
-                 batch_size: int = 16, optimizer: str = "adamw", lr: float = 1e-2, weight_decay: float = 1e-4,
-                 hidden: int = 256, sigma: float = 10.0, labels=None, seed: int = 0, name: str = "er_uniform"):
+    def __init__(
+        self,
+        sampler: str = "uniform",
+        head: str = "linear",
+        cosine: bool = False,
+        budget: int = 1,
+        batch_size: int = 16,
+        optimizer: str = "adamw",
+        lr: float = 1e-2,
+        weight_decay: float = 1e-4,
+        hidden: int = 256,
+        sigma: float = 10.0,
+        labels=None,
+        seed: int = 0,
+        name: str = "er_uniform",
+    ):
         self.name = name
         _choice(name, "sampler", sampler, SAMPLERS)
         _choice(name, "head", head, HEADS)
@@ -106,7 +121,7 @@ class OclReplay(HeadPredictions, System):
 
     # -- state ----------------------------------------------------------------------------
 
-    def fit(self, seed: Batch) -> "OclReplay":
+    def fit(self, seed: Batch) -> OclReplay:
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
@@ -140,8 +155,11 @@ class OclReplay(HeadPredictions, System):
     def _grow(self) -> None:
         """Rows for labels first met in a stream batch; the optimiser restarts on the new shapes."""
         last = self.head_[-1] if self.head == "mlp" else self.head_
-        new = CosineLinear(last.in_features, len(self.space_), self.sigma, self.init_generator_) if self.cosine \
+        new = (
+            CosineLinear(last.in_features, len(self.space_), self.sigma, self.init_generator_)
+            if self.cosine
             else init_linear(last.in_features, len(self.space_), self.init_generator_)
+        )
         with torch.no_grad():
             new.weight[: last.weight.shape[0]] = last.weight
             if self.cosine:
@@ -185,13 +203,17 @@ class OclReplay(HeadPredictions, System):
         if self.sampler == "uniform":
             return uniform[:m]
         half = m // 2  # mixed: the newest half, the rest uniform
-        return torch.cat([newest[m - half:], uniform[: m - half]])
+        return torch.cat([newest[m - half :], uniform[: m - half]])
 
     def footprint(self) -> Footprint:
         fp = super().footprint()
         entries = len(self.store_)
-        return Footprint(entries=entries, params=fp.params, bytes=fp.bytes + entries * (4 * self.dim_ + 8),
-                         extra={"updates": self.updates_})
+        return Footprint(
+            entries=entries,
+            params=fp.params,
+            bytes=fp.bytes + entries * (4 * self.dim_ + 8),
+            extra={"updates": self.updates_},
+        )
 
 
 class NearestNeighbour(System):
@@ -205,7 +227,7 @@ class NearestNeighbour(System):
         self.seed = seed
         self.index_: ExactIndex | None = None
 
-    def fit(self, seed: Batch) -> "NearestNeighbour":
+    def fit(self, seed: Batch) -> NearestNeighbour:
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]

@@ -28,7 +28,7 @@ same way: CFT and OnlineEWC with lambda 0 take exactly the same steps.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -46,16 +46,19 @@ HEADS = ("linear", "mlp")
 Penalty = Callable[[torch.nn.Module], torch.Tensor]
 
 
-def check_number(who: str, key: str, value, *, low: float = 0.0, above: bool = False,
-                 whole: bool = False, example="1") -> None:
+def check_number(
+    who: str, key: str, value, *, low: float = 0.0, above: bool = False, whole: bool = False, example="1"
+) -> None:
     """Raise an OcrrError naming the fix unless ``value`` is a number >= low (> low if ``above``)."""
     kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
     ok = isinstance(value, kinds) and not isinstance(value, bool)
     ok = ok and bool(np.isfinite(value)) and (value > low if above else value >= low)
     if not ok:
         what = "a whole number" if whole else "a number"
-        raise OcrrError(f"{who}: {key} must be {what} {'>' if above else '>='} {low:g}, got {value!r}. "
-                        f"Write e.g. {who.split(':')[0]}:{key}={example}.")
+        raise OcrrError(
+            f"{who}: {key} must be {what} {'>' if above else '>='} {low:g}, got {value!r}. "
+            f"Write e.g. {who.split(':')[0]}:{key}={example}."
+        )
 
 
 def output_layer(head: torch.nn.Module) -> torch.nn.Linear:
@@ -78,13 +81,24 @@ class UpstreamHead(HeadPredictions, System):
 
     family = "cmr refinement"
 
-    def __init__(self, head: str = "linear", hidden: int = 256, seed_epochs: int = 30, seed_lr: float = 1e-2,
-                 seed_weight_decay: float = 1e-4, seed_batch_size: int = 256, labels=None, seed: int = 0,
-                 name: str = "cmr_frozen"):
+    def __init__(
+        self,
+        head: str = "linear",
+        hidden: int = 256,
+        seed_epochs: int = 30,
+        seed_lr: float = 1e-2,
+        seed_weight_decay: float = 1e-4,
+        seed_batch_size: int = 256,
+        labels=None,
+        seed: int = 0,
+        name: str = "cmr_frozen",
+    ):
         self.name = name
         if head not in HEADS:
-            raise OcrrError(f"{name}: head must be one of {', '.join(HEADS)}, got {head!r}. Write e.g. "
-                            f"{name.split(':')[0]}:head=mlp.")
+            raise OcrrError(
+                f"{name}: head must be one of {', '.join(HEADS)}, got {head!r}. Write e.g. "
+                f"{name.split(':')[0]}:head=mlp."
+            )
         check_number(name, "hidden", hidden, low=1, whole=True, example=256)
         check_number(name, "seed_epochs", seed_epochs, whole=True, example=30)
         check_number(name, "seed_lr", seed_lr, above=True, example=0.01)
@@ -100,7 +114,7 @@ class UpstreamHead(HeadPredictions, System):
         self.seed = seed
         self.head_: torch.nn.Module | None = None
 
-    def fit(self, seed: Batch) -> "UpstreamHead":
+    def fit(self, seed: Batch) -> UpstreamHead:
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
@@ -112,8 +126,11 @@ class UpstreamHead(HeadPredictions, System):
             self.head_ = seed_head(x, y, len(self.space_), cfg, self.seed)
         else:
             gen = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/mlp"))
-            self.head_ = torch.nn.Sequential(init_linear(self.dim_, self.hidden, gen), torch.nn.ReLU(),
-                                             init_linear(self.hidden, len(self.space_), gen))
+            self.head_ = torch.nn.Sequential(
+                init_linear(self.dim_, self.hidden, gen),
+                torch.nn.ReLU(),
+                init_linear(self.hidden, len(self.space_), gen),
+            )
             train_seed(self.head_, x, y, cfg, gen)
         self._after_upstream(x, y)
         return self
@@ -144,8 +161,15 @@ class RefiningHead(UpstreamHead):
     (``_refine``); the optimiser loop (``train_on``) is shared.
     """
 
-    def __init__(self, lr: float = 1e-2, epochs: int = 5, batch_size: int = 16, clip_norm: float | None = 1.0,
-                 weight_decay: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        lr: float = 1e-2,
+        epochs: int = 5,
+        batch_size: int = 16,
+        clip_norm: float | None = 1.0,
+        weight_decay: float = 0.0,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "cft")
         super().__init__(**kwargs)
         check_number(self.name, "lr", lr, above=True, example=0.01)

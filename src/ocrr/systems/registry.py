@@ -8,8 +8,8 @@ they look like one.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ocrr.errors import OcrrError
 from ocrr.specs import parse_spec, parse_value  # noqa: F401  (one spec parser for every registry; re-exported)
@@ -28,8 +28,9 @@ class Registered:
 REGISTRY: dict[str, Registered] = {}
 
 
-def register(name: str, factory: Callable[..., object], family: str, summary: str, *, in_all: bool = True,
-             **defaults) -> None:
+def register(
+    name: str, factory: Callable[..., object], family: str, summary: str, *, in_all: bool = True, **defaults
+) -> None:
     """Register a system. ``in_all=False`` keeps it out of ``--systems all`` (parametrised
     generic names whose aliases are listed, and systems that need an optional extra)."""
     REGISTRY[name] = Registered(name, factory, family, summary, defaults, in_all)
@@ -64,12 +65,16 @@ def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0
     entry = lookup(name)
     kwargs = {**entry.defaults, **overrides}
     try:
-        return entry.factory(name=spec.strip(), labels=list(labels) if labels is not None else None, seed=seed, **kwargs)
+        return entry.factory(
+            name=spec.strip(), labels=list(labels) if labels is not None else None, seed=seed, **kwargs
+        )
     except TypeError as err:  # an unknown hyperparameter name
         raise OcrrError(f"system {spec!r}: {err}. Run 'ocrr systems' to see its hyperparameters.") from None
     except ValueError as err:  # a value the system's constructor refuses (k=-3, ...)
-        raise OcrrError(f"system {spec!r}: {err}. Fix that value in the spec; 'ocrr systems' lists every "
-                        "hyperparameter with its default.") from None
+        raise OcrrError(
+            f"system {spec!r}: {err}. Fix that value in the spec; 'ocrr systems' lists every "
+            "hyperparameter with its default."
+        ) from None
 
 
 def expand_systems(specs: Sequence[str]) -> list[str]:

@@ -67,8 +67,10 @@ class ExperienceReplay(RefiningHead):
         check_number(self.name, "replay_size", replay_size, whole=True, example=32)
         check_number(self.name, "replay_every", replay_every, low=1, whole=True, example=1)
         if mode not in MODES:
-            raise OcrrError(f"{self.name}: mode must be one of {', '.join(MODES)}, got {mode!r}. "
-                            f"Write e.g. {self.name.split(':')[0]}:mode=two_stage.")
+            raise OcrrError(
+                f"{self.name}: mode must be one of {', '.join(MODES)}, got {mode!r}. "
+                f"Write e.g. {self.name.split(':')[0]}:mode=two_stage."
+            )
         self.replay_size = replay_size
         self.replay_every = replay_every
         self.mode = mode
@@ -97,15 +99,18 @@ class ExperienceReplay(RefiningHead):
             self.train_on(self.head_, torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), penalty)
             self.train_on(self.head_, x, y, penalty)
         else:
-            self.train_on(self.head_, torch.cat([x, *(p[0] for p in parts)]), torch.cat([y, *(p[1] for p in parts)]),
-                          penalty)
+            self.train_on(
+                self.head_, torch.cat([x, *(p[0] for p in parts)]), torch.cat([y, *(p[1] for p in parts)]), penalty
+            )
         self.online_.add(x, y)
 
     def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
         """((M_u, indices), (M_o, indices)) of this call's replay set R_t."""
         n_up, n_on = self.shares()
-        return ((self.upstream_, self._draw(len(self.upstream_), n_up)),
-                (self.online_, self._draw(len(self.online_), n_on)))
+        return (
+            (self.upstream_, self._draw(len(self.upstream_), n_up)),
+            (self.online_, self._draw(len(self.online_), n_on)),
+        )
 
     def _draw(self, n: int, k: int) -> torch.Tensor:
         """k of range(n) uniformly without replacement."""
@@ -114,8 +119,12 @@ class ExperienceReplay(RefiningHead):
     def footprint(self) -> Footprint:
         fp = super().footprint()
         entries = len(self.upstream_) + len(self.online_)
-        return Footprint(entries=entries, params=fp.params, bytes=fp.bytes + entries * (4 * self.dim_ + 8),
-                         extra={"online_memory": len(self.online_)})
+        return Footprint(
+            entries=entries,
+            params=fp.params,
+            bytes=fp.bytes + entries * (4 * self.dim_ + 8),
+            extra={"online_memory": len(self.online_)},
+        )
 
 
 class MaxLossReplay(ExperienceReplay):
@@ -132,8 +141,10 @@ class MaxLossReplay(ExperienceReplay):
 
     def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
         n_up, n_on = self.shares()
-        pools = [(self.upstream_, self._draw(len(self.upstream_), self.candidates), n_up),
-                 (self.online_, self._draw(len(self.online_), self.candidates), n_on)]
+        pools = [
+            (self.upstream_, self._draw(len(self.upstream_), self.candidates), n_up),
+            (self.online_, self._draw(len(self.online_), self.candidates), n_on),
+        ]
         virtual = copy.deepcopy(self.head_)
         self.train_on(virtual, x, y)  # the virtual model: CFT on E_t, no penalty
         chosen = []
@@ -223,5 +234,9 @@ class OfflineRefining(RefiningHead):
     def footprint(self) -> Footprint:
         fp = super().footprint()  # the head and f_0, plus both memories
         entries = len(self.upstream_) + len(self.online_)
-        return Footprint(entries=entries, params=fp.params, bytes=2 * fp.bytes + entries * (4 * self.dim_ + 8),
-                         extra={"online_memory": len(self.online_)})
+        return Footprint(
+            entries=entries,
+            params=fp.params,
+            bytes=2 * fp.bytes + entries * (4 * self.dim_ + 8),
+            extra={"online_memory": len(self.online_)},
+        )

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ocrr.errors import OcrrError
 from ocrr.batch import Batch
+from ocrr.errors import OcrrError
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
 from ocrr.systems.training import derive_seed
@@ -57,8 +57,15 @@ class RiverSystem(System):
     family = "online-ml"
     has_intercept = True
 
-    def __init__(self, lr: float = 0.01, subsample: int = 3000, seed_passes: int = 1, labels=None,
-                 seed: int = 0, name: str = "river"):
+    def __init__(
+        self,
+        lr: float = 0.01,
+        subsample: int = 3000,
+        seed_passes: int = 1,
+        labels=None,
+        seed: int = 0,
+        name: str = "river",
+    ):
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise OcrrError(f"{name}: lr must be a number > 0, got {lr!r}. Pass e.g. {name}:lr=0.01.")
         for key, value in (("subsample", subsample), ("seed_passes", seed_passes)):
@@ -79,7 +86,7 @@ class RiverSystem(System):
     def _make_model(self):
         raise NotImplementedError
 
-    def fit(self, seed: Batch) -> "RiverSystem":
+    def fit(self, seed: Batch) -> RiverSystem:
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
@@ -105,8 +112,13 @@ class RiverSystem(System):
         import river
 
         idx = self.subsample_idx_
-        return [river.__version__, repr(self._make_model()), str(self.seed_passes),
-                np.ascontiguousarray(vecs[idx]).tobytes(), "\0".join(labels[i] for i in idx.tolist())]
+        return [
+            river.__version__,
+            repr(self._make_model()),
+            str(self.seed_passes),
+            np.ascontiguousarray(vecs[idx]).tobytes(),
+            "\0".join(labels[i] for i in idx.tolist()),
+        ]
 
     def _after_seed(self, vecs: np.ndarray, labels) -> None:
         """Hook for variants that keep part of the seed set."""
@@ -216,7 +228,7 @@ class RiverOvRBalanced(RiverLogReg):
     def hyperparameters(self) -> dict:
         return {"warm_sample": self.warm_sample, **super().hyperparameters()}
 
-    def fit(self, seed: Batch) -> "RiverOvRBalanced":
+    def fit(self, seed: Batch) -> RiverOvRBalanced:
         self.warm_vecs_ = None  # no warming while the seed pass meets classes
         return super().fit(seed)
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from ocrr.batch import Batch
+from ocrr.index.vote import VoteRule, _keep_best, band
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
-from ocrr.systems.vote import VoteRule, _keep_best, band
 
 
-def trusted_vote(sims: np.ndarray, ids: np.ndarray, labels: np.ndarray, weights: np.ndarray, trusted: np.ndarray,
-                 rule: VoteRule) -> np.ndarray:
+def trusted_vote(
+    sims: np.ndarray, ids: np.ndarray, labels: np.ndarray, weights: np.ndarray, trusted: np.ndarray, rule: VoteRule
+) -> np.ndarray:
     """Winning label index per row (-1: no neighbours). ``weights``: each neighbour's vote;
     ``trusted``: whether it is corroborated (anchors the band). Arrays are (n, k), rows sorted
     by similarity descending, labels -1 for padding."""
@@ -68,7 +69,7 @@ class RobustSubstrate(Substrate):
     def hyperparameters(self) -> dict:
         return {"isolated_weight": self.isolated_weight, "support_k": self.support_k, **super().hyperparameters()}
 
-    def fit(self, seed: Batch) -> "RobustSubstrate":
+    def fit(self, seed: Batch) -> RobustSubstrate:
         super().fit(seed)
         self._corroborated = np.ones(len(self.ledger_), bool)  # the seed set is clean
         return self

@@ -10,14 +10,14 @@ from functools import partial
 
 import numpy as np
 
+from ocrr.batch import Batch
 from ocrr.index import ExactIndex, exact_search, recall_at_k
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
-from ocrr.ledger import Ledger, VerifyResult
-from ocrr.batch import Batch
+from ocrr.index.vote import VoteRule, vote, vote_margin
+from ocrr.ledger.chain import Ledger, VerifyResult
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.vote import VoteRule, vote, vote_margin
 
 
 class Substrate(IndexedSystem, System):
@@ -79,8 +79,19 @@ class Substrate(IndexedSystem, System):
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
         self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
-        self._set_index_options(index, hnsw_m, ef_construction, ef_search, auto_threshold, force_exact,
-                                nlist, nprobe, rerank, target_recall, target_agreement)
+        self._set_index_options(
+            index,
+            hnsw_m,
+            ef_construction,
+            ef_search,
+            auto_threshold,
+            force_exact,
+            nlist,
+            nprobe,
+            rerank,
+            target_recall,
+            target_agreement,
+        )
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
@@ -106,7 +117,7 @@ class Substrate(IndexedSystem, System):
         return self.index_options.kind
 
     # -- learning -------------------------------------------------------------------
-    def fit(self, seed: Batch) -> "Substrate":
+    def fit(self, seed: Batch) -> Substrate:
         dim = int(np.asarray(seed.vecs).shape[1])
         self.ledger_ = Ledger(dim, vectors_on_disk=self.vectors_on_disk)
         self.index_ = self._new_index(dim)
@@ -152,8 +163,14 @@ class Substrate(IndexedSystem, System):
         """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
         (row i = entry i), so vectors are stored once; see ExactIndex. (A partial, not a
         lambda, so the system still pickles.)"""
-        return self.index_options.make(dim, self.name, source=partial(getattr, self.ledger_, "vectors"), k=self.k,
-                                       label_of=self._labels_of_ids, vote_rule=self.rule_)
+        return self.index_options.make(
+            dim,
+            self.name,
+            source=partial(getattr, self.ledger_, "vectors"),
+            k=self.k,
+            label_of=self._labels_of_ids,
+            vote_rule=self.rule_,
+        )
 
     def _labels_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """Label index of each entry id (what ``target_agreement`` tuning votes with)."""
@@ -248,9 +265,12 @@ class Substrate(IndexedSystem, System):
         # its live rows is reported in extra["index_bytes"] only).
         index_bytes = int(getattr(self.index_, "nbytes", 0))
         extra_bytes = 0 if self.index_kind == "exact" else index_bytes
-        return Footprint(entries=live, params=0, bytes=live * (4 * dim + 8 + 32) + extra_bytes,
-                         extra={"ledger_entries": len(self.ledger_), "index": self.index_kind,
-                                "index_bytes": index_bytes})
+        return Footprint(
+            entries=live,
+            params=0,
+            bytes=live * (4 * dim + 8 + 32) + extra_bytes,
+            extra={"ledger_entries": len(self.ledger_), "index": self.index_kind, "index_bytes": index_bytes},
+        )
 
     def _is_fitted(self) -> bool:
         return self.ledger_ is not None  # the vote rule and label space exist from __init__

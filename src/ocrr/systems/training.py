@@ -55,8 +55,9 @@ def init_linear(n_in: int, n_out: int, generator: torch.Generator) -> torch.nn.L
     return head
 
 
-def train_seed(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: SeedTraining,
-               generator: torch.Generator) -> None:
+def train_seed(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: SeedTraining, generator: torch.Generator
+) -> None:
     """Mini-batch cross-entropy training of ``model`` on the seed set."""
     if len(y) == 0 or cfg.epochs <= 0:
         return
@@ -89,6 +90,7 @@ def seed_head(x: torch.Tensor, y: torch.Tensor, n_out: int, cfg: SeedTraining, s
     if digest in _SEED_HEADS:
         _SEED_HEADS.move_to_end(digest)
     else:
+
         def train() -> dict:
             train_seed(head, x, y, cfg, generator)
             return {k: v.detach().clone() for k, v in head.state_dict().items()}

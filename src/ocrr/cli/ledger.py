@@ -1,0 +1,224 @@
+"""The ``ocrr ledger …`` and ``ocrr serve`` commands (wired into ocrr.cli.main by ``add_commands``).
+
+Ledger commands read the file without changing it (except ``import``, which creates
+one, and ``verify``, which records a checkpoint when asked to); each prints JSON on
+stdout so its output can be piped to the standalone verifier or a witness.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+from ocrr.errors import OcrrError
+
+
+def add_commands(sub) -> None:
+    led = sub.add_parser("ledger", help="check, prove and move durable ledger files (ocrr ledger -h)")
+    lsub = led.add_subparsers(dest="ledger_command", required=True)
+
+    v = lsub.add_parser("verify", help="check every entry, the chain and the Merkle tree; exit 1 if damaged")
+    v.add_argument("path", type=Path)
+    v.add_argument("--quick", action="store_true", help="trust the entries before the last recorded checkpoint")
+    v.add_argument(
+        "--expect-size",
+        type=int,
+        default=None,
+        help="the size of a head you hold: also prove the file still extends it (catches truncation)",
+    )
+    v.add_argument("--expect-root", default=None, help="base64 root of that head")
+    v.set_defaults(handler=_cmd_verify)
+
+    h = lsub.add_parser("head", help="print the tree head (size, root, chain head); signed with --key")
+    h.add_argument("path", type=Path)
+    _key_options(h)
+    h.add_argument("--checkpoint", action="store_true", help="print only the signed C2SP checkpoint note")
+    h.set_defaults(handler=_cmd_head)
+
+    p = lsub.add_parser("prove", help="inclusion proof of one entry (check it with ocrr/audit/verify.py)")
+    p.add_argument("path", type=Path)
+    p.add_argument("--entry", type=int, required=True, help="entry id")
+    p.add_argument("--size", type=int, default=None, help="size of the log to prove against (default: all)")
+    p.set_defaults(handler=_cmd_prove)
+
+    c = lsub.add_parser("consistency", help="consistency proof: the log of size --from is a prefix of --to")
+    c.add_argument("path", type=Path)
+    c.add_argument("--from", dest="size1", type=int, required=True)
+    c.add_argument("--to", dest="size2", type=int, default=None, help="default: the current size")
+    c.set_defaults(handler=_cmd_consistency)
+
+    e = lsub.add_parser("export", help="write the ledger as JSONL (vectors as base64 little-endian float32)")
+    e.add_argument("path", type=Path)
+    e.add_argument("--out", type=Path, default=None, help="output file (default: stdout)")
+    e.set_defaults(handler=_cmd_export)
+
+    i = lsub.add_parser("import", help="create a durable ledger from a JSONL export, checked hash for hash")
+    i.add_argument("jsonl", type=Path)
+    i.add_argument("path", type=Path, help="the new ledger file (must not exist)")
+    i.set_defaults(handler=_cmd_import)
+
+    k = lsub.add_parser("keygen", help="create an Ed25519 signing key for heads; print its verifier key")
+    k.add_argument("key", type=Path, help="where to write the private key (PEM, mode 600)")
+    k.add_argument("--origin", required=True, help="the log's name, e.g. example.com/my-ledger")
+    k.set_defaults(handler=_cmd_keygen)
+
+
+def _key_options(parser) -> None:
+    parser.add_argument("--key", type=Path, default=None, help="Ed25519 private key (from `ocrr ledger keygen`)")
+    parser.add_argument("--origin", default=None, help="the log's name (default: ocrr.invalid/<file name>)")
+
+
+def _print(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _scan(path: Path, quick: bool = False):
+    from ocrr.ledger.store import scan_file
+
+    report, scan = scan_file(path, "checkpoint" if quick else "full")
+    if not report:
+        where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+        raise OcrrError(f"ledger {path} is damaged{where}: {report.reason}; run `ocrr ledger verify {path}`")
+    return report, scan
+
+
+def _cmd_verify(args) -> int:
+    from ocrr.ledger.store import scan_file
+    from ocrr.ledger.verify import ProofError, verify_consistency
+
+    report, scan = scan_file(args.path, "checkpoint" if args.quick else "full")
+    out = report.to_dict()
+    if report and args.expect_size is not None:
+        if args.expect_root is None:
+            raise OcrrError("--expect-size needs --expect-root (the base64 root of the head you hold)")
+        try:
+            old_root = base64.b64decode(args.expect_root, validate=True)
+            if args.expect_size > report.size:
+                raise ProofError(
+                    f"the file holds {report.size} entries, fewer than the {args.expect_size} "
+                    "of the head you hold: entries were removed"
+                )
+            verify_consistency(
+                args.expect_size, report.size, scan.tree.consistency_proof(args.expect_size), old_root, scan.tree.root()
+            )
+            out["extends_held_head"] = True
+        except (ProofError, ValueError, IndexError) as e:
+            out.update(ok=False, extends_held_head=False, reason=f"does not extend the head you hold: {e}")
+    _print(out)
+    return 0 if out["ok"] else 1
+
+
+def _head(path: Path, report, key: Path | None, origin: str | None):
+    from ocrr.ledger.heads import Signer, TreeHead, default_origin
+
+    head = TreeHead.now(report.size, base64.b64decode(report.root), base64.b64decode(report.chain_head))
+    if key is None:
+        return head.to_dict(), None
+    signer = Signer.load(key, origin or default_origin(path))
+    signed = signer.sign_head(head)
+    return signed, signed["checkpoint"]
+
+
+def _cmd_head(args) -> int:
+    report, _ = _scan(args.path)
+    head, note = _head(args.path, report, args.key, args.origin)
+    if args.checkpoint:
+        if note is None:
+            raise OcrrError("a checkpoint must be signed: pass --key (create one with `ocrr ledger keygen`)")
+        sys.stdout.write(note)
+    else:
+        _print(head)
+    return 0
+
+
+def _cmd_prove(args) -> int:
+    report, scan = _scan(args.path)
+    size = report.size if args.size is None else args.size
+    if not 0 <= args.entry < size <= report.size:
+        raise OcrrError(
+            f"need 0 <= --entry < --size <= {report.size} (the log's size); got entry {args.entry}, size {size}"
+        )
+    i = args.entry
+    from ocrr.ledger.chain import GENESIS
+
+    entry = {
+        "id": i,
+        "label": scan.labels[i],
+        "text": scan.texts[i],
+        "vector": _b64(scan.vectors[i].astype("<f4").tobytes()),
+        "prev_hash": _b64(scan.hashes[i - 1] if i else GENESIS),
+        "hash": _b64(scan.hashes[i]),
+    }
+    _print(
+        {
+            "index": i,
+            "size": size,
+            "root": _b64(scan.tree.root(size)),
+            "leaf_hash": _b64(scan.tree.node(0, i)),
+            "proof": [_b64(p) for p in scan.tree.inclusion_proof(i, size)],
+            "entry": entry,
+        }
+    )
+    return 0
+
+
+def _cmd_consistency(args) -> int:
+    report, scan = _scan(args.path)
+    size2 = report.size if args.size2 is None else args.size2
+    if not 0 < args.size1 <= size2 <= report.size:
+        raise OcrrError(f"need 0 < --from <= --to <= {report.size} (the log's size); got {args.size1} and {size2}")
+    _print(
+        {
+            "from": args.size1,
+            "to": size2,
+            "root_from": _b64(scan.tree.root(args.size1)),
+            "root_to": _b64(scan.tree.root(size2)),
+            "proof": [_b64(p) for p in scan.tree.consistency_proof(args.size1, size2)],
+        }
+    )
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from ocrr.ledger.transfer import export_jsonl, export_lines
+
+    if args.out is None:
+        for line in export_lines(args.path):
+            sys.stdout.write(line)
+    else:
+        n = export_jsonl(args.path, args.out)
+        print(f"wrote {n} entries to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _cmd_import(args) -> int:
+    from ocrr.ledger.transfer import import_jsonl
+
+    with import_jsonl(args.jsonl, args.path) as ledger:
+        _print(
+            {
+                "path": str(args.path),
+                "size": len(ledger),
+                "root": _b64(ledger.root()),
+                "chain_head": _b64(ledger.chain_head),
+            }
+        )
+    return 0
+
+
+def _cmd_keygen(args) -> int:
+    from ocrr.ledger.heads import Signer
+
+    if args.key.exists():
+        raise OcrrError(f"{args.key} already exists; choose another path (keys are never overwritten)")
+    signer = Signer.generate(args.origin)
+    signer.save(args.key)
+    print(signer.vkey)
+    return 0

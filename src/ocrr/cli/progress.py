@@ -1,0 +1,112 @@
+"""Progress displays of the ``ocrr`` command (rich): the CLI layer, not the engine."""
+
+from __future__ import annotations
+
+
+class RunProgress:
+    """Encoding, then one bar over the runs of ``ocrr run``; the description follows the run."""
+
+    def __init__(self, console, quiet: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+        )
+        self.runs = None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def embedding(self, total: int):
+        task = self.bar.add_task("encoding texts (cached afterwards)", total=total)
+        return lambda n: self.bar.advance(task, n)
+
+    def checkpoints(self, n_runs: int):
+        """A callback (task, checkpoint) that advances once per finished run."""
+
+        def on_checkpoint(task, cp):
+            if self.runs is None:
+                self.runs = self.bar.add_task("runs", total=n_runs)
+            self.bar.update(self.runs, description=f"seed {task.seed} · {task.system} · item {cp.step}")
+            if cp.last:
+                self.bar.advance(self.runs, 1)
+
+        return on_checkpoint
+
+
+class SweepProgress:
+    """The whole grid in one bar: runs done / running / left, elapsed and an estimate."""
+
+    def __init__(self, console=None, quiet: bool = False):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import (
+            Progress as Bar,
+        )
+
+        self.bar = Bar(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("done"),
+            TextColumn("{task.fields[status]}"),
+            TextColumn("· elapsed"),
+            TimeElapsedColumn(),
+            TextColumn("· estimate"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=quiet,
+            transient=False,
+        )
+        self.task = None
+        self.live = False
+
+    def _start(self):
+        if not self.live:
+            self.bar.start()
+            self.live = True
+
+    def embedding(self, total: int):
+        self._start()
+        task = self.bar.add_task("encoding texts (cached afterwards)", total=total, status="")
+        return lambda n: self.bar.advance(task, n)
+
+    def begin(self, total: int, skipped: int, todo: int, workers: int) -> None:
+        self._start()
+        self.total, self.todo, self.workers, self.done, self.failed = total, todo, workers, 0, 0
+        self.skipped = skipped
+        self.task = self.bar.add_task(
+            f"{total} runs, {skipped} done before:" if skipped else f"{total} runs:", total=todo, status=self._status()
+        )
+
+    def _status(self) -> str:
+        left = self.todo - self.done - self.failed
+        running = min(self.workers, left)
+        text = f"· {running} running · {left - running} waiting"
+        return text + (f" · [red]failed {self.failed}[/]" if self.failed else "")
+
+    def task_done(self, task: Task, ok: bool) -> None:
+        if ok:
+            self.done += 1
+        else:
+            self.failed += 1
+        self.bar.update(self.task, advance=1, status=self._status())
+
+    def end(self) -> None:
+        if self.live:
+            self.bar.stop()
+            self.live = False

@@ -1,0 +1,224 @@
+"""One experiment cell end to end, as ``ocrr run`` runs it: a one-cell grid of ``ocrr sweep``
+(same tasks, same execution code), run by the serial executor, written as a run folder.
+
+Reusable from Python::
+
+    from ocrr.engine.experiment import Experiment, run_experiment
+    result = run_experiment(Experiment(dataset="banking77", systems=["substrate", "online_linear"]))
+    print(result.summary)
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+from ocrr import __version__
+from ocrr.data import load_dataset
+from ocrr.data.records import Dataset
+from ocrr.engine.metrics import order_like
+from ocrr.engine.results import FOOTPRINT_METRICS, PER_CHECKPOINT_COLUMNS, markdown, wide_table, write_csv, write_json
+
+MAIN_SYSTEMS = ["substrate", "static_knn", "static_linear", "online_linear"]
+RUN_KEYS = ["dataset", "encoder", "policy", "seed", "system"]  # the key columns of a run folder's tables
+
+
+@dataclass
+class Experiment:
+    dataset: str = "banking77"
+    systems: list[str] = field(default_factory=lambda: list(MAIN_SYSTEMS))
+    policy: str = "oracle"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    encoder: str = "minilm"
+    data_dir: str | None = None
+    oos: bool = True  # CLINC150: keep "oos" as the 151st class
+    data_options: dict = field(default_factory=dict)  # loader options (synthetic sizes, csv columns, ...)
+    protocol: str = "heldout"  # a protocol spec, name:key=value
+    # shortcuts for the held-out protocol's options (None: the protocol's default)
+    n_heldout: int | None = None
+    eval_cap: int | None = None
+    every: int | None = None
+
+
+@dataclass
+class ExperimentResult:
+    experiment: Experiment
+    dataset: Dataset
+    per_checkpoint: pd.DataFrame  # wide: one row per run x checkpoint
+    metrics: pd.DataFrame  # long: run keys, step, episode, metric, value
+    timings: pd.DataFrame
+    footprints: pd.DataFrame
+    predictions: pd.DataFrame  # one row per run x stream item
+    summary: pd.DataFrame
+    config: dict
+    protocol: object  # the ocrr.protocols.Protocol that ran
+    encoder_id: str = ""
+
+
+def experiment_grid(exp: Experiment):
+    from ocrr.engine.sweep import Grid
+
+    return Grid(
+        datasets=[exp.dataset],
+        policies=[exp.policy],
+        seeds=list(exp.seeds),
+        systems=list(exp.systems),
+        encoders=[exp.encoder],
+        protocols=[exp.protocol],
+        data_options={exp.dataset: dict(exp.data_options)},
+        n_heldout=exp.n_heldout,
+        eval_cap=exp.eval_cap,
+        every=exp.every,
+        oos=exp.oos,
+        data_dir=exp.data_dir,
+    )
+
+
+def load_experiment_dataset(exp: Experiment) -> Dataset:
+    return load_dataset(exp.dataset, data_dir=exp.data_dir, **experiment_grid(exp).options_for(exp.dataset))
+
+
+def run_experiment(
+    exp: Experiment, dataset: Dataset | None = None, embed_progress=None, on_checkpoint: Callable | None = None
+) -> ExperimentResult:
+    """Run every (seed, system) of the cell in this process; ``on_checkpoint(task, cp)``
+    hears every checkpoint. The first failing run raises its error."""
+    from ocrr.engine.sweep import prepare_data
+    from ocrr.engine.sweep.execute import task_frames
+    from ocrr.engine.sweep.executors import SerialExecutor
+
+    grid = experiment_grid(exp)
+    tasks = grid.tasks()
+    systems = list(dict.fromkeys(t.system for t in tasks))
+    tasks.sort(key=lambda t: (exp.seeds.index(t.seed), systems.index(t.system)))
+    data = prepare_data(tasks, exp.data_dir, embed_progress, loaded={exp.dataset: dataset} if dataset else None)
+    shared = data[tasks[0].data_key]
+    protocol = tasks[0].protocol_object
+    frames: dict[str, list] = {"metrics": [], "timings": [], "predictions": [], "footprints": []}
+    hyper = {}
+    for task, output in SerialExecutor(on_checkpoint).run(tasks, data):
+        if isinstance(output, BaseException):
+            raise output
+        keys = {
+            "dataset": shared.dataset.name,
+            "encoder": shared.encoder_id,
+            "policy": task.policy,
+            "seed": task.seed,
+            "system": task.system,
+        }
+        got = task_frames(task, output)
+        metrics = got["metrics"]
+        is_fp = metrics["metric"].isin(FOOTPRINT_METRICS)
+        frames["metrics"].append(metrics[~is_fp][["step", "episode", "metric", "value"]].assign(**keys))
+        frames["footprints"].append({**keys, **{k: int(v) for k, v in output["footprint"].items()}})
+        frames["timings"].append(got["timings"].drop(columns="task_id").assign(**keys))
+        frames["predictions"].append(got["predictions"].drop(columns="task_id").assign(**keys))
+        hyper[task.system] = output["hyperparameters"]
+    long = pd.concat(frames["metrics"], ignore_index=True)[RUN_KEYS + ["step", "episode", "metric", "value"]]
+    rank = {(s, sys): i for i, (s, sys) in enumerate((t.seed, t.system) for t in tasks)}
+    per_checkpoint = _in_run_order(wide_table(long, RUN_KEYS, protocol.metrics), rank)
+    footprints = pd.DataFrame(frames["footprints"])
+    timings = _in_run_order(pd.concat(frames["timings"], ignore_index=True), rank)
+    predictions = _in_run_order(pd.concat(frames["predictions"], ignore_index=True), rank, "item")
+    summary = order_like(protocol.summarise(per_checkpoint, footprints), systems)
+    config = _config(exp, shared, protocol, systems, hyper)
+    return ExperimentResult(
+        exp,
+        shared.dataset,
+        per_checkpoint,
+        long,
+        timings,
+        footprints,
+        predictions,
+        summary,
+        config,
+        protocol,
+        shared.encoder_id,
+    )
+
+
+def _in_run_order(df: pd.DataFrame, rank: dict, within: str = "step") -> pd.DataFrame:
+    """Rows in the order the runs were asked for (seed, then system), then by step or item."""
+    order = [rank[(s, sys)] for s, sys in zip(df["seed"], df["system"])]
+    df = df.assign(_run=order).sort_values(["_run", within], kind="mergesort").drop(columns="_run")
+    return df.reset_index(drop=True)
+
+
+def write_outputs(result: ExperimentResult, out: Path) -> dict[str, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        name: out / name
+        for name in (
+            "per_checkpoint.csv",
+            "timings.csv",
+            "footprints.csv",
+            "summary.csv",
+            "summary.md",
+            "config.json",
+            "metrics.parquet",
+            "predictions.parquet",
+        )
+    }
+    write_csv(result.per_checkpoint, paths["per_checkpoint.csv"], PER_CHECKPOINT_COLUMNS)
+    write_csv(result.timings, paths["timings.csv"], PER_CHECKPOINT_COLUMNS)
+    write_csv(result.footprints, paths["footprints.csv"], PER_CHECKPOINT_COLUMNS)
+    write_csv(result.summary, paths["summary.csv"], result.protocol.summary_columns())
+    exp = result.experiment
+    title = (
+        f"{result.dataset.name} · {result.summary['policy'].iloc[0]} · {result.encoder_id} · "
+        f"seeds {', '.join(map(str, exp.seeds))}"
+    )
+    header, rows, note = result.protocol.table(result.summary)
+    paths["summary.md"].write_text(markdown(title, header, rows, note), encoding="utf-8")
+    write_json(result.config, paths["config.json"])
+    result.metrics.to_parquet(paths["metrics.parquet"], index=False)
+    result.predictions.to_parquet(paths["predictions.parquet"], index=False)
+    return paths
+
+
+def _config(exp: Experiment, shared, protocol, systems: list[str], hyper: dict) -> dict:
+    from ocrr.policies.basic import make_policy
+
+    dataset = shared.dataset
+    return {
+        "experiment": {**asdict(exp), "systems": systems},
+        "protocol": {**protocol.canonical(), "spec": protocol.spec()},
+        "policy": {"name": exp.policy, "p": make_policy(exp.policy).p},
+        "systems": hyper,
+        "dataset": {
+            "name": dataset.name,
+            "files": dataset.files,
+            "n_train": len(dataset.train),
+            "n_test": len(dataset.test),
+            "n_labels": len(dataset.labels),
+            "notes": dataset.notes,
+        },
+        "embeddings": {"encoder": shared.encoder_id, "dim": _dim(shared), "sha256": shared.sha256},
+        "versions": _versions(),
+    }
+
+
+def _dim(shared) -> int:
+    import numpy as np
+
+    return int(np.load(shared.vec_path, mmap_mode="r").shape[1])
+
+
+def _versions() -> dict:
+    """Installed versions, read from package metadata (importing them would cost seconds)."""
+    versions = {"ocrr": __version__, "python": platform.python_version()}
+    for package in ("numpy", "pandas", "torch", "sentence-transformers", "river", "faiss-cpu"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+__all__ = ["Experiment", "ExperimentResult", "load_experiment_dataset", "run_experiment", "write_outputs"]

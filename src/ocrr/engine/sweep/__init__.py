@@ -1,0 +1,202 @@
+"""Grids of runs: expand a grid into tasks, skip the finished ones, execute the rest, consolidate.
+
+The rooms: ``grid`` (presets, config files, tasks and their ids), ``data`` (each dataset
+embedded once, shared by workers), ``execute`` (one task), ``executors`` (serial, local
+processes, Ray), ``store`` (task files, consolidated tables, log). ``ocrr run`` is a
+one-cell grid run by the serial executor (ocrr.engine.experiment).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ocrr.engine.sweep.data import SharedData, prepare_data
+from ocrr.engine.sweep.executors import available_cores, make_executor
+from ocrr.engine.sweep.grid import (
+    CONFIG_COLUMNS,
+    KEY_COLUMNS,
+    MAIN_SYSTEMS,
+    PRESETS,
+    SMOKE_DATA,
+    STORAGE_SYSTEMS,
+    Grid,
+    Task,
+    load_config,
+    resolve_grid,
+)
+from ocrr.engine.sweep.store import (
+    Log,
+    consolidate,
+    finished_ids,
+    load_metrics,
+    load_results,
+    read_log,
+    save_task,
+    write_manifest,
+)
+from ocrr.errors import OcrrError
+
+
+class Progress:
+    """Callbacks a sweep reports to; the default does nothing (the CLI shows a rich display)."""
+
+    def embedding(self, total: int):
+        return None
+
+    def begin(self, total: int, skipped: int, todo: int, workers: int) -> None: ...
+
+    def task_done(self, task: Task, ok: bool) -> None: ...
+
+    def end(self) -> None: ...
+
+
+@dataclass
+class SweepResult:
+    out: Path
+    tasks: list[Task]  # the whole grid
+    skipped: list[Task]  # already finished before this invocation
+    ran: list[Task]  # finished now
+    failed: list[tuple[Task, str]]
+    results: pd.DataFrame  # consolidated, wide: every task file in OUT/tasks
+    seconds: float
+
+
+def run_sweep(
+    grid: Grid,
+    out: str | os.PathLike,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> SweepResult:
+    started = time.perf_counter()
+    out = Path(out)
+    progress = progress or Progress()
+    tasks = grid.tasks()
+    runner = make_executor(executor, jobs, address)
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    write_manifest(out, grid, tasks)
+    done = finished_ids(out)
+    skipped = [t for t in tasks if t.task_id in done]
+    todo = longest_first([t for t in tasks if t.task_id not in done], out)
+    ran, failed = [], []
+    log = Log(out / "log.jsonl")
+    try:
+        if todo:
+            data = prepare_data(todo, grid.data_dir, progress.embedding)
+            log.write(
+                event="start",
+                executor=runner.name,
+                workers=runner.workers,
+                total=len(tasks),
+                skipped=len(skipped),
+                todo=len(todo),
+            )
+            progress.begin(len(tasks), len(skipped), len(todo), min(runner.workers, len(todo)))
+            outputs = runner.run(todo, data)
+            try:
+                for task, output in outputs:
+                    progress.task_done(task, _record(out, log, task, output, ran, failed))
+            finally:
+                outputs.close()  # an interrupt here still shuts the pool down
+    except KeyboardInterrupt:
+        log.write(event="interrupted", finished=len(ran))
+        consolidate(out)
+        raise
+    finally:
+        progress.end()
+    results = consolidate(out)
+    log.write(event="end", ran=len(ran), failed=len(failed), seconds=round(time.perf_counter() - started, 3))
+    return SweepResult(out, tasks, skipped, ran, failed, results, time.perf_counter() - started)
+
+
+def _record(out: Path, log: Log, task: Task, output, ran: list, failed: list) -> bool:
+    if not isinstance(output, BaseException):
+        try:
+            save_task(out, task, output)
+        except OcrrError as err:
+            output = err
+    if isinstance(output, BaseException):
+        message = f"{type(output).__name__}: {output}"
+        failed.append((task, message))
+        log.write(event="failed", task_id=task.task_id, system=task.system, seed=task.seed, error=message)
+        return False
+    ran.append(task)
+    log.write(
+        event="done",
+        task_id=task.task_id,
+        dataset=task.dataset,
+        system=task.system,
+        seed=task.seed,
+        seconds=round(output["seconds"], 4),
+        cpu_seconds=round(output.get("cpu_seconds", 0.0), 4),
+        pid=output["pid"],
+    )
+    return True
+
+
+# Systems known to cost far more per run than the rest (pure-Python updates, transformers):
+# started first when nothing better is known, so the grid does not end on one long run.
+SLOW_PREFIXES = ("river_", "lora_")
+
+
+def longest_first(tasks: list[Task], out: Path) -> list[Task]:
+    """Order runs by expected cost, longest first: the CPU seconds this folder's log recorded
+    for the same (dataset, system), else for the system, else a prior. Order never changes
+    results (the table is sorted by its keys), only how well the workers stay busy."""
+    by_pair, by_system = {}, {}
+    for record in read_log(out):
+        if record.get("event") == "done" and "cpu_seconds" in record and "dataset" in record:
+            by_pair.setdefault((record["dataset"], record["system"]), []).append(record["cpu_seconds"])
+            by_system.setdefault(record["system"], []).append(record["cpu_seconds"])
+
+    typical = float(np.median([np.mean(v) for v in by_system.values()])) if by_system else 0.0
+
+    def cost(task: Task) -> float:
+        for table, key in ((by_pair, (task.dataset, task.system)), (by_system, task.system)):
+            if key in table:
+                return float(np.mean(table[key]))
+        return math.inf if task.system.startswith(SLOW_PREFIXES) else typical
+
+    # Among equal costs, the runs of one (data, system, seed) -- the policies of a cell, which
+    # share a seed state such as a cached river seed model -- are spread apart: the first of
+    # every group goes first, so two workers do not wait on the same seed fit.
+    seen: dict[tuple, int] = {}
+    rank = {}
+    for task in tasks:
+        group = (task.data_key, task.system, task.seed)
+        rank[task] = seen[group] = seen.get(group, -1) + 1
+    return sorted(tasks, key=lambda t: (-cost(t), rank[t]))  # stable: otherwise grid order
+
+
+__all__ = [
+    "CONFIG_COLUMNS",
+    "Grid",
+    "KEY_COLUMNS",
+    "MAIN_SYSTEMS",
+    "PRESETS",
+    "Progress",
+    "SMOKE_DATA",
+    "STORAGE_SYSTEMS",
+    "SharedData",
+    "SweepResult",
+    "Task",
+    "available_cores",
+    "consolidate",
+    "finished_ids",
+    "load_config",
+    "load_metrics",
+    "load_results",
+    "longest_first",
+    "prepare_data",
+    "read_log",
+    "resolve_grid",
+    "run_sweep",
+]

@@ -1,0 +1,219 @@
+"""Executors: each yields (task, output dict | exception) as tasks finish.
+
+``serial`` (in this process, what ``ocrr run`` uses), ``local`` (one process per core, the
+default for sweeps) and ``ray``. Every worker pins its BLAS, OpenMP and torch pools to one
+thread (ocrr.utils.threads), so N workers use N cores and results do not depend on the executor.
+Protocols and systems registered in the parent (plug-ins, test-defined ones) are registered
+in every worker too, so a task can name them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ocrr.engine.sweep.data import SharedData
+from ocrr.engine.sweep.execute import execute_task
+from ocrr.engine.sweep.grid import Task
+from ocrr.errors import OcrrError
+from ocrr.utils.threads import pin_threads, pinned_threads
+
+
+def plugins(tasks: list[Task]) -> dict:
+    """The registry entries the tasks name, to register again in a worker process. Entries
+    that cannot be pickled by reference (a lambda factory) are left to the worker's own import."""
+    from ocrr.protocols import PROTOCOLS
+    from ocrr.specs import parse_spec
+    from ocrr.systems import REGISTRY
+
+    found = {"protocols": {}, "systems": {}}
+    for task in tasks:
+        name = task.protocol.split(":", 1)[0]
+        found["protocols"][name] = PROTOCOLS[name]
+        system = parse_spec(task.system)[0]
+        if system in REGISTRY:
+            found["systems"][system] = REGISTRY[system]
+    for kind in found:
+        for name, entry in list(found[kind].items()):
+            try:
+                pickle.dumps(entry)
+            except Exception:  # noqa: BLE001  (any pickling failure: the worker's own import decides)
+                del found[kind][name]
+    return found
+
+
+def register_plugins(found: dict) -> None:
+    from ocrr.protocols import PROTOCOLS
+    from ocrr.systems import REGISTRY
+    from ocrr.systems.registry import _ensure_builtins
+
+    _ensure_builtins()
+    PROTOCOLS.update(found.get("protocols", {}))
+    REGISTRY.update(found.get("systems", {}))
+
+
+class SerialExecutor:
+    """In this process, one task after another (``ocrr run``, debugging, tiny grids). Threads
+    are pinned as in a worker while it runs (same numbers), and restored afterwards."""
+
+    name = "serial"
+    workers = 1
+
+    def __init__(self, on_checkpoint=None):
+        self.on_checkpoint = on_checkpoint  # (task, checkpoint) -> None, for progress displays
+
+    def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
+        with pinned_threads(1):
+            for task in tasks:
+                callback = (lambda cp, task=task: self.on_checkpoint(task, cp)) if self.on_checkpoint else None
+                try:
+                    output = execute_task(task, data[task.data_key], on_checkpoint=callback)
+                except Exception as err:  # a failing run must not stop the grid
+                    output = err
+                yield task, output
+
+
+_WORKER_DATA: dict[str, SharedData] = {}
+
+
+def _init_worker(data: dict[str, SharedData], found: dict) -> None:
+    _WORKER_DATA.update(data)
+    register_plugins(found)
+    pin_threads(1)
+
+
+def _worker_task(task: Task) -> dict:
+    return execute_task(task, _WORKER_DATA[task.data_key])
+
+
+class LocalExecutor:
+    """A pool of ``jobs`` processes (forkserver where available, else spawn: never plain
+    fork, which would copy the parent's thread pools and torch state)."""
+
+    name = "local"
+
+    def __init__(self, jobs: int | None = None):
+        self.workers = max(1, int(jobs or available_cores()))
+
+    def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
+        import multiprocessing as mp
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        workers = min(self.workers, len(tasks)) or 1
+        pool = ProcessPoolExecutor(
+            workers, mp_context=mp.get_context(method), initializer=_init_worker, initargs=(data, plugins(tasks))
+        )
+        try:
+            # Submit a bounded window so an interrupt cancels cheaply and order stays predictable.
+            queue = list(tasks)
+            pending: dict = {}
+            while queue or pending:
+                while queue and len(pending) < 2 * workers:
+                    try:
+                        future = pool.submit(_worker_task, queue[0])
+                    except BrokenProcessPool as err:  # a worker died: fail the rest, rerun resumes them
+                        for task in queue:
+                            yield task, err
+                        queue = []
+                        break
+                    pending[future] = queue.pop(0)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: pending[f].task_id):
+                    task = pending.pop(future)
+                    try:
+                        yield task, future.result()
+                    except Exception as err:  # includes BrokenProcessPool: the task is retried next time
+                        yield task, err
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray_execute(task: Task, shared: SharedData, vecs: np.ndarray, found: dict) -> dict:
+    register_plugins(found)
+    pin_threads(1)
+    return execute_task(task, shared, vecs)
+
+
+class RayExecutor:
+    """Ray tasks (num_cpus=1 each). Starts a local Ray with ``jobs`` CPUs unless ``address``
+    names a running cluster ('auto' or host:port). Vectors go to the object store once; the
+    workers on a node read them without copies. Workers load nothing from this disk, except
+    the code: a cluster's nodes need ocrr installed."""
+
+    name = "ray"
+
+    def __init__(self, jobs: int | None = None, address: str | None = None):
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise OcrrError(
+                "the ray executor needs Ray: pip install 'ocrr[ray]' (or pip install ray), or use --executor local."
+            ) from None
+        self.address = address
+        self.workers = max(1, int(jobs or available_cores()))
+
+    def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
+        import logging
+
+        import ray
+
+        started = not ray.is_initialized()
+        if started:
+            kwargs = {"address": self.address} if self.address else {"num_cpus": self.workers}
+            ray.init(
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=True,
+                **kwargs,
+            )
+        try:
+            if self.address:
+                self.workers = int(ray.cluster_resources().get("CPU", self.workers))
+            remote = ray.remote(num_cpus=1, max_retries=0)(_ray_execute)
+            refs = {key: (ray.put(shared), ray.put(np.load(shared.vec_path))) for key, shared in data.items()}
+            found = ray.put(plugins(tasks))
+            pending = {}
+            for task in tasks:
+                shared_ref, vec_ref = refs[task.data_key]
+                pending[remote.remote(task, shared_ref, vec_ref, found)] = task
+            try:
+                while pending:
+                    done, _ = ray.wait(list(pending), num_returns=1)
+                    for ref in done:
+                        task = pending.pop(ref)
+                        try:
+                            yield task, ray.get(ref)
+                        except Exception as err:  # RayTaskError wraps the worker's exception
+                            yield task, err
+            finally:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def make_executor(name: str, jobs: int | None = None, address: str | None = None):
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise OcrrError(f"--jobs {jobs!r}: give a whole number of workers >= 1 (default: one per core).")
+    if name == "serial":
+        return SerialExecutor()
+    if name == "local":
+        return LocalExecutor(jobs)
+    if name == "ray":
+        return RayExecutor(jobs, address)
+    raise OcrrError(f"unknown executor {name!r}. Use local (processes on this machine), ray or serial.")

@@ -1,0 +1,584 @@
+"""The durable ledger: appends acknowledged only once on disk, shared commits, checked reopening.
+
+SQLite runs in WAL mode with ``synchronous=FULL``, so a commit is on disk when it
+returns. ``append`` returns only after its entry is committed; appends that arrive while
+a commit is running wait and then go in one transaction together (group commit: one
+fsync for all of them). On open, the whole file is checked (``verify="full"``) or only
+what follows the last recorded checkpoint (``verify="checkpoint"``); a broken file is
+refused with the first bad entry (the file format and the check: ``ocrr.ledger.scan``).
+Vectors and the hash chain are mirrored in memory (``memory``, an ordinary ``Ledger``,
+or whatever ``apply`` feeds, e.g. a substrate); that mirror is a cache of the file,
+rebuilt on every open.
+
+Several processes may append to one file (the workers of ``ocrr serve --workers N``):
+SQLite lets one of them write at a time, and each commit first takes in, checked, the
+entries the others committed since (they chain on from what this process holds), so ids
+and the chain stay one sequence. ``refresh`` takes them in without writing, which a
+reader does before it answers, so it answers for every acknowledged correction.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+from ocrr.ledger.chain import GENESIS, Ledger
+from ocrr.ledger.scan import (
+    VERIFICATIONS_TABLE,
+    LedgerReport,
+    _adopt_v1,
+    _connect,
+    _Damage,
+    _report_of,
+    _Scan,
+    _schema,
+    check_entry,
+    scan_file,
+)
+from ocrr.ledger.verify import entry_bytes
+from ocrr.utils.rwlock import RWLock
+
+__all__ = ["DurableLedger", "LedgerReport", "scan_file"]
+
+_F4LE = np.dtype("<f4")
+_BATCH = 65_536
+_VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
+
+# apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
+# feeds committed entries to the in-memory side, which must hash them to the same chain.
+Apply = Callable[[np.ndarray, list, list], bytes]
+
+
+class _Pending:
+    __slots__ = ("vecs", "labels", "texts", "ids", "error", "done")
+
+    def __init__(self, vecs: np.ndarray, labels: list, texts: list):
+        self.vecs, self.labels, self.texts = vecs, labels, texts
+        self.ids: range | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class DurableLedger:
+    """A ledger file that acknowledges appends only once they are on disk.
+
+    ``DurableLedger.open(path)`` creates or opens the file, checks it and mirrors it in
+    memory: ``memory`` is a plain ``Ledger`` unless ``apply`` is given, in which case
+    ``apply`` receives the stored entries on open and every committed batch afterwards
+    (the persistent substrate feeds its ledger and index this way). ``lock`` (an RWLock)
+    is held for writing while the mirror changes; read the mirror under ``lock.read()``.
+    Thread-safe.
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, scan: _Scan, report: LedgerReport, apply: Apply | None):
+        self.path, self._conn = path, conn
+        self.dim: int | None = scan.dim
+        self.tree = scan.tree
+        self._hashes: list[bytes] = scan.hashes
+        self.report = report
+        self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
+        self._cv = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._committing = False
+        self._closed = False
+        self._broken: BaseException | None = None
+        self.commits = 0  # transactions, for the group-commit figures
+        self.followed = 0  # entries other processes committed, taken in by this one
+        # Taking in other processes' entries and feeding our own commits to the mirror happen
+        # in id order under _follow; _own: the ids our commit in flight will add (fed by it).
+        self._follow = threading.Condition()
+        self._own: tuple[int, int] | None = None
+        try:
+            self._watch = _connect(path)  # reads the file's size for refresh, beside the writing connection
+            # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
+            # polls with sleeps of up to 100 ms (measured: corrections' p99 87 ms with two writers).
+            self._writer = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT, 0o644)
+        except (OSError, sqlite3.Error) as e:
+            conn.close()
+            if hasattr(self, "_watch"):
+                self._watch.close()
+            raise OcrrError(
+                f"cannot open ledger {path} for writing ({e}); its folder must be writable (a copy "
+                f"in a writable folder will do; `ocrr ledger verify` only reads)"
+            ) from e
+        self._version: int | None = None  # PRAGMA data_version at the last refresh
+        self.memory: Ledger | None = None
+        if apply is None:  # a plain Ledger mirror, built from the checked columns without rehashing
+            n = len(scan.hashes)
+            self.memory = Ledger._from_stored(
+                self.dim,
+                list(range(n)),
+                scan.labels,
+                scan.texts,
+                scan.vectors,
+                [GENESIS, *scan.hashes[:-1]][:n],
+                scan.hashes,
+            )
+            self._apply = self._apply_memory
+        else:
+            self._apply = apply
+            if scan.hashes:
+                try:
+                    self._feed(scan.vectors, scan.labels, scan.texts)
+                except BaseException:
+                    conn.close()
+                    self._watch.close()
+                    os.close(self._writer)
+                    raise
+
+    # -- opening ------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], dim: int | None = None, verify: str = "full", apply: Apply | None = None
+    ) -> DurableLedger:
+        """Open (creating if missing) and check a ledger file; refuse a broken one."""
+        path = Path(path).expanduser()
+        if verify not in ("full", "checkpoint"):
+            raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise OcrrError(f"dim must be a positive integer, got {dim!r}")
+        if not path.exists() and not path.parent.is_dir():
+            raise OcrrError(f"cannot create ledger {path}: folder {path.parent} does not exist; create it first")
+        try:
+            conn = _connect(path)
+            conn.execute("BEGIN IMMEDIATE")  # no other writer while we check the file
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                _schema(conn, dim)
+            elif "meta" not in tables:
+                conn.execute("ROLLBACK")
+                conn.close()
+                raise OcrrError(f"{path} is an SQLite file but not an ocrr ledger (no meta table); pass another path")
+            elif "nodes" not in tables:  # written by Ledger.save / Ledger.open: add the tree
+                _adopt_v1(conn)
+            report, scan = _report_of(conn, None if verify == "full" else 0)
+            conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
+        except sqlite3.Error as e:
+            raise OcrrError(
+                f"cannot open ledger {path} ({e}); check that it is an ocrr ledger file and that its folder is writable"
+            ) from e
+        if not report:
+            conn.close()
+            where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+            raise OcrrError(
+                f"ledger {path} is damaged{where}: {report.reason}. Refusing to serve it; restore "
+                f"the file from a backup (run `ocrr ledger verify {path}` for the report)"
+            )
+        if dim is not None and scan.dim is not None and dim != scan.dim:
+            conn.close()
+            raise OcrrError(f"ledger {path} holds vectors of dimension {scan.dim}, not {dim}; use another file")
+        scan.dim = scan.dim or dim
+        ledger = cls(path, conn, scan, report, apply)
+        if verify == "full":
+            ledger._record_checkpoint()
+        return ledger
+
+    # -- reading ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    @property
+    def chain_head(self) -> bytes:
+        hashes = self._hashes
+        return hashes[-1] if hashes else GENESIS
+
+    def entry_hash(self, i: int) -> bytes:
+        return self._hashes[i]
+
+    def root(self, size: int | None = None) -> bytes:
+        """Merkle root of the first ``size`` entries (default: every committed one)."""
+        return self.tree.root(len(self) if size is None else self._size(size))
+
+    def head(self) -> tuple[int, bytes, bytes]:
+        """(size, root, chain head) of the committed log, read together."""
+        size, root, chain, _ = self.head_with_proofs(())
+        return size, root, chain
+
+    def head_with_proofs(self, ids) -> tuple[int, bytes, bytes, list[tuple[int, bytes, list[bytes]]]]:
+        """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head."""
+        with self.lock.read():
+            size = len(self._hashes)
+            proofs = [(i, self.tree.node(0, i), self.tree.inclusion_proof(i, size)) for i in ids]
+            return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS, proofs
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        return self.tree.inclusion_proof(index, len(self) if size is None else self._size(size))
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        return self.tree.consistency_proof(size1, len(self) if size2 is None else self._size(size2))
+
+    def _size(self, size: int) -> int:
+        # The tree may already hold the leaves of a commit in flight: never prove past the committed end.
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= len(self):
+            raise IndexError(f"size {size!r} is outside 0..{len(self)} (the committed log)")
+        return size
+
+    def read_entries(self, lo: int = 0, hi: int | None = None):
+        """Yield (id, label, text, vector bytes, prev_hash, hash) from the file, in id order."""
+        hi = len(self) if hi is None else hi
+        conn = _connect(self.path, readonly=True)
+        try:
+            cur = conn.execute(
+                "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
+                (lo, hi),
+            )
+            while batch := cur.fetchmany(_BATCH // 16):
+                yield from batch
+        finally:
+            conn.close()
+
+    def record_verification(self, report: dict) -> None:
+        """Keep a verification's outcome (a JSON object with its ``time``) in the file, so that
+        every process serving it, and the next start, shows the latest one, whoever ran it
+        (the latest ``_VERIFICATIONS_KEPT`` are kept)."""
+        with self._cv:  # between group commits: one connection, one statement at a time
+            while self._committing:
+                self._cv.wait()
+            if self._closed:
+                return
+            self._conn.execute(VERIFICATIONS_TABLE)  # files from before the table
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(
+                    "INSERT INTO verifications (time, report) VALUES (?, ?)",
+                    (float(report["time"]), json.dumps(report)),
+                )
+                # The latest few only: /verify takes no token, and the file must not grow with every call.
+                self._conn.execute("DELETE FROM verifications WHERE id <= ?", (cur.lastrowid - _VERIFICATIONS_KEPT,))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def last_verification(self) -> dict | None:
+        """The latest outcome ``record_verification`` kept (by any process), or None."""
+        conn = _connect(self.path, readonly=True)
+        try:
+            row = conn.execute("SELECT report FROM verifications ORDER BY id DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:  # a file from before the table, none recorded yet
+            row = None
+        finally:
+            conn.close()
+        return json.loads(row[0]) if row else None
+
+    # -- appending ----------------------------------------------------------------------
+    def append(self, vector, label: str, text: str | None = None) -> int:
+        """Append one entry; return its id once it is on disk."""
+        try:
+            vec = np.asarray(vector, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise OcrrError(f"vector is not numeric ({e}); pass an array of floats") from e
+        if vec.ndim != 1:
+            raise OcrrError(f"append takes one vector of shape (d,), got shape {vec.shape}; use extend() for several")
+        return self.extend(vec.reshape(1, -1), [label], [text])[0]
+
+    def extend(self, vectors, labels: Sequence[str], texts: Sequence[str | None] | None = None) -> range:
+        """Append entries atomically (all or none); return their ids once on disk."""
+        vecs = _check_batch(vectors, labels, texts, self.dim)
+        texts = list(texts) if texts is not None else [None] * len(labels)
+        if not len(vecs):
+            return range(len(self), len(self))
+        item = _Pending(vecs, list(labels), texts)
+        with self._cv:
+            self._queue.append(item)
+            while not item.done:
+                if self._committing:
+                    self._cv.wait()
+                    continue
+                if self._closed:
+                    raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
+                # Leader: commit everything waiting now, as one transaction, outside the lock.
+                self._committing, batch, self._queue = True, self._queue, []
+                self._cv.release()
+                try:
+                    self._commit_all(batch)
+                finally:
+                    self._cv.acquire()
+                    self._committing = False
+                    self._cv.notify_all()
+        if item.error is not None:
+            raise item.error
+        return item.ids
+
+    def _commit_all(self, batch: list[_Pending]) -> None:
+        """Commit a group; every item ends done, with its ids or an error (never left waiting)."""
+        try:
+            if self._broken is not None:
+                raise self._broken
+            self._commit(batch)
+        except BaseException as e:
+            err = e if isinstance(e, OcrrError) else OcrrError(f"ledger {self.path}: append failed ({e})")
+            for p in batch:
+                if not p.done:
+                    p.error, p.done = err, True
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        conn, n0 = self._conn, None
+        try:
+            fcntl.flock(self._writer, fcntl.LOCK_EX)  # wait here, woken as soon as the other writer is done
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
+                with self._follow:
+                    # Entries other processes committed come first; none can come now (we hold the lock).
+                    self._take_in(conn)
+                    ok, dim = self._same_dim(batch)
+                    if not ok:
+                        conn.execute("ROLLBACK")
+                        return
+                    rows, nodes, digests, n0 = self._rows_of(ok)
+                    self._own = (n0, n0 + len(rows))
+                conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
+                conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
+                conn.executemany(
+                    "UPDATE meta SET value = ? WHERE key = ?",
+                    [(n0 + len(rows), "size"), (digests[-1], "chain_head"), (dim, "dim")],
+                )
+                conn.execute("COMMIT")  # returns once the WAL is fsynced (synchronous=FULL)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                fcntl.flock(self._writer, fcntl.LOCK_UN)
+        except BaseException as e:
+            with self._follow:
+                if n0 is not None:
+                    self.tree.truncate(n0)
+                self._own = None
+                self._follow.notify_all()
+            err = (
+                e
+                if isinstance(e, OcrrError)
+                else OcrrError(
+                    f"could not write to ledger {self.path} ({e}); nothing was appended; check disk space and permissions"
+                )
+            )
+            for p in batch:
+                if not p.done:
+                    p.error, p.done = err, True
+            return
+        self.commits += 1
+        self.dim = dim
+        with self._follow, self.lock.write():  # the mirror follows the file
+            self._own = None
+            self._follow.notify_all()
+            self._hashes.extend(digests)
+            vecs = np.concatenate([p.vecs for p in ok]) if len(ok) > 1 else ok[0].vecs
+            labels = [x for p in ok for x in p.labels]
+            texts = [x for p in ok for x in p.texts]
+            try:
+                self._feed(vecs, labels, texts)
+            except BaseException as e:  # on disk but not in memory: refuse appends until reopened
+                self._broken = OcrrError(
+                    f"ledger {self.path}: the in-memory copy could not take committed entries ({e}); reopen the ledger"
+                )
+                raise self._broken from e
+        for p in ok:
+            p.done = True
+
+    def _same_dim(self, batch: list[_Pending]) -> tuple[list[_Pending], int]:
+        """The items of the ledger's dimension (the first commit fixes it), and that dimension;
+        the others fail."""
+        dim = self.dim or batch[0].vecs.shape[1]
+        ok = [p for p in batch if p.vecs.shape[1] == dim]
+        for p in batch:
+            if p.vecs.shape[1] != dim:
+                p.error, p.done = (
+                    OcrrError(
+                        f"vectors have dimension {p.vecs.shape[1]}, the ledger holds {dim}; "
+                        "encode with the ledger's encoder"
+                    ),
+                    True,
+                )
+        return ok, dim
+
+    def _rows_of(self, ok: list[_Pending]):
+        """The rows, tree nodes and digests of new entries chained on from the last one."""
+        rows, nodes, digests = [], [], []
+        n0 = n = len(self._hashes)
+        prev = self.chain_head
+        for p in ok:
+            p.ids = range(n, n + len(p.labels))
+            for vec, label, text in zip(p.vecs, p.labels, p.texts):
+                raw = vec.astype(_F4LE, copy=False).tobytes()
+                pre = entry_bytes(n, label, text, raw, prev)
+                digest = hashlib.sha256(pre).digest()
+                rows.append((n, label, text, raw, prev, digest))
+                nodes.extend(self.tree.append(hashlib.sha256(b"\x00" + pre).digest()))
+                digests.append(digest)
+                prev, n = digest, n + 1
+        return rows, nodes, digests, n0
+
+    # -- other processes' entries -----------------------------------------------------
+    def refresh(self) -> int:
+        """Take in the entries other processes committed to the file since this one last
+        looked (checked: each must chain on from ours); return how many. Cheap when nothing
+        changed (one ``PRAGMA data_version``); never waits for a commit's fsync."""
+        with self._follow:
+            while True:
+                if self._closed:
+                    return 0
+                version = self._watch.execute("PRAGMA data_version").fetchone()[0]
+                if version == self._version:
+                    return 0
+                size = self._watch.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0]
+                if self._own is None or size <= self._own[1]:
+                    break
+                self._follow.wait()  # our commit's rows, then others': wait until ours are fed
+            if self._own is not None or size <= len(self._hashes):
+                self._version = version  # nothing new, or only our own commit's rows (fed by it)
+                return 0
+            self._watch.execute("BEGIN")  # one snapshot of the file
+            try:
+                got = self._take_in(self._watch)
+            finally:
+                self._watch.execute("COMMIT")
+            self._version = version
+            return got
+
+    def _take_in(self, conn: sqlite3.Connection) -> int:
+        """Under ``_follow``, in a transaction on ``conn``: add the file's entries past ours to
+        the tree, the chain and the mirror, each checked to chain on from the one before."""
+        size = conn.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0]
+        n0 = len(self._hashes)
+        if size <= n0:
+            return 0
+        if self._broken is not None:
+            raise self._broken
+        try:
+            self.dim = self.dim or conn.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()[0]
+            rows = conn.execute(
+                "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
+                (n0, size),
+            ).fetchall()
+            prev, leaves, digests = self.chain_head, [], []
+            for i, (id_, label, text, raw, prev_hash, digest) in enumerate(rows, n0):
+                try:
+                    if id_ != i:
+                        raise _Damage(i, f"entry {i}: id is {id_!r}")
+                    leaves.append(check_entry(i, label, text, raw, prev_hash, digest, prev, self.dim))
+                except _Damage as e:
+                    raise OcrrError(
+                        f"entry {i}, written by another process, does not chain on from entry {i - 1} ({e.reason})"
+                    ) from None
+                digests.append(digest)
+                prev = digest
+            if len(rows) != size - n0:
+                raise OcrrError(f"the file says it holds {size} entries but has {n0 + len(rows)}")
+            vecs = np.frombuffer(b"".join(r[3] for r in rows), _F4LE).reshape(len(rows), self.dim)
+            with self.lock.write():
+                for leaf in leaves:
+                    self.tree.append(leaf)
+                self._hashes.extend(digests)
+                self._feed(vecs.astype(np.float32), [r[1] for r in rows], [r[2] for r in rows])
+        except BaseException as e:  # the mirror may be part-way: refuse to go on until reopened
+            self._broken = OcrrError(
+                f"ledger {self.path}: could not take in entries other processes committed "
+                f"({e}); stop the processes writing it and run `ocrr ledger verify {self.path}`"
+            )
+            raise self._broken from e
+        self.followed += len(rows)
+        return len(rows)
+
+    def _feed(self, vecs: np.ndarray, labels: list, texts: list) -> None:
+        if self._apply(vecs, labels, texts) != self.chain_head:  # same bytes in, same digests out
+            raise OcrrError(
+                f"ledger {self.path}: the in-memory chain does not match the file (was the "
+                "substrate opened with other settings than the ones that wrote it?)"
+            )
+
+    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list) -> bytes:
+        if self.memory.dim is None:
+            self.memory = Ledger(vecs.shape[1])
+        if len(labels) == 1:
+            self.memory.append_checked(vecs[0], labels[0], texts[0])
+        else:
+            self.memory.extend(vecs, labels, texts)
+        return self.memory.head
+
+    # -- checking -----------------------------------------------------------------------
+    def verify(self, verify: str = "full") -> LedgerReport:
+        """Re-read and check the file as it is on disk now; record a checkpoint if intact."""
+        report, _ = scan_file(self.path, verify)
+        self.report = report
+        if report and verify == "full":
+            self.refresh()  # other processes may have appended: vouch only for entries this one holds too
+            self._record_checkpoint(min(report.size, len(self)))
+        return report
+
+    def _record_checkpoint(self, size: int | None = None) -> None:
+        size = len(self) if size is None else size
+        if size == 0:
+            return
+        with self._cv:  # between group commits, so the write does not interleave with one
+            while self._committing:
+                self._cv.wait()
+            if self._closed:
+                return
+            self._conn.execute(
+                "INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?)",
+                (size, self._hashes[size - 1], self.tree.root(size), time.time()),
+            )
+
+    def close(self) -> None:
+        """Wait for the commit in flight, then close the file. Idempotent."""
+        with self._cv:
+            while self._committing:
+                self._cv.wait()
+            if not self._closed:
+                with self._follow:
+                    self._closed = True
+                    self._watch.close()
+                self._conn.close()
+                os.close(self._writer)
+                self._cv.notify_all()
+
+    def __enter__(self) -> DurableLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
+    try:
+        vecs = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise OcrrError(f"vectors are not numeric ({e}); pass an array of floats") from e
+    if vecs.ndim != 2:
+        raise OcrrError(f"vectors must have shape (m, d), got {vecs.shape}")
+    if dim is not None and vecs.shape[1] != dim:
+        raise OcrrError(
+            f"vectors have dimension {vecs.shape[1]}, the ledger holds {dim}; encode with the ledger's encoder"
+        )
+    if vecs.shape[1] < 1:
+        raise OcrrError("vectors must have at least one component")
+    if not np.isfinite(vecs).all():
+        raise OcrrError("a vector contains NaN or infinity; check the encoder output")
+    if len(labels) != len(vecs) or (texts is not None and len(texts) != len(vecs)):
+        raise OcrrError(
+            f"got {len(vecs)} vectors but {len(labels)} labels"
+            + ("" if texts is None else f" and {len(texts)} texts")
+            + "; pass one per vector"
+        )
+    for label, text in zip(labels, texts if texts is not None else [None] * len(labels)):
+        if not isinstance(label, str) or not label:
+            raise OcrrError(f"label must be a non-empty string, got {label!r}")
+        if text is not None and not isinstance(text, str):
+            raise OcrrError(f"text must be a string or None, got {type(text).__name__}")
+        try:
+            label.encode("utf-8")
+            text is None or text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise OcrrError(f"label or text is not valid Unicode ({e.reason}); remove lone surrogates") from None
+    return np.ascontiguousarray(vecs)

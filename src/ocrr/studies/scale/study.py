@@ -1,0 +1,495 @@
+"""The scale study (paper 6.5): exact vs approximate retrieval under the substrate's vote.
+
+Synthetic class-incremental data (``ocrr.studies.scale.data``): ``family="gaussian"``, random
+unit centroids in ``dim`` dimensions and an entry of class c is ``centroid_c +
+N(0, sigma^2 I)``, L2-normalised; ``family="subspace"``, the same inside a random
+``intrinsic_dim``-dimensional subspace plus a little ambient noise. Entries arrive class
+by class (ids 0.. in class order), as a class-incremental stream would append them to
+the ledger. At each scale N the study
+
+1. streams the N entries in chunks (generated from per-block seeds, so any chunk can be
+   regenerated and 10M x 384 float32 = 15.4 GB never has to be in memory at once),
+2. computes the exact top-k of every query by brute force over the chunks (the ground
+   truth; ``ocrr.index.exact_search`` semantics, merged with ``top_k``),
+3. adds the chunks to each approximate backend (``hnsw`` by default; ``hnsw_sq8``,
+   ``exact_sq8``, ``ivf``, ``ivf_sq8``, ``ivf_pq`` on request; the IVF kinds are built
+   and tuned as ``ocrr.studies.scale.ivf`` describes) in stream order (``order="class"``; ``"shuffled"`` inserts
+   the same entries, same ids, in a random order -- HNSW graphs are sensitive to it)
+   and, when it fits (``exact="auto"``: N x dim x 4 bytes <=
+   ``exact_max_gb``), keeps the vectors in one array read by an ``ExactIndex`` in
+   borrowed mode -- the unbounded substrate's exact path, whose query time is reported,
+4. answers the queries with each backend and applies the substrate's vote
+   (``ocrr.index.vote.vote`` with the substrate's default ``VoteRule``: k=5,
+   margin 0.05, count weighting, max-similarity then recency tie-breaks), and reports
+   accuracy, the exact-vs-approximate gap, recall@k, prediction agreement, ms/query
+   (one query per call on one thread, and one batched call), build time, index bytes per entry and
+   the peak resident memory of the process that ran that scale.
+
+Two query sets are scored at every scale (same build):
+
+* ``fresh``: ``n_queries`` new draws from the class distributions (2 per class) -- the
+  question a deployment asks: classify an unseen item;
+* ``stored``: ``n_queries`` entries of the index itself, queried with their own vector.
+  Such a query's nearest neighbour is itself (similarity 1.0), so with margin 0.05 the
+  vote band usually holds the query alone and exact accuracy is 1.0 by construction,
+  whatever sigma. The paper's 6.5 numbers (accuracy 1.000 at sigma 0.3, where fresh
+  queries are barely separable) match this set, which is why it is reported too.
+
+Peak memory is ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of a fresh process per
+scale (``isolate=True``; psutil is not installed), so it includes the interpreter,
+numpy and FAISS (~0.2 GB) and the transient chunk buffers, not just the index; the CSV
+also has the sampled peaks of anonymous and file-backed resident memory separately, and
+both at each phase (``ocrr.studies.scale.memory`` says what each means). With ``cold_queries``
+the IVF kinds are also timed right after the vector file left the page cache.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ocrr.index import make_index, recall_at_k, top_k
+from ocrr.index.exact import ExactIndex
+from ocrr.index.vote import VoteRule, vote
+from ocrr.studies.scale.data import BLOCK, CHUNK_ROWS, FAMILIES, SubspaceStream, SyntheticStream, make_stream
+from ocrr.studies.scale.ivf import IVFBuild, VectorStore, time_cold_queries
+from ocrr.studies.scale.memory import MemorySampler, proc_status_mb
+from ocrr.studies.scale.report import PAPER, figure, markdown, read_csv, scale_label, write_csv, write_outputs
+
+__all__ = [
+    "BLOCK",
+    "CHUNK_ROWS",
+    "DEFAULT_SCALES",
+    "FAMILIES",
+    "PAPER",
+    "ScaleConfig",
+    "SubspaceStream",
+    "SyntheticStream",
+    "figure",
+    "ledger_bytes_per_entry",
+    "make_stream",
+    "markdown",
+    "read_csv",
+    "run_scale",
+    "run_study",
+    "scale_label",
+    "write_csv",
+    "write_outputs",
+]
+
+DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
+IVF_KINDS = ("ivf", "ivf_sq8", "ivf_pq")
+
+
+@dataclass
+class ScaleConfig:
+    scales: tuple[int, ...] = DEFAULT_SCALES
+    n_classes: int = 100
+    dim: int = 384
+    sigma: float = 0.3
+    n_queries: int = 200
+    k: int = 5
+    seed: int = 0
+    backends: tuple[str, ...] = ("hnsw",)
+    exact: str = "auto"  # "auto" | "yes" | "no": keep an in-memory exact index to time it
+    exact_max_gb: float = 4.0
+    query_modes: tuple[str, ...] = ("fresh", "stored")
+    hnsw_m: int = 16
+    ef_construction: int = 200
+    ef_search: int = 64
+    threads: int = 2
+    order: str = "class"  # insertion order into the approximate backends: "class" (the stream's) or "shuffled"
+    index_params: dict = field(default_factory=dict)  # extra make_index parameters
+    family: str = "gaussian"  # "gaussian" | "subspace" (ocrr.studies.scale.data)
+    intrinsic_dim: int = 16  # subspace family: dimension of the classes' subspace
+    ambient: float = 0.005  # subspace family: isotropic noise per dimension on top
+    nlist: int = 0  # IVF lists (0: largest power of two <= 4 sqrt N)
+    nprobe: int = 16  # IVF settings used when target_recall is 0
+    rerank: int = 100
+    target_recall: float = 0.95  # tune nprobe and re-rank depth for this recall@k (0: no tuning)
+    train_per_list: int = 32  # k-means training entries per list
+    vectors_dir: str | None = None  # scratch folder of the float32 file the IVF re-rank reads (None: temp dir)
+    target_agreement: float = 0.0  # tune for the vote agreeing with exact search on the tuning sample (0: off)
+    tune_queries: int = 0  # size of the tuning sample (0: n_queries)
+    tune_tolerance: float = 0.0  # no point meets the targets: cheapest within this of the best bound
+    cold_queries: bool = False  # also time single queries after evicting the vector file from the page cache
+    also_time: tuple = ()  # IVF: (nprobe, rerank) settings scored and timed besides the tuned one
+
+    def keep_exact(self, n: int) -> bool:
+        if self.exact == "yes":
+            return True
+        if self.exact == "no":
+            return False
+        return n * self.dim * 4 <= self.exact_max_gb * 1e9
+
+
+# -- one scale ---------------------------------------------------------------------------------
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _predict(stream: SyntheticStream, sims: np.ndarray, ids: np.ndarray, rule: VoteRule) -> np.ndarray:
+    labels = np.where(ids >= 0, stream.labels_of(np.maximum(ids, 0)), -1)
+    return vote(sims, ids, labels, rule)
+
+
+def _time_queries(index, queries: np.ndarray, k: int, threads: int, repeats: int = 3) -> dict:
+    """Query cost, measured two ways because the machine is shared:
+
+    * ``ms_per_query``: CPU time of the calling thread per query, one query per call, FAISS
+      and BLAS limited to ONE thread -- so it is the single-query latency an idle core
+      would see, unaffected by waiting for a CPU other processes hold (best of
+      ``repeats`` passes; one pass when a pass takes over 30 s);
+    * ``ms_per_query_wall``: the wall time of the same best pass;
+    * ``ms_per_query_batched`` / ``cpu_ms_per_query_batched``: one call with all queries
+      on ``threads`` threads, wall time and process CPU time (all threads) per query.
+    """
+    import faiss
+    from threadpoolctl import threadpool_limits
+
+    index.search(queries[:2], k)  # warm-up
+    cpu = wall = np.inf
+    faiss.omp_set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            for _ in range(repeats):
+                c0, t0 = time.thread_time(), time.perf_counter()
+                for i in range(len(queries)):
+                    index.search(queries[i : i + 1], k)
+                cpu, took = min(cpu, time.thread_time() - c0), time.perf_counter() - t0
+                wall = min(wall, took)
+                if took > 30:
+                    break
+    finally:
+        faiss.omp_set_num_threads(threads)
+    b_cpu = b_wall = np.inf
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        index.search(queries, k)
+        b_cpu, took = min(b_cpu, time.process_time() - c0), time.perf_counter() - t0
+        b_wall = min(b_wall, took)
+        if took > 30:
+            break
+    per = 1000 / len(queries)
+    return {
+        "ms_per_query": cpu * per,
+        "ms_per_query_wall": wall * per,
+        "ms_per_query_batched": b_wall * per,
+        "cpu_ms_per_query_batched": b_cpu * per,
+    }
+
+
+def _add_all(backends: dict, x: np.ndarray, ids: np.ndarray, first_chunk: bool, build_s: dict, build_cpu: dict) -> None:
+    for name, index in backends.items():
+        t0, c0 = time.perf_counter(), time.process_time()
+        if getattr(index, "compressed", False) and first_chunk:
+            index.train(x)  # the 8-bit quantiser sees the head of the stream (the first chunk), as in a deployment
+        index.add(x, ids)
+        build_s[name] += time.perf_counter() - t0
+        build_cpu[name] += time.process_time() - c0
+
+
+def _band_size(sims: np.ndarray, ids: np.ndarray, margin: float) -> float:
+    """Mean number of retrieved neighbours inside the vote's margin band."""
+    valid = ids >= 0
+    top = np.max(np.where(valid, sims, -np.inf), axis=1, keepdims=True)
+    return float((valid & (sims >= top - margin)).sum(axis=1).mean())
+
+
+def run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
+    """Build, query and score every backend at one scale; one row per (backend, query set)."""
+    import faiss
+    from threadpoolctl import threadpool_limits
+
+    faiss.omp_set_num_threads(cfg.threads)
+    with threadpool_limits(cfg.threads), MemorySampler() as memory:
+        rows = _run_scale(n, cfg, memory)
+    for row in rows:
+        row.update(memory.fields())
+    return rows
+
+
+_proc_status_mb = proc_status_mb
+
+
+def _say(started: float, n: int, msg: str) -> None:
+    print(f"[scale {scale_label(n)} +{time.perf_counter() - started:.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
+    rss_start = _peak_rss_mb()
+    started = time.perf_counter()
+    stream = make_stream(cfg.family, n, cfg.n_classes, cfg.dim, cfg.sigma, cfg.seed, cfg.intrinsic_dim, cfg.ambient)
+    rule = VoteRule(k=cfg.k)  # the substrate's default rule
+    qsets = {}
+    if "fresh" in cfg.query_modes:
+        q, lab = stream.fresh_queries(cfg.n_queries)
+        qsets["fresh"] = (q, lab, None)
+    if "stored" in cfg.query_modes:
+        q, lab, qids = stream.stored_queries(cfg.n_queries)
+        qsets["stored"] = (q, lab, qids)
+    depth = {m: cfg.k for m in qsets}
+    ivf_kinds = [b for b in cfg.backends if b in IVF_KINDS]
+    tuning = ivf_kinds and (cfg.target_recall > 0 or cfg.target_agreement > 0)
+    if tuning:  # held-out stored entries for the IVF tuning: exact top-(k+1), each includes itself
+        size = min(cfg.tune_queries or cfg.n_queries, n)
+        tune_ids = np.sort(np.random.default_rng([cfg.seed, 6]).choice(n, size=size, replace=False))
+        qsets["tune"] = (stream.rows(tune_ids), stream.labels_of(tune_ids), tune_ids)
+        depth["tune"] = cfg.k + 1
+    truth = {m: (np.empty((len(q), 0), np.float32), np.empty((len(q), 0), np.int64)) for m, (q, _, _) in qsets.items()}
+
+    params = dict(m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=cfg.ef_search, **cfg.index_params)
+    backends = {name: make_index(name, cfg.dim, **params) for name in cfg.backends if name not in IVF_KINDS}
+    build_s = dict.fromkeys(backends, 0.0)
+    build_cpu = dict.fromkeys(backends, 0.0)  # process CPU time (all threads) of the adds
+    keep = cfg.keep_exact(n)
+    vstore = VectorStore(n, cfg.dim, in_memory=keep, folder=cfg.vectors_dir) if keep or ivf_kinds else None
+    store = vstore.array if keep else None
+    exact = ExactIndex(cfg.dim, source=lambda: store) if keep else None  # borrowed: the substrate's exact path
+    ivf = (
+        IVFBuild(ivf_kinds, n, cfg.dim, vstore, cfg.nlist, cfg.nprobe, cfg.rerank, cfg.train_per_list, cfg.seed)
+        if ivf_kinds
+        else None
+    )
+    if keep:
+        build_s["exact"] = build_cpu["exact"] = 0.0
+    gen_s = gt_s = 0.0
+
+    t_gen = time.perf_counter()
+    for first, x in stream.chunks():
+        ids = np.arange(first, first + len(x), dtype=np.int64)
+        gen_s += time.perf_counter() - t_gen
+        t0 = time.perf_counter()
+        for m, (q, _, _) in qsets.items():
+            s, i = top_k(q @ x.T, ids, depth[m])
+            ts, ti = truth[m]
+            truth[m] = top_k(np.concatenate([ts, s], axis=1), np.concatenate([ti, i], axis=1), depth[m])
+        gt_s += time.perf_counter() - t0
+        if vstore is not None:
+            vstore.write(first, x)  # the ledger append, not timed as index build
+        if ivf is not None:
+            ivf.collect(first, x)
+        if keep:
+            t0, c0 = time.perf_counter(), time.process_time()
+            exact.add(x, ids)
+            build_s["exact"] += time.perf_counter() - t0
+            build_cpu["exact"] += time.process_time() - c0
+        if cfg.order == "class":
+            _add_all(backends, x, ids, first == 0, build_s, build_cpu)
+        if (first // CHUNK_ROWS) % 16 == 0:
+            _say(started, n, f"first pass {first + len(x):,}/{n:,}")
+        t_gen = time.perf_counter()
+    del x
+    if cfg.order == "shuffled":  # same entries and ids, inserted into the backends in a random order
+        perm = np.random.default_rng([cfg.seed, 4]).permutation(n)
+        for lo in range(0, n, CHUNK_ROWS):
+            ids = np.sort(perm[lo : lo + CHUNK_ROWS])
+            x = store[ids] if keep else stream.rows(ids)
+            _add_all(backends, x, ids, lo == 0, build_s, build_cpu)
+    tuned: dict[str, dict] = {}
+    anon = [_proc_status_mb().get("RssAnon", math.nan)]  # sampled after each phase
+    memory.mark("first_pass")
+    if ivf is not None:
+        _say(started, n, f"first pass done; IVF: k-means ({ivf.nlist} lists) and adds")
+        ivf.finish(CHUNK_ROWS, progress=lambda msg: _say(started, n, msg))
+        memory.mark("built")
+        anon.append(_proc_status_mb().get("RssAnon", math.nan))
+        for kind in ivf_kinds:
+            backends[kind] = ivf.indexes[kind]
+            build_s[kind], build_cpu[kind] = ivf.build_seconds(kind), ivf.build_seconds(kind, cpu=True)
+            if tuning:
+                tq, _, tids = qsets["tune"]
+                tuned[kind] = ivf.tune(
+                    kind,
+                    cfg.target_recall,
+                    cfg.k,
+                    (tids, tq, truth["tune"][1]),
+                    cfg.target_agreement,
+                    stream.labels_of,
+                    cfg.tune_tolerance,
+                )
+                _say(
+                    started,
+                    n,
+                    f"{kind}: tuned nprobe {tuned[kind]['nprobe']}, rerank {tuned[kind]['rerank']}, "
+                    f"recall {tuned[kind]['recall']:.3f}, agreement "
+                    f"{tuned[kind].get('agreement', math.nan):.3f} in {tuned[kind]['tune_s']:.0f} s",
+                )
+        qsets.pop("tune", None)
+        memory.mark("tuned")
+
+    timed = dict(backends)
+    if keep:
+        assert exact.borrowed  # no second copy of the vectors
+        timed = {"exact": exact, **backends}
+    plan = [(name, index, None) for name, index in timed.items()]
+    plan += [(kind, backends[kind], tuple(setting)) for kind in ivf_kinds for setting in cfg.also_time]
+    rows = []
+    for name, index, setting in plan:
+        if setting:  # the same index at another setting, for the trade-off (the tuned one is restored below)
+            tuned_setting = (index.nprobe, index.rerank)
+            index.nprobe, index.rerank = setting
+        bytes_per_entry = index.nbytes / n
+        for mode, (q, lab, qids) in qsets.items():
+            t_s, t_i = truth[mode]
+            exact_pred = _predict(stream, t_s, t_i, rule)
+            timing = _time_queries(index, q, cfg.k, cfg.threads)
+            s, i = index.search(q, cfg.k)
+            pred = _predict(stream, s, i, rule)
+            row = {
+                "scale": n,
+                "backend": f"{name}@{setting[0]}/{setting[1]}" if setting else name,
+                "queries": mode,
+                "n_queries": len(q),
+                "sigma": cfg.sigma,
+                "dim": cfg.dim,
+                "n_classes": cfg.n_classes,
+                "k": cfg.k,
+                "brute_acc": float(np.mean(exact_pred == lab)),
+                "acc": float(np.mean(pred == lab)),
+                "gap": float(np.mean(exact_pred == lab) - np.mean(pred == lab)),
+                f"recall@{cfg.k}": recall_at_k(i, t_i),
+                "agreement": float(np.mean(pred == exact_pred)),
+                "top1_same": float(np.mean(i[:, 0] == t_i[:, 0])),
+                **timing,
+                "build_s": build_s[name],
+                "build_cpu_s": build_cpu[name],
+                "index_bytes_per_entry": bytes_per_entry,
+                "store_bytes_per_entry": 4 * cfg.dim,
+                "mean_top1_sim": float(t_s[:, 0].mean()),
+                "band_size": _band_size(s, i, rule.margin),
+                "exact_band_size": _band_size(t_s, t_i, rule.margin),
+                "self_hit": float(np.mean(i[:, 0] == qids)) if qids is not None else math.nan,
+                "hnsw_m": cfg.hnsw_m,
+                "ef_construction": cfg.ef_construction,
+                "ef_search": cfg.ef_search,
+                "threads": cfg.threads,
+                "order": cfg.order,
+                "gen_s": gen_s,
+                "ground_truth_s": gt_s,
+            }
+            if cfg.family != "gaussian":
+                row.update(family=cfg.family, intrinsic_dim=cfg.intrinsic_dim, ambient=cfg.ambient)
+            if name in IVF_KINDS:
+                t = tuned.get(name, {})
+                row.update(
+                    nlist=index.nlist,
+                    nprobe=index.nprobe,
+                    rerank=index.rerank,
+                    target_recall=cfg.target_recall if t else 0.0,
+                    tuned_recall=t.get("recall", math.nan),
+                    target_agreement=cfg.target_agreement if t else 0.0,
+                    tuned_agreement=t.get("agreement", math.nan),
+                    tuned_agreement_bound=t.get("agreement_bound", math.nan),
+                    tune_queries=t.get("n_queries", 0),
+                    tune_tolerance=cfg.tune_tolerance,
+                    target_met=t.get("met", ""),
+                    tune_s=t.get("tune_s", math.nan),
+                    kmeans_s=ivf.seconds["kmeans"],
+                    assign_s=ivf.seconds["assign"],
+                    train_codes_s=ivf.seconds[f"train {name}"],
+                    add_s=ivf.seconds[f"add {name}"],
+                    tuning_points=[] if setting else t.get("points", []),
+                )
+            rows.append(row)
+        if setting:
+            index.nprobe, index.rerank = tuned_setting
+        _say(started, n, f"{name} scored" + (f" at nprobe {setting[0]}, rerank {setting[1]}" if setting else ""))
+        anon.append(_proc_status_mb().get("RssAnon", math.nan))
+    memory.mark("queried")
+    if cfg.cold_queries and vstore is not None and not keep:  # last: it empties the page cache of the file
+        for row in rows:
+            if row["backend"] in IVF_KINDS:
+                row.update(time_cold_queries(backends[row["backend"]], qsets[row["queries"]][0], cfg.k, vstore))
+        memory.mark("cold")
+    peak = _peak_rss_mb()
+    mem = _proc_status_mb()
+    for row in rows:
+        row["peak_rss_mb"] = peak
+        row["rss_at_start_mb"] = rss_start
+        row["exact_in_memory"] = keep
+        if ivf is not None:
+            row["anon_rss_end_mb"] = mem.get("RssAnon", math.nan)
+            row["anon_rss_max_sampled_mb"] = max(anon)
+            row["file_rss_end_mb"] = mem.get("RssFile", math.nan)
+    if vstore is not None:
+        del store, exact, timed, backends
+        if ivf is not None:
+            ivf.indexes.clear()
+        vstore.close()
+    return rows
+
+
+# -- the study --------------------------------------------------------------------------------
+def run_study(cfg: ScaleConfig, isolate: bool = True, on_scale=None) -> list[dict]:
+    """Every scale, each in a fresh Python process when ``isolate`` (so peak memory is per
+    scale and one scale's allocations cannot inflate the next's)."""
+    rows: list[dict] = []
+    for n in cfg.scales:
+        got = _run_isolated(n, cfg) if isolate else run_scale(n, cfg)
+        rows.extend(got)
+        if on_scale:
+            on_scale(n, got)
+    return rows
+
+
+def _run_isolated(n: int, cfg: ScaleConfig) -> list[dict]:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ocrr.studies.scale.study", str(n), json.dumps(asdict(cfg))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"scale {n}: the worker process failed (exit {proc.returncode}); see its stderr above")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _child_main(argv: list[str]) -> None:
+    import json
+
+    n, raw = int(argv[0]), json.loads(argv[1])
+    for key in ("scales", "backends", "query_modes"):
+        raw[key] = tuple(raw[key])
+    raw["also_time"] = tuple(tuple(x) for x in raw.get("also_time", ()))
+    print(json.dumps(run_scale(n, ScaleConfig(**raw))))
+
+
+def ledger_bytes_per_entry(dim: int = 384, n: int = 16_384) -> dict:
+    """Measured (tracemalloc) bytes per entry of an ``ocrr.ledger.chain.Ledger`` with no texts.
+
+    ``n`` is a power of two so the capacity-doubling vector buffer has no slack; returns
+    {"total", "vector_buffer", "python_objects"} per entry. (Right after a doubling the
+    buffer holds up to twice the live vectors: between 1x and 2x of ``4 * dim``.)
+    """
+    import tracemalloc
+
+    from ocrr.ledger.chain import Ledger
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    labels = [f"c{i % 100:03d}" for i in range(n)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    led = Ledger(dim)
+    led.extend(x, labels)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    buffer = led.vector_buffer_bytes / n
+    del led
+    total = (after - before) / n
+    return {"total": total, "vector_buffer": buffer, "python_objects": total - buffer}
+
+
+if __name__ == "__main__":  # the per-scale worker of run_study(isolate=True)
+    import sys
+
+    _child_main(sys.argv[1:])

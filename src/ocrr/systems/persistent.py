@@ -1,0 +1,240 @@
+"""A substrate whose ledger lives on disk: corrections survive restarts.
+
+``open_substrate(path)`` opens (or creates) a durable ledger file, checks it, and
+rebuilds the substrate from it: the substrate is ``fit`` on every stored entry, which
+recomputes each digest, so its in-memory chain must end at the file's chain head. Each
+``correct`` is written (and fsynced, group-committed with concurrent ones) before the
+substrate learns it. Bounded substrates replay their evictions the same way: the live
+set is a function of the seed and the entry count, and the full history stays on file.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ocrr.batch import Batch
+from ocrr.errors import OcrrError
+from ocrr.index.exact import _GEMV_BELOW, ExactIndex, top_k
+from ocrr.index.vote import vote, vote_rows
+from ocrr.ledger.store import DurableLedger, LedgerReport
+from ocrr.systems.base import check_vectors
+from ocrr.systems.substrate import Substrate
+
+__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
+
+#: Requests of fewer queries than this share a pass in ``explain_each`` (the exact index
+#: scans them one matrix-vector product per query; bigger ones with a matrix product).
+POOLED_BELOW = _GEMV_BELOW
+
+# Rows per block of a pooled scan: ~3 MB of float32 at d=384, so the block is still in
+# cache when the next query of the pool reads it.
+_POOL_ROWS = 2048
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: int
+    label: str
+    similarity: float
+    votes: bool  # inside the margin band, so it took part in the vote
+
+
+@dataclass(frozen=True)
+class Explanation:
+    label: str | None
+    neighbours: list[Neighbour]
+    margin: float | None  # the band: neighbours within this of the top similarity vote
+
+
+class PersistentSubstrate:
+    """A substrate (``system``) over a durable ledger (``ledger``). Thread-safe: many
+    threads may predict while corrections are committed."""
+
+    def __init__(self, ledger: DurableLedger, system: Substrate):
+        self.ledger, self.system = ledger, system
+
+    # -- learning -------------------------------------------------------------------
+    def correct(self, vecs, labels, texts=None) -> range:
+        """Append corrections durably, then let the substrate learn them; return entry ids."""
+        vecs = check_vectors(vecs, self.ledger.dim, "correction vectors")
+        return self.ledger.extend(vecs, labels, texts)
+
+    # -- inference --------------------------------------------------------------------
+    def _fitted(self) -> Substrate:
+        if self.system.ledger_ is None:
+            raise OcrrError(
+                f"ledger {self.ledger.path} is empty: nothing to predict from yet; correct some "
+                "items first or start from a dataset (ocrr serve --fit DATASET)"
+            )
+        return self.system
+
+    def _search(self, vecs):
+        """Search and vote (Substrate.predict's steps, read-only: the index is searched
+        directly, not through the substrate's query-set cache), under the read lock, after
+        taking in what other processes committed to the file."""
+        self.ledger.refresh()
+        with self.ledger.lock.read():
+            sub = self._fitted()
+            queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
+            return self._vote(sub, *sub.index_.search(queries, sub.k))
+
+    def _vote(self, sub: Substrate, sims: np.ndarray, ids: np.ndarray):
+        # A few rows (a served predict): the row-by-row vote, same winners at a fraction of the overhead.
+        by = vote_rows if len(sims) < POOLED_BELOW else vote
+        labels = sub.space_.decode_ranks(by(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
+        label_of = sub.ledger_.label_of
+        entry_labels = [[label_of(e) if e >= 0 else None for e in row.tolist()] for row in ids]
+        return labels, sims, ids, entry_labels
+
+    def check_queries(self, vecs) -> np.ndarray:
+        """``vecs`` as float32 queries of the ledger's dimension, or the OcrrError a search would raise."""
+        return check_vectors(vecs, self._fitted().ledger_.dim, "query vectors")  # fixed once fitted: no lock
+
+    def explain_each(self, requests: list[np.ndarray], shortlist=None) -> list[list[Explanation]]:
+        """``explain`` of several requests (checked with ``check_queries``) at once, each
+        answer equal to ``explain(request)`` alone.
+
+        A search is a pass over every stored vector, and its cost is that memory traffic, not
+        the arithmetic. The exact index scans a request of fewer than 8 queries with one
+        matrix-vector product per query; here all such requests share one pass, block by
+        block, each query's products over a block computed while the block is still in cache.
+        A row's product does not depend on the block it is in (the same BLAS kernel per row),
+        so similarities and neighbours are the same bits as the index's own. ``shortlist``
+        (a ``service.shortlist.Shortlist``, used by one caller at a time) finds the same
+        neighbours reading half the bytes.
+
+        The pass reads the first n rows without the lock (n taken under it): rows are
+        appended, never changed, and a grown buffer leaves the old one to this view, so a
+        commit need not wait for a scan. The answer is the ledger's at size n, which counts
+        every entry committed before the call, by this process or another."""
+        self.ledger.refresh()
+        with self.ledger.lock.read():
+            sub = self._fitted()
+            index, n = sub.index_, len(sub.index_)
+            pooled = isinstance(index, ExactIndex) and index.borrowed and n > 0
+            matrix = sub.ledger_.vectors[:n]
+        small = [r for r in range(len(requests)) if pooled and len(requests[r]) < POOLED_BELOW]
+        found: dict[int, tuple] = {}
+        if small:
+            queries = np.concatenate([requests[r] for r in small])
+            if shortlist is None:
+                sims, ids = _pooled_scan(matrix, queries, sub.k)
+            else:
+                sims, ids = shortlist.search(matrix, queries, sub.k, _pooled_scan)
+            at = np.cumsum([0] + [len(requests[r]) for r in small])
+            found = {r: (sims[at[j] : at[j + 1]], ids[at[j] : at[j + 1]]) for j, r in enumerate(small)}
+        with self.ledger.lock.read():  # the vote reads the label space, which a commit may grow
+            out = []
+            for r, queries in enumerate(requests):
+                sims, ids = found[r] if r in found else index.search(queries, sub.k)
+                out.append(self._explanations(*self._vote(sub, sims, ids)))
+            return out
+
+    def predict(self, vecs) -> list[str | None]:
+        return self._search(vecs)[0]
+
+    def explain(self, vecs) -> list[Explanation]:
+        """Predicted label per query, with the neighbours that were retrieved."""
+        return self._explanations(*self._search(vecs))
+
+    def _explanations(self, labels, sims, ids, entry_labels) -> list[Explanation]:
+        band = self.system.margin
+        out = []
+        for row, (s, i) in enumerate(zip(sims, ids)):
+            live = i >= 0
+            top = float(s[live].max()) if live.any() else 0.0
+            nbrs = [
+                Neighbour(int(e), entry_labels[row][j], float(v), band is None or float(v) >= top - band)
+                for j, (v, e) in enumerate(zip(s, i))
+                if e >= 0
+            ]
+            out.append(Explanation(labels[row], nbrs, band))
+        return out
+
+    # -- audit --------------------------------------------------------------------------
+    def verify(self) -> LedgerReport:
+        """Check the file on disk, then that the substrate's chain is the file's."""
+        report = self.ledger.verify()
+        if report and self.system.ledger_ is not None:
+            with self.ledger.lock.read():
+                head, n = base64.b64encode(self.system.ledger_.head).decode(), len(self.system.ledger_)
+            same = head == report.chain_head or n > report.size  # grown since the file was read
+            if not same:
+                return LedgerReport(False, report.size, None, "the substrate's chain differs from the file's")
+        return report
+
+    def __len__(self) -> int:
+        return len(self.ledger)
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> PersistentSubstrate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """ExactIndex.search's top-k of each query over every row of ``matrix`` (id = row),
+    by matrix-vector products over blocks of rows, every query per block."""
+    n = len(matrix)
+    sims = np.empty((len(queries), n), np.float32)
+    for lo in range(0, n, _POOL_ROWS):
+        block = matrix[lo : lo + _POOL_ROWS]
+        for q, row in zip(queries, sims):
+            np.matmul(block, q, out=row[lo : lo + _POOL_ROWS])
+    return top_k(sims, np.arange(n, dtype=np.int64), min(k, n))
+
+
+def open_substrate(
+    path: str | os.PathLike[str],
+    system: str | Substrate = "substrate",
+    dim: int | None = None,
+    verify: str = "full",
+    seed: int = 0,
+) -> PersistentSubstrate:
+    """Open (or create) a substrate persisted in the ledger file ``path``.
+
+    ``system``: a substrate spec (``substrate``, ``bounded_fifo_1000``,
+    ``substrate:k=3``...) or an unfitted Substrate. The file is checked
+    (``verify="full"``, or ``"checkpoint"`` to rehash only what follows its last
+    checkpoint) and a damaged one is refused with the first bad entry.
+    """
+    if isinstance(system, str):
+        from ocrr.systems import make_system
+
+        system = make_system(system, seed=seed)
+    if not isinstance(system, Substrate):
+        raise OcrrError(
+            f"{getattr(system, 'name', system)!r} is not a substrate; a persistent system needs a "
+            "ledger (pass substrate, bounded_fifo_1000, substrate:k=3, ...)"
+        )
+    if type(system).predict is not Substrate.predict or not system.learns:
+        # The persistent substrate (and the service) answer with the substrate's own search and
+        # vote; serving a system whose answer is another rule would be silently wrong.
+        raise OcrrError(
+            f"{system.name!r} does not answer with the substrate's search and vote, which is what a "
+            "persistent ledger serves; open it with substrate, substrate:k=3, bounded_fifo_1000 or "
+            "bounded_reservoir_1000"
+        )
+    if system.ledger_ is not None:
+        raise OcrrError("pass an unfitted substrate: open_substrate fits it on the ledger file's entries")
+    if not system.store_text:
+        raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
+
+    def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
+        batch = Batch(vecs, texts, labels)
+        if system.ledger_ is None:
+            system.fit(batch)  # the stored entries are the substrate's history
+        else:
+            system.correct(batch)
+        return system.ledger_.head
+
+    ledger = DurableLedger.open(path, dim=dim, verify=verify, apply=apply)
+    return PersistentSubstrate(ledger, system)

@@ -1,0 +1,1 @@
+"""Small helpers every layer may use: atomic files, cache paths, thread pinning, a reader-writer lock."""

@@ -1,0 +1,134 @@
+"""`ocrr serve --workers 2`: two processes on one port and one ledger file answer for
+each other's corrections, count together in /metrics, agree on the head, are restarted
+when one dies, and stop cleanly with every acknowledged correction on file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+requests = pytest.importorskip("requests")
+
+from service_helpers import TOKEN  # noqa: E402
+
+from ocrr.ledger.store import DurableLedger  # noqa: E402
+from ocrr.systems.persistent import open_substrate  # noqa: E402
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _vecs(rng, m, d=16):
+    v = rng.normal(size=(m, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _wait_for_workers(url, proc, workers, deadline, exclude_pids=()):
+    """{worker slot: pid} once every slot answered /health (each request a new connection)."""
+    seen = {}
+    while len(seen) < workers:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, f"workers {sorted(seen)} of {workers} answered"
+        try:
+            h = requests.get(f"{url}/health", timeout=2).json()
+            if h["pid"] not in exclude_pids:
+                seen[h["worker"]] = h["pid"]
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    return seen
+
+
+def _session_on(url, slot, deadline):
+    """A keep-alive session whose connection is served by worker ``slot``."""
+    while time.monotonic() < deadline:
+        s = requests.Session()
+        if s.get(f"{url}/health", timeout=2).json()["worker"] == slot:
+            return s
+        s.close()
+    raise AssertionError(f"no connection reached worker {slot}")
+
+
+def test_workers_answer_for_each_other_and_stop_cleanly(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "served.db"
+    with open_substrate(path) as sub:
+        sub.correct(_vecs(rng, 30), [f"c{i % 3}" for i in range(30)])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), "--port", str(port), "--workers", "2"],
+        env={**os.environ, "OCRR_TOKEN": TOKEN},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    acked = []
+    try:
+        deadline = time.monotonic() + 120
+        pids = _wait_for_workers(url, proc, 2, deadline)
+        on = [_session_on(url, 0, deadline), _session_on(url, 1, deadline)]
+        for k in range(6):  # correct through one worker, predict at once through the other
+            writer, reader = on[k % 2], on[1 - k % 2]
+            q = _vecs(rng, 1)
+            r = writer.post(
+                f"{url}/correct", json={"vectors": np.repeat(q, 3, 0).tolist(), "labels": [f"new{k}"] * 3}, headers=AUTH
+            )
+            assert r.status_code == 200, r.text
+            acked += [(i, f"new{k}") for i in r.json()["ids"]]
+            got = reader.post(f"{url}/predict", json={"vectors": q.tolist()}).json()["predictions"][0]
+            assert got["label"] == f"new{k}"
+            assert {n["id"] for n in got["neighbours"]} >= set(r.json()["ids"])
+        heads = [s.get(f"{url}/head").json() for s in on]
+        assert heads[0]["size"] == heads[1]["size"] == 48 and heads[0]["root"] == heads[1]["root"]
+        metrics = on[0].get(f"{url}/metrics").text
+        assert "ocrr_workers 2" in metrics
+        assert "ocrr_ledger_commits_total 6" in metrics  # three by each worker, counted together
+        assert 'ocrr_requests_total{path="/correct",status="200"} 6' in metrics
+        verified = on[0].get(f"{url}/verify").json()  # the page of the other worker shows it
+        assert verified["ok"] and on[1].get(f"{url}/corrections/recent").json()["last_verify"] == verified
+
+        os.kill(pids[1], signal.SIGKILL)  # a worker dies: the supervisor starts another in its slot
+        _wait_for_workers(url, proc, 2, time.monotonic() + 120, exclude_pids={pids[1]})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert status == 0 and "worker 1 stopped" in err and "stopped: 2 workers" in err, err
+    with DurableLedger.open(path) as led:  # full check of chain and tree
+        assert len(led) == 48
+        assert all(led.memory.labels[i] == label for i, label in acked)
+
+
+def test_a_bad_worker_count_is_refused_with_the_fix(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(tmp_path / "l.db"), "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OCRR_TOKEN": TOKEN},
+    )
+    assert out.returncode != 0 and "--workers takes 1 to 64" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "l.db").exists()
+
+
+def _dies_at_once(config, slot, workers, table):
+    sys.exit(3)
+
+
+def test_a_worker_that_keeps_dying_stops_the_service_instead_of_spinning():
+    from ocrr.service.workers import bind, supervise
+
+    said = []
+    sock = bind("127.0.0.1", 0, listen=False)
+    t0 = time.monotonic()
+    assert supervise(1, sock, _dies_at_once, {}, said.append) == 1
+    assert time.monotonic() - t0 < 60
+    assert "starting it again" in said[0] and "stopped again within a minute" in said[1] and len(said) == 2
