@@ -1,14 +1,27 @@
 # Two doors: `make run` (the paper's main experiment) and `make test`.
 # Both create .venv and install everything on first use (Python 3.11, PyPI).
+# `make lint` runs the checks CI runs after the tests (ruff, mypy, import-linter).
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-OCRR   := $(VENV)/bin/ocrr
+BIN    := $(VENV)/bin
+OCRR   := $(BIN)/ocrr
 STAMP  := $(VENV)/.installed
-# PyTorch first, as the CPU build this machine keeps on disk; then the project.
+# PyTorch first, then the project. ocrr needs only the CPU build of torch 2.13.0 (no CUDA
+# libraries); pip users get it with
+#   pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# and make passes the same on: make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
+# What the linters read (the docs' Markdown is left as written).
+LINTED := src tests benchmarks scripts
 
-.PHONY: setup run test bench clean
+# The tests run in a new random order each time (pytest-randomly); the seed is printed,
+# and `make test SEED=<seed>` replays that order.
+ifndef SEED
+SEED := $(shell python3 -c "import random; print(random.randrange(1_000_000))")
+endif
+
+.PHONY: setup run test lint bench clean
 
 setup: $(STAMP)
 
@@ -26,7 +39,14 @@ run: setup
 	    --fallback-demo --out results/main
 
 test: setup
-	$(PY) -m pytest -q
+	@echo "test order: --randomly-seed=$(SEED) (replay it with: make test SEED=$(SEED))"
+	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED)
+
+lint: setup
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: setup
 	$(PY) benchmarks/bench_main_job.py

@@ -69,9 +69,11 @@ def main() -> None:
             indexes, build = {}, {}
             for kind in kinds:
                 if kind == "exact":
-                    indexes[kind] = ExactIndex(args.dim, source=lambda: store)
+                    indexes[kind] = ExactIndex(args.dim, source=lambda store=store: store)
                 elif kind.startswith("ivf"):
-                    indexes[kind] = make_index(kind, args.dim, source=lambda: store, target_recall=args.target_recall)
+                    indexes[kind] = make_index(
+                        kind, args.dim, source=lambda store=store: store, target_recall=args.target_recall
+                    )
                 else:
                     indexes[kind] = make_index(kind, args.dim)
                 build[kind] = 0.0

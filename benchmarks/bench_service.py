@@ -24,7 +24,8 @@ answers are parsed only as far as their length until the run is over, and latenc
 from the send to the last byte of the answer. ``--b64`` sends vectors as base64 float32
 (``vectors_b64``) instead of JSON lists.
 
-Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64] [--repeat 4]
+Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
+[--repeat 4]
 Targets on the 2-core box: predict by vector p99 <= 10 ms; >= 500 durable corrections/s.
 """
 
@@ -436,8 +437,9 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
             f"shortlist): {full:.0f}"
         )
     user, system = cpu[0]
+    per_request = 1000 * (user + system) / max(total, 1)
     print(
-        f"  CPU: server (all its processes) {user:.1f} s user + {system:.1f} s system ({1000 * (user + system) / max(total, 1):.2f} ms "
+        f"  CPU: server (all its processes) {user:.1f} s user + {system:.1f} s system ({per_request:.2f} ms "
         f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "
         f"in {wall:.1f} s of wall on {os.cpu_count()} cores"
     )

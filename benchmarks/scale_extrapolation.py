@@ -6,7 +6,8 @@ Run: python benchmarks/scale_extrapolation.py results/scale-sigma0.1/scale.csv [
 For every backend of the given `ocrr scale` outputs it prints, per decade of N, the growth
 factor of build time (wall and CPU), single-query ms, index bytes per entry and peak RSS,
 then projects each to ``--target`` by applying the LAST measured decade's growth rate
-(log-log slope; memory: the last decade's bytes per added entry), and states the memory a substrate of that size needs with each index:
+(log-log slope; memory: the last decade's bytes per added entry), and states the memory a
+substrate of that size needs with each index:
 ledger (float32 vectors + measured per-entry objects) plus the index. Every projected
 number is an extrapolation, printed as such; measured rows at the target (if a CSV has
 them) are printed next to it.
@@ -108,7 +109,7 @@ def main() -> None:
         f"= {ledger_gb:.1f} GB (exact search reads this buffer: no index bytes)"
     )
     per_entry = {}
-    for (source, backend), by_scale in series.items():
+    for (_source, backend), by_scale in series.items():
         largest = max(by_scale)
         per_entry.setdefault(backend, float(by_scale[largest]["index_bytes_per_entry"]))
     for backend, bpe in sorted(per_entry.items()):

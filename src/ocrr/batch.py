@@ -26,7 +26,7 @@ class Batch:
     def __len__(self) -> int:
         return int(self.vecs.shape[0])
 
-    def __getitem__(self, index) -> Batch:
+    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Batch:
         """Rows selected by an int, slice or integer array."""
         if isinstance(index, (int, np.integer)):
             index = slice(int(index), int(index) + 1)

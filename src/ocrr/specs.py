@@ -1,17 +1,31 @@
-"""Specs of the form ``name:key=value:key=value`` (systems, protocols) and canonical JSON.
+"""One option grammar for every plug-in (systems, protocols, policies, feedback, datasets).
 
-One parser for every registry, so ``substrate:k=3`` and ``heldout:every=25`` read alike, and
-one canonical JSON form, so a configuration hashes to the same task id in any process.
+A plug-in is named by a spec, ``name:key=value:key=value`` (``substrate:k=3``,
+``heldout:every=25``): ``parse_spec`` reads it, ``parse_value`` reads each value. Each plug-in
+declares its options once, as ``Option`` s (type, constraint, default, help line), in the
+manner of scikit-learn's ``utils/_param_validation.py``; ``validate`` checks given values
+against them, so every refusal names the option, the value and what is allowed; ``describe``
+renders the declarations (``ocrr systems NAME``, ``ocrr protocols NAME``).
+
+Spec strings are written into results and hashed into task ids, so the grammar never changes:
+``format_spec`` writes a canonical spec, and ``canonical_json`` the canonical JSON of a
+configuration (the same task id in any process).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ocrr.errors import OcrrError
+
+# -- the grammar -------------------------------------------------------------------------------
 
 
 def parse_value(text: str):
@@ -31,19 +45,46 @@ def parse_value(text: str):
 
 def spec_name(spec: str) -> str:
     """The registered name a spec starts with: 'substrate:k=3' -> 'substrate'."""
-    return str(spec).strip().split(":", 1)[0].strip()
+    return str(spec).strip().partition(":")[0].strip()
 
 
-def parse_spec(spec: str, what: str = "system", example: str = "substrate:k=3") -> tuple[str, dict]:
-    """'name:key=value:key=value' -> (name, {key: value})."""
-    name, *parts = spec.strip().split(":")
-    overrides = {}
-    for part in parts:
-        if "=" not in part:
+def parse_spec(
+    spec: str, what: str = "system", example: str = "substrate:k=3", qualifiers: Mapping[str, str] | None = None
+) -> tuple[str, dict]:
+    """'name:key=value:key=value' -> (name, {key: value}).
+
+    ``qualifiers`` lets a bare part (no ``=``) qualify the part before it, for the policies'
+    shorthand ``random:0.25`` and ``noise=0.1:confusable``: {previous key or the name: the key a
+    bare part after it sets}. Without it every part after the name must be key=value.
+    """
+    name, *parts = str(spec).strip().split(":")
+    name = name.strip()
+    qualifiers = qualifiers or {}
+    options: dict = {}
+    previous = name
+    for part in (p.strip() for p in parts):
+        if "=" in part:
+            key, value = (s.strip() for s in part.split("=", 1))
+        elif previous in qualifiers:
+            key, value = qualifiers[previous], part
+        else:
             raise OcrrError(f"{what} spec {spec!r}: {part!r} is not key=value. Write e.g. '{example}'.")
-        key, value = part.split("=", 1)
-        overrides[key.strip()] = parse_value(value.strip())
-    return name.strip(), overrides
+        if key in options:
+            raise OcrrError(f"{what} spec {spec!r}: {key} is given twice; give it once. Write e.g. '{example}'.")
+        options[key] = parse_value(value)
+        previous = key
+    return name, options
+
+
+def parse_assignments(items: Iterable[str], what: str, example: str) -> dict:
+    """['KEY=VALUE', ...] (e.g. repeated ``--data-option`` flags) -> {key: value}."""
+    options = {}
+    for item in items:
+        key, equals, value = str(item).partition("=")
+        if not equals or not key.strip():
+            raise OcrrError(f"{what} {item!r} is not KEY=VALUE, e.g. {example}.")
+        options[key.strip()] = parse_value(value.strip())
+    return options
 
 
 def format_value(value: Any) -> str:
@@ -58,6 +99,131 @@ def format_value(value: Any) -> str:
 def format_spec(name: str, options: dict) -> str:
     """The canonical spec: options sorted by key, values normalised."""
     return name + "".join(f":{k}={format_value(options[k])}" for k in sorted(options))
+
+
+# -- declarations and the validator --------------------------------------------------------------
+
+
+class _FromSignature:
+    """The default of an option whose owner's constructor signature holds it."""
+
+    def __repr__(self) -> str:
+        return "FROM_SIGNATURE"
+
+
+FROM_SIGNATURE: Any = _FromSignature()
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "text", object: "any value"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a plug-in: its default, its type, the values it allows, a help line.
+
+    Bounds: ``low``/``high`` are inclusive, ``gt``/``lt`` exclusive. ``choices`` lists the
+    values a text option allows. A system's options leave ``default`` unset: the registry
+    reads it from the constructor signature, so it is written once.
+    """
+
+    default: Any = FROM_SIGNATURE
+    kind: type = int  # int, float, bool, str, or object (any value: a plug-in's undeclared argument)
+    low: float | None = None
+    high: float | None = None
+    allow_none: bool = False
+    help: str = ""
+    choices: tuple = ()
+    gt: float | None = None
+    lt: float | None = None
+
+    def allowed(self) -> str:
+        """What the option allows, in words: 'an integer ≥ 1', 'one of a, b', 'a number in [0, 1]'."""
+        if self.choices:
+            text = "one of " + ", ".join(map(format_value, self.choices))
+        else:
+            text = _KINDS[self.kind] + _bounds(self.low, self.gt, self.high, self.lt)
+        return text + (" or none" if self.allow_none else "")
+
+    def type_name(self) -> str:
+        return {int: "integer", float: "number", bool: "bool", str: "text", object: "any"}[self.kind]
+
+    def accepts(self, value: Any) -> bool:
+        if self.kind is object:
+            return True
+        if value is None:
+            return self.allow_none
+        if self.kind is bool:
+            return isinstance(value, (bool, np.bool_))
+        if self.kind is str:
+            return isinstance(value, str) and (not self.choices or value in self.choices)
+        numbers = (int, np.integer) if self.kind is int else (int, float, np.integer, np.floating)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers) or not math.isfinite(value):
+            return False
+        return (
+            (self.low is None or value >= self.low)
+            and (self.high is None or value <= self.high)
+            and (self.gt is None or value > self.gt)
+            and (self.lt is None or value < self.lt)
+            and (not self.choices or value in self.choices)
+        )
+
+    def check(self, owner: str, key: str, value: Any, hint: str = "") -> Any:
+        """``value`` if allowed (an int widened to float where a number is declared), else an
+        OcrrError: '<owner>: <key> must be <allowed>, got <value>. <hint>'."""
+        if not self.accepts(value):
+            shown = repr(value) if isinstance(value, str) else format_value(value)
+            raise OcrrError(f"{owner}: {key} must be {self.allowed()}, got {shown}.{_space(hint)}")
+        if self.kind is float and isinstance(value, (int, np.integer)):
+            return float(value)
+        return value
+
+
+def validate(owner: str, declared: Mapping[str, Option], given: Mapping[str, Any], hint: str = "") -> dict:
+    """``given`` checked against ``declared``; raise one OcrrError for an unknown key or a bad
+    value. ``owner`` names the plug-in ('system substrate'); ``hint`` ends every message
+    ("Run 'ocrr systems substrate' to list its options.")."""
+    for key in given:
+        if key not in declared:
+            raise unknown_option(owner, key, declared, hint)
+    return {key: declared[key].check(owner, key, value, hint) for key, value in given.items()}
+
+
+def unknown_option(owner: str, key: str, declared: Iterable[str], hint: str = "") -> OcrrError:
+    """'<owner> has no option <key>. Did you mean <closest>? Its options: ...'."""
+    known = list(declared)
+    close = difflib.get_close_matches(str(key), known, n=1)
+    guess = f" Did you mean {close[0]}?" if close else ""
+    listed = ", ".join(known) if known else "none"
+    return OcrrError(f"{owner} has no option {key}.{guess} Its options: {listed}.{_space(hint)}")
+
+
+def describe(declared: Mapping[str, Option], defaults: Mapping[str, Any] | None = None) -> str:
+    """One line per option: name, type, what it allows, default, help (what the CLI prints).
+    ``defaults`` overrides declared defaults (a registered alias's baked-in values)."""
+    if not declared:
+        return "(no options)"
+    rows = [("option", "type", "allowed", "default", "help")]
+    for key, opt in declared.items():
+        default = (defaults or {}).get(key, opt.default)
+        rows.append((key, opt.type_name(), opt.allowed(), format_value(default), opt.help))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4] for row in rows)
+
+
+def _bounds(low, gt, high, lt) -> str:
+    lower = (low, "[", "≥") if low is not None else (gt, "(", ">") if gt is not None else None
+    upper = (high, "]", "≤") if high is not None else (lt, ")", "<") if lt is not None else None
+    if lower and upper:
+        return f" in {lower[1]}{lower[0]:g}, {upper[0]:g}{upper[1]}"
+    if lower or upper:
+        bound, _, sign = lower or upper
+        return f" {sign} {bound:g}"
+    return ""
+
+
+def _space(hint: str) -> str:
+    return f" {hint}" if hint else ""
+
+
+# -- canonical JSON ------------------------------------------------------------------------------
 
 
 def canonical_json(obj: Any) -> str:

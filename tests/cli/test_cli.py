@@ -1,6 +1,9 @@
 """The ocrr command end to end, as a user runs it."""
 
 import json
+import re
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -153,10 +156,10 @@ def test_unknown_system_fails_before_any_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--systems", "substrate:k=-3"], "system 'substrate:k=-3': k must be at least 1"),
-        (["--every", "0"], "option every=0 must be a whole number >= 1"),
-        (["--eval-cap", "-1"], "option eval_cap=-1 must be a whole number >= 0"),
-        (["--protocol", "heldout:every=0"], "option every=0 must be a whole number >= 1"),
+        (["--systems", "substrate:k=-3"], "system substrate: k must be an integer ≥ 1, got -3"),
+        (["--every", "0"], "protocol heldout: every must be an integer ≥ 1, got 0"),
+        (["--eval-cap", "-1"], "protocol heldout: eval_cap must be an integer ≥ 0, got -1"),
+        (["--protocol", "heldout:every=0"], "protocol heldout: every must be an integer ≥ 1, got 0"),
         (["--protocol", "heldout:evry=5"], "protocol heldout has no option evry"),
         (["--protocol", "heldot"], "unknown protocol 'heldot'. Did you mean heldout?"),
         (["--encoder", "precomputed:vectors.npy"], "synthetic carries its own vectors"),
@@ -165,7 +168,7 @@ def test_unknown_system_fails_before_any_work(tmp_path, capsys):
 )
 def test_bad_options_end_in_one_clear_error(args, message, tmp_path, capsys):
     assert run_cli("run", "--dataset", "synthetic", "--quiet", "--out", tmp_path / "r", *args) == 2
-    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    err = " ".join(capsys.readouterr().err.split())
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()  # failed at the door, before any work
 
@@ -250,3 +253,75 @@ def test_user_csv_end_to_end(tmp_path, monkeypatch, shared_cache):
     )
     per = pd.read_csv(out / "per_checkpoint.csv")
     assert per["acc_novel"].iloc[-1] == 1.0
+
+
+# Every command and flag of `ocrr` before cli/ was split into one module per command
+# (taken from `ocrr <command> -h`); a command or flag may be added, none may go.
+COMMAND_OPTIONS = {
+    "": "run embed systems protocols sweep report scale calibrate-shift ledger serve -h --help",
+    "run": "-h --help --dataset --data-dir --no-oos --text-col --label-col --test-fraction --data-option --encoder "
+    "--protocol --policy --seeds --systems --heldout --eval-cap --every --out --fallback-demo --quiet",
+    "embed": "-h --help --dataset --data-dir --no-oos --text-col --label-col --test-fraction --data-option --encoder",
+    "systems": "-h --help",
+    "protocols": "-h --help",
+    "sweep": "-h --help --preset --config --datasets --policies --seeds --systems --encoders --protocol --protocols "
+    "--heldout --eval-cap --every --data-dir --data-option --no-oos --executor --jobs --address --out --dry-run "
+    "--report --quiet",
+    "report": "results -h --help --out",
+    "scale": "-h --help --scales --family --intrinsic-dim --ambient --sigma --classes --dim --queries --query-modes "
+    "--backends --exact --exact-max-gb --hnsw-m --ef-construction --ef-search --nlist --target-recall "
+    "--target-agreement --tune-queries --tune-tolerance --cold-queries --also-time --nprobe --rerank --vectors-dir "
+    "--order --real --data-dir --seed --threads --out --no-isolate",
+    "calibrate-shift": "-h --help --dataset --data-dir --protocol --seeds --k-max --s-max --out",
+    "ledger": "verify head prove consistency export import keygen -h --help",
+    "ledger verify": "path -h --help --quick --expect-size --expect-root",
+    "ledger head": "path -h --help --key --origin --checkpoint",
+    "ledger prove": "path -h --help --entry --size",
+    "ledger consistency": "path -h --help --from --to",
+    "ledger export": "path -h --help --out",
+    "ledger import": "jsonl path -h --help",
+    "ledger keygen": "key -h --help --origin",
+    "serve": "-h --help --ledger --system --seed --encoder --encoder-nice --fit --data-dir --host --port "
+    "--token-file --key --origin --quick-open --workers",
+}
+
+
+def listed_options(help_text: str) -> list[str]:
+    """Subcommands, positionals and flags an argparse help text lists, in order."""
+    section, names = "", []
+    for line in help_text.splitlines():
+        if line and not line.startswith(" "):
+            section = line.rstrip(":")
+            continue
+        head = re.match(r"^  (\S.*?)(?:\s{2,}|$)", line)
+        if not head:
+            continue
+        if section == "options":
+            names += re.findall(r"(?:^|, )(-{1,2}[\w-]+)", head.group(1))
+        elif section == "positional arguments":
+            choices = re.fullmatch(r"\{(.*)\}", head.group(1))
+            names += choices.group(1).split(",") if choices else [head.group(1).split()[0]]
+    return names
+
+
+@pytest.mark.parametrize("command", list(COMMAND_OPTIONS))
+def test_every_command_help_lists_its_options(command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as done:
+        main([*command.split(), "-h"])
+    assert done.value.code == 0
+    listed = listed_options(capsys.readouterr().out)
+    missing = [name for name in COMMAND_OPTIONS[command].split() if name not in listed]
+    assert not missing, f"ocrr {command} -h no longer lists {missing}"
+
+
+def test_python_dash_m_runs_the_same_command():
+    done = subprocess.run([sys.executable, "-m", "ocrr.cli", "protocols", "-h"], capture_output=True, text=True)
+    assert done.returncode == 0 and "usage: ocrr protocols" in done.stdout
+
+
+def test_an_error_is_one_unwrapped_line_printed_as_written(tmp_path, capsys):
+    folder = tmp_path / ("a-long-folder-name-that-must-stay-whole-" * 4) / "[not-markup]"
+    assert run_cli("scale", "--vectors-dir", folder, "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(folder) in err  # a path (or URL) stays whole, brackets and all

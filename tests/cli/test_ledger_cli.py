@@ -113,3 +113,23 @@ def test_bad_arguments_get_one_clear_error(ledger, capsys, tmp_path):
     assert main(["ledger", "head", str(ledger), "--checkpoint"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("error:") == 4
+
+
+def test_migrate_converts_an_old_format_file_into_a_new_one(tmp_path, capsys):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
+    from old_format import write_old_format
+
+    from ocrr.ledger import Ledger
+
+    ref = Ledger(4)
+    for i in range(7):
+        ref.append(np.full(4, float(i), np.float32), f"c{i % 2}", None)
+    write_old_format(tmp_path / "old.db", ref)
+    code, out = _json(capsys, ["ledger", "verify", str(tmp_path / "old.db")])
+    assert code == 1 and "ocrr ledger migrate" in out["reason"]
+    code, out = _json(capsys, ["ledger", "migrate", str(tmp_path / "old.db"), str(tmp_path / "new.db")])
+    assert code == 0 and out["ok"] and out["size"] == 7 and out["path"] == str(tmp_path / "new.db")
+    code, out = _json(capsys, ["ledger", "verify", str(tmp_path / "new.db")])
+    assert code == 0 and out["size"] == 7
+    assert main(["ledger", "migrate", str(tmp_path / "old.db"), str(tmp_path / "new.db")]) != 0
+    assert "already exists" in capsys.readouterr().err

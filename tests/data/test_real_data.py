@@ -7,10 +7,9 @@ cached in the user cache, so only the first run pays for encoding.
 import os
 
 import pytest
-from tests.conftest import USER_CACHE
 
 from ocrr.engine.experiment import Experiment, run_experiment
-from ocrr.utils.threads import pin_threads
+from ocrr.utils.threads import pinned_threads
 
 pytestmark = [
     pytest.mark.real_data,
@@ -19,9 +18,12 @@ pytestmark = [
 
 
 @pytest.fixture(autouse=True)
-def real_cache(monkeypatch):
-    monkeypatch.setenv("OCRR_CACHE_DIR", str(USER_CACHE))
-    pin_threads()
+def real_cache(monkeypatch, user_cache):
+    """The user's embedding cache, and one thread as ``ocrr run`` pins it (restored after the
+    test: a process-wide pin would change the arithmetic of every test that runs later)."""
+    monkeypatch.setenv("OCRR_CACHE_DIR", str(user_cache))
+    with pinned_threads():
+        yield
 
 
 def finals(result):

@@ -289,10 +289,10 @@ def toy_batches(n_classes=12, per_class=30, dim=16, noise=0.05, seed=0):
 @pytest.mark.parametrize("kind", ALL_KINDS)
 def test_substrate_behaves_the_same_on_every_backend(kind):
     train, test = toy_batches()
-    known = [i for i, l in enumerate(train.labels) if l < "c08"]
-    new = [i for i, l in enumerate(train.labels) if l >= "c08"]
-    old_t = [i for i, l in enumerate(test.labels) if l < "c08"]
-    new_t = [i for i, l in enumerate(test.labels) if l >= "c08"]
+    known = [i for i, label in enumerate(train.labels) if label < "c08"]
+    new = [i for i, label in enumerate(train.labels) if label >= "c08"]
+    old_t = [i for i, label in enumerate(test.labels) if label < "c08"]
+    new_t = [i for i, label in enumerate(test.labels) if label >= "c08"]
     exact = make_system("substrate").fit(train[known])
     sub = make_system(f"substrate:index={kind}:auto_threshold=100").fit(train[known])
     assert sub.hyperparameters()["index"] == kind
@@ -318,8 +318,8 @@ def test_substrate_behaves_the_same_on_every_backend(kind):
 @pytest.mark.parametrize("kind", ALL_KINDS)
 def test_knn_lm_datastore_on_every_backend(kind):
     train, test = toy_batches()
-    known = [i for i, l in enumerate(train.labels) if l < "c08"]
-    new = [i for i, l in enumerate(train.labels) if l >= "c08"]
+    known = [i for i, label in enumerate(train.labels) if label < "c08"]
+    new = [i for i, label in enumerate(train.labels) if label >= "c08"]
     exact = make_system("knn_lm:knn_lambda=1.0").fit(train[known])
     sys = make_system(f"knn_lm:knn_lambda=1.0:index={kind}:auto_threshold=100").fit(train[known])
     assert sys.hyperparameters()["index"] == kind

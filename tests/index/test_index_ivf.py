@@ -221,8 +221,8 @@ def test_systems_record_the_tuned_settings_and_rebuild_from_them():
     "bad, match",
     [
         ("target_recall=1.5", "target_recall must be a number in"),
-        ("nprobe=0", "nprobe must be a whole number >= 1"),
-        ("nlist=-1", "nlist must be a whole number >= 0"),
+        ("nprobe=0", "nprobe must be an integer ≥ 1"),
+        ("nlist=-1", "nlist must be an integer ≥ 0"),
     ],
 )
 def test_bad_ivf_options_name_the_fix(bad, match):

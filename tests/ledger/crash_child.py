@@ -1,7 +1,8 @@
-"""The crash test's helper process (a clean interpreter, started by tests/test_durable.py).
+"""The crash tests' helper process (a clean interpreter, started by test_durable.py and test_file.py).
 
-For every line read on stdin it forks a child that appends to a durable ledger in a loop,
-reporting each acknowledged append's last id on a pipe; kills the child with SIGKILL at
+For every line read on stdin it forks a child that appends to a ledger file in a loop
+(through ``DurableLedger``, or with ``open`` as third argument through ``Ledger.open``,
+appending and then flushing), reporting each acknowledged append's last id on a pipe; kills the child with SIGKILL at
 a random moment; and prints the highest acknowledged id (-1: none). Forking happens
 here, in a single-threaded process, never inside pytest's own.
 """
@@ -16,7 +17,7 @@ import time
 
 import numpy as np
 
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger import DurableLedger, Ledger
 
 DIM = 4
 
@@ -39,13 +40,25 @@ def append_forever(path: str, ack_fd: int) -> None:
         n += m
 
 
-def one_round(path: str, rng: np.random.Generator) -> int:
+def append_and_flush_forever(path: str, ack_fd: int) -> None:
+    led = Ledger.open(path)
+    n = len(led)
+    while True:
+        m = 1 + n % 3
+        for i in range(n, n + m):
+            led.append(vec(i), label(i))
+        led.flush()
+        os.write(ack_fd, f"{n + m - 1}\n".encode())  # after the flush returned: acknowledged
+        n += m
+
+
+def one_round(path: str, rng: np.random.Generator, writer=append_forever) -> int:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
-            append_forever(path, w)
+            writer(path, w)
         finally:
             os._exit(1)
     os.close(w)
@@ -64,9 +77,10 @@ def one_round(path: str, rng: np.random.Generator) -> int:
 
 def main() -> None:
     path, seed = sys.argv[1], int(sys.argv[2])
+    writer = append_and_flush_forever if sys.argv[3:] == ["open"] else append_forever
     rng = np.random.default_rng(seed)
     for _ in sys.stdin:
-        print(one_round(path, rng), flush=True)
+        print(one_round(path, rng, writer), flush=True)
 
 
 if __name__ == "__main__":

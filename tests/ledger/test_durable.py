@@ -161,16 +161,18 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path):
     assert acked > 100  # the children really did append
 
 
-def test_a_plain_ledger_file_is_adopted_and_a_damaged_one_left_alone(tmp_path):
+def test_an_old_format_file_is_adopted_and_a_damaged_one_left_alone(tmp_path):
+    from old_format import write_old_format
+
     ref = Ledger(DIM)
     for i in range(9):
         ref.append(_vec(i), _label(i), f"t{i}")
-    ref.save(tmp_path / "plain.db")
+    write_old_format(tmp_path / "plain.db", ref)
     with DurableLedger.open(tmp_path / "plain.db") as led:
         assert len(led) == 9 and led.chain_head == ref.head
         led.append(_vec(9), _label(9))
     assert DurableLedger.open(tmp_path / "plain.db").report.size == 10
-    ref.save(tmp_path / "bad.db")
+    write_old_format(tmp_path / "bad.db", ref)
     conn = sqlite3.connect(tmp_path / "bad.db")
     conn.execute("UPDATE entries SET label = 'forged' WHERE id = 5")
     conn.commit()

@@ -1,4 +1,5 @@
-"""Tests for ocrr.ledger: chaining, tamper detection, persistence, errors."""
+"""Tests for ocrr.ledger.Ledger: chaining, tamper detection, persistence, errors (the file format's
+crash safety and the old format's migration: test_file.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from ocrr.errors import OcrrError
 from ocrr.ledger import GENESIS, Entry, Ledger, VerifyResult, entry_digest
+from ocrr.ledger.scan import scan_file
 
 # ---------------------------------------------------------------- strategies
 floats32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
@@ -433,7 +435,7 @@ def test_rewritten_history_is_caught_only_by_the_held_head(spec, data):
     assert not result and result.reason.startswith("head mismatch")
 
 
-def test_secret_extension_in_file_is_caught_by_the_held_head(tmp_path):
+def test_secret_extension_in_file_is_caught(tmp_path):
     led = build([([1.0, 0.0], "a", None), ([0.0, 1.0], "b", "x")])
     held_head = led.head
     path = tmp_path / "l.db"
@@ -442,9 +444,12 @@ def test_secret_extension_in_file_is_caught_by_the_held_head(tmp_path):
     digest = entry_digest(2, "evil", None, vec, held_head)
     with sqlite3.connect(path) as conn:
         conn.execute("INSERT INTO entries VALUES (2, 'evil', NULL, ?, ?, ?)", (vec.tobytes(), held_head, digest))
-    loaded = Ledger.load(path)  # a valid longer chain loads fine ...
-    assert len(loaded) == 3
-    result = loaded.verify(expected_head=held_head)  # ... but not against the head we kept
+    # A valid longer chain, but the file's commit record says 2 entries ...
+    with pytest.raises(OcrrError, match="holds 3 entries but its last commit recorded 2"):
+        Ledger.load(path)
+    loaded = Ledger.load(path, verify=False)
+    assert len(loaded) == 3 and loaded.verify()
+    result = loaded.verify(expected_head=held_head)  # ... and the head we kept says so too
     assert not result and result.first_bad == 2
 
 
@@ -523,6 +528,7 @@ def test_file_schema(tmp_path):
         cols = [(r[1], r[2], r[3], r[5]) for r in conn.execute("PRAGMA table_info(entries)")]
         meta = dict(conn.execute("SELECT key, value FROM meta"))
         (blob,) = conn.execute("SELECT vector FROM entries").fetchone()
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert cols == [
         ("id", "INTEGER", 0, 1),
         ("label", "TEXT", 1, 0),
@@ -531,8 +537,18 @@ def test_file_schema(tmp_path):
         ("prev_hash", "BLOB", 1, 0),
         ("hash", "BLOB", 1, 0),
     ]
-    assert meta == {"format": "ocrr-ledger", "version": 1, "dim": 2}
+    assert tables == {"meta", "entries", "nodes", "checkpoints", "verifications"}
+    assert meta == {
+        "format": "ocrr-ledger",
+        "version": 1,
+        "dim": 2,
+        "size": 1,
+        "chain_head": build([([1.0, 2.0], "a", None)]).head,
+        "durable": 1,
+    }
     assert blob == np.array([1.0, 2.0], "<f4").tobytes()
+    report, _ = scan_file(path)  # one format: what save writes, the durable store's check accepts
+    assert report.ok and report.size == 1
 
 
 def test_open_appends_to_the_file(tmp_path):

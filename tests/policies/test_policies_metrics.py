@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ocrr.engine.metrics import corrections_to, summarise
 from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
+from ocrr.protocols.heldout import corrections_to, summarise
 
 
 def test_oracle_corrects_every_error():

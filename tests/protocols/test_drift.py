@@ -74,7 +74,7 @@ def test_a_static_system_scores_above_zero_and_the_substrate_recovers(data):
 
 def test_bad_options_fail_at_the_door(data):
     ds, train, test = data
-    with pytest.raises(OcrrError, match="out=farthest"):
+    with pytest.raises(OcrrError, match="out must be one of random, farthest"):
         make_protocol("drift:out=middle")
     with pytest.raises(OcrrError, match="n_clusters"):
         make_protocol("drift:n_clusters=1")

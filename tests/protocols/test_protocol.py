@@ -35,9 +35,9 @@ def test_recipe_matches_the_published_harness(ds):
     seed = 7
     labels = sorted(set(ds.train.labels) | set(ds.test.labels))
     held = {labels[i] for i in np.random.default_rng(seed).choice(len(labels), size=10, replace=False)}
-    orig = [i for i, l in enumerate(ds.test.labels) if l not in held]
-    nov = [i for i, l in enumerate(ds.test.labels) if l in held]
-    stream = [i for i, l in enumerate(ds.train.labels) if l in held]
+    orig = [i for i, label in enumerate(ds.test.labels) if label not in held]
+    nov = [i for i, label in enumerate(ds.test.labels) if label in held]
+    stream = [i for i, label in enumerate(ds.train.labels) if label in held]
     rng = np.random.default_rng(seed)
     orig = np.array(orig)[rng.choice(len(orig), size=400, replace=False)]  # novel (300) is not capped
     stream = np.array(stream)[rng.permutation(len(stream))]
@@ -47,7 +47,7 @@ def test_recipe_matches_the_published_harness(ds):
     np.testing.assert_array_equal(sc.stream.vecs, ds.train.vecs[stream])
     assert list(sc.stream.texts) == [ds.train.texts[i] for i in stream]
     # the seed set keeps file order
-    seed_idx = [i for i, l in enumerate(ds.train.labels) if l not in held]
+    seed_idx = [i for i, label in enumerate(ds.train.labels) if label not in held]
     np.testing.assert_array_equal(sc.seed_set.vecs, ds.train.vecs[seed_idx])
 
 

@@ -161,7 +161,7 @@ def test_a_test_defined_protocol_runs_sweeps_resumes_and_reports(pairs, tmp_path
 def test_protocol_options_are_validated_at_the_door(pairs, tmp_path, capsys):
     assert main(["run", *DATA, "--protocol", "pairs:size=0", "--quiet", "--out", str(tmp_path / "r")]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "option size=0 must be a whole number >= 1 (items per episode)" in err
+    assert "protocol pairs: size must be an integer ≥ 1, got 0" in err
     # held-out shortcuts do not silently apply to another protocol
     assert (
         main(

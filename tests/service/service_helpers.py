@@ -1,4 +1,4 @@
-"""Shared by the service tests: a tiny text encoder and a real server on 127.0.0.1."""
+"""Shared by the service tests: a tiny text encoder, a state over it, and a real server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
+
+from ocrr.service.config import ServiceConfig
+from ocrr.service.state import build_state
 
 DIM = 64
 TOKEN = "test-token-0123456789abcdef"
@@ -36,6 +39,11 @@ SEED_TEXTS = {
 }
 
 
+def open_state(path, **options):
+    """The service's state over the ledger file ``path``, with the hashing encoder and TOKEN."""
+    return build_state(ServiceConfig(ledger=path, token=TOKEN, **options), encoder=HashingEncoder(), log=lambda m: None)
+
+
 def seed(state) -> None:
     texts = [t for ts in SEED_TEXTS.values() for t in ts]
     labels = [lab for lab, ts in SEED_TEXTS.items() for _ in ts]
@@ -44,14 +52,17 @@ def seed(state) -> None:
 
 @contextmanager
 def running(app):
-    """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yield its base URL."""
+    """Serve ``app`` (behind its body limit, as ``ocrr serve`` does) with uvicorn on a free
+    127.0.0.1 port in a thread; yield its base URL."""
     import uvicorn
+
+    from ocrr.service.limits import BodyLimit
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(BodyLimit(app), log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

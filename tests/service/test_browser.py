@@ -10,10 +10,9 @@ import pytest
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 
-from service_helpers import TOKEN, HashingEncoder, running, seed  # noqa: E402
+from service_helpers import TOKEN, open_state, running, seed  # noqa: E402
 
-from ocrr.cli.serve import build_state  # noqa: E402
-from ocrr.service.app import BodyLimit, create_app  # noqa: E402
+from ocrr.service.app import create_app  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -29,13 +28,13 @@ def test_page_predicts_corrects_and_learns(tmp_path):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    state = build_state(tmp_path / "l.db", encoder=HashingEncoder(), token=TOKEN, log=lambda m: None)
+    state = open_state(tmp_path / "l.db")
     seed(state)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
-    with running(BodyLimit(create_app(state))) as url:
+    with running(create_app(state)) as url:
         driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
         try:
             wait = WebDriverWait(driver, 20)

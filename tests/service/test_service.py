@@ -6,18 +6,19 @@ from __future__ import annotations
 import base64
 import json
 import math
+from contextlib import contextmanager
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 requests = pytest.importorskip("requests")
 
-from service_helpers import DIM, TOKEN, HashingEncoder, running, seed  # noqa: E402
+from service_helpers import DIM, TOKEN, HashingEncoder, open_state, running, seed  # noqa: E402
 
-from ocrr.cli.serve import build_state  # noqa: E402
 from ocrr.ledger.heads import Signer, verify_checkpoint, verify_head  # noqa: E402
 from ocrr.ledger.verify import verify_consistency, verify_inclusion  # noqa: E402
-from ocrr.service.app import MAX_BATCH, BodyLimit, create_app  # noqa: E402
+from ocrr.service.app import create_app  # noqa: E402
+from ocrr.service.limits import MAX_BATCH  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -31,15 +32,29 @@ def signer():
     return Signer.generate("example.com/service-test")
 
 
+@contextmanager
+def _serving(folder, signer):
+    """A signing server over a seeded ledger in ``folder``: (url, state, ledger path, key path)."""
+    path, key = folder / "ledger.db", folder / "key.pem"
+    signer.save(key)
+    state = open_state(path, key=key, origin=signer.origin)
+    seed(state)
+    with running(create_app(state)) as url:
+        yield url, state, path, key
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, signer):
-    path = tmp_path_factory.mktemp("svc") / "ledger.db"
-    key = path.parent / "key.pem"
-    signer.save(key)
-    state = build_state(path, encoder=HashingEncoder(), key=key, origin=signer.origin, token=TOKEN, log=lambda m: None)
-    seed(state)
-    with running(BodyLimit(create_app(state))) as url:
-        yield url, state, path, key
+    """Shared by the tests that append nothing, so that each sees the seeded ledger in any order."""
+    with _serving(tmp_path_factory.mktemp("svc"), signer) as served:
+        yield served
+
+
+@pytest.fixture
+def own_server(tmp_path, signer):
+    """A server of the test's own, for a test that appends corrections."""
+    with _serving(tmp_path, signer) as served:
+        yield served
 
 
 def test_predict_by_text_and_vector(server):
@@ -54,9 +69,9 @@ def test_predict_by_text_and_vector(server):
     assert [p["label"] for p in r.json()["predictions"]] == ["balance", "balance"]
 
 
-def test_vectors_as_base64_float32_answer_as_lists_do(server):
+def test_vectors_as_base64_float32_answer_as_lists_do(own_server):
     """vectors_b64 (little-endian float32, base64) is the same query as the JSON list."""
-    url, state, *_ = server
+    url, state, *_ = own_server
     vecs = HashingEncoder().encode(["what is my balance", "send money to a friend"])
     as_lists = requests.post(f"{url}/predict", json={"vectors": vecs.tolist()}).json()
     packed = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vecs]
@@ -70,8 +85,8 @@ def test_vectors_as_base64_float32_answer_as_lists_do(server):
     assert state.substrate.ledger.read_entries(i, i + 1).__next__()[3] == vecs[0].astype("<f4").tobytes()
 
 
-def test_correct_needs_the_token_and_returns_a_signed_head_and_proof(server, signer):
-    url, state, *_ = server
+def test_correct_needs_the_token_and_returns_a_signed_head_and_proof(own_server, signer):
+    url, state, *_ = own_server
     body = {"texts": ["lost my card in a taxi"], "labels": ["lost_card"]}
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + TOKEN}):
         r = requests.post(f"{url}/correct", json=body, headers=headers)
@@ -97,12 +112,12 @@ def test_correct_needs_the_token_and_returns_a_signed_head_and_proof(server, sig
     verify_inclusion(0, inc["size"], _b(inc["leaf_hash"]), [_b(p) for p in inc["proof"]], _b(inc["root"]))
 
 
-def test_concurrent_corrections_each_get_a_signed_head_that_proves_them(server, signer):
+def test_concurrent_corrections_each_get_a_signed_head_that_proves_them(own_server, signer):
     """Corrections that share a group commit share its signed head: each answer still
     verifies, covers its entry, and proves it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    url, *_ = server
+    url, *_ = own_server
 
     def correct(j):
         body = {"texts": [f"concurrent correction {j}"], "labels": ["balance"]}
@@ -168,7 +183,7 @@ def test_the_shortcut_answers_as_fastapi_routing_does(server):
         ("POST", "/correct", json.dumps({"vectors": [[0.1] * (DIM + 1)], "labels": ["x"]}), AUTH),
     ]
     n = len(state.substrate)
-    with running(BodyLimit(create_app(routed, shortcut=False))) as plain_url:
+    with running(create_app(routed, shortcut=False)) as plain_url:
         for method, path, data, headers in cases:
             answers = [
                 requests.request(
@@ -231,9 +246,9 @@ def test_verify_health_metrics_and_page(server):
 
 def test_a_restart_keeps_every_acknowledged_correction(tmp_path):
     path = tmp_path / "l.db"
-    state = build_state(path, encoder=HashingEncoder(), token=TOKEN, log=lambda m: None)
+    state = open_state(path)
     seed(state)
-    with running(BodyLimit(create_app(state))) as url:
+    with running(create_app(state)) as url:
         ids = [
             requests.post(f"{url}/correct", json={"texts": [f"query {k}"], "labels": [f"l{k}"]}, headers=AUTH).json()[
                 "ids"
@@ -241,19 +256,19 @@ def test_a_restart_keeps_every_acknowledged_correction(tmp_path):
             for k in range(5)
         ]
         head = requests.get(f"{url}/head").json()
-    state = build_state(path, encoder=HashingEncoder(), token=TOKEN, log=lambda m: None)
-    with running(BodyLimit(create_app(state))) as url:
+    state = open_state(path)
+    with running(create_app(state)) as url:
         again = requests.get(f"{url}/head").json()
         assert (again["size"], again["root"]) == (head["size"], head["root"]) and again["size"] == ids[-1] + 1
         r = requests.post(f"{url}/predict", json={"texts": ["query 3"]})
         assert r.json()["predictions"][0]["label"] == "l3"
 
 
-def test_schemathesis_finds_no_server_error(server):
+def test_schemathesis_finds_no_server_error(own_server):
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
 
-    url, *_ = server
+    url, *_ = own_server
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     failures = []
     for op in schema.get_all_operations():

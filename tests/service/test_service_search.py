@@ -79,8 +79,9 @@ def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tm
     requests = pytest.importorskip("requests")
     from service_helpers import running
 
-    from ocrr.service.app import BodyLimit, ServiceState, create_app
+    from ocrr.service.app import create_app
     from ocrr.service.pool import PredictPool
+    from ocrr.service.state import ServiceState
 
     searched_on = []  # the thread each pooled search ran on
     search = PredictPool._search
@@ -100,7 +101,7 @@ def test_concurrent_predicts_over_a_socket_share_searches_and_answer_as_alone(tm
         for q in queries
     ]
     pass_floats = 3000 * 64  # what a pooled pass reads: on the loop up to pool_inline_floats
-    with running(BodyLimit(create_app(state, pool_inline_floats=pass_floats if on_loop else pass_floats - 1))) as url:
+    with running(create_app(state, pool_inline_floats=pass_floats if on_loop else pass_floats - 1)) as url:
 
         def ask(q):
             with requests.Session() as s:

@@ -124,7 +124,7 @@ def _dies_at_once(config, slot, workers, table):
 
 
 def test_a_worker_that_keeps_dying_stops_the_service_instead_of_spinning():
-    from ocrr.service.workers import bind, supervise
+    from ocrr.service.supervisor import bind, supervise
 
     said = []
     sock = bind("127.0.0.1", 0, listen=False)

@@ -125,7 +125,7 @@ def test_preset_picks_by_validation_score_and_tests_the_picks(preset_run):
     picks = json.loads((out / "picks.json").read_text())
     search = pd.read_csv(out / "search.csv")
     assert picks == result["picks"] and set(picks) == {"cft", "er", "offline_refining"}
-    for method, rows in search.groupby("method"):
+    for _, rows in search.groupby("method"):
         assert rows.loc[rows["picked"], "score"].iloc[0] == rows["score"].max()
         assert (rows["runs"] == plan.val_streams).all()
     # the validation scores are recomputed here from the search runs themselves

@@ -28,7 +28,7 @@ def seed_and_novel(seed: int = 0):
     """Seed set: classes c0..c4; the stream: items of the novel class c5."""
     x, labels, _ = clusters(seed)
     known = np.array([label != "c5" for label in labels])
-    seed_batch = Batch(x[known], None, [l for l, k in zip(labels, known) if k])
+    seed_batch = Batch(x[known], None, [label for label, k in zip(labels, known) if k])
     novel = x[~known]
     return seed_batch, novel, sorted(set(labels))
 

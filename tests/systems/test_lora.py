@@ -45,8 +45,8 @@ def data():
     known = set(ds.labels[:7])
     return {
         "labels": list(ds.labels),
-        "seed": batch_of(ds.train, [i for i, l in enumerate(ds.train.labels) if l in known]),
-        "stream": batch_of(ds.train, [i for i, l in enumerate(ds.train.labels) if l not in known]),
+        "seed": batch_of(ds.train, [i for i, label in enumerate(ds.train.labels) if label in known]),
+        "stream": batch_of(ds.train, [i for i, label in enumerate(ds.train.labels) if label not in known]),
         "eval": batch_of(ds.test, np.arange(len(ds.test))),
     }
 
@@ -173,7 +173,7 @@ def test_errors_name_the_fix(data, tmp_path):
         fitted(data, TINY + ":targets=q_proj+v_proj")
     with pytest.raises(OcrrError, match="pooling must be one of mean, cls"):
         make_system("lora:pooling=max")
-    with pytest.raises(OcrrError, match="rank must be a whole number"):
+    with pytest.raises(OcrrError, match="rank must be an integer ≥ 1"):
         make_system("lora:rank=0")
     empty = tmp_path / "not-a-model"  # a folder without config or weights: fails fast, no network
     empty.mkdir()

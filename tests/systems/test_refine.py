@@ -234,10 +234,10 @@ def test_linear_upstream_head_is_the_shared_seed_head(data):
     "spec, words",
     [
         ("cft:lr=-0.1", "lr must be a number > 0"),
-        ("cft:epochs=0", "epochs must be a whole number >= 1"),
-        ("cft:batch_size=2.5", "batch_size must be a whole number"),
+        ("cft:epochs=0", "epochs must be an integer ≥ 1"),
+        ("cft:batch_size=2.5", "batch_size must be an integer ≥ 1, got 2.5"),
         ("cft:head=cnn", "head must be one of linear, mlp"),
-        ("online_l2:l2_lambda=-1", "l2_lambda must be a number >= 0"),
+        ("online_l2:l2_lambda=-1", "l2_lambda must be a number ≥ 0"),
         ("online_ewc:ewc_gamma=-0.5", "ewc_gamma"),
         ("er:mode=sequential", "mode must be one of mixed, two_stage"),
         ("er:replay_every=0", "replay_every"),

@@ -24,7 +24,7 @@ def batch_of(split, idx=None):
 def seed_and_new(ds, n_known):
     """Seed batch of the first n_known classes; train/test batches of the others; old test."""
     known = set(ds.labels[:n_known])
-    pick = lambda split, keep: [i for i, l in enumerate(split.labels) if (l in known) == keep]  # noqa: E731
+    pick = lambda split, keep: [i for i, label in enumerate(split.labels) if (label in known) == keep]  # noqa: E731
     return (
         batch_of(ds.train, pick(ds.train, True)),
         batch_of(ds.train, pick(ds.train, False)),
@@ -76,7 +76,7 @@ def test_label_first_seen_in_a_correction(spec, toy):
     seed, new, _, _ = seed_and_new(toy, 8)
     system = make_system(spec, labels=None, seed=0).fit(seed)  # open label space
     item = Batch(new.vecs[:1], ["brand new"], ["never_seen_label"])
-    for n_corrections in range(1, 301):
+    for n_corrections in range(1, 301):  # noqa: B007  (named in the message below)
         system.correct(item)
         if system.predict(item) == ["never_seen_label"]:
             break

@@ -28,9 +28,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ocrr.checks import suite
-from ocrr.checks.data import CheckData, Subject, SystemUnavailable, check_data
+from ocrr.checks.data import Checkable, CheckData, Subject, SystemUnavailable, check_data
 
 __all__ = ["Check", "CheckFailed", "SystemUnavailable", "check_system", "yield_checks", "parametrize_with_checks"]
 
@@ -66,7 +67,7 @@ class Check:
     name: str
     run: Callable[[Subject, CheckData], None]
 
-    def __call__(self, system) -> None:
+    def __call__(self, system: Checkable | Subject) -> None:
         subject = system if isinstance(system, Subject) else Subject(system)
         with _one_torch_thread():
             try:
@@ -82,7 +83,7 @@ class Check:
         return self.name
 
 
-def yield_checks(system) -> Iterator[Check]:
+def yield_checks(system: Checkable | Subject) -> Iterator[Check]:
     """The checks that apply to ``system`` (a spec or factory), chosen by its capabilities."""
     subject = system if isinstance(system, Subject) else Subject(system)
     chosen = list(COMMON)
@@ -100,7 +101,7 @@ def yield_checks(system) -> Iterator[Check]:
         yield Check(fn.__name__, fn)
 
 
-def check_system(system) -> list[str]:
+def check_system(system: Checkable) -> list[str]:
     """Run every applicable check on ``system`` (a registered spec or a factory).
 
     Raises CheckFailed (an AssertionError) naming the first check that fails, or
@@ -115,7 +116,7 @@ def check_system(system) -> list[str]:
     return passed
 
 
-def parametrize_with_checks(systems: Sequence):
+def parametrize_with_checks(systems: Sequence[Checkable]) -> Any:
     """A ``pytest.mark.parametrize`` over (system, check) pairs, one test per check.
 
     The decorated test takes ``system`` and ``check`` and calls ``check(system)``. A
@@ -143,7 +144,7 @@ def _skipping_unavailable(check: Check, skip: Callable[[str], None]) -> Check:
 
 
 @contextmanager
-def _one_torch_thread():
+def _one_torch_thread() -> Iterator[None]:
     """One torch thread while checking, as the runner pins it: on a shared small machine the
     default pool made the checks' tiny models 10-20x slower."""
     torch = sys.modules.get("torch")  # never imported here: only systems that use torch load it

@@ -6,13 +6,15 @@ The checks are about the System protocol, not accuracy, so the data is small and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
+from ocrr.systems.registry import lookup, parse_spec
 
 SEED = 3  # the run seed systems are built with (the determinism check also uses another)
 
@@ -76,11 +78,16 @@ def check_data(
     )
     train = Batch(train_vecs, list(train_texts), list(train_labels))
     test = Batch(test_vecs, list(test_texts), list(test_labels))
-    labels = sorted(set(train.labels))
+    labels = sorted(set(train_labels))
     known = set(labels[:n_known])
-    in_seed = [i for i, label in enumerate(train.labels) if label in known]
-    in_stream = [i for i, label in enumerate(train.labels) if label not in known]
+    in_seed = [i for i, label in enumerate(train_labels) if label in known]
+    in_stream = [i for i, label in enumerate(train_labels) if label not in known]
     return CheckData(labels, train[np.asarray(in_seed)], train[np.asarray(in_stream)], test)
+
+
+# What the checks take: a registered spec ("substrate:k=3") or a class/function building a system.
+# (Systems are duck-typed here: one written anywhere need not subclass ocrr's System.)
+Checkable = str | Callable[..., object]
 
 
 class Subject:
@@ -93,10 +100,8 @@ class Subject:
     in seconds (e.g. lora on a tiny random encoder).
     """
 
-    def __init__(self, factory: str | Callable[..., object]):
+    def __init__(self, factory: Checkable):
         if isinstance(factory, str):
-            from ocrr.systems.registry import lookup, parse_spec
-
             base, overrides = parse_spec(factory)
             entry = lookup(base)  # an unknown name fails here, naming the fix
             self.name = factory.strip()
@@ -116,10 +121,10 @@ class Subject:
             )
 
     @staticmethod
-    def _overrides_of(factory) -> dict:
+    def _overrides_of(factory: object) -> dict:
         return dict(getattr(factory, "conformance_overrides", None) or {})
 
-    def build(self, labels, seed: int = SEED, hyperparameters: dict | None = None):
+    def build(self, labels: Iterable[str], seed: int = SEED, hyperparameters: dict | None = None) -> Any:
         """A new, unfitted system: with the check defaults, or exactly ``hyperparameters``."""
         kwargs = dict(self._defaults if hyperparameters is None else hyperparameters)
         if self._named:
@@ -133,13 +138,13 @@ class Subject:
                 raise self._unavailable(err) from err
             raise
 
-    def fitted(self, data: CheckData, seed: int = SEED):
+    def fitted(self, data: CheckData, seed: int = SEED) -> Any:
         """A new system fitted on the seed set (a missing extra may only show in fit)."""
         system = self.build(data.labels, seed)
         self.fit(system, data.seed)
         return system
 
-    def fit(self, system, seed: Batch):
+    def fit(self, system: Any, seed: Batch) -> Any:
         """``system.fit(seed)``, whose return value is returned (a missing extra may only show here)."""
         try:
             return system.fit(seed)

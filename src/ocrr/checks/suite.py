@@ -9,7 +9,8 @@ capabilities it declares (``learns``, ``reads_text``): see ``ocrr.checks.yield_c
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ocrr.systems.base import RUN_ARGUMENTS
 CHUNKS = [(0, 5), (5, 6), (6, 18), (18, 19), (19, 30)]
 
 
-def expect(condition, message: str) -> None:
+def expect(condition: object, message: str) -> None:
     if not condition:
         raise AssertionError(message)
 
@@ -40,15 +41,15 @@ def expect_ocrr_error(call: Callable[[], object], what: str) -> None:
     raise AssertionError(f"{what} raised nothing; expected an OcrrError naming the fix")
 
 
-def valid_predictions(preds, n: int) -> bool:
+def valid_predictions(preds: object, n: int) -> bool:
     return isinstance(preds, list) and len(preds) == n and all(p is None or isinstance(p, str) for p in preds)
 
 
-def expect_predictions(preds, n: int, what: str) -> None:
+def expect_predictions(preds: object, n: int, what: str) -> None:
     expect(valid_predictions(preds, n), f"{what} must return a list of {n} labels (str or None), got {preds!r:.200}")
 
 
-def correct_chunks(system, stream: Batch, chunks=CHUNKS) -> None:
+def correct_chunks(system: Any, stream: Batch, chunks: Sequence[tuple[int, int]] = CHUNKS) -> None:
     for lo, hi in chunks:
         result = system.correct(stream[lo:hi])
         expect(result is None, f"correct() must return None, got {result!r:.100}")
@@ -82,6 +83,7 @@ def check_fit_returns_self_and_predicts_one_label_per_item(subject: Subject, dat
     ):
         expect_predictions(system.predict(batch), len(batch), what)
     # a system predicts only labels it has been told about (constructor list or data)
+    assert data.seed.labels is not None  # (check data is labelled throughout)
     told = set(data.labels) | set(data.seed.labels)
     invented = set(system.predict(data.eval)) - {None} - told
     expect(not invented, f"predicted labels it was never told about: {sorted(invented)[:3]}")
@@ -157,6 +159,7 @@ def check_hyperparameters_are_constructor_arguments(subject: Subject, data: Chec
 def check_correct_leaves_its_input_and_refusals_untouched(subject: Subject, data: CheckData) -> None:
     system = subject.fitted(data)
     stream = data.stream
+    assert stream.labels is not None and stream.texts is not None  # (check data has both throughout)
     vecs, labels, texts = stream.vecs.copy(), list(stream.labels), list(stream.texts)
     correct_chunks(system, stream)
     expect(
@@ -166,7 +169,7 @@ def check_correct_leaves_its_input_and_refusals_untouched(subject: Subject, data
     before = system.predict(data.eval)
     fp = system.footprint()
     # a batch without labels is refused, and the refusal leaves no trace
-    expect_ocrr_error(lambda: system.correct(Batch(stream.vecs[:3], stream.texts[:3])), "correct() without labels")
+    expect_ocrr_error(lambda: system.correct(Batch(stream.vecs[:3], texts[:3])), "correct() without labels")
     expect_same(system.predict(data.eval), before, "a refused correct() changed the predictions")
     after = system.footprint()
     expect(
@@ -222,14 +225,16 @@ def check_footprint_is_reported(subject: Subject, data: CheckData) -> None:
 def check_bad_queries_raise_ocrr_errors(subject: Subject, data: CheckData) -> None:
     system = subject.fitted(data)
     dim = data.eval.vecs.shape[1]
+    texts = data.eval.texts
+    assert texts is not None  # (check data has texts throughout)
     wrong = np.ones((2, dim + 3), np.float32) / np.sqrt(dim + 3)
     expect_ocrr_error(lambda: system.predict(Batch(wrong)), "predict() of vectors of the wrong dimension")
     nan = data.eval.vecs[:3].copy()
     nan[1, 2] = np.nan
-    expect_ocrr_error(lambda: system.predict(Batch(nan, data.eval.texts[:3])), "predict() of a vector with a NaN")
+    expect_ocrr_error(lambda: system.predict(Batch(nan, texts[:3])), "predict() of a vector with a NaN")
     inf = data.eval.vecs[:2].copy()
     inf[0, 0] = np.inf
-    expect_ocrr_error(lambda: system.predict(Batch(inf, data.eval.texts[:2])), "predict() of an infinite vector")
+    expect_ocrr_error(lambda: system.predict(Batch(inf, texts[:2])), "predict() of an infinite vector")
 
 
 def check_pickle_round_trip(subject: Subject, data: CheckData) -> None:
@@ -253,7 +258,7 @@ def check_pickle_round_trip(subject: Subject, data: CheckData) -> None:
 NEW_LABEL = "never_seen_label"
 
 
-def _correct_a_new_label(system, data: CheckData) -> int | None:
+def _correct_a_new_label(system: Any, data: CheckData) -> int | None:
     """Correct one item to a label the system was never told about, one correction at a time
     (as the runner sends them), up to 100 times; the attempt at which it first predicts it."""
     item = Batch(data.stream.vecs[:1], ["a brand new intent"], [NEW_LABEL])
@@ -292,9 +297,10 @@ def check_refuses_batches_without_text(subject: Subject, data: CheckData) -> Non
     """reads_text = True: an embeddings-only batch ends in an error naming the fix, not a crash."""
     system = subject.fitted(data)
     expect_ocrr_error(lambda: system.predict(Batch(data.eval.vecs[:3])), "predict() of a batch without texts")
-    stream = data.stream
+    stream, labels = data.stream, data.stream.labels
+    assert labels is not None  # (check data is labelled throughout)
     expect_ocrr_error(
-        lambda: system.correct(Batch(stream.vecs[:2], None, stream.labels[:2])), "correct() of a batch without texts"
+        lambda: system.correct(Batch(stream.vecs[:2], None, labels[:2])), "correct() of a batch without texts"
     )
 
 

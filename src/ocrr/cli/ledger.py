@@ -1,7 +1,7 @@
 """The ``ocrr ledger …`` and ``ocrr serve`` commands (wired into ocrr.cli.main by ``add_commands``).
 
-Ledger commands read the file without changing it (except ``import``, which creates
-one, and ``verify``, which records a checkpoint when asked to); each prints JSON on
+Ledger commands read the file without changing it (except ``import`` and ``migrate``,
+which create one, and ``verify``, which records a checkpoint when asked to); each prints JSON on
 stdout so its output can be piped to the standalone verifier or a witness.
 """
 
@@ -13,6 +13,12 @@ import sys
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.file import migrate
+from ocrr.ledger.heads import Signer, TreeHead, default_origin
+from ocrr.ledger.scan import scan_file
+from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl
+from ocrr.ledger.verify import ProofError, verify_consistency
 
 
 def add_commands(sub) -> None:
@@ -37,7 +43,7 @@ def add_commands(sub) -> None:
     h.add_argument("--checkpoint", action="store_true", help="print only the signed C2SP checkpoint note")
     h.set_defaults(handler=_cmd_head)
 
-    p = lsub.add_parser("prove", help="inclusion proof of one entry (check it with ocrr/audit/verify.py)")
+    p = lsub.add_parser("prove", help="inclusion proof of one entry (check it with ocrr/ledger/verify.py)")
     p.add_argument("path", type=Path)
     p.add_argument("--entry", type=int, required=True, help="entry id")
     p.add_argument("--size", type=int, default=None, help="size of the log to prove against (default: all)")
@@ -58,6 +64,14 @@ def add_commands(sub) -> None:
     i.add_argument("jsonl", type=Path)
     i.add_argument("path", type=Path, help="the new ledger file (must not exist)")
     i.set_defaults(handler=_cmd_import)
+
+    m = lsub.add_parser(
+        "migrate",
+        help="copy a ledger file of the old format into a new file of the current one, checked entry by entry",
+    )
+    m.add_argument("old", type=Path, help="the ledger file to convert (left as it is)")
+    m.add_argument("new", type=Path, help="the new ledger file (must not exist)")
+    m.set_defaults(handler=_cmd_migrate)
 
     k = lsub.add_parser("keygen", help="create an Ed25519 signing key for heads; print its verifier key")
     k.add_argument("key", type=Path, help="where to write the private key (PEM, mode 600)")
@@ -80,8 +94,6 @@ def _b64(b: bytes) -> str:
 
 
 def _scan(path: Path, quick: bool = False):
-    from ocrr.ledger.store import scan_file
-
     report, scan = scan_file(path, "checkpoint" if quick else "full")
     if not report:
         where = "" if report.first_bad is None else f" at entry {report.first_bad}"
@@ -90,9 +102,6 @@ def _scan(path: Path, quick: bool = False):
 
 
 def _cmd_verify(args) -> int:
-    from ocrr.ledger.store import scan_file
-    from ocrr.ledger.verify import ProofError, verify_consistency
-
     report, scan = scan_file(args.path, "checkpoint" if args.quick else "full")
     out = report.to_dict()
     if report and args.expect_size is not None:
@@ -116,8 +125,6 @@ def _cmd_verify(args) -> int:
 
 
 def _head(path: Path, report, key: Path | None, origin: str | None):
-    from ocrr.ledger.heads import Signer, TreeHead, default_origin
-
     head = TreeHead.now(report.size, base64.b64decode(report.root), base64.b64decode(report.chain_head))
     if key is None:
         return head.to_dict(), None
@@ -146,8 +153,6 @@ def _cmd_prove(args) -> int:
             f"need 0 <= --entry < --size <= {report.size} (the log's size); got entry {args.entry}, size {size}"
         )
     i = args.entry
-    from ocrr.ledger.chain import GENESIS
-
     entry = {
         "id": i,
         "label": scan.labels[i],
@@ -187,8 +192,6 @@ def _cmd_consistency(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from ocrr.ledger.transfer import export_jsonl, export_lines
-
     if args.out is None:
         for line in export_lines(args.path):
             sys.stdout.write(line)
@@ -199,8 +202,6 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_import(args) -> int:
-    from ocrr.ledger.transfer import import_jsonl
-
     with import_jsonl(args.jsonl, args.path) as ledger:
         _print(
             {
@@ -213,9 +214,12 @@ def _cmd_import(args) -> int:
     return 0
 
 
-def _cmd_keygen(args) -> int:
-    from ocrr.ledger.heads import Signer
+def _cmd_migrate(args) -> int:
+    _print({"path": str(args.new), **migrate(args.old, args.new).to_dict()})
+    return 0
 
+
+def _cmd_keygen(args) -> int:
     if args.key.exists():
         raise OcrrError(f"{args.key} already exists; choose another path (keys are never overwritten)")
     signer = Signer.generate(args.origin)

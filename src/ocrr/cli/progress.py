@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from ocrr.engine import sweep
+from ocrr.engine.sweep import Task
+
 
 class RunProgress:
     """Encoding, then one bar over the runs of ``ocrr run``; the description follows the run."""
 
     def __init__(self, console, quiet: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -17,7 +28,7 @@ class RunProgress:
             console=console,
             disable=quiet,
         )
-        self.runs = None
+        self.runs: TaskID | None = None
 
     def __enter__(self):
         self.bar.__enter__()
@@ -36,29 +47,19 @@ class RunProgress:
         def on_checkpoint(task, cp):
             if self.runs is None:
                 self.runs = self.bar.add_task("runs", total=n_runs)
-            self.bar.update(self.runs, description=f"seed {task.seed} · {task.system} · item {cp.step}")
+            runs = self.runs
+            self.bar.update(runs, description=f"seed {task.seed} · {task.system} · item {cp.step}")
             if cp.last:
-                self.bar.advance(self.runs, 1)
+                self.bar.advance(runs, 1)
 
         return on_checkpoint
 
 
-class SweepProgress:
+class SweepProgress(sweep.Progress):
     """The whole grid in one bar: runs done / running / left, elapsed and an estimate."""
 
     def __init__(self, console=None, quiet: bool = False):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-        from rich.progress import (
-            Progress as Bar,
-        )
-
-        self.bar = Bar(
+        self.bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -72,7 +73,7 @@ class SweepProgress:
             disable=quiet,
             transient=False,
         )
-        self.task = None
+        self.task: TaskID | None = None  # the grid's bar, added by begin()
         self.live = False
 
     def _start(self):
@@ -104,7 +105,8 @@ class SweepProgress:
             self.done += 1
         else:
             self.failed += 1
-        self.bar.update(self.task, advance=1, status=self._status())
+        if self.task is not None:
+            self.bar.update(self.task, advance=1, status=self._status())
 
     def end(self) -> None:
         if self.live:

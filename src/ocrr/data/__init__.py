@@ -9,18 +9,36 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ocrr.data.banking77 import load_banking77
+from ocrr.data.clinc150 import load_clinc150
 from ocrr.data.records import Dataset, Split
+from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
+from ocrr.specs import Option, validate
 
 DATASETS: tuple[str, ...] = ("banking77", "clinc150", "synthetic", "demo")
 
-# Options each loader accepts through load_dataset (data_dir is separate).
-_OPTIONS: dict[str, tuple[str, ...]] = {
-    "banking77": (),
-    "clinc150": ("oos",),
-    "synthetic": ("n_classes", "dim", "n_train_per_class", "n_test_per_class", "sigma", "seed"),
-    "demo": (),
-    "table": ("text_col", "label_col", "test_fraction", "seed", "name"),
+# The options each loader takes through load_dataset (data_dir is separate), declared once;
+# their defaults are the loaders' own (ocrr.data.synthetic, ocrr.data.tabular, ...).
+OPTIONS: dict[str, dict[str, Option]] = {
+    "banking77": {},
+    "clinc150": {"oos": Option(kind=bool, help="keep out-of-scope as class 151 ('oos'); false: drop its items")},
+    "synthetic": {
+        "n_classes": Option(kind=int, low=2, help="classes"),
+        "dim": Option(kind=int, low=1, help="vector dimension"),
+        "n_train_per_class": Option(kind=int, low=1, help="training items per class"),
+        "n_test_per_class": Option(kind=int, low=1, help="test items per class"),
+        "sigma": Option(kind=float, low=0, help="Gaussian noise per dimension around unit centroids"),
+        "seed": Option(kind=int, help="generator seed"),
+    },
+    "demo": {},
+    "table": {
+        "text_col": Option(kind=str, help="the text column"),
+        "label_col": Option(kind=str, help="the label column"),
+        "test_fraction": Option(kind=float, gt=0, lt=1, help="share of rows held out when there is no test file"),
+        "seed": Option(kind=int, help="seed of that random split"),
+        "name": Option(kind=str, allow_none=True, help="the dataset's name; none: the train file's stem"),
+    },
 }
 _TABLE_PREFIXES = {"csv:": "csv", "jsonl:": "jsonl"}
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
@@ -37,19 +55,16 @@ def load_dataset(name: str, *, data_dir: str | os.PathLike | None = None, **opti
     ``label_col``, ``test_fraction``, ``seed``, ``name`` for user files.
     """
     kind, fmt, paths = _parse(name)
-    _check_options(kind, options)
+    label = "user files" if kind == "table" else kind
+    validate(f"dataset {label}", OPTIONS[kind], options)
     if kind == "banking77":
-        from ocrr.data.banking77 import load_banking77
-
         return load_banking77(data_dir)
     if kind == "clinc150":
-        from ocrr.data.clinc150 import load_clinc150
-
         return load_clinc150(data_dir, **options)
     if kind == "synthetic":
-        from ocrr.data.synthetic import make_synthetic
-
         return make_synthetic(**options)
+    # The demo and user tables are read with pandas, which the service (it imports this
+    # package) does not otherwise load: imported when a table is read.
     if kind == "demo":
         from ocrr.data.demo import load_demo
 
@@ -81,14 +96,6 @@ def _table_paths(spec: str, name: str) -> list[str]:
             f"Cannot read dataset {name!r}: give one or two files, e.g. csv:train.csv or csv:train.csv,test.csv."
         )
     return paths
-
-
-def _check_options(kind: str, options: dict[str, Any]) -> None:
-    unknown = sorted(set(options) - set(_OPTIONS[kind]))
-    if unknown:
-        allowed = ", ".join(_OPTIONS[kind]) or "none"
-        label = "user files" if kind == "table" else kind
-        raise OcrrError(f"Unknown option(s) for {label}: {', '.join(unknown)}. Options it takes: {allowed}.")
 
 
 __all__ = ["DATASETS", "Dataset", "Split", "load_dataset"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class Dataset:
         return self.train.texts is not None
 
 
-def make_dataset(name: str, train: Split, test: Split, **kwargs) -> Dataset:
+def make_dataset(name: str, train: Split, test: Split, **kwargs: Any) -> Dataset:
     """Build a Dataset whose label list is the sorted union of both splits."""
     labels = tuple(sorted(set(train.labels) | set(test.labels)))
     return Dataset(name=name, train=train, test=test, labels=labels, **kwargs)

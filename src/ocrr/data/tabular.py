@@ -59,7 +59,9 @@ def load_table(
         train=_split(train_rows),
         test=_split(test_rows),
         files=_file_keys(files),
-        notes=f"User data from {', '.join(str(p) for p in files)} (text column {text_col!r}, label column {label_col!r}).",
+        notes=(
+            f"User data from {', '.join(str(p) for p in files)} (text column {text_col!r}, label column {label_col!r})."
+        ),
     )
 
 
@@ -110,7 +112,8 @@ def _read_rows(path: Path, text_col: str, label_col: str, fmt: str | None) -> li
                 f"Name the right column with {option}."
             )
 
-    pairs, bad = [], {text_col: [], label_col: []}
+    pairs: list[tuple[str, str]] = []
+    bad: dict[str, list[int]] = {text_col: [], label_col: []}
     for number, obj in records:
         text, label = _cell(obj.get(text_col)), _cell(obj.get(label_col))
         for col, value in ((text_col, text), (label_col, label)):

@@ -10,6 +10,7 @@ Encoder specs:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,10 @@ def make_encoder(spec: str) -> Encoder:
 
 
 def embed_dataset(
-    dataset: Dataset, encoder: str = DEFAULT_ENCODER, progress=None, cache_dir: Path | None = None
+    dataset: Dataset,
+    encoder: str = DEFAULT_ENCODER,
+    progress: Callable[[int], Callable[[int], object] | None] | None = None,
+    cache_dir: Path | None = None,
 ) -> Embeddings:
     """Unit-vector embeddings of the train and test splits, from cache when possible.
 
@@ -52,11 +56,15 @@ def embed_dataset(
     return a callable advanced with each chunk's size (or be None for silence).
     """
     if not dataset.has_text:  # embedding-only data (synthetic) carries its vectors
-        return _finish(dataset.train.vecs, dataset.test.vecs, "dataset", "dataset")
+        train_vecs, test_vecs = dataset.train.vecs, dataset.test.vecs
+        assert train_vecs is not None and test_vecs is not None, "a dataset without texts carries vectors"
+        return _finish(train_vecs, test_vecs, "dataset", "dataset")
     if encoder.startswith("precomputed:"):
         return _precomputed(dataset, encoder[len("precomputed:") :])
     enc = make_encoder(encoder)
-    texts = list(dataset.train.texts) + list(dataset.test.texts)
+    train_texts, test_texts = dataset.train.texts, dataset.test.texts
+    assert train_texts is not None and test_texts is not None  # (has_text)
+    texts = list(train_texts) + list(test_texts)
     path = cache_path(enc.id, texts_sha256(texts), cache_dir)
     vecs = load_cached(path, len(texts))
     source = "cache"

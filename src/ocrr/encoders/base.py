@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -11,7 +11,7 @@ import numpy as np
 class Encoder(Protocol):
     id: str  # stable identity, part of every embedding-cache key and result row
 
-    def encode(self, texts: Sequence[str], progress=None) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray: ...
 
 
 def l2_normalise(vecs: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ocrr.utils.files import atomic_write
 from ocrr.utils.paths import cache_root
 
 
@@ -43,7 +44,6 @@ def load_cached(path: Path, n_rows: int) -> np.ndarray | None:
 
 def save_cached(path: Path, vecs: np.ndarray) -> None:
     """Write atomically so an interrupted run never leaves a half file behind."""
-    from ocrr.utils.files import atomic_write
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as out:

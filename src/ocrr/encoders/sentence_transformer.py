@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,9 +36,9 @@ class SentenceTransformerEncoder:
         self.batch_size = batch_size
         self.device = device
         self.id = f"st:{model_id}"
-        self._model = None
+        self._model: Any = None  # a SentenceTransformer once loaded (imported on first use: it is heavy)
 
-    def _load(self):
+    def _load(self) -> Any:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
@@ -53,7 +54,7 @@ class SentenceTransformerEncoder:
                 ) from None
         return self._model
 
-    def encode(self, texts: Sequence[str], progress=None) -> np.ndarray:
+    def encode(self, texts: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
         model = self._load()
         chunks = []
         for lo in range(0, len(texts), _CHUNK):
@@ -73,7 +74,7 @@ class SentenceTransformerEncoder:
         return l2_normalise(np.concatenate(chunks) if chunks else np.empty((0, dim), np.float32))
 
 
-def vecs_dim(model) -> int:
+def vecs_dim(model: Any) -> int:
     """Embedding dimension across sentence-transformers versions (the method was renamed)."""
     getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     return getter() or 0

@@ -6,6 +6,10 @@ Reusable from Python::
     from ocrr.engine.experiment import Experiment, run_experiment
     result = run_experiment(Experiment(dataset="banking77", systems=["substrate", "online_linear"]))
     print(result.summary)
+
+``plan_experiment`` builds the grid once (checking every option) and returns its tasks;
+``run_experiment`` takes that plan, so a caller that counts or checks the runs first
+(``ocrr run``) never builds it twice.
 """
 
 from __future__ import annotations
@@ -16,16 +20,28 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ocrr import __version__
 from ocrr.data import load_dataset
 from ocrr.data.records import Dataset
-from ocrr.engine.metrics import order_like
-from ocrr.engine.results import FOOTPRINT_METRICS, PER_CHECKPOINT_COLUMNS, markdown, wide_table, write_csv, write_json
+from ocrr.engine.results import (
+    PER_CHECKPOINT_COLUMNS,
+    RUN_FOLDER_KEYS,
+    markdown,
+    wide_table,
+    write_csv,
+    write_json,
+)
+from ocrr.engine.sweep import Grid, Task, prepare_data
+from ocrr.engine.sweep.execute import task_frames
+from ocrr.engine.sweep.executors import SerialExecutor
+from ocrr.policies.basic import make_policy
+from ocrr.protocols.summary import FOOTPRINT_COLUMNS
 
+# The main job: `ocrr run`'s default systems (the main sweep's are ocrr.engine.sweep.MAIN_SWEEP_SYSTEMS)
 MAIN_SYSTEMS = ["substrate", "static_knn", "static_linear", "online_linear"]
-RUN_KEYS = ["dataset", "encoder", "policy", "seed", "system"]  # the key columns of a run folder's tables
 
 
 @dataclass
@@ -60,9 +76,7 @@ class ExperimentResult:
     encoder_id: str = ""
 
 
-def experiment_grid(exp: Experiment):
-    from ocrr.engine.sweep import Grid
-
+def experiment_grid(exp: Experiment) -> Grid:
     return Grid(
         datasets=[exp.dataset],
         policies=[exp.policy],
@@ -79,24 +93,51 @@ def experiment_grid(exp: Experiment):
     )
 
 
-def load_experiment_dataset(exp: Experiment) -> Dataset:
-    return load_dataset(exp.dataset, data_dir=exp.data_dir, **experiment_grid(exp).options_for(exp.dataset))
+@dataclass
+class ExperimentPlan:
+    """An experiment with its grid built once: every system, option and protocol checked (a bad
+    one fails here, before any encoding), each run a task, in run order (seed, then system)."""
+
+    experiment: Experiment
+    grid: Grid
+    tasks: list[Task]
+
+    @property
+    def systems(self) -> list[str]:
+        """Canonical system specs, in the order asked for."""
+        return list(dict.fromkeys(t.system for t in self.tasks))
+
+    def load_dataset(self) -> Dataset:
+        exp = self.experiment
+        return load_dataset(exp.dataset, data_dir=exp.data_dir, **self.grid.options_for(exp.dataset))
 
 
-def run_experiment(
-    exp: Experiment, dataset: Dataset | None = None, embed_progress=None, on_checkpoint: Callable | None = None
-) -> ExperimentResult:
-    """Run every (seed, system) of the cell in this process; ``on_checkpoint(task, cp)``
-    hears every checkpoint. The first failing run raises its error."""
-    from ocrr.engine.sweep import prepare_data
-    from ocrr.engine.sweep.execute import task_frames
-    from ocrr.engine.sweep.executors import SerialExecutor
-
+def plan_experiment(exp: Experiment) -> ExperimentPlan:
     grid = experiment_grid(exp)
     tasks = grid.tasks()
     systems = list(dict.fromkeys(t.system for t in tasks))
     tasks.sort(key=lambda t: (exp.seeds.index(t.seed), systems.index(t.system)))
-    data = prepare_data(tasks, exp.data_dir, embed_progress, loaded={exp.dataset: dataset} if dataset else None)
+    return ExperimentPlan(exp, grid, tasks)
+
+
+def load_experiment_dataset(exp: Experiment) -> Dataset:
+    """The experiment's dataset (only its loader options are needed: no task is resolved)."""
+    return load_dataset(exp.dataset, data_dir=exp.data_dir, **experiment_grid(exp).options_for(exp.dataset))
+
+
+def run_experiment(
+    exp: Experiment | ExperimentPlan,
+    dataset: Dataset | None = None,
+    embed_progress=None,
+    on_checkpoint: Callable | None = None,
+) -> ExperimentResult:
+    """Run every (seed, system) of the cell in this process; ``on_checkpoint(task, cp)``
+    hears every checkpoint. The first failing run raises its error. Give the plan
+    (``plan_experiment``) when you already have it, so its grid is not built again."""
+    plan = exp if isinstance(exp, ExperimentPlan) else plan_experiment(exp)
+    exp, tasks, systems = plan.experiment, plan.tasks, plan.systems
+    loaded = {exp.dataset: dataset} if dataset else None
+    data = prepare_data(tasks, exp.data_dir, embed_progress, loaded=loaded)
     shared = data[tasks[0].data_key]
     protocol = tasks[0].protocol_object
     frames: dict[str, list] = {"metrics": [], "timings": [], "predictions": [], "footprints": []}
@@ -113,15 +154,15 @@ def run_experiment(
         }
         got = task_frames(task, output)
         metrics = got["metrics"]
-        is_fp = metrics["metric"].isin(FOOTPRINT_METRICS)
+        is_fp = metrics["metric"].isin(FOOTPRINT_COLUMNS)
         frames["metrics"].append(metrics[~is_fp][["step", "episode", "metric", "value"]].assign(**keys))
         frames["footprints"].append({**keys, **{k: int(v) for k, v in output["footprint"].items()}})
         frames["timings"].append(got["timings"].drop(columns="task_id").assign(**keys))
         frames["predictions"].append(got["predictions"].drop(columns="task_id").assign(**keys))
         hyper[task.system] = output["hyperparameters"]
-    long = pd.concat(frames["metrics"], ignore_index=True)[RUN_KEYS + ["step", "episode", "metric", "value"]]
+    long = pd.concat(frames["metrics"], ignore_index=True)[RUN_FOLDER_KEYS + ["step", "episode", "metric", "value"]]
     rank = {(s, sys): i for i, (s, sys) in enumerate((t.seed, t.system) for t in tasks)}
-    per_checkpoint = _in_run_order(wide_table(long, RUN_KEYS, protocol.metrics), rank)
+    per_checkpoint = _in_run_order(wide_table(long, RUN_FOLDER_KEYS, protocol.metrics), rank)
     footprints = pd.DataFrame(frames["footprints"])
     timings = _in_run_order(pd.concat(frames["timings"], ignore_index=True), rank)
     predictions = _in_run_order(pd.concat(frames["predictions"], ignore_index=True), rank, "item")
@@ -140,6 +181,12 @@ def run_experiment(
         protocol,
         shared.encoder_id,
     )
+
+
+def order_like(summary: pd.DataFrame, systems: list[str]) -> pd.DataFrame:
+    """Rows in the order systems were asked for."""
+    rank = {s: i for i, s in enumerate(systems)}
+    return summary.sort_values(by="system", key=lambda col: col.map(rank), kind="stable").reset_index(drop=True)
 
 
 def _in_run_order(df: pd.DataFrame, rank: dict, within: str = "step") -> pd.DataFrame:
@@ -183,8 +230,6 @@ def write_outputs(result: ExperimentResult, out: Path) -> dict[str, Path]:
 
 
 def _config(exp: Experiment, shared, protocol, systems: list[str], hyper: dict) -> dict:
-    from ocrr.policies.basic import make_policy
-
     dataset = shared.dataset
     return {
         "experiment": {**asdict(exp), "systems": systems},
@@ -205,8 +250,6 @@ def _config(exp: Experiment, shared, protocol, systems: list[str], hyper: dict) 
 
 
 def _dim(shared) -> int:
-    import numpy as np
-
     return int(np.load(shared.vec_path, mmap_mode="r").shape[1])
 
 
@@ -221,4 +264,13 @@ def _versions() -> dict:
     return versions
 
 
-__all__ = ["Experiment", "ExperimentResult", "load_experiment_dataset", "run_experiment", "write_outputs"]
+__all__ = [
+    "MAIN_SYSTEMS",
+    "Experiment",
+    "ExperimentPlan",
+    "ExperimentResult",
+    "load_experiment_dataset",
+    "plan_experiment",
+    "run_experiment",
+    "write_outputs",
+]

@@ -29,6 +29,7 @@ from ocrr.policies.basic import Policy
 from ocrr.policies.feedback import Feedback
 from ocrr.protocols.base import RunSoFar
 from ocrr.protocols.scenario import Scenario
+from ocrr.protocols.summary import FOOTPRINT_COLUMNS
 from ocrr.systems.base import Footprint
 
 
@@ -127,20 +128,11 @@ def run(
 
     yield checkpoint(0)
     step_through = _one_item_episodes if scenario.episode_bounds is None else _episodes
+    walk = _Walk(
+        system, stream, bounds, feedback, trace, clock, counts, lookahead, int(points[1]) if len(points) > 1 else 1
+    )
     for start, end in zip(points[:-1], points[1:]):
-        step_through(
-            system,
-            stream,
-            bounds,
-            int(start),
-            int(end),
-            feedback,
-            trace,
-            clock,
-            counts,
-            lookahead,
-            first_window=int(points[1]) if len(points) > 1 else 1,
-        )
+        step_through(walk, int(start), int(end))
         if int(end) == points[-1] and hasattr(system, "end_of_stream"):
             # a system that learns offline (CMR's OfflineRefining reference) trains here, once
             t = time.perf_counter()
@@ -149,21 +141,26 @@ def run(
         yield checkpoint(int(end))
 
 
-def _episodes(
-    system,
-    stream: Batch,
-    bounds,
-    start: int,
-    end: int,
-    feedback: Feedback,
-    trace: StreamTrace,
-    clock: _Clock,
-    counts: dict,
-    lookahead: bool,
-    first_window: int,
-) -> None:
+@dataclass
+class _Walk:
+    """One run's state as the stream is walked: what both episode steppers read and update."""
+
+    system: object
+    stream: Batch
+    bounds: np.ndarray
+    feedback: Feedback
+    trace: StreamTrace
+    clock: _Clock
+    counts: dict  # corrections so far (and the one-item stepper's lookahead window)
+    lookahead: bool
+    first_window: int  # the first lookahead window: up to the first checkpoint
+
+
+def _episodes(walk: _Walk, start: int, end: int) -> None:
     """Episodes start..end-1: one predict call per episode, then one correct call with the
     corrections due at its end (none: no call): without a delay, the errors the policy reveals."""
+    system, stream, bounds = walk.system, walk.stream, walk.bounds
+    feedback, trace, clock = walk.feedback, walk.trace, walk.clock
     for e in range(start, end):
         a, b = int(bounds[e]), int(bounds[e + 1])
         if a == b:
@@ -178,22 +175,10 @@ def _episodes(
         for i in range(a, b):
             if feedback.reveal(i, predicted[i - a], None if scores is None else scores[i - a]):
                 feedback.send(i, made_at=b)
-        _deliver(system, stream, feedback, b, trace, clock, counts)
+        _deliver(walk, b)
 
 
-def _one_item_episodes(
-    system,
-    stream: Batch,
-    bounds,
-    start: int,
-    end: int,
-    feedback: Feedback,
-    trace: StreamTrace,
-    clock: _Clock,
-    counts: dict,
-    lookahead: bool,
-    first_window: int,
-) -> None:
+def _one_item_episodes(walk: _Walk, start: int, end: int) -> None:
     """Items start..end-1, each predicted by the state it arrives to.
 
     With ``lookahead`` the predictions come in batches: a window of upcoming items (up to the
@@ -207,11 +192,12 @@ def _one_item_episodes(
     """
     # A system declaring learns=False is not changed by corrections (ocrr.checks verifies
     # it), so its predictions never go stale.
+    system, stream, feedback, trace, clock = walk.system, walk.stream, walk.feedback, walk.trace, walk.clock
     static = getattr(system, "learns", True) is False
-    window = counts.setdefault("window", first_window)
+    window = walk.counts.setdefault("window", walk.first_window)
     pos = start
     while pos < end:
-        upto = min(end, pos + window) if lookahead else pos + 1
+        upto = min(end, pos + window) if walk.lookahead else pos + 1
         t = time.perf_counter()
         predicted, ahead = predict_with_ahead(system, stream, pos, upto, trace.shift)
         clock.predict += time.perf_counter() - t
@@ -226,26 +212,24 @@ def _one_item_episodes(
                 trace.record_ahead(i, ahead[offset : offset + 1])
             if feedback.reveal(i, guess, None if scores is None else scores[offset]):
                 feedback.send(i, made_at=i + 1)
-            if _deliver(system, stream, feedback, i + 1, trace, clock, counts):
+            if _deliver(walk, i + 1):
                 if not static:
                     window = 1  # errors come in runs: predict the next item alone
                     break  # the state changed: predictions after i are stale
-    counts["window"] = window
+    walk.counts["window"] = window
 
 
-def _deliver(
-    system, stream: Batch, feedback: Feedback, now: int, trace: StreamTrace, clock: _Clock, counts: dict
-) -> bool:
+def _deliver(walk: _Walk, now: int) -> bool:
     """Correct the system with everything due by stream time ``now``, in arrival order, in one
     call (with the labels the user gave); whether there was anything."""
-    due, batch = feedback.deliver(stream, now)
+    due, batch = walk.feedback.deliver(walk.stream, now)
     if not due:
         return False
     t = time.perf_counter()
-    system.correct(batch)
-    clock.correct += time.perf_counter() - t
-    trace.corrected[due] = True
-    counts["corrections"] += len(due)
+    walk.system.correct(batch)
+    walk.clock.correct += time.perf_counter() - t
+    walk.trace.corrected[due] = True
+    walk.counts["corrections"] += len(due)
     return True
 
 
@@ -314,11 +298,7 @@ def run_to_output(
         )
         if cp.last and cp.footprint is not None:
             fp = cp.footprint
-            out.footprint = {
-                "footprint_entries": fp.entries,
-                "footprint_params": fp.params,
-                "footprint_bytes": fp.bytes,
-            }
+            out.footprint = dict(zip(FOOTPRINT_COLUMNS, (fp.entries, fp.params, fp.bytes)))
         if on_checkpoint:
             on_checkpoint(cp)
     out.predictions = prediction_columns(scenario, trace)

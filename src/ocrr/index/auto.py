@@ -59,13 +59,13 @@ class AutoIndex:
         self.switched_at: int | None = None  # live entries when the approximate backend took over
         self.reason = f"exact: 0 live entries <= threshold {self.threshold:,}"
 
-    def _new_backend(self):
+    def _new_backend(self) -> FaissIndex | IVFIndex:
         if self.switch_to.startswith("ivf"):
             return IVFIndex(self.dim, self.switch_to, source=self._source, **self.ivf_params)
         return FaissIndex(self.dim, self.switch_to, **self.hnsw_params)
 
     @property
-    def backend(self):
+    def backend(self) -> ExactIndex | FaissIndex | IVFIndex:
         """The index currently answering searches (ExactIndex, then the approximate one)."""
         return self._inner
 
@@ -111,11 +111,12 @@ class AutoIndex:
     def remove(self, ids: np.ndarray) -> None:
         self._inner.remove(ids)
 
-    def search(self, queries: np.ndarray, k: int, start: int = 0):
+    def search(self, queries: np.ndarray, k: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
         return self._inner.search(queries, k, start)
 
     def _switch(self) -> None:
         exact = self._inner
+        assert isinstance(exact, ExactIndex), "the switch happens once, from the exact index"
         new = self._new_backend()
         ids, vecs = exact.ids, exact.vectors
         if isinstance(new, IVFIndex):

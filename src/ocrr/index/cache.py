@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class _Entry:
 
 
 class IncrementalSearch:
-    def __init__(self, index, min_queries: int = 64, max_sets: int = 4):
+    def __init__(self, index: Any, min_queries: int = 64, max_sets: int = 4):
         self.index = index
         self.min_queries = min_queries  # single stream queries are not worth caching
         self.max_sets = max_sets

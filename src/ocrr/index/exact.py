@@ -111,6 +111,11 @@ class ExactIndex:
     def borrowed(self) -> bool:
         return self._source is not None
 
+    def _lent(self) -> np.ndarray:
+        """The lender's array (called only while borrowing)."""
+        assert self._source is not None, "called only while borrowing"
+        return self._source()
+
     @property
     def nbytes(self) -> int:
         """Bytes this index holds itself (0 when borrowing; capacity, not just length, when owned)."""
@@ -145,7 +150,7 @@ class ExactIndex:
             return True
         if ids[0] != n or ids[-1] != n + m - 1 or (m > 1 and not np.array_equal(ids, np.arange(n, n + m))):
             return False
-        src = self._source()
+        src = self._lent()
         return src.ndim == 2 and src.shape[0] >= n + m and np.array_equal(src[n : n + m], vecs)
 
     def add_from_source(self, vecs: np.ndarray, ids: np.ndarray) -> None:
@@ -153,14 +158,14 @@ class ExactIndex:
         it (the unbounded substrate after a ledger append): while borrowing, the rows are
         covered without copying or comparing them; an owned index adds them as usual."""
         n, m = self._n, len(ids)
-        if self.borrowed and m and ids[0] == n and ids[-1] == n + m - 1 and self._source().shape[0] >= n + m:
+        if self.borrowed and m and ids[0] == n and ids[-1] == n + m - 1 and self._lent().shape[0] >= n + m:
             self._n += m
         else:
             self.add(vecs, ids)
 
     def _own(self) -> None:
         """Switch from borrowed to owned: copy the live rows once."""
-        src = self._source()
+        src = self._lent()
         cap = max(self._n, 1024)
         self._vecs = np.empty((cap, self.dim), np.float32)
         self._vecs[: self._n] = src[: self._n]
@@ -188,7 +193,7 @@ class ExactIndex:
     @property
     def vectors(self) -> np.ndarray:
         if self.borrowed:
-            return self._source()[: self._n]
+            return self._lent()[: self._n]
         return self._vecs[: self._n]
 
     def search(self, queries: np.ndarray, k: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +204,7 @@ class ExactIndex:
         """
         queries = np.asarray(queries, np.float32).reshape(-1, self.dim)
         if self.borrowed:
-            vecs = self._source()[start : self._n]
+            vecs = self._lent()[start : self._n]
             ids = np.arange(start, max(start, self._n), dtype=np.int64)
         else:
             vecs = self._vecs[start : self._n]

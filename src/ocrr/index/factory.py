@@ -40,6 +40,7 @@ Adopting it (e.g. a kNN-LM datastore)::
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -90,8 +91,8 @@ def make_index(
     source: Callable[[], np.ndarray] | None = None,
     threshold: int = DEFAULT_THRESHOLD,
     switch_to: str | None = None,
-    **params,
-):
+    **params: Any,
+) -> ExactIndex | FaissIndex | IVFIndex | AutoIndex:
     """Build an empty search index of ``kind`` for ``dim``-dimensional unit vectors."""
     if dim is None or int(dim) < 1:
         raise ValueError(f"make_index needs a positive dim, got {dim!r}")

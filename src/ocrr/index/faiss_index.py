@@ -42,6 +42,8 @@ insertion order within a batch, and so the graph, can vary run to run.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ocrr.index.exact import ExactIndex, top_k
@@ -51,7 +53,7 @@ KINDS = ("hnsw", "hnsw_sq8", "exact_sq8")
 _ADD_CHUNK = 65_536  # rows per FAISS add / reconstruct call during compaction
 
 
-def _faiss():
+def _faiss() -> Any:
     import faiss  # imported lazily: only approximate backends need it
 
     return faiss
@@ -94,7 +96,7 @@ class FaissIndex:
         self._alive = np.empty(0, bool)
         self._n = 0  # positions used in FAISS
         self._dead = 0
-        self._bitmap = None  # packed alive bits for IDSelectorBitmap; None when stale
+        self._bitmap: np.ndarray | None = None  # packed alive bits for IDSelectorBitmap; None when stale
         self._ids_sorted = True  # positions hold increasing ids (the ledger case): searchsorted removal
         self._staged = None if self._index.is_trained else ExactIndex(self.dim)
         self._selector = None
@@ -104,7 +106,7 @@ class FaissIndex:
     def compressed(self) -> bool:
         return self.kind.endswith("_sq8")
 
-    def _new_index(self):
+    def _new_index(self) -> Any:
         faiss = _faiss()
         ip = faiss.METRIC_INNER_PRODUCT
         if self._template is not None:
@@ -265,11 +267,11 @@ class FaissIndex:
             return np.empty((n_q, kk), np.float32), np.empty((n_q, kk), np.int64)
         parts_s, parts_i = [], []
         live_in_faiss = self._n - self._dead
-        staged = self._staged is not None and len(self._staged) > 0
+        staged = self._staged if self._staged is not None and len(self._staged) > 0 else None
         if live_in_faiss:
             kf = min(kk, live_in_faiss)
             sims, pos = self._index.search(queries, kf, params=self._search_params())
-            if not staged and kf == kk and pos.min() >= 0:
+            if staged is None and kf == kk and pos.min() >= 0:
                 # Fast path (a single query costs ~0.3 ms in FAISS; generic merging would add
                 # ~0.2 ms): FAISS returns rows sorted by similarity desc; only runs of equal
                 # similarities need the id-desc tie order, and those are rare.
@@ -280,14 +282,14 @@ class FaissIndex:
             ok = pos >= 0
             parts_i.append(np.where(ok, self._pos_ids[np.where(ok, pos, 0)], -1))
             parts_s.append(np.where(ok, sims, -np.inf).astype(np.float32))
-        if staged:
-            s, i = self._staged.search(queries, kk)
+        if staged is not None:
+            s, i = staged.search(queries, kk)
             parts_s.append(s)
             parts_i.append(i)
         sims, ids = top_k(np.concatenate(parts_s, axis=1), np.concatenate(parts_i, axis=1), kk)
         return sims, ids
 
-    def _search_params(self):
+    def _search_params(self) -> Any:
         faiss = _faiss()
         sel = None
         if self._dead:

@@ -46,7 +46,7 @@ class FileRows:
             raise OSError(f"vector file ended after {len(raw)} of {want} bytes at row {self.first + lo}")
         return np.frombuffer(raw, _F4).reshape(count, self.dim)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: int | np.integer | slice | np.ndarray) -> FileRows | np.ndarray:
         if isinstance(key, slice):
             lo, hi, step = key.indices(self.n)
             if step != 1:
@@ -74,6 +74,6 @@ class FileRows:
             out[order[run]] = block[rows[run] - lo]
         return out.reshape(*ids.shape, self.dim)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         rows = self._read(0, self.n) if self.n else np.empty((0, self.dim), _F4)
         return rows if dtype is None else rows.astype(dtype)

@@ -51,11 +51,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ocrr.index.exact import ExactIndex
+from ocrr.index.ivf_tune import check_targets, tune_ivf
 from ocrr.index.rerank import rerank
+from ocrr.index.vote import VoteRule
 
 KINDS = ("ivf", "ivf_sq8", "ivf_pq")
 IVF_DEFAULTS = {
@@ -80,7 +84,7 @@ _KMEANS_ITER = 10
 log = logging.getLogger("ocrr.index")
 
 
-def _faiss():
+def _faiss() -> Any:
     import faiss  # imported lazily: only approximate backends need it
 
     return faiss
@@ -105,7 +109,7 @@ class IVFIndex:
         self,
         dim: int,
         kind: str = "ivf_pq",
-        source=None,
+        source: Callable[[], np.ndarray] | None = None,
         nlist: int = 0,
         nprobe: int = 16,
         rerank: int = 100,
@@ -119,10 +123,10 @@ class IVFIndex:
         tune_k: int = 5,
         seed: int = 0,
         target_agreement: float = 0.0,
-        label_of=None,
+        label_of: Callable[[np.ndarray], np.ndarray] | None = None,
         tune_queries: int = 200,
         tune_tolerance: float = 0.0,
-        vote_rule=None,
+        vote_rule: VoteRule | None = None,
     ):
         if kind not in KINDS:
             raise ValueError(f"IVFIndex kind must be one of {KINDS}, got {kind!r}")
@@ -140,8 +144,6 @@ class IVFIndex:
                 raise ValueError(f"{key} must be >= 1, got {value}")
         if not 0 <= target_recall <= 1:
             raise ValueError(f"target_recall must be in [0, 1] (0: no tuning), got {target_recall}")
-        from ocrr.index.ivf_tune import check_targets
-
         check_targets(target_recall, target_agreement, tune_tolerance, tune_queries, label_of is not None)
         self.pq_m = int(pq_m) or max(1, dim // 2)
         if kind == "ivf_pq" and dim % self.pq_m:
@@ -161,10 +163,11 @@ class IVFIndex:
         self.tuned_at = 0  # live entries at the last tuning
         self.tuning: dict | None = None  # what the last tune() found (ocrr.index.ivf_tune)
         self._warned_retrain = False
-        self._index = None
+        self._index: Any = None  # the FAISS index once trained (FAISS has no type hints)
         self._staged: ExactIndex | None = ExactIndex(self.dim)
-        # Owned mode: float32 rows by position, and position -> caller id. Borrowed: row = id.
-        self._own = np.empty((0, self.dim), np.float32) if source is None else None
+        # Owned mode: float32 rows by position, and position -> caller id. Borrowed: row = id
+        # (and the owned buffer stays empty).
+        self._own = np.empty((0, self.dim), np.float32)
         self._row_ids = np.empty(0, np.int64)
         self._alive = np.empty(0, bool)  # by row
         self._rows = 0
@@ -177,7 +180,7 @@ class IVFIndex:
 
     def _matrix(self) -> np.ndarray:
         """The float32 rows the re-rank reads (the ledger's buffer, or the owned copy)."""
-        return self._source() if self.borrowed else self._own
+        return self._source() if self._source is not None else self._own
 
     def _grow(self, need: int) -> None:
         if need <= len(self._alive):
@@ -196,7 +199,7 @@ class IVFIndex:
     def _store(self, vecs: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Record rows for ``ids`` (owned: copy the vectors); returns their FAISS row numbers."""
         if self.borrowed:
-            src = self._source()
+            src = self._matrix()
             if (
                 ids.min() < 0
                 or ids.max() >= len(src)
@@ -227,7 +230,7 @@ class IVFIndex:
     def trained(self) -> bool:
         return self._index is not None
 
-    def _new_ivf(self, centroids: np.ndarray):
+    def _new_ivf(self, centroids: np.ndarray) -> Any:
         faiss = _faiss()
         # L2 on unit vectors ranks exactly as inner product (|q - x|^2 = 2 - 2 q.x), and FAISS's
         # L2 paths are the better ones: measured on 64-d clustered unit vectors, fast-scan PQ
@@ -314,7 +317,7 @@ class IVFIndex:
             raise ValueError(f"add got {len(vecs)} vectors but {len(ids)} ids")
         if len(ids) == 0:
             return
-        if not self.trained:
+        if self._staged is not None:  # (not trained yet)
             self._staged.add(vecs, ids)
             if len(self._staged) >= self.min_train:
                 self.train(self._staged.vectors)
@@ -380,15 +383,13 @@ class IVFIndex:
         k: int | None = None,
         n_queries: int | None = None,
         seed: int | None = None,
-        sample=None,
+        sample: tuple | None = None,
         target_agreement: float | None = None,
         tolerance: float | None = None,
     ) -> dict:
         """Set ``nprobe`` and ``rerank`` for recall@k >= ``target_recall`` and/or vote agreement
         >= ``target_agreement`` (default: the index's; see ocrr.index.ivf_tune; ``sample``:
         (ids, vectors, exact top-(k+1) ids) computed elsewhere)."""
-        from ocrr.index.ivf_tune import tune_ivf
-
         agreement = self.target_agreement if target_agreement is None else target_agreement
         self.tuning = tune_ivf(
             self,
@@ -408,12 +409,12 @@ class IVFIndex:
 
     # -- the index interface --------------------------------------------------------------
     def __len__(self) -> int:
-        return self._live if self.trained else len(self._staged)
+        return self._live if self._staged is None else len(self._staged)
 
     def remove(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids, np.int64).reshape(-1)
         self.epoch += 1
-        if not self.trained:
+        if self._staged is not None:
             self._staged.remove(ids)
             return
         if self.borrowed:
@@ -428,14 +429,14 @@ class IVFIndex:
 
     @property
     def ids(self) -> np.ndarray:
-        if not self.trained:
+        if self._staged is not None:
             return self._staged.ids
         rows = np.flatnonzero(self._alive[: self._rows])
         return rows.astype(np.int64) if self.borrowed else self._row_ids[rows]
 
     @property
     def vectors(self) -> np.ndarray:
-        if not self.trained:
+        if self._staged is not None:
             return self._staged.vectors
         return self._matrix()[np.flatnonzero(self._alive[: self._rows])]
 
@@ -443,7 +444,7 @@ class IVFIndex:
     def nbytes(self) -> int:
         """Bytes held: list codes and ids, centroids (+ HNSW links), row bookkeeping, and the
         float32 copy when owned (a borrowed ledger buffer is not counted)."""
-        if not self.trained:
+        if self._staged is not None:
             return int(self._staged.nbytes)
         faiss = _faiss()
         inv = self._index.invlists
@@ -481,7 +482,7 @@ class IVFIndex:
         if start:
             raise ValueError(f"{self.kind} index cannot search from a row offset (start={start}); search all")
         queries = np.ascontiguousarray(queries, np.float32).reshape(-1, self.dim)
-        if not self.trained:
+        if self._staged is not None:
             return self._staged.search(queries, k)
         kk = min(k, len(self))
         if kk == 0 or len(queries) == 0:

@@ -37,12 +37,15 @@ The search stops one doubling of ``nprobe`` after the deepest re-rank first meet
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ocrr.index.exact import exact_search
 from ocrr.index.recall import recall_at_k
 from ocrr.index.rerank import best_k, score_rows
+from ocrr.index.vote import VoteRule, vote
 
 MAX_RERANK = 1024
 log = logging.getLogger("ocrr.index")
@@ -110,17 +113,17 @@ def check_targets(
 
 
 def tune_ivf(
-    index,
+    index: Any,  # an IVFIndex (which imports this module)
     target_recall: float,
     k: int,
     n_queries: int = 200,
     seed: int = 0,
     max_rerank: int = MAX_RERANK,
-    sample=None,
+    sample: tuple | None = None,
     *,
     target_agreement: float = 0.0,
-    label_of=None,
-    rule=None,
+    label_of: Callable[[np.ndarray], np.ndarray] | None = None,
+    rule: VoteRule | None = None,
     tolerance: float = 0.0,
 ) -> dict:
     """The pick and every point tried (see the module docstring). ``sample``: (ids,
@@ -128,8 +131,6 @@ def tune_ivf(
     ``label_of``: ids -> label indices (needed for ``target_agreement``); ``rule``: the
     vote's ``VoteRule`` (default: the substrate's, with this k)."""
     import faiss
-
-    from ocrr.index.vote import VoteRule, vote
 
     check_targets(
         target_recall,
@@ -171,9 +172,10 @@ def tune_ivf(
     truth = drop_self(np.asarray(truth_ids, np.int64), self_ids, k)
     agreeing = target_agreement > 0 or label_of is not None
     if agreeing:
+        assert label_of is not None  # (check_targets refused target_agreement without labels)
         rule = rule or VoteRule(k=k)
 
-        def decide(sims, ids):
+        def decide(sims: np.ndarray, ids: np.ndarray) -> np.ndarray:
             return vote(sims, ids, np.where(ids >= 0, label_of(np.maximum(ids, 0)), -1), rule)
 
         e_sims, e_ids = drop_self_scored(
@@ -187,7 +189,7 @@ def tune_ivf(
     hnsw_q = isinstance(faiss.downcast_index(index._index.quantizer), faiss.IndexHNSWFlat)
     primary = "agreement_bound" if target_agreement > 0 else "recall_bound"
 
-    def meets(p):
+    def meets(p: dict) -> bool:
         return (target_recall <= 0 or p["recall_bound"] >= target_recall) and (
             target_agreement <= 0 or p["agreement_bound"] >= target_agreement
         )

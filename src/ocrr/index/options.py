@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from ocrr.errors import OcrrError
 from ocrr.index.auto import DEFAULT_THRESHOLD
 from ocrr.index.factory import HNSW_DEFAULTS, KINDS, make_index
 from ocrr.index.ivf import IVF_DEFAULTS
+from ocrr.index.ivf_tune import min_queries_for
+from ocrr.index.vote import VoteRule
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,9 @@ class IndexOptions:
     ef_search: int = HNSW_DEFAULTS["ef_search"]
     auto_threshold: int = DEFAULT_THRESHOLD
     force_exact: bool = False
-    nlist: int = IVF_DEFAULTS["nlist"]
-    nprobe: int = IVF_DEFAULTS["nprobe"]
-    rerank: int = IVF_DEFAULTS["rerank"]
+    nlist: int = int(IVF_DEFAULTS["nlist"])
+    nprobe: int = int(IVF_DEFAULTS["nprobe"])
+    rerank: int = int(IVF_DEFAULTS["rerank"])
     target_recall: float = IVF_DEFAULTS["target_recall"]
     target_agreement: float = 0.0  # tune the IVF index until its top-k gives the owner's vote (ivf_tune)
 
@@ -86,7 +89,7 @@ class IndexOptions:
 
     def hyperparameters(self) -> dict:
         """The backend and only the knobs it uses."""
-        out = {"index": self.kind}
+        out: dict[str, Any] = {"index": self.kind}
         if self.force_exact:
             out["force_exact"] = True
         if self.kind != "exact":
@@ -107,16 +110,14 @@ class IndexOptions:
         source: Callable[[], np.ndarray] | None = None,
         k: int = 5,
         label_of: Callable[[np.ndarray], np.ndarray] | None = None,
-        vote_rule=None,
-    ):
+        vote_rule: VoteRule | None = None,
+    ) -> Any:
         """An empty index of this kind (``source``: a buffer exact kinds read instead of copying,
         and the IVF re-rank reads; ``k``: the neighbours the owner asks for, which tuning targets;
         ``label_of`` (ids -> label indices) and ``vote_rule``: the owner's vote, which
         ``target_agreement`` tunes for, on 1.5x the tuning queries needed to certify it)."""
-        agreement = {}
+        agreement: dict[str, Any] = {}
         if self.target_agreement:
-            from ocrr.index.ivf_tune import min_queries_for
-
             if label_of is None:
                 raise OcrrError(
                     f"{owner}: target_agreement needs the system's entry labels; this system does "
@@ -166,9 +167,9 @@ class IndexedSystem:
         ef_search: int,
         auto_threshold: int,
         force_exact: bool,
-        nlist: int = IVF_DEFAULTS["nlist"],
-        nprobe: int = IVF_DEFAULTS["nprobe"],
-        rerank: int = IVF_DEFAULTS["rerank"],
+        nlist: int = int(IVF_DEFAULTS["nlist"]),
+        nprobe: int = int(IVF_DEFAULTS["nprobe"]),
+        rerank: int = int(IVF_DEFAULTS["rerank"]),
         target_recall: float = IVF_DEFAULTS["target_recall"],
         target_agreement: float = 0.0,
     ) -> None:
@@ -198,7 +199,7 @@ class IndexedSystem:
         """``index_options.hyperparameters()``, with the ``nprobe`` and ``rerank`` a tuned IVF
         index settled on in place of the starting ones."""
         out = self.index_options.hyperparameters()
-        index = getattr(self, "index_", None)
+        index: Any = getattr(self, "index_", None)
         index = getattr(index, "backend", index)  # auto: the index answering now
         if "nprobe" in out and getattr(index, "tuning", None):
             out.update(nprobe=int(index.nprobe), rerank=int(index.rerank))

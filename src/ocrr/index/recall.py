@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 
 
-def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray, per_query: bool = False):
+@overload
+def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray, per_query: Literal[False] = False) -> float: ...
+@overload
+def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray, per_query: Literal[True]) -> np.ndarray: ...
+def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray, per_query: bool = False) -> float | np.ndarray:
     """Mean over queries of |approx ∩ exact| / |exact| (ids < 0 are padding, ignored).
 
     approx_ids (n, a), exact_ids (n, e): the exact top-k ids of each query. Queries with

@@ -23,7 +23,7 @@ class VoteRule:
     tiebreak_maxsim: bool = True
     tiebreak_recency: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError("k must be at least 1")
         if self.weighting not in ("count", "sumsim"):

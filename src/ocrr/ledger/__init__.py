@@ -1,29 +1,34 @@
 """The one ledger: a SHA-256 hash chain of (label, text, vector) entries, an RFC 6962 Merkle
-tree beside it, a durable SQLite (WAL) store with group commit, signed tree heads and C2SP
-checkpoints, verification and JSONL export/import.
+tree beside it, one file format (SQLite in WAL mode) written by ``Ledger.open``/``save`` and
+by the durable store with group commit, signed tree heads and C2SP checkpoints,
+verification and JSONL export/import. docs/ledger.md describes the file and its guarantees.
 
-``ocrr.ledger.verify`` is standalone (standard library only) so auditors can copy it; the
-heavier parts are imported on first use.
+Modules, bottom to top: ``verify`` (standalone, standard library only, so auditors can
+copy it), ``chain`` (the in-memory chain), ``merkle``, ``scan`` (the file format and its
+check), ``store`` (``DurableLedger``), ``file`` (``Ledger``: the chain with its file),
+``transfer`` (export/import) and ``heads`` (signed heads and checkpoints).
 """
 
 from __future__ import annotations
 
-import importlib
+from ocrr.ledger.chain import GENESIS, Chain, Entry, VerifyResult, entry_digest
+from ocrr.ledger.file import Ledger, migrate
+from ocrr.ledger.heads import Signer, TreeHead
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.scan import LedgerReport
+from ocrr.ledger.store import DurableLedger
 
-from ocrr.ledger.chain import GENESIS, Entry, Ledger, VerifyResult, entry_digest
-
-_LAZY = {
-    "MerkleTree": "ocrr.ledger.merkle",
-    "DurableLedger": "ocrr.ledger.store",
-    "LedgerReport": "ocrr.ledger.store",
-    "TreeHead": "ocrr.ledger.heads",
-    "Signer": "ocrr.ledger.heads",
-}
-
-__all__ = ["GENESIS", "Entry", "Ledger", "VerifyResult", "entry_digest", *sorted(_LAZY)]
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'ocrr.ledger' has no attribute {name!r}")
+__all__ = [
+    "GENESIS",
+    "Chain",
+    "DurableLedger",
+    "Entry",
+    "Ledger",
+    "LedgerReport",
+    "MerkleTree",
+    "Signer",
+    "TreeHead",
+    "VerifyResult",
+    "entry_digest",
+    "migrate",
+]

@@ -1,6 +1,7 @@
-"""A SHA-256 hash-chained, append-only ledger of labelled embedding vectors.
+"""The in-memory hash chain: a SHA-256 hash-chained, append-only list of labelled vectors.
 
-The OCRR substrate stores every user correction here. Each entry's hash covers
+The OCRR substrate stores every user correction here (``ocrr.ledger.Ledger`` is this chain
+plus its file: ``ocrr.ledger.file``). Each entry's hash covers
 its own fields plus the previous entry's hash, so editing, deleting, reordering
 or inserting any past entry breaks the chain and ``verify()`` says where.
 Truncating the tail leaves a valid (shorter) chain; that is only caught when
@@ -8,7 +9,7 @@ the caller passes the last head it held (``verify(expected_head=...)``).
 
 Vectors live in one contiguous, capacity-doubling float32 buffer so appends
 are amortised O(1) and retrieval can do a single matrix product over
-``Ledger.vectors``. ``Ledger(dim, vectors_on_disk=folder)`` puts that buffer in a
+``Chain.vectors``. ``Chain(dim, vectors_on_disk=folder)`` puts that buffer in a
 memory-mapped scratch file instead of RAM (10M x 384 float32 is 15.4 GB): the OS
 pages vectors in when a scan or ``verify`` reads them, and the resident set holds only
 the per-entry metadata and whatever index sits beside the ledger.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import struct
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -30,21 +30,18 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 
-__all__ = ["GENESIS", "Entry", "Ledger", "VerifyResult", "entry_digest"]
+__all__ = ["GENESIS", "Chain", "Entry", "VerifyResult", "entry_digest"]
 
 #: prev_hash of entry 0: a fixed value, so a chain cannot start anywhere else.
 GENESIS: bytes = hashlib.sha256(b"ocrr-ledger-genesis-v1").digest()
 
 # Bumping the tag changes every digest; do it only with a new file format.
 _DIGEST_TAG = b"ocrr-ledger-entry-v1\x00"
-_FORMAT = "ocrr-ledger"
-_FORMAT_VERSION = 1
 _F4LE = np.dtype("<f4")  # fixed byte order, so digests agree across machines
 _ID_LABEL_LEN = struct.Struct("<QI")
 _TEXT_PRESENT_LEN = struct.Struct("<BI")
 _U32 = struct.Struct("<I")
 _INITIAL_CAPACITY = 64
-_LOAD_BATCH = 65_536  # rows read from SQLite at a time
 
 
 def entry_digest(id: int, label: str, text: str | None, vector: np.ndarray, prev_hash: bytes) -> bytes:
@@ -114,11 +111,11 @@ class VerifyResult:
         return self.ok
 
 
-class Ledger:
-    """Append-only, hash-chained store of (vector, label, text) entries.
+class Chain:
+    """Append-only, hash-chained store of (vector, label, text) entries, in memory.
 
-    ``Ledger(dim)`` is in memory; ``Ledger.open(path)`` also appends each
-    entry to an SQLite file; ``save``/``load`` write and read whole files.
+    Users hold its subclass ``ocrr.ledger.Ledger``, which adds the file behind it
+    (``Ledger.open``, ``save``, ``load``); a durable store's mirror is a plain ``Chain``.
     """
 
     def __init__(self, dim: int | None = None, vectors_on_disk: str | os.PathLike[str] | None = None) -> None:
@@ -148,9 +145,6 @@ class Ledger:
         self._texts: list[str | None] = []
         self._prev: list[bytes] = []
         self._hashes: list[bytes] = []
-        self._db: sqlite3.Connection | None = None  # set by open()
-        self._db_path: Path | None = None
-        self._closed = False
 
     # ------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -169,16 +163,11 @@ class Ledger:
             yield self[i]
 
     def __repr__(self) -> str:
-        return f"Ledger(n={self._n}, dim={self._dim}, head={self.head.hex()[:16]}…)"
+        return f"{type(self).__name__}(n={self._n}, dim={self._dim}, head={self.head.hex()[:16]}…)"
 
     # Pickle: numpy pickles a view as a separate copy, so _ro would stop tracking _buf
     # (appends after unpickling then hashed and served stale rows). Rebuild the view.
     def __getstate__(self) -> dict:
-        if self._db is not None:
-            raise OcrrError(
-                f"cannot pickle a ledger open on {self._db_path}; close() it and pickle "
-                "Ledger.load(path), or pickle the path"
-            )
         state = self.__dict__.copy()
         state["_ro"] = None
         if self._vec_file is not None:  # the copy holds its vectors in memory
@@ -243,7 +232,6 @@ class Ledger:
         """Append one entry whose vector the caller already checked (a finite 1-D float32
         array: ``append`` here, or a system that validated its batch); return its id.
         No Entry object is built: this is the path one correction takes."""
-        self._check_open()
         _check_label_text(label, text)
         n = self._n
         if vec.shape[0] != self._dim or n == self._buf.shape[0]:
@@ -252,8 +240,6 @@ class Ledger:
         row = self._ro[n]  # a row of the read-only view is itself read-only
         prev = self._hashes[-1] if n else GENESIS
         digest = _digest_or_raise(n, label, text, row, prev)
-        if self._db is not None:
-            self._db_insert([(n, label, text, row.tobytes(), prev, digest)])
         self._ids.append(n)
         self._labels.append(label)
         self._texts.append(text)
@@ -269,7 +255,6 @@ class Ledger:
         texts: Sequence[str | None] | None = None,
     ) -> range:
         """Append many entries at once (all or nothing); returns their ids."""
-        self._check_open()
         mat = _as_float32(vectors)
         if mat.ndim != 2:
             raise OcrrError(
@@ -300,10 +285,6 @@ class Ledger:
             prevs.append(prev)
             prev = _digest_or_raise(start + j, labels[j], texts[j], block[j], prev)
             digests.append(prev)
-        if self._db is not None:
-            self._db_insert(
-                (start + j, labels[j], texts[j], block[j].tobytes(), prevs[j], digests[j]) for j in range(m)
-            )
         self._ids.extend(range(start, start + m))
         self._labels.extend(labels)
         self._texts.extend(texts)
@@ -319,8 +300,6 @@ class Ledger:
                 raise OcrrError("vector is empty; pass a vector with at least one component")
             self._dim = d
             self._set_buffer(self._allocate(max(_INITIAL_CAPACITY, extra), d))
-            if self._db is not None:
-                self._db.execute("UPDATE meta SET value = ? WHERE key = 'dim'", (d,))
         elif d != self._dim:
             raise OcrrError(
                 f"vector has dimension {d} but this ledger holds dimension {self._dim}; "
@@ -400,121 +379,7 @@ class Ledger:
             )
         return VerifyResult(True, None, f"ok: {self._n} entries, chain intact")
 
-    # ---------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write every entry to an SQLite file, replacing it atomically."""
-        path = Path(path)
-        if not path.parent.is_dir():
-            raise OcrrError(f"cannot save ledger to {path}: directory {path.parent} does not exist; create it first")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            conn = sqlite3.connect(tmp)
-            try:
-                _create_schema(conn, self._dim)
-                conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", self._rows())
-                conn.commit()
-            finally:
-                conn.close()
-            os.replace(tmp, path)  # readers see the old file or the new one, never half of one
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    @classmethod
-    def load(
-        cls, path: str | os.PathLike[str], verify: bool = True, vectors_on_disk: str | os.PathLike[str] | None = None
-    ) -> Ledger:
-        """Read a ledger file as stored (nothing recomputed), then verify it.
-
-        Rows are streamed, so memory holds one batch of rows at a time plus the ledger
-        itself; ``vectors_on_disk`` puts the vectors in a memory-mapped scratch file.
-        """
-        path = Path(path)
-        ledger = cls._from_db_file(path, vectors_on_disk)
-        if verify:
-            result = ledger.verify()
-            if not result:
-                raise OcrrError(
-                    f"ledger {path} failed verification: {result.reason}; the ledger file was modified after "
-                    "it was written; restore it from a backup or load with verify=False to inspect it"
-                )
-        return ledger
-
-    @classmethod
-    def open(
-        cls, path: str | os.PathLike[str], dim: int | None = None, vectors_on_disk: str | os.PathLike[str] | None = None
-    ) -> Ledger:
-        """Open (or create) a file-backed ledger that INSERTs every append.
-
-        Appends become durable on ``flush()`` or ``close()`` (or leaving a
-        ``with`` block). An existing file is verified first.
-        """
-        path = Path(path)
-        if path.exists():
-            ledger = cls.load(path, verify=True, vectors_on_disk=vectors_on_disk)
-            if dim is not None and ledger._dim is not None and dim != ledger._dim:
-                raise OcrrError(
-                    f"ledger {path} holds dimension {ledger._dim}, not {dim}; open it without dim or use another file"
-                )
-            if ledger._dim is None and dim is not None:
-                ledger = cls(dim, vectors_on_disk=vectors_on_disk)
-        else:
-            if not path.parent.is_dir():
-                raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
-            ledger = cls(dim, vectors_on_disk=vectors_on_disk)
-        try:
-            conn = sqlite3.connect(path)
-            if not path.stat().st_size:
-                _create_schema(conn, ledger._dim)
-                conn.commit()
-            elif ledger._dim is not None:
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'dim'", (ledger._dim,))
-                conn.commit()
-        except sqlite3.Error as e:
-            raise OcrrError(f"cannot open ledger {path} for writing ({e}); check the path and its permissions") from e
-        ledger._db, ledger._db_path = conn, path
-        return ledger
-
-    def flush(self) -> None:
-        """Commit appends made since the last flush to the backing file."""
-        if self._db is not None:
-            self._db.commit()
-
-    def close(self) -> None:
-        """Flush and detach from the file; later appends raise."""
-        if self._db is not None:
-            self._db.commit()
-            self._db.close()
-            self._db = None
-            self._closed = True
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ------------------------------------------------------------ internals
-    def _check_open(self) -> None:
-        if self._closed:
-            raise OcrrError(f"ledger {self._db_path} is closed; reopen it with Ledger.open(path) to append")
-
-    def _db_insert(self, rows) -> None:
-        try:
-            self._db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
-        except sqlite3.Error as e:
-            raise OcrrError(
-                f"could not write to ledger {self._db_path} ({e}); the entry was not added; "
-                "check disk space and permissions"
-            ) from e
-
-    def _rows(self) -> Iterator[tuple]:
-        """Stored columns per entry, as written to SQLite."""
-        for i in range(self._n):
-            vec = self._buf[i].tobytes()
-            yield (self._ids[i], self._labels[i], self._texts[i], vec, self._prev[i], self._hashes[i])
-
     @classmethod
     def _from_stored(
         cls,
@@ -525,70 +390,18 @@ class Ledger:
         vectors: np.ndarray,
         prevs: list[bytes],
         hashes: list[bytes],
-    ) -> Ledger:
-        """Build a ledger from stored columns as-is: no hashing, no checks (the seam the
-        tests use to build tampered ledgers; files load through ``_from_db_file``)."""
-        ledger = cls(dim)
+    ) -> Chain:
+        """Build a chain from stored columns as-is: no hashing, no checks (a durable store's
+        mirror of the entries it checked, and the seam the tests use to build tampered ledgers)."""
+        chain = cls(dim)
         n = len(ids)
         if n:
-            ledger._set_buffer(np.empty((max(_INITIAL_CAPACITY, n), dim), _F4LE))
-            ledger._buf[:n] = vectors
-        ledger._ids, ledger._labels, ledger._texts = list(ids), list(labels), list(texts)
-        ledger._prev, ledger._hashes = list(prevs), list(hashes)
-        ledger._n = n
-        return ledger
-
-    @classmethod
-    def _from_db_file(cls, path: Path, vectors_on_disk: str | os.PathLike[str] | None = None) -> Ledger:
-        if not path.is_file():
-            raise OcrrError(f"ledger file {path} does not exist; check the path or create it with Ledger.open(path)")
-        try:
-            conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-        except sqlite3.Error as e:
-            raise OcrrError(f"cannot read ledger file {path} ({e}); check its permissions") from e
-        try:
-            meta = dict(conn.execute("SELECT key, value FROM meta"))
-            if meta.get("format") != _FORMAT or str(meta.get("version")) != str(_FORMAT_VERSION):
-                raise OcrrError(
-                    f"{path} is not an ocrr ledger v{_FORMAT_VERSION} file (meta says format={meta.get('format')!r}, "
-                    f"version={meta.get('version')!r}); pass a file written by Ledger.save of this ocrr version"
-                )
-            count = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
-            dim = meta.get("dim")
-            if count and (type(dim) is not int or dim < 1):
-                raise OcrrError(
-                    f"{path} has entries but no valid dim in its meta table ({dim!r}); restore it from a backup"
-                )
-            ledger = cls(dim if type(dim) is int and dim >= 1 else None, vectors_on_disk=vectors_on_disk)
-            if count:
-                ledger._set_buffer(ledger._allocate(max(_INITIAL_CAPACITY, count), dim))
-            cursor = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid")
-            i = 0
-            while rows := cursor.fetchmany(_LOAD_BATCH):  # streamed: a 10M-entry file never sits in memory twice
-                for row in rows:
-                    blob = row[3]
-                    if not isinstance(blob, bytes) or len(blob) != 4 * dim:
-                        size = len(blob) if isinstance(blob, (bytes, str)) else type(blob).__name__
-                        raise OcrrError(
-                            f"{path}: entry {i} stores a vector of {size} bytes, expected {4 * dim} for dim {dim}; "
-                            "the ledger file is corrupt or was modified; restore it from a backup"
-                        )
-                    ledger._buf[i] = np.frombuffer(blob, _F4LE)
-                    i += 1
-                ids, labels, texts, _, prevs, hashes = zip(*rows)
-                ledger._ids.extend(ids)
-                ledger._labels.extend(labels)
-                ledger._texts.extend(texts)
-                ledger._prev.extend(prevs)
-                ledger._hashes.extend(hashes)
-        except sqlite3.Error as e:
-            raise OcrrError(
-                f"{path} is not a readable ocrr ledger ({e}); pass a file written by Ledger.save or Ledger.open"
-            ) from e
-        finally:
-            conn.close()
-        ledger._n = i
-        return ledger
+            chain._set_buffer(np.empty((max(_INITIAL_CAPACITY, n), dim), _F4LE))
+            chain._buf[:n] = vectors
+        chain._ids, chain._labels, chain._texts = list(ids), list(labels), list(texts)
+        chain._prev, chain._hashes = list(prevs), list(hashes)
+        chain._n = n
+        return chain
 
 
 def _check_label_text(label: object, text: object) -> None:
@@ -613,23 +426,3 @@ def _digest_or_raise(i: int, label: str, text: str | None, vec: np.ndarray, prev
             f"label or text is not valid Unicode ({e.reason} at position {e.start}); "
             "remove lone surrogates before appending"
         ) from e
-
-
-def _create_schema(conn: sqlite3.Connection, dim: int | None) -> None:
-    conn.executescript(
-        """
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value);
-        CREATE TABLE entries (
-            id INTEGER PRIMARY KEY,
-            label TEXT NOT NULL,
-            text TEXT,
-            vector BLOB NOT NULL,
-            prev_hash BLOB NOT NULL,
-            hash BLOB NOT NULL
-        );
-        """
-    )
-    conn.executemany(
-        "INSERT INTO meta VALUES (?, ?)",
-        [("format", _FORMAT), ("version", _FORMAT_VERSION), ("dim", dim)],
-    )

@@ -1,11 +1,13 @@
-"""The durable ledger's file: its tables, and the check that reads it back.
+"""The ledger file: its tables, and the check that reads it back.
 
-File layout (a superset of ``Ledger.save``'s v1 file, so ``Ledger.load`` still reads it):
+The one ledger file format (``Ledger.open``/``save`` and ``DurableLedger`` all write it;
+docs/ledger.md describes it). An SQLite file with these tables:
 
 * ``entries``: one row per entry, exactly as ``Ledger`` stores them;
 * ``nodes``: every complete Merkle subtree hash (level, index, hash), leaves included;
 * ``meta``: format, dim, and the size and chain head of the last commit;
-* ``checkpoints``: (size, chain head, root, time) of every successful full verification.
+* ``checkpoints``: (size, chain head, root, time) of every successful full verification;
+* ``verifications``: the latest outcomes of ``/verify`` asked of a service (kept, not checked).
 
 ``scan_file`` / ``_report_of`` read a file and check every entry (its id, link, stored
 hash and Merkle leaf), every stored node, the last commit's size and head, and every
@@ -19,6 +21,7 @@ import hashlib
 import os
 import sqlite3
 import struct
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -109,15 +112,21 @@ def _schema(conn: sqlite3.Connection, dim: int | None) -> None:
 
 
 def _adopt_v1(conn: sqlite3.Connection) -> None:
-    """Give a plain ``Ledger`` file (no tree) its Merkle nodes and commit record, inside
-    the caller's transaction. Leaves come from the stored fields, so the scan that follows
-    still compares every entry with its stored hash and link; the caller rolls back if not."""
+    """Convert a file of the old format (tables ``meta`` and ``entries`` only, written by the
+    old ``Ledger.save`` / ``Ledger.open``) in place, inside the caller's transaction: add the
+    other tables, the Merkle nodes and the commit record. Leaves come from the stored fields,
+    so the scan that follows still compares every entry with its stored hash and link; the
+    caller rolls back if it fails."""
     for statement in _TABLES:
         conn.execute(statement)
+    _add_tree(conn, conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY id"))
+
+
+def _add_tree(conn: sqlite3.Connection, rows: Iterable[tuple]) -> None:
+    """Store the Merkle nodes over ``rows`` (the entries table's rows, in id order) and the
+    commit record (size, chain head), inside the caller's transaction."""
     tree, nodes, last, n = MerkleTree(), [], GENESIS, 0
-    for id_, label, text, vec, prev, digest in conn.execute(
-        "SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY id"
-    ):
+    for id_, label, text, vec, prev, digest in rows:
         try:
             pre = entry_bytes(id_, label, text, vec, prev)
         except (TypeError, AttributeError, ProofError, struct.error):
@@ -142,6 +151,12 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
             f"version={meta.get('version')!r})",
         )
     dim, size, head = meta.get("dim"), meta.get("size"), meta.get("chain_head")
+    if "durable" not in meta and "size" not in meta:
+        raise _Damage(
+            None,
+            "the file is in the old ledger format (no commit record or Merkle tree); open it once with "
+            "Ledger.open(path), which checks and converts it in place, or run `ocrr ledger migrate OLD NEW`",
+        )
     if meta.get("durable") != 1 or type(size) is not int or not isinstance(head, bytes):
         raise _Damage(
             None,

@@ -6,7 +6,7 @@ a commit is running wait and then go in one transaction together (group commit: 
 fsync for all of them). On open, the whole file is checked (``verify="full"``) or only
 what follows the last recorded checkpoint (``verify="checkpoint"``); a broken file is
 refused with the first bad entry (the file format and the check: ``ocrr.ledger.scan``).
-Vectors and the hash chain are mirrored in memory (``memory``, an ordinary ``Ledger``,
+Vectors and the hash chain are mirrored in memory (``memory``, an in-memory ``Chain``,
 or whatever ``apply`` feeds, e.g. a substrate); that mirror is a cache of the file,
 rebuilt on every open.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.chain import GENESIS, Ledger
+from ocrr.ledger.chain import GENESIS, Chain
 from ocrr.ledger.scan import (
     VERIFICATIONS_TABLE,
     LedgerReport,
@@ -73,7 +73,7 @@ class DurableLedger:
     """A ledger file that acknowledges appends only once they are on disk.
 
     ``DurableLedger.open(path)`` creates or opens the file, checks it and mirrors it in
-    memory: ``memory`` is a plain ``Ledger`` unless ``apply`` is given, in which case
+    memory: ``memory`` is a plain ``Chain`` unless ``apply`` is given, in which case
     ``apply`` receives the stored entries on open and every committed batch afterwards
     (the persistent substrate feeds its ledger and index this way). ``lock`` (an RWLock)
     is held for writing while the mirror changes; read the mirror under ``lock.read()``.
@@ -112,10 +112,10 @@ class DurableLedger:
                 f"in a writable folder will do; `ocrr ledger verify` only reads)"
             ) from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
-        self.memory: Ledger | None = None
-        if apply is None:  # a plain Ledger mirror, built from the checked columns without rehashing
+        self.memory: Chain | None = None
+        if apply is None:  # a plain Chain mirror, built from the checked columns without rehashing
             n = len(scan.hashes)
-            self.memory = Ledger._from_stored(
+            self.memory = Chain._from_stored(
                 self.dim,
                 list(range(n)),
                 scan.labels,
@@ -148,7 +148,7 @@ class DurableLedger:
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
             raise OcrrError(f"dim must be a positive integer, got {dim!r}")
         if not path.exists() and not path.parent.is_dir():
-            raise OcrrError(f"cannot create ledger {path}: folder {path.parent} does not exist; create it first")
+            raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
         try:
             conn = _connect(path)
             conn.execute("BEGIN IMMEDIATE")  # no other writer while we check the file
@@ -360,7 +360,8 @@ class DurableLedger:
                 e
                 if isinstance(e, OcrrError)
                 else OcrrError(
-                    f"could not write to ledger {self.path} ({e}); nothing was appended; check disk space and permissions"
+                    f"could not write to ledger {self.path} ({e}); nothing was appended; "
+                    "check disk space and permissions"
                 )
             )
             for p in batch:
@@ -499,7 +500,7 @@ class DurableLedger:
 
     def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list) -> bytes:
         if self.memory.dim is None:
-            self.memory = Ledger(vecs.shape[1])
+            self.memory = Chain(vecs.shape[1])
         if len(labels) == 1:
             self.memory.append_checked(vecs[0], labels[0], texts[0])
         else:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.specs import Option, format_value, parse_spec, spec_name, validate
 
 NAMED = {"oracle": 1.0, "random50": 0.5, "random10": 0.1}
 NAMES = "oracle, all, random50, random10 or random:<p>"
@@ -63,119 +64,74 @@ class Policy:
         return self.noise > 0 or self.delay > 0 or self.budget is not None
 
 
+# The feedback options, declared once (ocrr.specs). In a spec a bare part qualifies the
+# option before it: noise=0.1:confusable sets noise_kind, budget=0.1:random sets select, and
+# delay=geometric:50 makes the delay random with mean 50 (delay_mean).
+OPTIONS = {
+    "noise": Option(0.0, float, low=0, high=1, help="probability that a revealed label is replaced by a wrong one"),
+    "noise_kind": Option("uniform", str, choices=NOISE_KINDS, help="which wrong label (noise=<rate>:<kind>)"),
+    "delay": Option(0, int, low=0, help="stream items before a correction arrives (delay=geometric:<mean>: random)"),
+    "delay_mean": Option(
+        None, float, low=0, allow_none=True, help="mean of the geometric delay (delay=geometric:<mean>)"
+    ),
+    "budget": Option(None, float, gt=0, high=1, allow_none=True, help="fraction of the reveals made; none: all"),
+    "select": Option(
+        "uncertainty", str, choices=SELECTIONS, help="which reveals the budget makes (budget=<f>:<select>)"
+    ),
+}
+QUALIFIERS = {"noise": "noise_kind", "delay": "delay_mean", "budget": "select"}
+RANDOM_P = Option(None, float, gt=0, high=1, help="random:<p>: probability that a wrong prediction is corrected")
+
+
 def make_policy(spec: str) -> Policy:
     """'oracle' | 'all' | 'random50' | 'random10' | 'random:<p>' (aliases: random_50, random-50),
     followed by optional ``noise=``, ``delay=``, ``budget=`` options (module docstring)."""
-    tokens = [t.strip() for t in str(spec).strip().split(":")]
-    base = tokens.pop(0)
-    if base.lower().replace("_", "").replace("-", "") == "random" and tokens and "=" not in tokens[0]:
-        base += ":" + tokens.pop(0)
-    policy = _base_policy(base, spec)
-    if not tokens:
+    text = str(spec).strip().lower()
+    base = spec_name(text)
+    is_random = _key(base) == "random"
+    _, given = parse_spec(text, "policy", EXAMPLE, {**QUALIFIERS, base: "p"} if is_random else QUALIFIERS)
+    hint = f"Write e.g. {EXAMPLE}."
+    p = given.pop("p", None) if is_random else None
+    policy = _base_policy(base, None if p is None else RANDOM_P.check("policy random", "p", p, hint), spec)
+    if not given:
         return policy
-    return _with_options(policy, tokens, spec)
+    geometric = given.get("delay") == "geometric"
+    if geometric:
+        given.pop("delay")
+        if given.get("delay_mean") is None:
+            raise OcrrError(f"policy {spec!r}: delay=geometric needs its mean in items, e.g. delay=geometric:50.")
+    elif "delay_mean" in given:
+        raise OcrrError(
+            f"policy {spec!r}: delay={format_value(given.get('delay'))} takes no qualifier "
+            f"{format_value(given['delay_mean'])}; write delay=<items> or delay=geometric:<mean>."
+        )
+    values = validate(f"policy {base}", OPTIONS, given, hint)
+    fields = {
+        "noise": values.get("noise", 0.0),
+        "noise_kind": values.get("noise_kind", "uniform"),
+        "delay": float(values["delay_mean"] if geometric else values.get("delay", 0)),
+        "delay_kind": "geometric" if geometric else "fixed",
+        "budget": values.get("budget"),
+        "select": values.get("select", "uncertainty"),
+    }
+    return Policy(_canonical_name(policy.name, fields), policy.p, policy.reveals_right, **fields)
 
 
-def _base_policy(base: str, spec: str) -> Policy:
-    key = base.lower().replace("_", "").replace("-", "")
+def _key(base: str) -> str:
+    return base.replace("_", "").replace("-", "")
+
+
+def _base_policy(base: str, p: float | None, spec: str) -> Policy:
+    key = _key(base)
     if key == "all":
         return Policy("all", 1.0, reveals_right=True)
     if key in NAMED:
         return Policy(key, NAMED[key])
-    if key.startswith("random:"):
-        try:
-            p = float(key.split(":", 1)[1])
-        except ValueError:
-            p = -1.0
-        if 0.0 < p <= 1.0:
-            return Policy(f"random:{p:g}", p)
-        raise OcrrError(f"policy {spec!r}: the probability must be a number in (0, 1], e.g. random:0.25.")
+    if key == "random" and p is not None:
+        return Policy(f"random:{p:g}", p)
+    if key == "random":
+        raise OcrrError(f"policy {spec!r}: random needs its probability, a number in (0, 1], e.g. random:0.25.")
     raise OcrrError(f"unknown policy {spec!r}. Use {NAMES}, optionally followed by feedback options, e.g. {EXAMPLE}.")
-
-
-def _number(spec: str, key: str, text: str, low: float, high: float | None, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (np.isfinite(value) and value >= low and (high is None or value <= high)):
-        raise OcrrError(f"policy {spec!r}: {key}={text!r} must be {what}. Write e.g. {EXAMPLE}.")
-    return value
-
-
-def _with_options(policy: Policy, tokens: list[str], spec: str) -> Policy:
-    """Read ``key=value`` tokens, each optionally followed by one bare qualifier token."""
-    values: dict = {}
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if "=" not in token:
-            raise OcrrError(
-                f"policy {spec!r}: {token!r} does not follow an option that takes it. "
-                f"Options: noise=<rate>[:uniform|confusable], delay=<items> or "
-                f"delay=geometric:<mean>, budget=<fraction>[:uncertainty|random]; e.g. {EXAMPLE}."
-            )
-        key, text = (s.strip().lower() for s in token.split("=", 1))
-        bare = tokens[i + 1].lower() if i + 1 < len(tokens) and "=" not in tokens[i + 1] else None
-        if key in values:
-            raise OcrrError(f"policy {spec!r}: {key} is given twice; give it once.")
-        if key == "noise":
-            values[key] = _number(spec, key, text, 0.0, 1.0, "a rate in [0, 1]")
-            if bare is not None and bare not in NOISE_KINDS:
-                raise OcrrError(
-                    f"policy {spec!r}: noise kind {bare!r} must be uniform or confusable, e.g. noise=0.1:confusable."
-                )
-            values["noise_kind"] = bare or "uniform"
-        elif key == "delay":
-            if text == "geometric":
-                if bare is None:
-                    raise OcrrError(
-                        f"policy {spec!r}: delay=geometric needs its mean in items, e.g. delay=geometric:50."
-                    )
-                values[key] = _number(spec, "delay=geometric", bare, 0.0, None, "a mean number of items >= 0")
-                values["delay_kind"] = "geometric"
-            else:
-                if bare is not None:
-                    raise OcrrError(
-                        f"policy {spec!r}: delay={text} takes no qualifier {bare!r}; write "
-                        "delay=<items> or delay=geometric:<mean>."
-                    )
-                items = _number(spec, key, text, 0.0, None, "a whole number of items >= 0 or geometric:<mean>")
-                if items != int(items):
-                    raise OcrrError(
-                        f"policy {spec!r}: delay={text} must be a whole number of items, or "
-                        "write delay=geometric:<mean> for a random delay."
-                    )
-                values[key] = float(int(items))
-                values["delay_kind"] = "fixed"
-        elif key == "budget":
-            fraction = _number(spec, key, text, 0.0, 1.0, "a fraction in (0, 1]")
-            if fraction <= 0:
-                raise OcrrError(
-                    f"policy {spec!r}: budget=0 reveals nothing; give a fraction in (0, 1], e.g. budget=0.1."
-                )
-            if bare is not None and bare not in SELECTIONS:
-                raise OcrrError(
-                    f"policy {spec!r}: budget selection {bare!r} must be uncertainty or random, "
-                    "e.g. budget=0.1:uncertainty."
-                )
-            values[key] = fraction
-            values["select"] = bare or "uncertainty"
-        else:
-            raise OcrrError(f"policy {spec!r}: unknown option {key!r}. Options: noise, delay, budget; e.g. {EXAMPLE}.")
-        i += 2 if bare is not None else 1
-    fields = {
-        **{
-            "noise": 0.0,
-            "noise_kind": "uniform",
-            "delay": 0.0,
-            "delay_kind": "fixed",
-            "budget": None,
-            "select": "uncertainty",
-        },
-        **values,
-    }
-    return Policy(_canonical_name(policy.name, fields), policy.p, policy.reveals_right, **fields)
 
 
 def _canonical_name(base: str, f: dict) -> str:

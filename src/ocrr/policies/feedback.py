@@ -47,7 +47,7 @@ def confusable_labels(seed_set: Batch, vecs: np.ndarray, labels) -> list[str]:
     centroids = np.stack([seed_vecs[seed_labels == c].mean(axis=0) for c in classes])
     centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
     sims = np.asarray(vecs, np.float64) @ centroids.T
-    own = np.array([classes.index(l) if l in classes else -1 for l in labels])
+    own = np.array([classes.index(label) if label in classes else -1 for label in labels])
     rows = np.flatnonzero(own >= 0)
     sims[rows, own[rows]] = -np.inf
     return [classes[j] for j in np.argmax(sims, axis=1)]  # first maximum: the class that sorts first

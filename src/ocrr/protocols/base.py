@@ -10,9 +10,11 @@ A protocol owns everything between the data and the tidy results that is particu
   for near-future accuracy at S items ahead (``build_scenario`` puts it on the scenario).
   At its default (none) it is left out of the options, so task ids stay as they were;
 * ``metrics``: the names its evaluations produce (``acc_<eval set>``), in table order;
-* ``summarise`` / ``table`` / ``report_cell``: its per-cell summary and its report tables and
-  figures. The defaults here work for any protocol: final value of every metric, online
-  accuracy, and one curve per metric; the held-out protocol overrides them with the paper's.
+* ``summarise`` / ``table`` / ``per_run``: its per-cell summary, its main table and its
+  per-run finals. The defaults here work for any protocol: final value of every metric and
+  online accuracy; the held-out protocol overrides them with the paper's. How report.html
+  draws a protocol's cells is the report's business (ocrr.report.presentation), registered
+  there by protocol name; a protocol without one gets its main table and one curve per metric.
 
 Adding a protocol is one module with a ``Protocol`` subclass and one ``register_protocol``
 line (ocrr.protocols.registry), as adding a system is.
@@ -23,46 +25,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
-from ocrr.errors import OcrrError
-
-
-@dataclass(frozen=True)
-class Option:
-    """One protocol option: its default, its type, and the range it must lie in."""
-
-    default: Any
-    kind: type = int
-    low: float | None = None  # inclusive
-    high: float | None = None  # inclusive
-    allow_none: bool = False
-    help: str = ""
-
-    def check(self, protocol: str, name: str, value: Any) -> Any:
-        if value is None and self.allow_none:
-            return None
-        ok = not isinstance(value, bool) or self.kind is bool
-        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        ok = ok and isinstance(value, self.kind)
-        ok = ok and (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
-        if not ok:
-            bounds = []
-            if self.low is not None:
-                bounds.append(f">= {self.low:g}")
-            if self.high is not None:
-                bounds.append(f"<= {self.high:g}")
-            what = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}[self.kind]
-            need = what + (f" {' and '.join(bounds)}" if bounds else "") + (" (or none)" if self.allow_none else "")
-            raise OcrrError(
-                f"protocol {protocol}: option {name}={value!r} must be {need}"
-                f"{f' ({self.help})' if self.help else ''}. Write e.g. {protocol}:{name}={self.default}."
-            )
-        return value
+from ocrr.protocols.summary import CELL_KEYS, RUN_KEYS, final_values, fmt_acc, fmt_buffer, last_checkpoints
+from ocrr.specs import Option, format_spec, validate  # (Option: protocols declare theirs with it)
 
 
 @dataclass(frozen=True)
@@ -106,15 +75,12 @@ class Protocol:
     metrics: ClassVar[tuple[str, ...]] = ()  # metric columns of its results, in table order
 
     def __init__(self, **values):
-        every = {**COMMON_OPTIONS, **self.options}
-        unknown = sorted(set(values) - set(every))
-        if unknown:
-            known = ", ".join(f"{k} (default {o.default})" for k, o in every.items())
-            raise OcrrError(f"protocol {self.name} has no option {', '.join(unknown)}. Its options: {known}.")
-        self.values = {k: opt.check(self.name, k, values.get(k, opt.default)) for k, opt in self.options.items()}
-        for k, opt in COMMON_OPTIONS.items():
-            if k not in self.options and values.get(k, opt.default) != opt.default:
-                self.values[k] = opt.check(self.name, k, values[k])
+        owner, hint = f"protocol {self.name}", f"Run 'ocrr protocols {self.name}' to list its options."
+        given = validate(owner, {**COMMON_OPTIONS, **self.options}, values, hint)
+        self.values = {k: given[k] if k in given else o.check(owner, k, o.default) for k, o in self.options.items()}
+        for k, opt in COMMON_OPTIONS.items():  # left out at their default, so task ids stay as they were
+            if k not in self.options and given.get(k, opt.default) != opt.default:
+                self.values[k] = given[k]
 
     @property
     def shift(self) -> int | None:
@@ -131,44 +97,24 @@ class Protocol:
         return {"name": self.name, **{k: self.values[k] for k in sorted(self.values)}}
 
     def spec(self) -> str:
-        from ocrr.specs import format_spec
-
         return format_spec(self.name, self.values)
 
     def scenario(self, dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int):
         raise NotImplementedError
 
-    # -- results -----------------------------------------------------------------------------
+    # -- results (report.html draws them: ocrr.report.presentation) ----------------------------
 
     def summarise(self, per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
         """One row per (dataset, encoder, policy, system): the final value of every metric
         (mean and population std over seeds), corrections, online accuracy, footprint."""
-        from ocrr.engine.metrics import CELL_KEYS, RUN_KEYS, add_footprints, add_online_accuracy
-
-        rows = []
-        metrics = [m for m in self.metrics if m in per_checkpoint.columns]
-        for key, cell in per_checkpoint.groupby(CELL_KEYS, sort=False):
-            finals = cell.sort_values("step").groupby(RUN_KEYS[-1:], sort=True).tail(1)
-            row = dict(zip(CELL_KEYS, key))
-            row["n_seeds"] = len(finals)
-            for m in metrics:
-                row[f"final_{m}_mean"] = float(finals[m].mean())
-                row[f"final_{m}_std"] = float(finals[m].std(ddof=0))
-            row["corrections_mean"] = float(finals["corrections"].mean())
-            rows.append(row)
-        summary = add_footprints(pd.DataFrame(rows), footprints)
-        return add_online_accuracy(summary, per_checkpoint)
+        return final_values(per_checkpoint, [m for m in self.metrics if m in per_checkpoint.columns], footprints)
 
     def summary_columns(self) -> list[str]:
         """Leading columns of summary.csv, in order (the rest follow as they come)."""
-        from ocrr.engine.metrics import CELL_KEYS
-
         return CELL_KEYS + ["n_seeds"] + [f"final_{m}_{s}" for m in self.metrics for s in ("mean", "std")]
 
     def table(self, summary: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
         """(header, rows, footnote) of its main table: final metrics per system."""
-        from ocrr.engine.results import fmt_acc, fmt_buffer
-
         header = ["system", "buffer"] + [f"final {m}" for m in self.metrics] + ["online acc", "corrections"]
         rows = []
         for _, r in summary.iterrows():
@@ -189,30 +135,11 @@ class Protocol:
 
     def per_run(self, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
         """One row per run: the final value of every metric and the corrections (report's runs.csv)."""
-        from ocrr.engine.metrics import RUN_KEYS
-
         metrics = [m for m in self.metrics if m in per_checkpoint.columns]
-        last = per_checkpoint.sort_values("step", kind="mergesort").groupby(RUN_KEYS, sort=True).tail(1)
+        last = last_checkpoints(per_checkpoint)
         cols = RUN_KEYS + ["step", "corrections"] + metrics
         cols += [c for c in ("online_accuracy",) if c in last.columns]
         return last[cols].rename(columns={m: f"final_{m}" for m in metrics}).reset_index(drop=True)
-
-    def report_cell(self, rows: pd.DataFrame, summary: pd.DataFrame, title: str, styles: dict):
-        """Tables [(title, header, rows, note)], figures [(kind, Figure, caption)] and extra CSV
-        tables {name: frame} of one report cell (dataset, encoder, policy). Default: the main
-        table and every metric's curves."""
-        from ocrr.report.figures import metric_curves_figure
-
-        header, body, note = self.table(summary)
-        metrics = [m for m in self.metrics if m in rows.columns] + (
-            ["online_accuracy"] if "online_accuracy" in rows.columns else []
-        )
-        figure = metric_curves_figure(rows, list(summary["system"]), metrics, styles, title)
-        return (
-            [(title, header, body, note)],
-            [("curves", figure, f"{', '.join(metrics)} against stream items seen, {title}: mean over seeds.")],
-            {},
-        )
 
 
 # Re-exported for protocols that declare options.

@@ -10,7 +10,8 @@ centroids, or a map from a file.
   header row ``label,cluster`` is allowed). Labels the map does not name are left out.
 
 ``auto`` is ``domains`` when the dataset has them, else ``kmeans``. ``drift`` (``item_clusters``
-only) groups items, not labels: within-class k-means clusters (ocrr.protocols.drift).
+only) groups items, not labels: within-class k-means clusters (``class_clusters``, which the
+drift protocol moves, ocrr.protocols.drift).
 Labels that are left out appear nowhere in the protocol (not in the seed set, the streams
 or the evaluation sets); the systems still know every label.
 """
@@ -19,18 +20,14 @@ from __future__ import annotations
 
 import csv
 import json
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.protocols.scenario import crc
 
 LEFT_OUT_DOMAINS = ("oos",)  # CLINC150's out-of-scope pseudo-domain
-
-
-def crc(text: str) -> int:
-    return zlib.crc32(text.encode("utf-8"))
 
 
 def label_clusters(dataset, train_vecs: np.ndarray, how: str = "auto", n_clusters: int = 10) -> dict[str, str]:
@@ -57,11 +54,9 @@ def item_clusters(
     dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, how: str = "auto", n_clusters: int = 10
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(cluster names, cluster of every training item, of every test item; None: left out).
-    ``drift`` groups items within their class (ocrr.protocols.drift: d0 = each class's core
+    ``drift`` groups items within their class (``class_clusters``: d0 = each class's core
     phrasing .. d{n-1} its most peripheral); every other map goes by label."""
     if how == "drift":
-        from ocrr.protocols.drift import drift_cluster_names
-
         return drift_cluster_names(dataset, train_vecs, test_vecs, n_clusters)
     cmap = label_clusters(dataset, train_vecs, how, n_clusters)
     train_c = np.array([cmap.get(label) for label in dataset.train.labels], dtype=object)
@@ -129,3 +124,47 @@ def file_clusters(path: str, labels) -> dict[str, str]:
             f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}. Fix the map."
         )
     return {str(k): str(v) for k, v in pairs}
+
+
+def class_clusters(
+    dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, n_clusters: int, who: str = "drift"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Within-class cluster index of every training and test item (0 = nearest the class mean)."""
+    from sklearn.cluster import KMeans
+
+    train_labels = np.asarray(dataset.train.labels, dtype=object)
+    test_labels = np.asarray(dataset.test.labels, dtype=object)
+    train_j = np.full(len(train_labels), -1, np.int64)
+    test_j = np.full(len(test_labels), -1, np.int64)
+    for label in dataset.labels:
+        rows = np.flatnonzero(train_labels == label)
+        if len(rows) < n_clusters:
+            raise OcrrError(
+                f"protocol {who}: class {label!r} of {dataset.name} has {len(rows)} training items, fewer "
+                f"than n_clusters={n_clusters}; lower {who}:n_clusters (at least 2)."
+            )
+        x = np.asarray(train_vecs[rows], np.float64)
+        seed = int(
+            np.random.SeedSequence(
+                [crc("drift-kmeans"), crc(dataset.name), crc(str(label)), n_clusters]
+            ).generate_state(1)[0]
+        )
+        km = KMeans(n_clusters=n_clusters, n_init=10, random_state=seed).fit(x)
+        centres = km.cluster_centers_ / np.maximum(np.linalg.norm(km.cluster_centers_, axis=1, keepdims=True), 1e-12)
+        mean = x.mean(axis=0)
+        order = np.argsort(-(centres @ (mean / max(np.linalg.norm(mean), 1e-12))), kind="stable")
+        rank = np.empty(n_clusters, np.int64)
+        rank[order] = np.arange(n_clusters)  # k-means cluster -> index by closeness to the class mean
+        train_j[rows] = rank[km.labels_]
+        test_rows = np.flatnonzero(test_labels == label)
+        if len(test_rows):
+            test_j[test_rows] = rank[np.argmax(np.asarray(test_vecs[test_rows], np.float64) @ centres.T, axis=1)]
+    return train_j, test_j
+
+
+def drift_cluster_names(dataset, train_vecs, test_vecs, n_clusters: int):
+    """The CMR hook: (cluster names, name per training item, name per test item), d0..d{k-1}."""
+    train_j, test_j = class_clusters(dataset, train_vecs, test_vecs, n_clusters, who="cmr")
+    names = [f"d{j}" for j in range(n_clusters)]
+    as_names = lambda j: np.array([f"d{v}" if v >= 0 else None for v in j], dtype=object)  # noqa: E731
+    return names, as_names(train_j), as_names(test_j)

@@ -43,8 +43,10 @@ import pandas as pd
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.clusters import crc, item_clusters
-from ocrr.protocols.scenario import Scenario, every_n
+from ocrr.protocols.clusters import item_clusters
+from ocrr.protocols.scenario import Scenario, crc, every_n, rows_of
+from ocrr.protocols.summary import CELL_KEYS, RUN_KEYS, add_footprints, add_online_accuracy
+from ocrr.specs import spec_name
 
 # Table 1 of the paper: (key, header) of the mean and the final columns
 AVG = (("efr", "EFR̄"), ("ukr", "UKR̄"), ("okr", "OKR̄"), ("csr", "CSR̄"), ("kg", "KḠ"), ("oec", "OEC̄"))
@@ -111,12 +113,6 @@ def _cap(idx: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
     return idx[np.sort(rng.choice(len(idx), size=cap, replace=False))] if len(idx) > cap else idx
 
 
-def _rows(split, vecs: np.ndarray, idx) -> Batch:
-    idx = np.asarray(idx, int)
-    texts = None if split.texts is None else [split.texts[i] for i in idx]
-    return Batch(np.ascontiguousarray(vecs[idx]), texts, [split.labels[i] for i in idx])
-
-
 class CmrProtocol(Protocol):
     """CMR (Lin et al. 2022): refine on each episode's errors from a shifting mixture of OOD
     clusters; EFR, UKR, OKR, CSR, KG and their OEC, mean over the stream and final."""
@@ -134,7 +130,7 @@ class CmrProtocol(Protocol):
         ),
         "n_clusters": Option(10, int, low=3, help="k-means clusters (clusters=kmeans)"),
         "upstream": Option(None, str, allow_none=True, help="comma-separated upstream clusters; none: a seeded half"),
-        "split": Option("test", str, help="val or test: which family of streams"),
+        "split": Option("test", str, choices=("val", "test"), help="val or test: which family of streams"),
         "stream": Option(0, int, low=0, help="stream index within the split"),
         "streams": Option(
             None, int, low=1, allow_none=True, help="cycle runs over this many streams: stream = run seed mod streams"
@@ -146,14 +142,6 @@ class CmrProtocol(Protocol):
     }
     metrics = ("acc_efr", "acc_ukr", "acc_okr", "acc_kg")
 
-    def __init__(self, **values):
-        super().__init__(**values)
-        if self.values["split"] not in ("val", "test"):
-            raise OcrrError(
-                f"protocol cmr: option split={self.values['split']!r} must be val or test. "
-                "Write e.g. cmr:split=val:stream=2."
-            )
-
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         return cmr_scenario(dataset, train_vecs, test_vecs, seed, self.values)
 
@@ -162,8 +150,6 @@ class CmrProtocol(Protocol):
     def per_run(self, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
         """One row per run: X̄ (mean over the evaluations after episodes >= 1 where X was
         measured) and X^(T) (after the last episode) for EFR, UKR, OKR, CSR, KG and OEC."""
-        from ocrr.engine.metrics import RUN_KEYS
-
         keys = RUN_KEYS + _setting_keys(per_checkpoint)
         rows = []
         for key, run in per_checkpoint.sort_values("step", kind="mergesort").groupby(keys, sort=True):
@@ -175,7 +161,7 @@ class CmrProtocol(Protocol):
                 row[f"{x}_avg"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
                 row[f"{x}_final"] = float(last[col]) if col in run.columns else math.nan
             row["stream_final"] = float(last["acc_stream"]) if "acc_stream" in run.columns else math.nan
-            if str(row["system"]).split(":", 1)[0] in OFFLINE_REFERENCES:
+            if spec_name(str(row["system"])) in OFFLINE_REFERENCES:
                 for x in SOURCE:
                     row[f"{x}_avg"] = math.nan
                 row["csr_final"] = row["stream_final"]
@@ -187,8 +173,6 @@ class CmrProtocol(Protocol):
     def summarise(self, per_checkpoint, footprints=None):
         """Per (dataset, encoder, policy, system): mean and population std over runs of every
         X̄ and X^(T); ``n_seeds`` counts the runs."""
-        from ocrr.engine.metrics import CELL_KEYS, add_footprints, add_online_accuracy
-
         runs = self.per_run(per_checkpoint)
         values = [c for c in runs.columns if c.endswith(("_avg", "_final"))]
         keys = CELL_KEYS + _setting_keys(runs)
@@ -205,8 +189,6 @@ class CmrProtocol(Protocol):
         return add_online_accuracy(add_footprints(pd.DataFrame(rows), footprints), per_checkpoint)
 
     def summary_columns(self):
-        from ocrr.engine.metrics import CELL_KEYS
-
         cols = [f"{x}_avg" for x, _ in AVG] + [f"{x}_final" for x, _ in FINAL] + ["efr_final", "stream_final"]
         return CELL_KEYS + ["n_seeds"] + [f"{c}_{s}" for c in cols for s in ("mean", "std")]
 
@@ -229,41 +211,6 @@ class CmrProtocol(Protocol):
             "'–' and its CSR^(T) is f_T on the whole stream in hindsight, as in the paper."
         )
         return header, rows, note
-
-    def report_cell(self, rows, summary, title, styles):
-        from ocrr.report.figures import metric_curves_figure
-
-        header, body, note = self.table(summary)
-        curves = rows.copy()
-        have = [SOURCE[x] for x in OEC_PARTS if SOURCE[x] in curves.columns]
-        curves["oec"] = curves[have].mean(axis=1, skipna=False) if len(have) == 4 else np.nan
-        metrics = [SOURCE[x] for x in ("efr", "ukr", "okr", "csr", "kg") if SOURCE[x] in curves.columns] + ["oec"]
-        figure = metric_curves_figure(curves, list(summary["system"]), metrics, styles, title)
-        return (
-            [(title, header, body, note)],
-            [
-                (
-                    "curves",
-                    figure,
-                    f"EFR, UKR, OKR, CSR (online accuracy), KG and OEC against stream items seen "
-                    f"(as the paper's Figure 5), {title}: mean over runs.",
-                )
-            ],
-            {"cmr_runs": self.per_run(rows)},
-        )
-
-    def stream_figures(self, predictions: pd.DataFrame | None, title: str) -> list:
-        """The cell's first stream: cluster shares per episode (the paper's Figure 3)."""
-        if predictions is None or not {"episode", "cluster", "role"} <= set(predictions.columns):
-            return []
-        return [
-            (
-                "stream",
-                stream_figure(predictions, f"stream of the first run, {title}"),
-                f"Cluster shares per episode of the first run's stream (V0 = upstream), as the paper's "
-                f"Figure 3, {title}.",
-            )
-        ]
 
 
 def _pct(mean: float, std: float, n: int) -> str:
@@ -325,7 +272,7 @@ def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
     rng = np.random.default_rng(np.random.SeedSequence([crc("cmr-eval"), crc(dataset.name)]))
     ukr = _cap(np.flatnonzero(np.isin(test_c, upstream)), v["ukr_cap"], rng)
     kg = np.concatenate([_cap(np.flatnonzero(test_c == c), v["kg_cap"], rng) for c in ood])
-    stream = _rows(dataset.train, train_vecs, items)
+    stream = rows_of(dataset.train, train_vecs, items)
     okr_cap = v["okr_cap"]
 
     def dynamic(so_far) -> dict[str, Batch]:
@@ -344,9 +291,9 @@ def cmr_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
         protocol="cmr",
         seed_value=seed,
         labels=dataset.labels,
-        seed_set=_rows(dataset.train, train_vecs, v0_train),
+        seed_set=rows_of(dataset.train, train_vecs, v0_train),
         stream=stream,
-        eval_sets={"ukr": _rows(dataset.test, test_vecs, ukr), "kg": _rows(dataset.test, test_vecs, kg)},
+        eval_sets={"ukr": rows_of(dataset.test, test_vecs, ukr), "kg": rows_of(dataset.test, test_vecs, kg)},
         eval_after=every_n(v["T"], v["eval_every"]),
         episode_bounds=bounds,
         dynamic_eval_sets=dynamic,
@@ -368,25 +315,6 @@ def stream_shares(predictions: pd.DataFrame) -> pd.DataFrame:
     run: columns episode, cluster, role): rows episodes, columns clusters (upstream as V0)."""
     p = predictions.assign(cluster=np.where(predictions["role"] == "upstream", "V0", predictions["cluster"]))
     return pd.crosstab(p["episode"], p["cluster"], normalize="index")
-
-
-def stream_figure(predictions: pd.DataFrame, title: str = "CMR stream"):
-    """Stacked cluster shares per episode (upstream V0 first), a matplotlib Figure."""
-    from matplotlib.figure import Figure
-
-    shares = stream_shares(predictions)
-    shares = shares[["V0"] + [c for c in shares.columns if c != "V0"]] if "V0" in shares.columns else shares
-    fig = Figure(figsize=(8, 3.2), layout="constrained")
-    ax = fig.subplots()
-    bottom = np.zeros(len(shares))
-    for col in shares.columns:
-        ax.bar(shares.index + 1, shares[col], bottom=bottom, width=1.0, label=str(col))
-        bottom += shares[col].to_numpy()
-    ax.set_xlabel("episode")
-    ax.set_ylabel("share of the episode")
-    ax.legend(fontsize=6, ncol=2, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title(title, fontsize=10)
-    return fig
 
 
 def _setting_keys(frame) -> list[str]:

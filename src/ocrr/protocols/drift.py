@@ -19,64 +19,19 @@ Scenario, per run seed:
    eval sets as the held-out protocol does (drifted first, then stable);
 4. eval sets: ``drifted`` (test items of the moved clusters) and ``stable`` (the rest).
 
-``class_clusters`` also gives the CMR protocol a cluster map (``cmr:clusters=drift``): items
-are grouped across classes by their index, d0 (core) .. d{k-1} (periphery), so a CMR stream
-shifts between phrasings of known intents instead of between intents.
+``class_clusters`` (ocrr.protocols.clusters) also gives the CMR protocol a cluster map
+(``cmr:clusters=drift``): items are grouped across classes by their index, d0 (core) ..
+d{k-1} (periphery), so a CMR stream shifts between phrasings of known intents instead of
+between intents.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ocrr.batch import Batch
-from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.clusters import crc
-from ocrr.protocols.scenario import Scenario, every_n
-
-
-def class_clusters(
-    dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, n_clusters: int, who: str = "drift"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Within-class cluster index of every training and test item (0 = nearest the class mean)."""
-    from sklearn.cluster import KMeans
-
-    train_labels = np.asarray(dataset.train.labels, dtype=object)
-    test_labels = np.asarray(dataset.test.labels, dtype=object)
-    train_j = np.full(len(train_labels), -1, np.int64)
-    test_j = np.full(len(test_labels), -1, np.int64)
-    for label in dataset.labels:
-        rows = np.flatnonzero(train_labels == label)
-        if len(rows) < n_clusters:
-            raise OcrrError(
-                f"protocol {who}: class {label!r} of {dataset.name} has {len(rows)} training items, fewer "
-                f"than n_clusters={n_clusters}; lower {who}:n_clusters (at least 2)."
-            )
-        x = np.asarray(train_vecs[rows], np.float64)
-        seed = int(
-            np.random.SeedSequence(
-                [crc("drift-kmeans"), crc(dataset.name), crc(str(label)), n_clusters]
-            ).generate_state(1)[0]
-        )
-        km = KMeans(n_clusters=n_clusters, n_init=10, random_state=seed).fit(x)
-        centres = km.cluster_centers_ / np.maximum(np.linalg.norm(km.cluster_centers_, axis=1, keepdims=True), 1e-12)
-        mean = x.mean(axis=0)
-        order = np.argsort(-(centres @ (mean / max(np.linalg.norm(mean), 1e-12))), kind="stable")
-        rank = np.empty(n_clusters, np.int64)
-        rank[order] = np.arange(n_clusters)  # k-means cluster -> index by closeness to the class mean
-        train_j[rows] = rank[km.labels_]
-        test_rows = np.flatnonzero(test_labels == label)
-        if len(test_rows):
-            test_j[test_rows] = rank[np.argmax(np.asarray(test_vecs[test_rows], np.float64) @ centres.T, axis=1)]
-    return train_j, test_j
-
-
-def drift_cluster_names(dataset, train_vecs, test_vecs, n_clusters: int):
-    """The CMR hook: (cluster names, name per training item, name per test item), d0..d{k-1}."""
-    train_j, test_j = class_clusters(dataset, train_vecs, test_vecs, n_clusters, who="cmr")
-    names = [f"d{j}" for j in range(n_clusters)]
-    as_names = lambda j: np.array([f"d{v}" if v >= 0 else None for v in j], dtype=object)  # noqa: E731
-    return names, as_names(train_j), as_names(test_j)
+from ocrr.protocols.clusters import class_clusters
+from ocrr.protocols.scenario import Scenario, cap_each, crc, every_n, rows_of
 
 
 class DriftProtocol(Protocol):
@@ -87,19 +42,16 @@ class DriftProtocol(Protocol):
     summary_text = "within-class drift: one k-means cluster per known class is held out and streamed"
     options = {
         "n_clusters": Option(3, int, low=2, help="k-means clusters per class"),
-        "out": Option("random", str, help="which cluster moves: random (per run seed) or farthest from the mean"),
+        "out": Option(
+            "random",
+            str,
+            choices=("random", "farthest"),
+            help="which cluster moves: random (per run seed) or farthest from the mean",
+        ),
         "eval_cap": Option(400, int, low=0, help="cap on each eval set; 0 for none"),
         "every": Option(50, int, low=1, help="checkpoint every N stream items"),
     }
     metrics = ("acc_drifted", "acc_stable")
-
-    def __init__(self, **values):
-        super().__init__(**values)
-        if self.values["out"] not in ("random", "farthest"):
-            raise OcrrError(
-                f"protocol drift: option out={self.values['out']!r} must be random or farthest. "
-                "Write e.g. drift:out=farthest."
-            )
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         return drift_scenario(dataset, train_vecs, test_vecs, seed, **self.values)
@@ -129,20 +81,16 @@ def drift_scenario(
     seed_idx, stream_idx = np.flatnonzero(~train_moves), np.flatnonzero(train_moves)
     drifted_idx, stable_idx = np.flatnonzero(test_moves), np.flatnonzero(~test_moves)
     rng = np.random.default_rng(seed)
-    if eval_cap:
-        if len(drifted_idx) > eval_cap:
-            drifted_idx = drifted_idx[rng.choice(len(drifted_idx), size=eval_cap, replace=False)]
-        if len(stable_idx) > eval_cap:
-            stable_idx = stable_idx[rng.choice(len(stable_idx), size=eval_cap, replace=False)]
+    drifted_idx, stable_idx = cap_each(rng, eval_cap, drifted_idx, stable_idx)
     stream_idx = stream_idx[rng.permutation(len(stream_idx))]
     train, test = dataset.train, dataset.test
     return Scenario(
         protocol="drift",
         seed_value=seed,
         labels=dataset.labels,
-        seed_set=_rows(train, train_vecs, seed_idx),
-        stream=_rows(train, train_vecs, stream_idx),
-        eval_sets={"drifted": _rows(test, test_vecs, drifted_idx), "stable": _rows(test, test_vecs, stable_idx)},
+        seed_set=rows_of(train, train_vecs, seed_idx),
+        stream=rows_of(train, train_vecs, stream_idx),
+        eval_sets={"drifted": rows_of(test, test_vecs, drifted_idx), "stable": rows_of(test, test_vecs, stable_idx)},
         eval_after=every_n(len(stream_idx), every),
         stream_columns={"cluster": [f"{train.labels[i]}#d{train_j[i]}" for i in stream_idx]},
         info={
@@ -154,8 +102,3 @@ def drift_scenario(
             "n_stable": len(stable_idx),
         },
     )
-
-
-def _rows(split, vecs: np.ndarray, idx: np.ndarray) -> Batch:
-    texts = None if split.texts is None else [split.texts[i] for i in idx]
-    return Batch(np.ascontiguousarray(vecs[idx]), texts, [split.labels[i] for i in idx])

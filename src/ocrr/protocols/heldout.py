@@ -12,12 +12,27 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from ocrr.batch import Batch
 from ocrr.data.records import Dataset
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.scenario import Scenario, every_n
+from ocrr.protocols.scenario import Scenario, cap_each, every_n, rows_of
+from ocrr.protocols.summary import (
+    CELL_KEYS,
+    FOOTPRINT_BYTES,
+    FOOTPRINT_ENTRIES,
+    FOOTPRINT_PARAMS,
+    RUN_KEYS,
+    add_footprints,
+    add_online_accuracy,
+    fmt_acc,
+    fmt_buffer,
+    fmt_corrections,
+    mean_and_std,
+)
+
+THRESHOLDS = (10, 50, 70)  # corrections until novel accuracy first reaches N %
 
 
 class HeldoutProtocol(Protocol):
@@ -43,29 +58,16 @@ class HeldoutProtocol(Protocol):
         return heldout_scenario(dataset, train_vecs, test_vecs, seed, v["n_heldout"], v["eval_cap"] or None, v["every"])
 
     def summarise(self, per_checkpoint, footprints=None):
-        from ocrr.engine.metrics import add_online_accuracy, summarise
-
         return add_online_accuracy(summarise(per_checkpoint, footprints), per_checkpoint)
 
     def summary_columns(self):
-        from ocrr.engine.results import SUMMARY_COLUMNS
-
         return SUMMARY_COLUMNS
 
     def table(self, summary):
-        from ocrr.engine.results import TABLE_HEADER, TABLE_NOTE, table_rows
-
         return TABLE_HEADER, table_rows(summary), TABLE_NOTE
 
     def per_run(self, per_checkpoint):
-        from ocrr.engine.metrics import per_run
-
         return per_run(per_checkpoint)
-
-    def report_cell(self, rows, summary, title, styles):
-        from ocrr.report.heldout import heldout_cell
-
-        return heldout_cell(rows, summary, title, styles)
 
 
 def heldout_scenario(
@@ -96,11 +98,7 @@ def heldout_scenario(
     novel_idx = np.flatnonzero(test_is_novel)
 
     rng = np.random.default_rng(seed)
-    if eval_cap is not None:
-        if len(original_idx) > eval_cap:
-            original_idx = original_idx[rng.choice(len(original_idx), size=eval_cap, replace=False)]
-        if len(novel_idx) > eval_cap:
-            novel_idx = novel_idx[rng.choice(len(novel_idx), size=eval_cap, replace=False)]
+    original_idx, novel_idx = cap_each(rng, eval_cap, original_idx, novel_idx)
     stream_idx = stream_idx[rng.permutation(len(stream_idx))]
 
     train, test = dataset.train, dataset.test
@@ -108,15 +106,91 @@ def heldout_scenario(
         protocol="heldout",
         seed_value=seed,
         labels=labels,
-        seed_set=_batch(train, train_vecs, seed_idx),
-        stream=_batch(train, train_vecs, stream_idx),
-        eval_sets={"original": _batch(test, test_vecs, original_idx), "novel": _batch(test, test_vecs, novel_idx)},
+        seed_set=rows_of(train, train_vecs, seed_idx),
+        stream=rows_of(train, train_vecs, stream_idx),
+        eval_sets={"original": rows_of(test, test_vecs, original_idx), "novel": rows_of(test, test_vecs, novel_idx)},
         eval_after=every_n(len(stream_idx), every),
         heldout=tuple(labels[i] for i in held_idx),
         info={"n_heldout": n_heldout, "eval_cap": eval_cap, "every": every},
     )
 
 
-def _batch(split, vecs: np.ndarray, idx: np.ndarray) -> Batch:
-    texts = None if split.texts is None else [split.texts[i] for i in idx]
-    return Batch(np.ascontiguousarray(vecs[idx]), texts, [split.labels[i] for i in idx])
+# --- results: the paper's Table 1 numbers ---------------------------------------------------------
+
+
+def corrections_to(run: pd.DataFrame, threshold_pct: float) -> float:
+    """Corrections at the first checkpoint whose novel accuracy reaches the threshold; NaN if never."""
+    run = run.sort_values("step")
+    hit = run["acc_novel"].to_numpy() >= threshold_pct / 100.0 - 1e-12
+    return float(run["corrections"].to_numpy()[np.argmax(hit)]) if hit.any() else float("nan")
+
+
+def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: final accuracies and corrections to each threshold."""
+    rows = []
+    for key, run in per_checkpoint.groupby(RUN_KEYS, sort=True):
+        last = run.loc[run["step"].idxmax()]
+        row = dict(zip(RUN_KEYS, key))
+        row.update(
+            final_novel=float(last["acc_novel"]),
+            final_original=float(last["acc_original"]),
+            corrections=int(last["corrections"]),
+            steps=int(last["step"]),
+        )
+        for t in THRESHOLDS:
+            row[f"corrections_to_{t}"] = corrections_to(run, t)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (dataset, encoder, policy, system): mean and std over seeds (footprints: mean, rounded)."""
+    runs = per_run(per_checkpoint)
+    rows = []
+    for key, cell in runs.groupby(CELL_KEYS, sort=False):
+        row = dict(zip(CELL_KEYS, key))
+        row["n_seeds"] = len(cell)
+        for col in ("final_novel", "final_original"):
+            row[f"{col}_mean"], row[f"{col}_std"] = mean_and_std(cell[col])
+        row["corrections_mean"] = float(cell["corrections"].mean())
+        for t in THRESHOLDS:
+            reached = cell[f"corrections_to_{t}"].dropna()
+            row[f"corrections_to_{t}_mean"] = float(reached.mean()) if len(reached) else float("nan")
+            row[f"corrections_to_{t}_reached"] = int(len(reached))
+        rows.append(row)
+    return add_footprints(pd.DataFrame(rows), footprints)
+
+
+# summary.csv's columns, in the order its files have always had (footprints: entries, bytes, params)
+SUMMARY_COLUMNS = (
+    CELL_KEYS
+    + ["n_seeds", "final_novel_mean", "final_novel_std", "final_original_mean", "final_original_std"]
+    + [f"corrections_to_{t}_{s}" for t in THRESHOLDS for s in ("mean", "reached")]
+    + [FOOTPRINT_ENTRIES, FOOTPRINT_BYTES, FOOTPRINT_PARAMS, "corrections_mean"]
+)
+TABLE_HEADER = ["system", "buffer", "final novel", "final original"] + [f"→{t}%" for t in THRESHOLDS]
+TABLE_NOTE = (
+    "Final accuracies are mean ± std (population) over seeds at the end of the stream. "
+    "→N%: corrections applied when novel accuracy first reached N % (checkpoints every 50 items), "
+    "mean over the seeds that reached it; '(r/n)' when only r of n seeds did."
+)
+
+
+def table_rows(summary: pd.DataFrame) -> list[list[str]]:
+    """The paper's Table 1 columns: system, buffer, final novel/original, corrections to 10/50/70 %."""
+    rows = []
+    for _, r in summary.iterrows():
+        n = int(r["n_seeds"])
+        rows.append(
+            [
+                r["system"],
+                fmt_buffer(r),
+                fmt_acc(r["final_novel_mean"], r["final_novel_std"], n),
+                fmt_acc(r["final_original_mean"], r["final_original_std"], n),
+            ]
+            + [
+                fmt_corrections(r[f"corrections_to_{t}_mean"], int(r[f"corrections_to_{t}_reached"]), n)
+                for t in THRESHOLDS
+            ]
+        )
+    return rows

@@ -22,7 +22,7 @@ stream of a run depends on (dataset, split, stay, seed), never on the system.
 
 from __future__ import annotations
 
-import zlib
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,11 +31,10 @@ import pandas as pd
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.scenario import Scenario, every_n
+from ocrr.protocols.scenario import Scenario, crc, every_n, rows_of
+from ocrr.protocols.summary import RUN_KEYS, add_run_stat, fmt_acc, last_checkpoints
 
-
-def crc(text: str) -> int:
-    return zlib.crc32(text.encode("utf-8"))
+PAST = "acc_past_"  # acc_past_<q>: the final state's accuracy on the first q % of the test stream
 
 
 def label_chain_order(labels: Sequence[str], stay: float, rng: np.random.Generator) -> np.ndarray:
@@ -83,18 +82,11 @@ class OclProtocol(Protocol):
         "batch": Option(1, int, low=1, help="items per incoming batch (the paper: 64 or 128)"),
         "stay": Option(0.0, float, low=0.0, high=1.0, help="probability that the next label repeats; 0: shuffled"),
         "upstream": Option(0.0, float, low=0.0, high=0.9, help="fraction of training items fitted before the stream"),
-        "split": Option("test", str, help="test or val: which family of streams"),
+        "split": Option("test", str, choices=("test", "val"), help="test or val: which family of streams"),
         "checkpoints": Option(20, int, low=1, help="evaluations along the stream (besides the start)"),
         "windows": Option(10, int, low=1, high=100, help="prefix windows of the retention curve"),
     }
     metrics = ("acc_test",)
-
-    def __init__(self, **values):
-        super().__init__(**values)
-        if self.values["split"] not in ("val", "test"):
-            raise OcrrError(
-                f"protocol ocl: option split={self.values['split']!r} must be val or test. Write e.g. ocl:split=val."
-            )
 
     def scenario(self, dataset, train_vecs, test_vecs, seed):
         return ocl_scenario(dataset, train_vecs, test_vecs, seed, self.values)
@@ -103,27 +95,16 @@ class OclProtocol(Protocol):
         """(upstream, stream, test stream) item indices of a run: what calibration reads."""
         return ocl_streams(dataset, seed, self.values)
 
-    # -- results: the report module draws them ------------------------------------------------
+    # -- results ------------------------------------------------------------------------------
 
     def summarise(self, per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
-        from ocrr.report.ocl import add_near_future
-
         return add_near_future(super().summarise(per_checkpoint, footprints), per_checkpoint)
 
     def table(self, summary):
-        from ocrr.report.ocl import ocl_table
-
         return ocl_table(summary, self.shift)
 
     def per_run(self, per_checkpoint):
-        from ocrr.report.ocl import ocl_per_run
-
         return ocl_per_run(per_checkpoint)
-
-    def report_cell(self, rows, summary, title, styles):
-        from ocrr.report.ocl import ocl_cell
-
-        return ocl_cell(self, rows, summary, title, styles)
 
 
 def ocl_streams(dataset, seed: int, values: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -144,11 +125,6 @@ def ocl_streams(dataset, seed: int, values: dict) -> tuple[np.ndarray, np.ndarra
     return upstream, rest[order], test_order
 
 
-def _rows(split, vecs: np.ndarray, idx: np.ndarray) -> Batch:
-    texts = None if split.texts is None else [split.texts[i] for i in idx]
-    return Batch(np.ascontiguousarray(vecs[idx]), texts, [split.labels[i] for i in idx])
-
-
 def ocl_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: int, values: dict) -> Scenario:
     v = values
     upstream, stream_idx, test_idx = ocl_streams(dataset, seed, v)
@@ -158,7 +134,7 @@ def ocl_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
     batch = v["batch"]
     bounds = None if batch == 1 else np.unique(np.concatenate([np.arange(0, n, batch), [n]]))
     n_episodes = n if bounds is None else len(bounds) - 1
-    test = _rows(dataset.test, test_vecs, test_idx)
+    test = rows_of(dataset.test, test_vecs, test_idx)
     ends = window_ends(len(test), v["windows"])
 
     def retention_curve(so_far) -> dict[str, Batch]:
@@ -171,11 +147,60 @@ def ocl_scenario(dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed: i
         protocol="ocl",
         seed_value=seed,
         labels=dataset.labels,
-        seed_set=_rows(dataset.train, train_vecs, upstream),
-        stream=_rows(dataset.train, train_vecs, stream_idx),
+        seed_set=rows_of(dataset.train, train_vecs, upstream),
+        stream=rows_of(dataset.train, train_vecs, stream_idx),
         eval_sets={"test": test},
         eval_after=every_n(n_episodes, max(1, -(-n_episodes // v["checkpoints"]))),
         episode_bounds=bounds,
         dynamic_eval_sets=retention_curve,
         info={"n_upstream": len(upstream), "n_stream": n, "n_test": len(test), "batch": batch, "stay": v["stay"]},
     )
+
+
+# --- results: per run and per cell ---------------------------------------------------------------
+
+
+def add_near_future(summary: pd.DataFrame, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
+    """``near_future_accuracy_mean`` / ``_std`` over runs (each run's value at its end), and
+    the gap online - near-future."""
+    if "near_future_accuracy" not in per_checkpoint.columns or not len(summary):
+        return summary
+    out = add_run_stat(summary, per_checkpoint, "near_future_accuracy")
+    if "online_accuracy_mean" in out.columns:
+        out["gap_mean"] = out["online_accuracy_mean"] - out["near_future_accuracy_mean"]
+    return out
+
+
+def ocl_per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: online and near-future accuracy, retention and its curve (acc_past_q)."""
+    last = last_checkpoints(per_checkpoint)
+    cols = [c for c in ("online_accuracy", "near_future_accuracy", "acc_test") if c in last.columns]
+    curve = sorted(c for c in last.columns if c.startswith(PAST))
+    out = last[RUN_KEYS + ["step", "corrections"] + cols + curve].rename(columns={"acc_test": "retention"})
+    return out.reset_index(drop=True)
+
+
+def ocl_table(summary: pd.DataFrame, shift: int | None) -> tuple[list[str], list[list[str]], str]:
+    at = f"S={shift}" if shift is not None else "no shift set"
+    header = ["system", "online acc", f"near-future acc ({at})", "gap", "retention"]
+    rows = []
+    for _, r in summary.iterrows():
+        n = int(r["n_seeds"])
+        nf = r.get("near_future_accuracy_mean", math.nan)
+        gap = r.get("gap_mean", math.nan)
+        rows.append(
+            [
+                r["system"],
+                fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0), n),
+                fmt_acc(nf, r.get("near_future_accuracy_std", 0.0), n),
+                "–" if not np.isfinite(gap) else f"{gap:+.3f}",
+                fmt_acc(r["final_acc_test_mean"], r["final_acc_test_std"], n),
+            ]
+        )
+    note = (
+        "Mean ± std (population) over runs (each seed is its own stream). Online acc: every item predicted by "
+        "the state after the previous batch. Near-future acc: item t+1+S predicted by the state after item t "
+        "(states that learned nothing ask nothing), S in items. Gap: online − near-future. Retention: the "
+        "final state's accuracy on the test items, ordered in time by the same chain (backward transfer at T)."
+    )
+    return header, rows, note

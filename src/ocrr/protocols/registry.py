@@ -10,6 +10,11 @@ import difflib
 
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Protocol
+from ocrr.protocols.cmr import CmrProtocol
+from ocrr.protocols.drift import DriftProtocol
+from ocrr.protocols.heldout import HeldoutProtocol
+from ocrr.protocols.ocl import OclProtocol
+from ocrr.specs import parse_spec
 
 PROTOCOLS: dict[str, type[Protocol]] = {}
 
@@ -24,8 +29,6 @@ def register_protocol(cls: type[Protocol]) -> type[Protocol]:
 
 def make_protocol(spec: str | Protocol, **extra) -> Protocol:
     """A protocol from 'name:key=value...' (``extra`` options fill in keys the spec lacks)."""
-    from ocrr.specs import parse_spec
-
     if isinstance(spec, Protocol):
         return spec
     name, options = parse_spec(spec, "protocol", "heldout:every=25")
@@ -36,13 +39,5 @@ def make_protocol(spec: str | Protocol, **extra) -> Protocol:
     return PROTOCOLS[name](**{**extra, **options})
 
 
-def _register_builtins() -> None:
-    from ocrr.protocols.heldout import HeldoutProtocol
-
-    register_protocol(HeldoutProtocol)
-    register_protocol(__import__("ocrr.protocols.cmr", fromlist=["CmrProtocol"]).CmrProtocol)
-    register_protocol(__import__("ocrr.protocols.drift", fromlist=["DriftProtocol"]).DriftProtocol)
-    register_protocol(__import__("ocrr.protocols.ocl", fromlist=["OclProtocol"]).OclProtocol)
-
-
-_register_builtins()
+for _builtin in (HeldoutProtocol, CmrProtocol, DriftProtocol, OclProtocol):
+    register_protocol(_builtin)

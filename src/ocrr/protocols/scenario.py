@@ -1,7 +1,9 @@
-"""A Scenario: what one run streams and evaluates, independent of any system."""
+"""A Scenario: what one run streams and evaluates, independent of any system; and the small
+helpers every protocol builds one with (rows of a split, capped eval sets, stable seed keys)."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -62,3 +64,21 @@ class Scenario:
 def every_n(n_episodes: int, every: int) -> np.ndarray:
     """Evaluation after 0, every, 2 * every, ... episodes and after the last."""
     return np.unique(np.concatenate([np.arange(0, n_episodes, every), [n_episodes]]))
+
+
+def rows_of(split, vecs: np.ndarray, idx) -> Batch:
+    """The items ``idx`` of a dataset split (vectors, texts when it has them, labels), in that order."""
+    idx = np.asarray(idx, int)
+    texts = None if split.texts is None else [split.texts[i] for i in idx]
+    return Batch(np.ascontiguousarray(vecs[idx]), texts, [split.labels[i] for i in idx])
+
+
+def cap_each(rng: np.random.Generator, cap: int | None, *index_sets: np.ndarray) -> list[np.ndarray]:
+    """Each index set cut to ``cap`` items by ``rng.choice`` (in the order given, which fixes the
+    draws); a set within the cap, or cap None or 0, is kept whole."""
+    return [idx[rng.choice(len(idx), size=cap, replace=False)] if cap and len(idx) > cap else idx for idx in index_sets]
+
+
+def crc(text: str) -> int:
+    """A stable integer key for seeding (``SeedSequence([..., crc("name")])``); never ``hash()``."""
+    return zlib.crc32(text.encode("utf-8"))

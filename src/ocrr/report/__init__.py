@@ -14,8 +14,10 @@ into ``out``::
     figures/<cell>_<kind>.{png,svg}   held-out: recovery, scatter, storage; others: curves
     report.html      all of the above in one self-contained page
 
-Each protocol draws its own cells (``Protocol.report_cell``); everything is computed from
-the tidy per-checkpoint table, never from live objects.
+Each protocol's cells are drawn by its presentation, registered here by protocol name (the
+held-out, ocl and cmr ones below; any other protocol gets its main table and curves), and a
+study with a folder of its own registers a folder section (ocrr.report.presentation);
+everything is computed from the tidy per-checkpoint table, never from live objects.
 """
 
 from __future__ import annotations
@@ -25,11 +27,29 @@ from pathlib import Path
 
 import pandas as pd
 
-from ocrr.engine.results import SUMMARY_COLUMNS, markdown, write_csv
+from ocrr.engine.results import markdown, write_csv
+from ocrr.protocols import PROTOCOLS
+from ocrr.protocols.heldout import SUMMARY_COLUMNS
+from ocrr.protocols.summary import RUN_KEYS
 from ocrr.report import figures as F
+from ocrr.report.cmr import cmr_cell, cmr_stream_figures
+from ocrr.report.feedback import axis_tables
+from ocrr.report.heldout import heldout_cell
 from ocrr.report.html import Section, render
 from ocrr.report.load import first_run_predictions, load_predictions, load_results_any
+from ocrr.report.ocl import ocl_cell
+from ocrr.report.presentation import (
+    FolderSection,
+    folder_section_for,
+    presentation_for,
+    register_folder_section,
+    register_presentation,
+)
 from ocrr.report.tables import cell_rows, cell_summary, cells, order_systems, seeds_text
+
+register_presentation("heldout", heldout_cell)
+register_presentation("ocl", ocl_cell)
+register_presentation("cmr", cmr_cell, cmr_stream_figures)
 
 
 @dataclass
@@ -42,12 +62,9 @@ class Report:
 
 
 def build_report(source: str | Path, out: str | Path | None = None) -> Report:
-    from ocrr.protocols import PROTOCOLS
-    from ocrr.studies.cmr_preset import is_preset_folder, preset_tables
-
     source = Path(source)
-    preset = is_preset_folder(source)  # --preset cmr: its test stage, plus the picks and Table 2
-    loaded = load_results_any(source / "test" if preset else source)
+    study = folder_section_for(source)  # e.g. --preset cmr: its test stage, plus the picks and Table 2
+    loaded = load_results_any(study.runs(source) if study else source)
     per = loaded.per_checkpoint
     out = Path(out) if out else (source if source.is_dir() else source.parent) / "report"
     out.mkdir(parents=True, exist_ok=True)
@@ -66,11 +83,13 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
         summaries.append(summary.assign(protocol=cell.protocol))
         runs.append(protocol.per_run(rows).assign(protocol=cell.protocol))
         title = f"{cell.title} · seeds {seeds_text(rows)}"
-        tables, figures, frames = protocol.report_cell(rows, summary, title, styles)
-        if hasattr(protocol, "stream_figures"):  # a picture of the stream itself, from its per-item log
+        presentation = presentation_for(cell.protocol)
+        tables, figures, frames = presentation.cell(protocol, rows, summary, title, styles)
+        stream = presentation.stream or getattr(protocol, "stream_figures", None)  # or an older plug-in's own
+        if stream is not None:  # a picture of the stream itself, from its per-item log
             if predictions is None:
                 predictions = load_predictions(loaded)
-            figures = figures + protocol.stream_figures(first_run_predictions(predictions, rows), title)
+            figures = figures + stream(first_run_predictions(predictions, rows), title)
         section = Section(cell.title, cell.slug)
         for table_title, header, body, note in tables:
             md.append(markdown(table_title, header, body, note))
@@ -84,9 +103,9 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
             section.figures.append((caption, svg))
         sections.append(section)
 
-    if preset:
-        section = Section("The preset's search and Table 2", "preset")
-        for table in preset_tables(source):
+    if study:
+        section = Section(study.title, study.slug)
+        for table in study.tables(source):
             md.append(markdown(*table))
             section.tables.append(table)
             report.tables.append(table[0])
@@ -99,11 +118,7 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
             report.tables.append(table_title)
     report.files.append(_write(out / "tables.md", "\n".join(md)))
     write_csv(pd.concat(summaries, ignore_index=True), out / "summary.csv", ["protocol"] + SUMMARY_COLUMNS)
-    write_csv(
-        pd.concat(runs, ignore_index=True),
-        out / "runs.csv",
-        ["protocol", "dataset", "encoder", "policy", "system", "seed"],
-    )
+    write_csv(pd.concat(runs, ignore_index=True), out / "runs.csv", ["protocol"] + RUN_KEYS)
     report.files += [out / "summary.csv", out / "runs.csv"]
     for name, frames in extras.items():  # a protocol's own tables, e.g. the held-out storage Pareto
         write_csv(pd.concat(frames, ignore_index=True), out / f"{name}.csv", [])
@@ -115,8 +130,6 @@ def build_report(source: str | Path, out: str | Path | None = None) -> Report:
 
 
 def _feedback_section(per: pd.DataFrame, systems: list[str]) -> Section | None:
-    from ocrr.report.feedback import axis_tables
-
     tables = axis_tables(per, systems)
     if not tables:
         return None
@@ -127,7 +140,7 @@ def _feedback_section(per: pd.DataFrame, systems: list[str]) -> Section | None:
 
 
 def _meta_line(loaded, per: pd.DataFrame) -> str:
-    runs = per[["dataset", "encoder", "policy", "system", "seed"]].drop_duplicates()
+    runs = per[RUN_KEYS].drop_duplicates()
     kind = {"sweep": "sweep folder", "run": "ocrr run folder", "file": "results file"}[loaded.source]
     name = loaded.path.name + ("/" if loaded.path.is_dir() else "")
     return (
@@ -143,4 +156,4 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-__all__ = ["Report", "build_report"]
+__all__ = ["FolderSection", "Report", "build_report", "register_folder_section", "register_presentation"]

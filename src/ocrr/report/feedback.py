@@ -18,8 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
+from ocrr.engine.sweep import MAIN_SWEEP_SYSTEMS
 from ocrr.policies.basic import make_policy
+from ocrr.report.load import load_results_any
 
 RUN = ["policy", "system", "seed"]
 
@@ -79,23 +82,39 @@ def _header(axis: str, value) -> str:
     return f"budget {value}"
 
 
-def axis_figure(per_checkpoint: pd.DataFrame, axis: str, systems: list[str], title: str):
+def axis_figure(per_checkpoint: pd.DataFrame, axis: str, systems: list[str], title: str) -> Figure:
     """Final novel (left) and original (right) accuracy against a numeric axis, a line per system."""
-    from matplotlib.figure import Figure
-
     last = finals(per_checkpoint).copy()
     last["value"] = [axis_value(p, axis) for p in last["policy"]]
     last = last[[not isinstance(v, str) for v in last["value"]]]
+    xlabel = {"noise": "label noise rate", "delay": "delay (stream items)"}[axis]
+    return _two_panels(
+        last, "value", ("acc_novel", "acc_original"), systems, title, xlabel, "final ", "o", symlog=axis == "delay"
+    )
+
+
+def _two_panels(
+    data: pd.DataFrame,
+    x: str,
+    metrics: tuple[str, str],
+    systems: list[str],
+    title: str,
+    xlabel: str,
+    ylabel_prefix: str = "",
+    marker: str | None = None,
+    symlog: bool = False,
+) -> Figure:
+    """One panel per metric, a line per system: the metric's mean over seeds against ``x``."""
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     axes = fig.subplots(1, 2)
-    for ax, metric in zip(axes, ("acc_novel", "acc_original")):
+    for ax, metric in zip(axes, metrics):
         for system in systems:
-            mine = last[last["system"] == system].groupby("value")[metric].mean()
-            if len(mine):
-                ax.plot(mine.index, mine.to_numpy(), marker="o", label=system)
-        ax.set_xlabel({"noise": "label noise rate", "delay": "delay (stream items)"}[axis])
-        ax.set_ylabel(f"final {metric.removeprefix('acc_')} accuracy")
-        if axis == "delay":
+            line = data[data["system"] == system].groupby(x)[metric].mean()
+            if len(line):
+                ax.plot(line.index, line.to_numpy(), marker=marker, label=system)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{ylabel_prefix}{metric.removeprefix('acc_')} accuracy")
+        if symlog:
             ax.set_xscale("symlog", linthresh=50)
         ax.set_ylim(0, 1)
     axes[1].legend(fontsize=7, loc="lower left")
@@ -103,10 +122,8 @@ def axis_figure(per_checkpoint: pd.DataFrame, axis: str, systems: list[str], tit
     return fig
 
 
-def budget_figure(per_checkpoint: pd.DataFrame, systems: list[str], title: str):
+def budget_figure(per_checkpoint: pd.DataFrame, systems: list[str], title: str) -> Figure:
     """Final novel accuracy per system at each budget, uncertainty next to random selection."""
-    from matplotlib.figure import Figure
-
     last = finals(per_checkpoint).copy()
     last["value"] = [axis_value(p, "budget") for p in last["policy"]]
     values = [
@@ -162,23 +179,9 @@ def drift_table(
     return pd.DataFrame(rows)
 
 
-def drift_figure(per_checkpoint: pd.DataFrame, systems: list[str], title: str):
+def drift_figure(per_checkpoint: pd.DataFrame, systems: list[str], title: str) -> Figure:
     """Drifted (left) and stable (right) accuracy against stream items seen, mean over seeds."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 3.6), layout="constrained")
-    axes = fig.subplots(1, 2)
-    for ax, metric in zip(axes, ("acc_drifted", "acc_stable")):
-        for system in systems:
-            curve = per_checkpoint[per_checkpoint["system"] == system].groupby("step")[metric].mean()
-            if len(curve):
-                ax.plot(curve.index, curve.to_numpy(), label=system)
-        ax.set_xlabel("stream items seen")
-        ax.set_ylabel(metric.removeprefix("acc_") + " accuracy")
-        ax.set_ylim(0, 1)
-    axes[1].legend(fontsize=7, loc="lower left")
-    fig.suptitle(title, fontsize=10)
-    return fig
+    return _two_panels(per_checkpoint, "step", ("acc_drifted", "acc_stable"), systems, title, "stream items seen")
 
 
 def markdown(frame: pd.DataFrame, title: str, note: str) -> str:
@@ -219,9 +222,6 @@ def axis_tables(per_checkpoint: pd.DataFrame, systems: list[str]) -> list[tuple[
 def write_report(
     out: Path, feedback: Path | None = None, robust: Path | None = None, drift: Path | None = None
 ) -> list[Path]:
-    from ocrr.engine.sweep.grid import MAIN_SYSTEMS
-    from ocrr.report.load import load_results_any
-
     out.mkdir(parents=True, exist_ok=True)
     written = []
 
@@ -249,7 +249,7 @@ def write_report(
         ):
             part = df[[keep(p) for p in df["policy"]]]
             metrics = ("acc_novel", "acc_original") + (("online_accuracy",) if axis == "delay" else ())
-            table = axis_table(part, axis, MAIN_SYSTEMS, metrics)
+            table = axis_table(part, axis, MAIN_SWEEP_SYSTEMS, metrics)
             note = (
                 seeds_note.format(n=n)
                 + " Cells: final novel / final original"
@@ -263,11 +263,14 @@ def write_report(
             pieces.append(markdown(table, f"Final accuracy vs {title}", note))
             if axis in ("noise", "delay"):
                 figures.append(
-                    (f"{axis}", axis_figure(part, axis, MAIN_SYSTEMS, f"Banking77, oracle, final accuracy vs {axis}"))
+                    (
+                        f"{axis}",
+                        axis_figure(part, axis, MAIN_SWEEP_SYSTEMS, f"Banking77, oracle, final accuracy vs {axis}"),
+                    )
                 )
             else:
                 figures.append(
-                    ("budget", budget_figure(part, MAIN_SYSTEMS, "Banking77, final novel accuracy by budget"))
+                    ("budget", budget_figure(part, MAIN_SWEEP_SYSTEMS, "Banking77, final novel accuracy by budget"))
                 )
         save(
             "feedback-tables",
@@ -284,7 +287,7 @@ def write_report(
         )
     if drift is not None:
         df = load_results_any(drift).per_checkpoint
-        table = drift_table(df, MAIN_SYSTEMS)
+        table = drift_table(df, MAIN_SWEEP_SYSTEMS)
         note = (
             "Banking77, drift protocol (3 k-means clusters per class, one per class streamed), oracle. Drifted: "
             "test items of the streamed clusters; stable: the rest. →N%: corrections until drifted accuracy "
@@ -293,7 +296,12 @@ def write_report(
         save(
             "drift-tables",
             "# Within-class drift\n\n" + markdown(table, "Drift protocol", note),
-            [("drift-recovery", drift_figure(df, MAIN_SYSTEMS, "Banking77, drift protocol, oracle: mean over seeds"))],
+            [
+                (
+                    "drift-recovery",
+                    drift_figure(df, MAIN_SWEEP_SYSTEMS, "Banking77, drift protocol, oracle: mean over seeds"),
+                )
+            ],
         )
     return written
 

@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ocrr.protocols.summary import FOOTPRINT_BYTES
 from ocrr.report.tables import pareto_flags
 
 # Stable element ids in the SVGs; text kept as text (smaller, faster, selectable in the page).
@@ -118,7 +119,7 @@ def storage_figure(storage: pd.DataFrame, styles: dict, title: str) -> Figure:
     """Memory footprint (log) vs final novel and final original accuracy, Pareto frontier dashed."""
     fig = Figure(figsize=(11.5, 4.6), layout="constrained")
     axes = fig.subplots(1, 2, sharex=True)
-    x = storage["footprint_bytes"].astype(float).to_numpy()
+    x = storage[FOOTPRINT_BYTES].astype(float).to_numpy()
     for ax, col, what in ((axes[0], "final_novel", "novel"), (axes[1], "final_original", "original")):
         mean, std = storage[f"{col}_mean"].to_numpy(), storage[f"{col}_std"].to_numpy()
         for i, (_, r) in enumerate(storage.iterrows()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ocrr.engine.results import TABLE_HEADER, table_rows
+from ocrr.protocols.heldout import TABLE_HEADER, table_rows
 from ocrr.report import figures as F
 from ocrr.report.tables import STORAGE_HEADER, storage_rows, storage_table
 
@@ -21,7 +21,7 @@ STORAGE_NOTE = (
 )
 
 
-def heldout_cell(rows: pd.DataFrame, summary: pd.DataFrame, title: str, styles: dict):
+def heldout_cell(protocol, rows: pd.DataFrame, summary: pd.DataFrame, title: str, styles: dict):
     tables = [(f"Table 1 — {title}", TABLE_HEADER, table_rows(summary), TABLE1_NOTE)]
     systems = list(summary["system"])
     figures = [

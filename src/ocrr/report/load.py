@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ocrr.engine.results import RUN_FOLDER_KEYS
+from ocrr.engine.sweep import load_results
 from ocrr.errors import OcrrError
+from ocrr.protocols import PROTOCOLS
+from ocrr.protocols.summary import FOOTPRINT_COLUMNS
 
-BASE_COLUMNS = ["dataset", "encoder", "policy", "seed", "system", "step", "corrections"]
-FOOTPRINT_COLUMNS = ["footprint_entries", "footprint_params", "footprint_bytes"]
+BASE_COLUMNS = RUN_FOLDER_KEYS + ["step", "corrections"]
 # sweep columns besides the cell keys that tell variants of one dataset apart (the held-out
 # option columns serve results tables written before protocols had protocol_options)
 VARIANT_COLUMNS = ["data_options", "protocol_options", "n_heldout", "eval_cap", "every"]
@@ -38,8 +41,6 @@ def load_results_any(path: str | Path) -> Loaded:
         )
     if path.is_dir():
         if (path / "tasks").is_dir():
-            from ocrr.engine.sweep import load_results
-
             return Loaded(_normalise(load_results(path), path), "sweep", path)
         if (path / "results.parquet").exists():
             return Loaded(_normalise(pd.read_parquet(path / "results.parquet"), path), "sweep", path)
@@ -57,8 +58,6 @@ def load_results_any(path: str | Path) -> Loaded:
 
 
 def _from_run(folder: Path) -> pd.DataFrame:
-    import json
-
     per = pd.read_csv(folder / "per_checkpoint.csv")
     config = folder / "config.json"
     if config.exists():  # the run's protocol: one per run folder
@@ -66,7 +65,7 @@ def _from_run(folder: Path) -> pd.DataFrame:
     fp_path = folder / "footprints.csv"
     if fp_path.exists():
         fp = pd.read_csv(fp_path)
-        keys = ["dataset", "encoder", "policy", "seed", "system"]
+        keys = RUN_FOLDER_KEYS
         per = per.merge(fp[keys + [c for c in FOOTPRINT_COLUMNS if c in fp.columns]], on=keys, how="left")
     return _normalise(per, folder)
 
@@ -81,8 +80,6 @@ def _normalise(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     if not len(df):
         raise OcrrError(f"{str(path)!r} holds no finished runs yet. Run (or resume) the sweep first.")
     df = df.copy()
-    from ocrr.protocols import PROTOCOLS
-
     if "protocol" not in df.columns:  # tables written before protocols were named
         df["protocol"] = "heldout"
     unknown = sorted(set(df["protocol"]) - set(PROTOCOLS))
@@ -114,16 +111,16 @@ def _dataset_labels(df: pd.DataFrame) -> pd.Series:
     labels = df["dataset"].astype(str).copy()
     if not cols:
         return labels
+    json_cols = [c for c in ("data_options", "protocol_options") if c in cols]
+
+    def merged(variant) -> dict:
+        return {k: v for c in json_cols for k, v in json.loads(variant[c]).items()}
+
     for name, group in df.groupby("dataset", sort=False):
         variants = group[cols].drop_duplicates()
         if len(variants) < 2:
             continue
-        json_cols = [c for c in ("data_options", "protocol_options") if c in cols]
         varying = [c for c in cols if c not in json_cols and variants[c].nunique() > 1]
-
-        def merged(variant) -> dict:
-            return {k: v for c in json_cols for k, v in json.loads(variant[c]).items()}
-
         options = [merged(v) for _, v in variants.iterrows()]
         option_keys = sorted({k for o in options for k in o if len({json.dumps(x.get(k)) for x in options}) > 1})
         for _, variant in variants.iterrows():

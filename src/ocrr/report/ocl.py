@@ -1,6 +1,6 @@
-"""The ocl protocol's results: per stream, online accuracy, near-future accuracy at S and
-retention for every system; online vs near-future accuracy over time; the retention curve;
-and the blind classifier's A*(S) curve (``ocrr calibrate-shift``).
+"""The ocl protocol's report cell: per stream, online accuracy, near-future accuracy at S and
+retention for every system (its numbers: ocrr.protocols.ocl); online vs near-future accuracy
+over time; the retention curve; and the blind classifier's A*(S) curve (``ocrr calibrate-shift``).
 
 Inputs are tidy tables (one row per run x checkpoint), never objects.
 """
@@ -8,71 +8,12 @@ Inputs are tidy tables (one row per run x checkpoint), never objects.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ocrr.engine.metrics import CELL_KEYS, RUN_KEYS
-from ocrr.engine.results import fmt_acc
-
-PAST = "acc_past_"
-
-
-def _last(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
-    return per_checkpoint.sort_values("step", kind="mergesort").groupby(RUN_KEYS, sort=True).tail(1)
-
-
-def add_near_future(summary: pd.DataFrame, per_checkpoint: pd.DataFrame) -> pd.DataFrame:
-    """``near_future_accuracy_mean`` / ``_std`` over runs (each run's value at its end), and
-    the gap online - near-future."""
-    if "near_future_accuracy" not in per_checkpoint.columns or not len(summary):
-        return summary
-    stats = (
-        _last(per_checkpoint)
-        .groupby(CELL_KEYS, sort=False)["near_future_accuracy"]
-        .agg(near_future_accuracy_mean="mean", near_future_accuracy_std=lambda v: float(v.std(ddof=0)))
-    )
-    out = summary.merge(stats.reset_index(), on=CELL_KEYS, how="left")
-    if "online_accuracy_mean" in out.columns:
-        out["gap_mean"] = out["online_accuracy_mean"] - out["near_future_accuracy_mean"]
-    return out
-
-
-def ocl_per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: online and near-future accuracy, retention and its curve (acc_past_q)."""
-    last = _last(per_checkpoint)
-    cols = [c for c in ("online_accuracy", "near_future_accuracy", "acc_test") if c in last.columns]
-    curve = sorted(c for c in last.columns if c.startswith(PAST))
-    out = last[RUN_KEYS + ["step", "corrections"] + cols + curve].rename(columns={"acc_test": "retention"})
-    return out.reset_index(drop=True)
-
-
-def ocl_table(summary: pd.DataFrame, shift: int | None) -> tuple[list[str], list[list[str]], str]:
-    at = f"S={shift}" if shift is not None else "no shift set"
-    header = ["system", "online acc", f"near-future acc ({at})", "gap", "retention"]
-    rows = []
-    for _, r in summary.iterrows():
-        n = int(r["n_seeds"])
-        nf = r.get("near_future_accuracy_mean", math.nan)
-        gap = r.get("gap_mean", math.nan)
-        rows.append(
-            [
-                r["system"],
-                fmt_acc(r.get("online_accuracy_mean", math.nan), r.get("online_accuracy_std", 0), n),
-                fmt_acc(nf, r.get("near_future_accuracy_std", 0.0), n),
-                "–" if not np.isfinite(gap) else f"{gap:+.3f}",
-                fmt_acc(r["final_acc_test_mean"], r["final_acc_test_std"], n),
-            ]
-        )
-    note = (
-        "Mean ± std (population) over runs (each seed is its own stream). Online acc: every item predicted by "
-        "the state after the previous batch. Near-future acc: item t+1+S predicted by the state after item t "
-        "(states that learned nothing ask nothing), S in items. Gap: online − near-future. Retention: the "
-        "final state's accuracy on the test items, ordered in time by the same chain (backward transfer at T)."
-    )
-    return header, rows, note
+from ocrr.protocols.ocl import PAST, ocl_per_run, ocl_table
 
 
 def online_vs_near_future_figure(rows: pd.DataFrame, systems: list[str], styles: dict, title: str) -> Figure:
@@ -95,12 +36,7 @@ def online_vs_near_future_figure(rows: pd.DataFrame, systems: list[str], styles:
                 markersize=3,
                 label=system if metric == "online_accuracy" else None,
             )
-    ax.set_xlabel("stream items seen")
-    ax.set_ylabel("running accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title(f"{title}: online (solid) vs near-future (dashed)", fontsize=10)
+    _finish(ax, "stream items seen", "running accuracy", f"{title}: online (solid) vs near-future (dashed)")
     return fig
 
 
@@ -116,13 +52,18 @@ def retention_curve_figure(runs: pd.DataFrame, systems: list[str], styles: dict,
             continue
         colour, marker = styles.get(system, ("#333333", "o"))
         ax.plot(qs, own[curve].mean(axis=0).to_numpy(), color=colour, marker=marker, markersize=3, label=system)
-    ax.set_xlabel("first q % of the test stream (time order)")
-    ax.set_ylabel("accuracy of the final state")
+    _finish(ax, "first q % of the test stream (time order)", "accuracy of the final state", f"{title}: retention curve")
+    return fig
+
+
+def _finish(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """Axes of an accuracy figure: labels, [0, 1], grid, the legend outside on the right."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title(f"{title}: retention curve", fontsize=10)
-    return fig
+    ax.set_title(title, fontsize=10)
 
 
 def shift_of(rows: pd.DataFrame, default: int | None = None) -> int | None:
@@ -162,7 +103,7 @@ def blind_curve_figure(curve: pd.DataFrame, chance: float, shift: int | None, ti
     ax = fig.subplots()
     xs = curve["shift"].to_numpy()
     x = np.where(xs == 0, 0.5, xs)  # S=0 drawn at 0.5 on the log axis
-    for k, own in curve.groupby("k"):
+    for _, own in curve.groupby("k"):
         ax.plot(np.where(own["shift"] == 0, 0.5, own["shift"]), own["accuracy"], color="#999999", lw=0.6)
     best = curve.groupby("shift", sort=True)["accuracy"].max()
     ax.plot(np.where(best.index == 0, 0.5, best.index), best.to_numpy(), "o-", color="#1f77b4", label="A*(S)")

@@ -1,6 +1,6 @@
 """Report tables: the paper's Table 1 per (dataset, policy) cell and the storage Pareto table.
 
-Both are computed from the tidy per-checkpoint table alone (ocrr.engine.metrics), so a report
+Both are computed from the tidy per-checkpoint table alone (ocrr.protocols.summary), so a report
 can always be rebuilt from files.
 """
 
@@ -11,8 +11,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ocrr.engine.metrics import RUN_KEYS
-from ocrr.report.load import FOOTPRINT_COLUMNS
+from ocrr.protocols import HeldoutProtocol
+from ocrr.protocols.summary import (
+    CELL_KEYS,
+    FOOTPRINT_BYTES,
+    FOOTPRINT_COLUMNS,
+    FOOTPRINT_ENTRIES,
+    FOOTPRINT_PARAMS,
+    RUN_KEYS,
+    fmt_acc,
+)
+from ocrr.specs import spec_name
 
 # The paper's row order (Table 1, then the ablations); other systems follow alphabetically.
 SYSTEM_ORDER = (
@@ -42,7 +51,7 @@ POLICY_ORDER = ["oracle", "random50", "random10"]
 
 
 def _rank(spec: str) -> tuple:
-    base = spec.split(":", 1)[0]
+    base = spec_name(spec)
     return (SYSTEM_ORDER.index(base) if base in SYSTEM_ORDER else len(SYSTEM_ORDER), base, spec)
 
 
@@ -90,8 +99,6 @@ def cell_rows(per_checkpoint: pd.DataFrame, cell: Cell) -> pd.DataFrame:
 def cell_summary(rows: pd.DataFrame, protocol=None) -> pd.DataFrame:
     """The protocol's summary of one cell (mean/std over seeds; the held-out protocol's is
     Table 1), systems in the paper's order."""
-    from ocrr.protocols import HeldoutProtocol
-
     protocol = protocol or HeldoutProtocol()
     footprints = rows.groupby(RUN_KEYS, sort=True)[FOOTPRINT_COLUMNS].max().reset_index()
     summary = protocol.summarise(rows, footprints)
@@ -129,19 +136,12 @@ def pareto_flags(storage: list[float], score: list[float]) -> list[bool]:
 def storage_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Systems by memory footprint (bytes at the end of the stream), with the Pareto frontier
     of memory vs final novel accuracy (paper 4.4 / Figure 1)."""
-    df = summary[summary["footprint_bytes"].fillna(0) > 0].copy()
-    df = df.sort_values(["footprint_bytes", "final_novel_mean"], ascending=[True, False], kind="mergesort")
-    df["pareto_novel"] = pareto_flags(df["footprint_bytes"].tolist(), df["final_novel_mean"].tolist())
-    df["pareto_original"] = pareto_flags(df["footprint_bytes"].tolist(), df["final_original_mean"].tolist())
-    cols = [
-        "dataset",
-        "encoder",
-        "policy",
-        "system",
-        "n_seeds",
-        "footprint_entries",
-        "footprint_params",
-        "footprint_bytes",
+    df = summary[summary[FOOTPRINT_BYTES].fillna(0) > 0].copy()
+    df = df.sort_values([FOOTPRINT_BYTES, "final_novel_mean"], ascending=[True, False], kind="mergesort")
+    df["pareto_novel"] = pareto_flags(df[FOOTPRINT_BYTES].tolist(), df["final_novel_mean"].tolist())
+    df["pareto_original"] = pareto_flags(df[FOOTPRINT_BYTES].tolist(), df["final_original_mean"].tolist())
+    cols = CELL_KEYS + ["n_seeds"] + FOOTPRINT_COLUMNS
+    cols += [
         "final_novel_mean",
         "final_novel_std",
         "final_original_mean",
@@ -165,17 +165,15 @@ STORAGE_HEADER = [
 
 
 def storage_rows(storage: pd.DataFrame) -> list[list[str]]:
-    from ocrr.engine.results import fmt_acc
-
     rows = []
     for _, r in storage.iterrows():
         n = int(r["n_seeds"])
         rows.append(
             [
                 r["system"],
-                f"{int(r['footprint_entries']):,}" if r["footprint_entries"] else "–",
-                f"{int(r['footprint_params']):,}" if r["footprint_params"] else "–",
-                fmt_bytes(r["footprint_bytes"]),
+                f"{int(r[FOOTPRINT_ENTRIES]):,}" if r[FOOTPRINT_ENTRIES] else "–",
+                f"{int(r[FOOTPRINT_PARAMS]):,}" if r[FOOTPRINT_PARAMS] else "–",
+                fmt_bytes(r[FOOTPRINT_BYTES]),
                 fmt_acc(r["final_novel_mean"], r["final_novel_std"], n),
                 fmt_acc(r["final_original_mean"], r["final_original_std"], n),
                 "yes" if r["pareto_novel"] else "",

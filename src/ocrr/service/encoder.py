@@ -21,7 +21,17 @@ import threading
 
 import numpy as np
 
+from ocrr.encoders import make_encoder
 from ocrr.errors import OcrrError
+
+
+def check_nice(nice: int | str) -> int | str:
+    """``nice`` when it is a niceness 0-19 or ``"idle"``; else the error naming the fix."""
+    if nice != "idle" and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19):
+        raise OcrrError(
+            f"--encoder-nice {nice!r}: give a niceness 0-19, or 'idle' (run only on an otherwise free core)"
+        )
+    return nice
 
 
 class EncoderProcess:
@@ -32,8 +42,7 @@ class EncoderProcess:
         class, which runs the model only on a core nothing else of normal priority wants (where
         there is no such class: niceness 19). Either lets the service's own threads (predicts by
         vector, commits) take a contended core first; see ``_lower_priority``."""
-        if nice != "idle" and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19):
-            raise OcrrError(f"encoder niceness {nice!r}: give 0-19, or 'idle' (run only on an otherwise free core)")
+        check_nice(nice)
         self.id = spec
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
@@ -103,8 +112,6 @@ def main(spec: str, nice: int | str = 0) -> int:
     sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol
     _lower_priority(nice)
     try:
-        from ocrr.encoders import make_encoder
-
         encoder = make_encoder(spec)  # checks the spec before anything heavy loads
         import torch
 

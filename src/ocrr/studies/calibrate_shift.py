@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from ocrr.errors import OcrrError
+from ocrr.report.figures import save
+from ocrr.report.ocl import blind_curve_figure
 from ocrr.systems.blind import blind_modes
 
 TOLERANCE = 0.01
@@ -123,9 +125,6 @@ def calibrate_protocol(
 
 def write_calibration(cal: Calibration, out: Path, title: str) -> list[Path]:
     """blind_curve.csv (every k and S), blind_shift.csv (A*(S), best k) and the figure."""
-    from ocrr.report.figures import save
-    from ocrr.report.ocl import blind_curve_figure
-
     out.mkdir(parents=True, exist_ok=True)
     cal.curve.to_csv(out / "blind_curve.csv", index=False, lineterminator="\n", float_format="%.6f")
     cal.best.assign(chance=cal.chance, chosen=cal.best["shift"] == cal.shift).to_csv(

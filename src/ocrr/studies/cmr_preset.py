@@ -24,11 +24,22 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 
+from ocrr.engine.results import markdown
+from ocrr.engine.sweep import run_sweep
+from ocrr.engine.sweep.data import load_for_scenario
+from ocrr.engine.sweep.grid import Grid, canonical_system
 from ocrr.engine.sweep.search import Space, run_stages
 from ocrr.errors import OcrrError
+from ocrr.protocols import make_protocol
+from ocrr.protocols.cmr import CmrProtocol
+from ocrr.report.cmr import stream_figure
+from ocrr.report.presentation import FolderSection, register_folder_section
+from ocrr.report.tables import order_systems
+from ocrr.specs import format_spec, parse_spec, spec_name
 from ocrr.utils.files import atomic_write_text
 
 CFT = {"lr": "cft", "epochs": "cft"}
@@ -81,13 +92,9 @@ class CmrPlan:
     data_dir: str | None = None
 
     def protocol_spec(self, split: str, streams: int, **more) -> str:
-        from ocrr.specs import format_spec
-
         return format_spec("cmr", {**self.protocol, **more, "split": split, "streams": streams})
 
-    def grid(self, specs: list[str], protocol: str, seeds: int):
-        from ocrr.engine.sweep.grid import Grid
-
+    def grid(self, specs: list[str], protocol: str, seeds: int) -> Grid:
         return Grid(
             datasets=[self.dataset],
             policies=["oracle"],
@@ -113,9 +120,6 @@ def plan_from_options(
     """The plan of ``--preset cmr|cmr_table2``, with what the command line may change: one
     dataset, the cmr stream options (``--protocol cmr:clusters=kmeans:...``; split and streams
     are the plan's), the ocrr systems run beside the paper's methods (``+name`` adds one)."""
-    from ocrr.protocols import make_protocol
-    from ocrr.specs import parse_spec
-
     plan = CmrPlan(table2=preset == "cmr_table2", data_options=dict(data_options or {}), data_dir=data_dir)
     if datasets:
         if len(datasets) != 1:
@@ -157,16 +161,12 @@ def run_cmr_preset(
     say=print,
 ) -> dict:
     """Search, test (and Table 2); returns {"picks", "search", "test", "table2", "files"}."""
-    from ocrr.protocols.cmr import CmrProtocol
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     protocol = CmrProtocol()
 
     def sweep(grid, folder: Path, label: str) -> pd.DataFrame:
         """Run the grid; its per-checkpoint rows."""
-        from ocrr.engine.sweep import run_sweep
-
         say(f"{label}: {len(grid.tasks(resolve=False))} runs in {folder}/")
         result = run_sweep(
             grid,
@@ -186,8 +186,6 @@ def run_cmr_preset(
         return result.results[result.results["task_id"].isin(ids)]
 
     def validation(specs: list[str]) -> pd.Series:
-        from ocrr.engine.sweep.grid import canonical_system
-
         grid = plan.grid(specs, plan.protocol_spec("val", plan.val_streams), plan.val_streams)
         runs = protocol.per_run(
             sweep(grid, out / "search", f"search ({len(specs)} candidates x {plan.val_streams} validation streams)")
@@ -220,15 +218,11 @@ def run_cmr_preset(
 
 
 def picked_spec(method: str, picks: dict) -> str:
-    from ocrr.specs import format_spec
-
     return format_spec(method, picks.get(method, {}))
 
 
 def systems_to_test(plan: CmrPlan, picks: dict) -> list[str]:
     """FrozenUpstream, each pick, the Table 1 variants around the replay picks, the ocrr systems."""
-    from ocrr.specs import format_spec
-
     specs = ["cmr_frozen"] + [picked_spec(s.method, picks) for s in plan.spaces]
     for method, grid in VARIANTS.items():
         if method not in picks:
@@ -258,7 +252,7 @@ def extremes_table(plan: CmrPlan, picks: dict, test_runs: pd.DataFrame, sweep, o
         )
     rows = []
     for extreme, runs in settings:
-        runs = runs.assign(method=runs["system"].str.split(":").str[0])
+        runs = runs.assign(method=[spec_name(s) for s in runs["system"]])
         oec = runs.groupby("method")["oec_final"].mean()
         setting = {
             "alpha": plan.protocol.get("alpha", 0.9),
@@ -285,10 +279,6 @@ def extremes_table(plan: CmrPlan, picks: dict, test_runs: pd.DataFrame, sweep, o
 
 def draw_stream(plan: CmrPlan, out: Path) -> list[Path]:
     """Test stream 0's cluster shares per episode (the paper's Figure 3), from its scenario."""
-    from ocrr.engine.sweep.data import load_for_scenario
-    from ocrr.protocols import make_protocol
-    from ocrr.protocols.cmr import stream_figure
-
     protocol = make_protocol(plan.protocol_spec("test", plan.test_streams))
     options = plan.grid([], "cmr", 1).options_for(plan.dataset)
     dataset, train_vecs, test_vecs = load_for_scenario(plan.dataset, options, plan.data_dir)
@@ -303,16 +293,14 @@ def draw_stream(plan: CmrPlan, out: Path) -> list[Path]:
     )
     paths = [out / "stream.png", out / "stream.svg"]
     for path in paths:
-        fig.savefig(path, dpi=130, metadata={"Date": None} if path.suffix == ".svg" else None)
+        with matplotlib.rc_context({"svg.hashsalt": "ocrr-report"}):  # stable SVG ids: the same file every run
+            fig.savefig(path, dpi=130, metadata={"Date": None} if path.suffix == ".svg" else None)
     return paths
 
 
 def cmr_markdown(
     plan: CmrPlan, picks: dict, search: pd.DataFrame, summary: pd.DataFrame, table2: pd.DataFrame | None, protocol
 ) -> str:
-    from ocrr.engine.results import markdown
-    from ocrr.report.tables import order_systems
-
     lines = [
         f"# CMR on {plan.dataset}",
         "",
@@ -323,7 +311,7 @@ def cmr_markdown(
     lines.append(markdown(*picks_table(picks, search)))
     paper = {s.method for s in plan.spaces} | {"cmr_frozen"}
     ordered = order_systems(summary["system"])  # the paper's methods first, then the ocrr systems
-    rank = {s: (s.split(":", 1)[0] not in paper, i) for i, s in enumerate(ordered)}
+    rank = {s: (spec_name(s) not in paper, i) for i, s in enumerate(ordered)}
     header, rows, note = protocol.table(summary.sort_values("system", key=lambda c: c.map(rank)))
     lines.append(markdown("Test streams (the paper's Table 1)", header, rows, note))
     if table2 is not None and len(table2):
@@ -391,3 +379,11 @@ def preset_tables(folder: Path) -> list[tuple[str, list, list, str]]:
 
 def _write_json(path: Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+# `ocrr report OUT` on the preset's folder: its test stage, then the picks and Table 2
+register_folder_section(
+    FolderSection(
+        "The preset's search and Table 2", "preset", is_preset_folder, lambda folder: folder / "test", preset_tables
+    )
+)

@@ -7,15 +7,19 @@ A system is fitted once on the seed set (its "upstream" state), then sees a stre
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.errors import NotFittedError, OcrrError
+from ocrr.specs import FROM_SIGNATURE, Option
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,11 @@ class System(ABC):
     * ``execution_settings``: constructor arguments that say how to run, not what to
       compute (device, threads, progress bars, scratch folders). They are left out of
       ``hyperparameters()``, which is recorded in results and hashed into sweep task ids.
+    * ``options``: each constructor argument's declaration (``ocrr.specs.Option``: type,
+      constraint, help; the default is read from the signature), merged along the class
+      hierarchy by ``declared_options()``. ``make_system`` checks a spec's values against
+      them before the constructor runs, so constructors only store (and check what involves
+      several arguments at once).
     * ``uncertainty(batch)``: optional, one number per item, higher where the prediction is
       less sure, with no side effects (selective feedback, ``budget=f:uncertainty``, ranks
       reveals by it). The default, None, means "not offered": the budget is then spent by the
@@ -60,6 +69,12 @@ class System(ABC):
     learns: bool = True
     reads_text: bool = False
     execution_settings: tuple[str, ...] = ()
+    options: ClassVar[dict[str, Option]] = {}
+
+    @classmethod
+    def declared_options(cls) -> dict[str, Option]:
+        """Every constructor argument's declaration, in signature order, defaults filled in."""
+        return dict(_declared_options(cls))
 
     @abstractmethod
     def fit(self, seed: Batch) -> System:
@@ -88,15 +103,7 @@ class System(ABC):
         hierarchy) and leaves out RUN_ARGUMENTS and ``execution_settings``. Override it to
         record fewer (e.g. only the knobs a chosen backend uses).
         """
-        names: list[str] = []
-        for cls in type(self).__mro__:
-            init = cls.__dict__.get("__init__")
-            if init is None or cls is object:
-                continue
-            params = list(inspect.signature(init).parameters.values())[1:]  # without self
-            names += [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names]
-            if not any(p.kind == p.VAR_KEYWORD for p in params):
-                break  # this constructor does not pass arguments on to its parents
+        names = [p.name for p in constructor_parameters(type(self))]
         skip = set(RUN_ARGUMENTS) | set(self.execution_settings)
         missing = [n for n in names if n not in skip and not hasattr(self, n)]
         if missing:
@@ -119,6 +126,35 @@ class System(ABC):
         return any(
             key.endswith("_") and not key.startswith("_") and value is not None for key, value in vars(self).items()
         )
+
+
+def constructor_parameters(cls: type) -> list[inspect.Parameter]:
+    """The keyword parameters of ``cls``'s constructor, following ``**kwargs`` up the classes."""
+    params: list[inspect.Parameter] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        own = list(inspect.signature(init).parameters.values())[1:]  # without self
+        names = {p.name for p in params}
+        params += [p for p in own if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names]
+        if not any(p.kind == p.VAR_KEYWORD for p in own):
+            break  # this constructor does not pass arguments on to its parents
+    return params
+
+
+@functools.cache
+def _declared_options(cls: type) -> dict[str, Option]:
+    declared: dict[str, Option] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's declaration wins
+        declared.update(vars(klass).get("options", {}))
+    out = {}
+    for p in constructor_parameters(cls):
+        if p.name in RUN_ARGUMENTS:
+            continue
+        option = declared.get(p.name, Option(kind=object, help="(not declared)"))  # a plug-in's own argument
+        out[p.name] = dataclasses.replace(option, default=p.default) if option.default is FROM_SIGNATURE else option
+    return out
 
 
 def check_vectors(vecs: np.ndarray, dim: int | None, what: str = "vectors") -> np.ndarray:

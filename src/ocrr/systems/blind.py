@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.errors import OcrrError
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 
 
@@ -37,12 +37,9 @@ class BlindClassifier(System):
     corrected item in order). Vectors are validated, never used."""
 
     family = "strawman"
+    options = {"k": Option(kind=int, low=1, help="revealed labels in the window")}
 
     def __init__(self, k: int = 1, labels=None, seed: int = 0, name: str = "blind"):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise OcrrError(
-                f"{name}: k must be a whole number >= 1 (labels in the window), got {k!r}. Write e.g. blind:k=4."
-            )
         self.name = name
         self.k = int(k)
         self.labels = labels

@@ -39,28 +39,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ocrr.errors import OcrrError
 from ocrr.ledger.chain import VerifyResult
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import derive_seed
-
-BUDGETS = (100, 500, 1000, 5000)  # the paper's storage sweep (Appendix B)
 
 
 class BoundedSubstrate(Substrate):
     """Substrate whose retrieval index holds at most ``budget`` entries; subclasses pick who stays."""
 
     eviction = "none"
+    options = {"budget": Option(kind=int, low=1, help="entries searchable at most (the full ledger is kept)")}
 
     def __init__(self, budget: int = 1000, **kwargs):
         kwargs.setdefault("name", f"bounded_{self.eviction}")
         super().__init__(**kwargs)
-        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
-            raise OcrrError(
-                f"{self.name}: budget must be a positive integer, got {budget!r}; "
-                f"write e.g. '{self.name.split(':')[0]}:budget=1000'."
-            )
         self.budget = int(budget)
 
     def hyperparameters(self) -> dict:

@@ -1,28 +1,65 @@
-"""The built-in systems and their one-line descriptions (what `ocrr systems` lists)."""
+"""The built-in systems and their one-line descriptions (what `ocrr systems` lists).
 
-from ocrr.systems.knn import StaticKNN
-from ocrr.systems.linear import OnlineLinear, StaticLinear
-from ocrr.systems.registry import register
-from ocrr.systems.substrate import Substrate
+Each entry names its factory by import path ("module:Class" under ocrr.systems), loaded
+when the system is first built: listing or building the substrate never imports torch.
+The registry (ocrr.systems.registry) reads ``BUILTINS``; this module imports no system.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+BUDGETS = (100, 500, 1000, 5000)  # the paper's storage sweep (Appendix B): one alias per budget
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One registry entry. ``target`` is the factory (usually the class) or its import path."""
+
+    name: str
+    target: Callable[..., object] | str
+    family: str
+    summary: str
+    defaults: dict = field(default_factory=dict)  # overrides baked into this name
+    in_all: bool = True  # part of `--systems all`
+
+    @property
+    def factory(self) -> Callable[..., object]:
+        if callable(self.target):
+            return self.target
+        module, _, attribute = self.target.partition(":")
+        return getattr(importlib.import_module(f"ocrr.systems.{module}"), attribute)
+
+
+BUILTINS: list[Registered] = []
+
+
+def register(name: str, target: str, family: str, summary: str, *, in_all: bool = True, **defaults) -> None:
+    BUILTINS.append(Registered(name, target, family, summary, defaults, in_all))
+
 
 register(
     "substrate",
-    Substrate,
+    "substrate:Substrate",
     "retrieval",
     "hash-chained append-only ledger, k=5 cosine neighbours, margin-band (0.05) majority vote",
 )
-register("static_knn", StaticKNN, "strawman", "the substrate's vote over the seed set only; never updated")
-register("static_linear", StaticLinear, "strawman", "softmax head over the known classes, trained once")
+register("static_knn", "knn:StaticKNN", "strawman", "the substrate's vote over the seed set only; never updated")
+register("static_linear", "linear:StaticLinear", "strawman", "softmax head over the known classes, trained once")
 register(
-    "online_linear", OnlineLinear, "strawman", "softmax head over all classes, one SGD step (lr 0.05) per correction"
+    "online_linear",
+    "linear:OnlineLinear",
+    "strawman",
+    "softmax head over all classes, one SGD step (lr 0.05) per correction",
 )
 
 # -- bounded substrates (paper 4.4) and vote-rule ablations (paper 5.6) ------------------
-from ocrr.systems.bounded import BUDGETS, BoundedFIFO, BoundedReservoir  # noqa: E402
 
 register(
     "bounded_reservoir",
-    BoundedReservoir,
+    "bounded:BoundedReservoir",
     "retrieval",
     "substrate searching at most `budget` entries, a uniform sample (Vitter's Algorithm R) of seed "
     "+ corrections; the full ledger is kept for audit",
@@ -30,18 +67,20 @@ register(
 )
 register(
     "bounded_fifo",
-    BoundedFIFO,
+    "bounded:BoundedFIFO",
     "retrieval",
     "substrate searching only the newest `budget` entries (seed included); the full ledger is kept for audit",
     in_all=False,
 )
-for _factory, _base in ((BoundedReservoir, "bounded_reservoir"), (BoundedFIFO, "bounded_fifo")):
+for _factory, _base in (("bounded:BoundedReservoir", "bounded_reservoir"), ("bounded:BoundedFIFO", "bounded_fifo")):
     for _n in BUDGETS:  # the paper's names: an alias per budget of the storage sweep
         register(f"{_base}_{_n}", _factory, "retrieval", f"{_base} with budget={_n}", budget=_n)
-register("substrate_k1", Substrate, "ablation", "substrate with k=1: the nearest entry's label, no vote", k=1)
+register(
+    "substrate_k1", "substrate:Substrate", "ablation", "substrate with k=1: the nearest entry's label, no vote", k=1
+)
 register(
     "substrate_sumsim",
-    Substrate,
+    "substrate:Substrate",
     "ablation",
     "substrate voting by summed similarity over all k neighbours (no margin band)",
     margin=None,
@@ -49,7 +88,7 @@ register(
 )
 register(
     "substrate_count_only",
-    Substrate,
+    "substrate:Substrate",
     "ablation",
     "substrate's band count only; ties go to the label that sorts first (no max-sim, no recency)",
     tiebreak_maxsim=False,
@@ -57,18 +96,17 @@ register(
 )
 register(
     "substrate_no_recency",
-    Substrate,
+    "substrate:Substrate",
     "ablation",
     "substrate without the recency tie-break (max-sim ties go to the label that sorts first)",
     tiebreak_recency=False,
 )
 
 # -- noisy feedback (issue 16): not in `--systems all` (the paper's systems) -------------
-from ocrr.systems.robust_substrate import RobustSubstrate  # noqa: E402
 
 register(
     "robust_substrate",
-    RobustSubstrate,
+    "robust_substrate:RobustSubstrate",
     "retrieval",
     "substrate whose corrections vote half until an entry of the same label is among their 5 nearest "
     "(the band anchored at the best corroborated neighbour)",
@@ -76,54 +114,55 @@ register(
 )
 
 # -- continual learning, retrieval/parametric hybrid, online-ML library (paper 4.2) ------
-from ocrr.systems.continual import AGEM, EWC, LwF  # noqa: E402
-from ocrr.systems.knn_lm import KNNLM  # noqa: E402
-from ocrr.systems.river_systems import RiverLogReg, RiverOvRBalanced, RiverSoftmax  # noqa: E402
 
 register(
     "ewc",
-    EWC,
+    "continual:EWC",
     "continual",
     "online_linear + Fisher-weighted L2 penalty to the seed head (lambda 1000, Fisher on 2000 seed items)",
 )
 register(
     "a_gem",
-    AGEM,
+    "continual:AGEM",
     "continual",
     "online_linear + 1000-item seed reservoir; each step projected off the memory-batch (64) gradient",
 )
-register("lwf", LwF, "continual", "online_linear + distillation to a frozen seed-head teacher (KL at T=2, lambda 1)")
+register(
+    "lwf",
+    "continual:LwF",
+    "continual",
+    "online_linear + distillation to a frozen seed-head teacher (KL at T=2, lambda 1)",
+)
 register(
     "knn_lm",
-    KNNLM,
+    "knn_lm:KNNLM",
     "hybrid",
     "frozen seed head interpolated (0.5) with a growing cosine k-NN datastore (k=5, softmax at tau 0.1)",
 )
 register(
     "river_logreg",
-    RiverLogReg,
+    "river_systems:RiverLogReg",
     "online-ml",
     "river one-vs-rest LogisticRegression, SGD 0.01, one pass over 3000 seed items (paper config)",
 )
 register(
     "river_softmax",
-    RiverSoftmax,
+    "river_systems:RiverSoftmax",
     "online-ml",
     "river SoftmaxRegression, SGD 0.01, one pass over 3000 seed items (fair river baseline)",
 )
 register(
     "river_ovr_balanced",
-    RiverOvRBalanced,
+    "river_systems:RiverOvRBalanced",
     "online-ml",
     "river_logreg whose new-class models first replay the 3000 stored seed items as negatives",
 )
 
 # -- LoRA fine-tuning of a transformer encoder (paper 4.5, 5.5); needs the extra ocrr[lora] --
-from ocrr.systems.lora import LoRA  # noqa: E402  (imports peft/transformers only when fitted)
 
 register(
     "lora",
-    LoRA,
+    "lora:LoRA",
     "fine-tuning",
     "reads text: packaged MiniLM (mean-pooled) + LoRA r=8/alpha 16 on query+value of every block + head "
     "over all classes; seed: 2 epochs AdamW 1e-3, batch 32; one SGD step (lr 5e-4) per correction",
@@ -131,7 +170,7 @@ register(
 )
 register(
     "lora_deberta",
-    LoRA,
+    "lora:LoRA",
     "fine-tuning",
     "the paper's lora: microsoft/deberta-v3-large ([CLS] pooling, query_proj+value_proj); needs the model "
     "from the Hugging Face hub or its cache, and realistically a GPU (lora_deberta:device=cuda)",
@@ -143,39 +182,37 @@ register(
 
 # -- continual model refinement (CMR, Lin et al. 2022): a head refined on each episode's errors --
 # Not in `--systems all` (the OCRR paper's systems): the cmr protocol and its sweep preset name them.
-from ocrr.systems.refine import FrozenUpstream, OnlineEWC, OnlineL2Reg, RefiningHead  # noqa: E402
-from ocrr.systems.replay import ExperienceReplay, MaxLossReplay, MIRReplay, MIRWithL2, OfflineRefining  # noqa: E402
 
 for _name, _factory, _summary in (
-    ("cmr_frozen", FrozenUpstream, "FrozenUpstream: the upstream softmax head, never refined"),
+    ("cmr_frozen", "refine:FrozenUpstream", "FrozenUpstream: the upstream softmax head, never refined"),
     (
         "cft",
-        RefiningHead,
+        "refine:RefiningHead",
         "continual fine-tuning of the upstream head on the revealed errors: 5 epochs of AdamW "
         "(lr 1e-2, batch 16, clip 1.0) per correct() call",
     ),
-    ("online_l2", OnlineL2Reg, "cft + lambda (0.01) * ||theta - theta_{t-1}||^2"),
+    ("online_l2", "refine:OnlineL2Reg", "cft + lambda (0.01) * ||theta - theta_{t-1}||^2"),
     (
         "online_ewc",
-        OnlineEWC,
+        "refine:OnlineEWC",
         "cft + online EWC (Schwarz et al. 2018): running Fisher of the errors (gamma 0.9), lambda 1",
     ),
     (
         "er",
-        ExperienceReplay,
+        "replay:ExperienceReplay",
         "cft + bi-memory experience replay: 32 items, half upstream, half past errors, every "
         "call, mixed with the errors",
     ),
-    ("mir", MIRReplay, "er choosing, of 256 candidates per memory, the items a virtual cft update hurts most"),
+    ("mir", "replay:MIRReplay", "er choosing, of 256 candidates per memory, the items a virtual cft update hurts most"),
     (
         "max_loss",
-        MaxLossReplay,
+        "replay:MaxLossReplay",
         "er choosing, of 256 candidates per memory, the items with the largest loss after a virtual cft update",
     ),
-    ("mir_l2", MIRWithL2, "mir trained with the online_l2 penalty (lambda 0.01)"),
+    ("mir_l2", "replay:MIRWithL2", "mir trained with the online_l2 penalty (lambda 0.01)"),
     (
         "offline_refining",
-        OfflineRefining,
+        "replay:OfflineRefining",
         "upper reference: f_0 retrained after each call on every error so far "
         "plus as many upstream items (slow under the held-out protocol)",
     ),
@@ -185,16 +222,14 @@ for _name, _factory, _summary in (
 
 # -- online continual learning as EvalOCL measures it (Hammoud et al. 2023); the ocl protocol --
 # Not in `--systems all`: the ocl protocol's README section names them.
-from ocrr.systems.blind import BlindClassifier  # noqa: E402
 
 register(
     "blind",
-    BlindClassifier,
+    "blind:BlindClassifier",
     "strawman",
     "never reads the input: the mode of the last k (1) revealed labels, the newest label winning ties",
     in_all=False,
 )
-from ocrr.systems.ocl_replay import NearestNeighbour, OclReplay  # noqa: E402
 
 for _name, _summary, _defaults in (
     (
@@ -213,32 +248,30 @@ for _name, _summary, _defaults in (
         {"cosine": True},
     ),
 ):
-    register(_name, OclReplay, "online continual learning", _summary, in_all=False, **_defaults)
+    register(_name, "ocl_replay:OclReplay", "online continual learning", _summary, in_all=False, **_defaults)
 register(
     "acm",
-    NearestNeighbour,
+    "ocl_replay:NearestNeighbour",
     "online continual learning",
     "ACM: 1-nearest-neighbour (cosine) over every item given so far",
     in_all=False,
 )
 
 # -- beyond the substrate (issue 14): episodic ledger + a head consolidated from it ------------
-from ocrr.systems.consolidating import ConsolidatingMemory  # noqa: E402
 
 register(
     "consolidating",
-    ConsolidatingMemory,
+    "consolidating:ConsolidatingMemory",
     "hybrid",
     "substrate ledger + vote for instant fixes; a softmax head re-fitted from the ledger every 10 corrections "
     "(50 AdamW steps, half corrections); vote where an unconsolidated entry is in the band, else the mixture "
     "0.5 head + 0.5 vote",
     in_all=False,
 )
-from ocrr.systems.mbpa import MbPAPlusPlus  # noqa: E402
 
 register(
     "mbpa",
-    MbPAPlusPlus,
+    "mbpa:MbPAPlusPlus",
     "hybrid",
     "MbPA++ on embeddings: memory of seed + every correction, one SGD step (lr 0.05) per correction plus "
     "replay of 32 memories every 10, local adaptation on the 32 nearest memories (30 steps, lr 0.5, "
@@ -264,4 +297,4 @@ for _name, _summary, _defaults in (  # ablations: which part carries the gain (v
         {"background": True},
     ),
 ):
-    register(_name, ConsolidatingMemory, "ablation", _summary, in_all=False, **_defaults)
+    register(_name, "consolidating:ConsolidatingMemory", "ablation", _summary, in_all=False, **_defaults)

@@ -39,9 +39,9 @@ import torch
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.index.vote import band, vote
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.refine import check_number
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
 
@@ -57,11 +57,34 @@ def _background() -> ThreadPoolExecutor:
     return _BACKGROUND
 
 
+def _on_torch_threads(threads: int, work, *args):
+    """Run ``work`` with ``threads`` torch threads on this thread. A thread's torch thread
+    count is its own, fixed when the thread first uses torch (the process's latest
+    ``set_num_threads``, e.g. a caller's temporary one-thread setting), and it sets the
+    summation order: the background head matches the synchronous one only on as many threads."""
+    torch.set_num_threads(threads)
+    return work(*args)
+
+
 SAMPLING = ("prior", "balanced", "share")
 
 
 class ConsolidatingMemory(Substrate):
     family = "hybrid"
+    options = {
+        "refit_every": Option(kind=int, low=1, help="corrections between consolidations"),
+        "refit_steps": Option(kind=int, low=0, help="AdamW steps of a consolidation"),
+        "refit_batch": Option(kind=int, low=1, help="ledger entries per step"),
+        "sampling": Option(kind=str, choices=SAMPLING, help="how a step draws its entries (see _sampler)"),
+        "correction_share": Option(kind=float, low=0, high=1, help="sampling=share: share of corrections per batch"),
+        "lr": Option(kind=float, gt=0, help="AdamW learning rate of a consolidation"),
+        "weight_decay": Option(kind=float, low=0, help="AdamW weight decay of a consolidation"),
+        "combine": Option(kind=str, choices=COMBINE, help="how the head and the vote answer together"),
+        "vote_weight": Option(kind=float, low=0, high=1, help="combine=mix: weight of the vote's shares"),
+        "keep_optimizer": Option(kind=bool, help="one AdamW across consolidations instead of a fresh one"),
+        "seed_epochs": Option(kind=int, low=0, help="epochs of the seed head's training"),
+        "background": Option(kind=bool, help="consolidate on a background thread, one interval later"),
+    }
 
     def __init__(
         self,
@@ -81,33 +104,6 @@ class ConsolidatingMemory(Substrate):
     ):
         kwargs.setdefault("name", "consolidating")
         super().__init__(**kwargs)
-        who = self.name
-        check_number(who, "refit_every", refit_every, low=1, whole=True, example=10)
-        check_number(who, "refit_steps", refit_steps, whole=True, example=50)
-        check_number(who, "refit_batch", refit_batch, low=1, whole=True, example=64)
-        check_number(who, "lr", lr, above=True, example=0.01)
-        check_number(who, "weight_decay", weight_decay, example=0.0001)
-        check_number(who, "seed_epochs", seed_epochs, whole=True, example=30)
-        if not (isinstance(correction_share, (int, float)) and 0 <= correction_share <= 1):
-            raise OcrrError(
-                f"{who}: correction_share must be between 0 and 1, got {correction_share!r}. "
-                f"Write e.g. {who.split(':')[0]}:correction_share=0.5."
-            )
-        if not (isinstance(vote_weight, (int, float)) and 0 <= vote_weight <= 1):
-            raise OcrrError(
-                f"{who}: vote_weight must be between 0 and 1, got {vote_weight!r}. "
-                f"Write e.g. {who.split(':')[0]}:vote_weight=0.5."
-            )
-        if sampling not in SAMPLING:
-            raise OcrrError(
-                f"{who}: sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}. "
-                f"Write e.g. {who.split(':')[0]}:sampling=balanced."
-            )
-        if combine not in COMBINE:
-            raise OcrrError(
-                f"{who}: combine must be one of {', '.join(COMBINE)}, got {combine!r}. "
-                f"Write e.g. {who.split(':')[0]}:combine=mix."
-            )
         self.refit_every = int(refit_every)
         self.refit_steps = int(refit_steps)
         self.refit_batch = int(refit_batch)
@@ -119,15 +115,10 @@ class ConsolidatingMemory(Substrate):
         self.vote_weight = float(vote_weight)
         self.seed_epochs = int(seed_epochs)
         self.keep_optimizer = bool(keep_optimizer)
-        if background not in (True, False, 0, 1):
-            raise OcrrError(
-                f"{who}: background must be true or false, got {background!r}. "
-                f"Write e.g. {who.split(':')[0]}:background=true."
-            )
         self.background = bool(background)
         if self.background and self.keep_optimizer:
             raise OcrrError(
-                f"{who}: background=true trains each head on a copy, so there is no optimizer to keep "
+                f"{self.name}: background=true trains each head on a copy, so there is no optimizer to keep "
                 "from one consolidation to the next; drop keep_optimizer or background."
             )
 
@@ -179,7 +170,8 @@ class ConsolidatingMemory(Substrate):
         if self.job_ is not None and len(self.ledger_) >= self.job_due_:
             self._install_job()
         if self.job_ is None and len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
-            self.job_ = _background().submit(self._refit, *self._refit_inputs())
+            job = (_on_torch_threads, torch.get_num_threads(), self._refit, *self._refit_inputs())
+            self.job_ = _background().submit(*job)
             self.job_due_ = len(self.ledger_) + self.refit_every
 
     def consolidate(self) -> None:

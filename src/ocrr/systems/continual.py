@@ -13,22 +13,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ocrr.errors import OcrrError
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint
 from ocrr.systems.linear import OnlineLinear
 from ocrr.systems.training import derive_seed
-
-
-def _check_positive_int(who: str, **values) -> None:
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise OcrrError(f"{who}: {key} must be a whole number >= 0, got {value!r}. Pass e.g. {who}:{key}=1000.")
-
-
-def _check_nonnegative(who: str, **values) -> None:
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise OcrrError(f"{who}: {key} must be a number >= 0, got {value!r}.")
 
 
 def predicted_class_fisher(head: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,16 +48,16 @@ class EWC(OnlineLinear):
 
     family = "continual"
 
+    options = {
+        "ewc_lambda": Option(kind=float, low=0, help="weight of the Fisher penalty"),
+        "fisher_samples": Option(kind=int, low=0, help="seed items the Fisher is estimated on"),
+    }
+
     def __init__(self, ewc_lambda: float = 1000.0, fisher_samples: int = 2000, **kwargs):
         kwargs.setdefault("name", "ewc")
         super().__init__(**kwargs)
-        _check_nonnegative(self.name, ewc_lambda=ewc_lambda)
-        _check_positive_int(self.name, fisher_samples=fisher_samples)
         self.ewc_lambda = ewc_lambda
         self.fisher_samples = fisher_samples
-
-    def hyperparameters(self) -> dict:
-        return {"ewc_lambda": self.ewc_lambda, "fisher_samples": self.fisher_samples, **super().hyperparameters()}
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         # Own generator: the head's generator must stay in step with online_linear's.
@@ -161,15 +149,16 @@ class AGEM(OnlineLinear):
 
     family = "continual"
 
+    options = {
+        "memory_size": Option(kind=int, low=0, help="seed items kept in the episodic memory (a reservoir)"),
+        "memory_batch": Option(kind=int, low=0, help="memory items whose gradient a step is projected against"),
+    }
+
     def __init__(self, memory_size: int = 1000, memory_batch: int = 64, **kwargs):
         kwargs.setdefault("name", "a_gem")
         super().__init__(**kwargs)
-        _check_positive_int(self.name, memory_size=memory_size, memory_batch=memory_batch)
         self.memory_size = memory_size
         self.memory_batch = memory_batch
-
-    def hyperparameters(self) -> dict:
-        return {"memory_size": self.memory_size, "memory_batch": self.memory_batch, **super().hyperparameters()}
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         rng = np.random.default_rng(derive_seed(self.seed, self.name + "/memory"))
@@ -210,17 +199,16 @@ class LwF(OnlineLinear):
 
     family = "continual"
 
+    options = {
+        "lwf_lambda": Option(kind=float, low=0, help="weight of the distillation loss"),
+        "temperature": Option(kind=float, gt=0, help="softmax temperature of the distillation"),
+    }
+
     def __init__(self, lwf_lambda: float = 1.0, temperature: float = 2.0, **kwargs):
         kwargs.setdefault("name", "lwf")
         super().__init__(**kwargs)
-        _check_nonnegative(self.name, lwf_lambda=lwf_lambda)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise OcrrError(f"{self.name}: temperature must be a number > 0, got {temperature!r}.")
         self.lwf_lambda = lwf_lambda
         self.temperature = temperature
-
-    def hyperparameters(self) -> dict:
-        return {"lwf_lambda": self.lwf_lambda, "temperature": self.temperature, **super().hyperparameters()}
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.teacher_ = copy.deepcopy(self.head_).requires_grad_(False)

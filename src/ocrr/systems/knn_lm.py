@@ -18,15 +18,22 @@ from __future__ import annotations
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.errors import OcrrError
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.linear import LinearHead
+from ocrr.systems.linear import SEED_OPTIONS, LinearHead
+from ocrr.systems.substrate import INDEX_OPTIONS, index_arguments
 
 
 class KNNLM(IndexedSystem, LinearHead):
     family = "hybrid"
+    options = {
+        "k": Option(kind=int, low=1, help="datastore neighbours of a query"),
+        "tau": Option(kind=float, gt=0, help="temperature of the softmax over neighbour similarities"),
+        "knn_lambda": Option(kind=float, low=0, high=1, help="weight of p_kNN in the interpolation"),
+        **INDEX_OPTIONS,
+    }
 
     def __init__(
         self,
@@ -48,25 +55,7 @@ class KNNLM(IndexedSystem, LinearHead):
     ):
         kwargs.setdefault("name", "knn_lm")
         super().__init__(**kwargs)
-        self._set_index_options(
-            index,
-            hnsw_m,
-            ef_construction,
-            ef_search,
-            auto_threshold,
-            force_exact,
-            nlist,
-            nprobe,
-            rerank,
-            target_recall,
-            target_agreement,
-        )
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise OcrrError(f"{self.name}: k must be a whole number >= 1, got {k!r}. Pass e.g. knn_lm:k=5.")
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
-            raise OcrrError(f"{self.name}: tau must be a number > 0, got {tau!r}. Pass e.g. knn_lm:tau=0.1.")
-        if isinstance(knn_lambda, bool) or not isinstance(knn_lambda, (int, float)) or not 0 <= knn_lambda <= 1:
-            raise OcrrError(f"{self.name}: knn_lambda must be between 0 and 1, got {knn_lambda!r}.")
+        self._set_index_options(**index_arguments(locals()))
         self.k = int(k)
         self.tau = float(tau)
         self.knn_lambda = float(knn_lambda)
@@ -76,8 +65,8 @@ class KNNLM(IndexedSystem, LinearHead):
             "k": self.k,
             "tau": self.tau,
             "knn_lambda": self.knn_lambda,
-            **super().hyperparameters(),
-            **self.index_hyperparameters(),
+            **{key: getattr(self, key) for key in SEED_OPTIONS},
+            **self.index_hyperparameters(),  # only the knobs its backend uses
         }
 
     def fit(self, seed: Batch) -> KNNLM:
@@ -135,24 +124,23 @@ class KNNLM(IndexedSystem, LinearHead):
         np.add.at(out, (rows, self.entry_label_[np.maximum(ids, 0)].reshape(-1)), w.reshape(-1))
         return out
 
-    def predict(self, batch: Batch) -> list[str | None]:
+    def proba(self, batch: Batch) -> np.ndarray:
+        """(1 - knn_lambda) p_head + knn_lambda p_kNN over the current label space (n, C)."""
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         lam = self.knn_lambda
         p = (1 - lam) * self.head_proba(vecs) if lam < 1 else 0.0
         if lam > 0:
             p = p + lam * self.knn_proba(vecs)
-        return self.space_.decode(np.argmax(p, axis=1))
+        return p
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        winners = np.argmax(self.proba(batch), axis=1)
+        return self.space_.decode(winners)
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
         """Per item, 1 - the top interpolated probability: higher means less sure."""
-        self._require_fitted()
-        vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
-        lam = self.knn_lambda
-        p = (1 - lam) * self.head_proba(vecs) if lam < 1 else 0.0
-        if lam > 0:
-            p = p + lam * self.knn_proba(vecs)
-        return 1.0 - np.max(p, axis=1)
+        return 1.0 - np.max(self.proba(batch), axis=1)
 
     def footprint(self) -> Footprint:
         self._require_fitted()

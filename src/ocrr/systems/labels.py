@@ -54,7 +54,7 @@ class LabelSpace:
         if grow:
             self.add(labels)
         try:
-            return np.fromiter((self._index[l] for l in labels), np.int64, count=len(labels))
+            return np.fromiter((self._index[label] for label in labels), np.int64, count=len(labels))
         except KeyError as err:
             raise OcrrError(
                 f"unknown label {err.args[0]!r}: this system has not seen it. Correct the system with this label first."

@@ -10,14 +10,47 @@ import numpy as np
 import torch
 
 from ocrr.batch import Batch
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
 
+# The seed training of every head (ocrr.systems.training.SeedTraining), declared once.
+SEED_OPTIONS = {
+    "seed_epochs": Option(kind=int, low=0, help="epochs of seed training"),
+    "seed_lr": Option(kind=float, gt=0, help="AdamW learning rate of seed training"),
+    "seed_weight_decay": Option(kind=float, low=0, help="AdamW weight decay of seed training"),
+    "seed_batch_size": Option(kind=int, low=1, help="mini-batch size of seed training"),
+}
 
-class HeadPredictions:
-    """Prediction and footprint of a torch head over a label space: ``head_`` maps
-    (n, ``dim_``) vectors to one score per label of ``space_``. Shared by every head system."""
+
+class HeadSystem:
+    """What every system answering with a torch head shares: ``head_`` maps (n, ``dim_``)
+    vectors to one score per label of ``space_``. Prediction, uncertainty and footprint, and
+    the opening of ``fit`` and ``correct`` (check the batch, extend the label space)."""
+
+    def _seed_tensors(self, seed: Batch, over_all_labels: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Check the seed set, set ``dim_`` and ``space_`` (the declared labels too, unless
+        ``over_all_labels`` is False), and return it as (vectors, label indices) tensors."""
+        labels = require_labels(seed, self.name)
+        vecs = check_vectors(seed.vecs, None, "seed vectors")
+        self.dim_ = vecs.shape[1]
+        self.space_ = LabelSpace.over(self.labels if over_all_labels else (), labels)
+        return torch.from_numpy(vecs).clone(), torch.from_numpy(self.space_.encode(labels))
+
+    def _correction_arrays(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """Check a correction batch and return (vectors, label indices); a label first met here
+        grows the label space and the head (``_grow_head``)."""
+        self._require_fitted()
+        labels = require_labels(batch, self.name)
+        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
+        if self.space_.add(labels):
+            self._grow_head()
+        return vecs, self.space_.encode(labels)
+
+    def _grow_head(self) -> None:
+        """Add output rows for labels first met in a correction (open label space)."""
+        raise NotImplementedError
 
     def predict(self, batch: Batch) -> list[str | None]:
         self._require_fitted()
@@ -40,11 +73,12 @@ class HeadPredictions:
         return Footprint(entries=0, params=params, bytes=4 * params)
 
 
-class LinearHead(HeadPredictions, System):
+class LinearHead(HeadSystem, System):
     """Shared machinery: label space, seeded head, seed training, batched prediction."""
 
     family = "parametric"
     over_all_labels = True  # head over the dataset's whole label list, or the seed's labels only
+    options = SEED_OPTIONS
 
     def __init__(
         self,
@@ -63,29 +97,17 @@ class LinearHead(HeadPredictions, System):
         self.seed_batch_size = seed_batch_size
         self.labels = labels
         self.seed = seed
-        self.head_: torch.nn.Linear | None = None
-
-    def hyperparameters(self) -> dict:
-        return {
-            "seed_epochs": self.seed_epochs,
-            "seed_lr": self.seed_lr,
-            "seed_weight_decay": self.seed_weight_decay,
-            "seed_batch_size": self.seed_batch_size,
-        }
+        self.head_: torch.nn.Module | None = None
 
     def fit(self, seed: Batch) -> LinearHead:
-        labels = require_labels(seed, self.name)
-        vecs = check_vectors(seed.vecs, None, "seed vectors")
-        self.dim_ = vecs.shape[1]
-        known = sorted(set(labels))
-        self.space_ = LabelSpace.over(self.labels, known) if self.over_all_labels else LabelSpace(known)
+        x, y = self._seed_tensors(seed, self.over_all_labels)
         self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name))
-        x = torch.from_numpy(vecs)
-        y = torch.from_numpy(self.space_.encode(labels))
-        cfg = SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
-        self.head_ = seed_head(x, y, len(self.space_), cfg, self.seed)
+        self.head_ = seed_head(x, y, len(self.space_), self.seed_training(), self.seed)
         self._after_seed_training(x, y)
         return self
+
+    def seed_training(self) -> SeedTraining:
+        return SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Hook for methods that keep something of the seed state (Fisher, teacher, memory)."""
@@ -111,22 +133,15 @@ class OnlineLinear(LinearHead):
     """Head over every class, one plain SGD step (no momentum) per corrected item."""
 
     family = "strawman"
+    options = {"lr": Option(kind=float, low=0, help="SGD learning rate of a correction's step")}
 
     def __init__(self, lr: float = 0.05, **kwargs):
         kwargs.setdefault("name", "online_linear")
         super().__init__(**kwargs)
         self.lr = lr
 
-    def hyperparameters(self) -> dict:
-        return {"lr": self.lr, **super().hyperparameters()}
-
     def correct(self, batch: Batch) -> None:
-        self._require_fitted()
-        labels = require_labels(batch, self.name)
-        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
-        if self.space_.add(labels):
-            self._grow_head()
-        ys = self.space_.encode(labels)
+        vecs, ys = self._correction_arrays(batch)
         for i in range(len(ys)):  # one step per correction, in stream order
             x = torch.from_numpy(vecs[i : i + 1])
             y = torch.from_numpy(ys[i : i + 1])
@@ -144,5 +159,4 @@ class OnlineLinear(LinearHead):
         return torch.nn.functional.cross_entropy(self.head_(x), y)
 
     def _grow_head(self) -> None:
-        """Add output rows for labels first met in a correction (open label space)."""
         self.head_ = carry_rows(self.head_, init_linear(self.dim_, len(self.space_), self.generator_))

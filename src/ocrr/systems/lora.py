@@ -47,7 +47,9 @@ import numpy as np
 import torch
 
 from ocrr.batch import Batch
+from ocrr.encoders.sentence_transformer import packaged_minilm_path
 from ocrr.errors import OcrrError
+from ocrr.specs import Option, spec_name
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import carry_rows, derive_seed, init_linear
@@ -162,6 +164,23 @@ class LoRA(System):
     # How to run, not what to compute: kept out of hyperparameters() and so out of task ids
     # (predict_batch_size only caps how many equal-length texts share one forward pass).
     execution_settings = ("predict_batch_size", "device", "threads", "progress")
+    options = {
+        "model": Option(kind=str, help=f"{PACKAGED} (packaged), {TINY}, a Hugging Face id or a folder"),
+        "rank": Option(kind=int, low=1, help="LoRA rank r"),
+        "alpha": Option(kind=float, low=0, help="LoRA scaling alpha"),
+        "targets": Option(kind=str, allow_none=True, help="modules to adapt, '+'-separated; none: query and value"),
+        "pooling": Option(kind=str, choices=POOLINGS, help="sentence vector: mean of tokens, or [CLS]"),
+        "max_length": Option(kind=int, low=2, help="tokens per text at most"),
+        "seed_epochs": Option(kind=int, low=0, help="epochs of seed training"),
+        "seed_lr": Option(kind=float, low=0, help="AdamW learning rate of seed training"),
+        "seed_weight_decay": Option(kind=float, low=0, help="AdamW weight decay of seed training"),
+        "seed_batch_size": Option(kind=int, low=1, help="mini-batch size of seed training"),
+        "lr": Option(kind=float, low=0, help="SGD learning rate of a correction's step"),
+        "predict_batch_size": Option(kind=int, low=1, help="texts per forward pass at prediction (how, not what)"),
+        "device": Option(kind=str, help="torch device, e.g. cpu or cuda (how, not what)"),
+        "threads": Option(kind=int, low=1, allow_none=True, help="torch threads; none: as set (how, not what)"),
+        "progress": Option(kind=bool, help="show progress bars (how, not what)"),
+    }
 
     def __init__(
         self,
@@ -202,24 +221,10 @@ class LoRA(System):
         self.progress = progress
         self.labels = labels
         self.seed = seed
-        self._check_hyperparameters()
+        if not model:  # (types and ranges are checked at the door, against `options`)
+            raise OcrrError(f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; got {model!r}.")
         _require_peft()
         self.model_ = None
-
-    def hyperparameters(self) -> dict:
-        return {
-            "model": self.model,
-            "rank": self.rank,
-            "alpha": self.alpha,
-            "targets": self.targets,
-            "pooling": self.pooling,
-            "max_length": self.max_length,
-            "seed_epochs": self.seed_epochs,
-            "seed_lr": self.seed_lr,
-            "seed_weight_decay": self.seed_weight_decay,
-            "seed_batch_size": self.seed_batch_size,
-            "lr": self.lr,
-        }
 
     # -- fitting ---------------------------------------------------------------------------
 
@@ -257,8 +262,6 @@ class LoRA(System):
         from transformers import AutoModel, AutoTokenizer
 
         if self.model in (PACKAGED, TINY):
-            from ocrr.encoders.sentence_transformer import packaged_minilm_path
-
             path = packaged_minilm_path()
             tokenizer = AutoTokenizer.from_pretrained(path)
             if self.model == PACKAGED:
@@ -424,7 +427,7 @@ class LoRA(System):
     def _texts(self, batch: Batch, what: str = "batch") -> list[str]:
         if batch.texts is None:
             raise OcrrError(
-                f"{self.name.split(':')[0]} reads text; this dataset is embeddings-only. Use a dataset with texts "
+                f"{spec_name(self.name)} reads text; this dataset is embeddings-only. Use a dataset with texts "
                 "(banking77, clinc150, csv/jsonl with a text column) or a vector-level system."
             )
         texts = list(batch.texts)
@@ -484,32 +487,3 @@ class LoRA(System):
         with bar:
             task = bar.add_task(description, total=total, loss=float("nan"))
             yield lambda loss: bar.update(task, advance=1, loss=loss)
-
-    def _check_hyperparameters(self) -> None:
-        def whole(key, low):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise OcrrError(f"lora: {key} must be a whole number >= {low}, got {value!r}.")
-
-        for key, low in (
-            ("rank", 1),
-            ("max_length", 2),
-            ("seed_epochs", 0),
-            ("seed_batch_size", 1),
-            ("predict_batch_size", 1),
-        ):
-            whole(key, low)
-        if self.threads is not None:
-            whole("threads", 1)
-        for key in ("alpha", "seed_lr", "seed_weight_decay", "lr"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise OcrrError(f"lora: {key} must be a number >= 0, got {value!r}.")
-        if self.pooling not in POOLINGS:
-            raise OcrrError(f"lora: pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}.")
-        if not isinstance(self.model, str) or not self.model:
-            raise OcrrError(
-                f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; got {self.model!r}."
-            )
-        if not isinstance(self.progress, bool):
-            raise OcrrError(f"lora: progress must be true or false, got {self.progress!r}.")

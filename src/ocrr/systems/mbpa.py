@@ -28,14 +28,25 @@ import torch
 from ocrr.batch import Batch
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
-from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.linear import LinearHead
-from ocrr.systems.refine import check_number
+from ocrr.specs import Option
+from ocrr.systems.base import Footprint, check_vectors
+from ocrr.systems.linear import OnlineLinear
 from ocrr.systems.training import derive_seed
 
 
-class MbPAPlusPlus(IndexedSystem, LinearHead):
+class MbPAPlusPlus(IndexedSystem, OnlineLinear):
+    """online_linear's head and step, plus an episodic memory, sparse replay and local adaptation."""
+
     family = "hybrid"
+    options = {
+        "k": Option(kind=int, low=1, help="nearest memories of a query that adapt the head"),
+        "local_steps": Option(kind=int, low=0, help="gradient steps of local adaptation; 0: the global head"),
+        "local_lr": Option(kind=float, low=0, help="learning rate of local adaptation"),
+        "local_lambda": Option(kind=float, low=0, help="pull of the adapted head towards the global one"),
+        "replay_every": Option(kind=int, low=1, help="corrections between sparse replays"),
+        "replay_size": Option(kind=int, low=1, help="memories drawn per replay step"),
+        "replay_steps": Option(kind=int, low=0, help="SGD steps per replay"),
+    }
 
     def __init__(
         self,
@@ -50,17 +61,8 @@ class MbPAPlusPlus(IndexedSystem, LinearHead):
         **kwargs,
     ):
         kwargs.setdefault("name", "mbpa")
-        super().__init__(**kwargs)
+        super().__init__(lr=lr, **kwargs)
         self._set_index_options("exact", 16, 200, 64, 200_000, False)
-        who = self.name
-        check_number(who, "k", k, low=1, whole=True, example=32)
-        check_number(who, "local_steps", local_steps, whole=True, example=30)
-        check_number(who, "local_lr", local_lr, example=0.5)
-        check_number(who, "local_lambda", local_lambda, example=0.001)
-        check_number(who, "lr", lr, example=0.05)
-        check_number(who, "replay_every", replay_every, low=1, whole=True, example=10)
-        check_number(who, "replay_size", replay_size, low=1, whole=True, example=32)
-        check_number(who, "replay_steps", replay_steps, whole=True, example=1)
         self.k, self.local_steps, self.local_lr, self.local_lambda = (
             int(k),
             int(local_steps),
@@ -73,19 +75,6 @@ class MbPAPlusPlus(IndexedSystem, LinearHead):
             int(replay_size),
             int(replay_steps),
         )
-
-    def hyperparameters(self) -> dict:
-        return {
-            "k": self.k,
-            "local_steps": self.local_steps,
-            "local_lr": self.local_lr,
-            "local_lambda": self.local_lambda,
-            "lr": self.lr,
-            "replay_every": self.replay_every,
-            "replay_size": self.replay_size,
-            "replay_steps": self.replay_steps,
-            **super().hyperparameters(),
-        }
 
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> MbPAPlusPlus:
@@ -118,34 +107,17 @@ class MbPAPlusPlus(IndexedSystem, LinearHead):
         return self._y[: self.size_]
 
     def correct(self, batch: Batch) -> None:
-        self._require_fitted()
-        labels = require_labels(batch, self.name)
-        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
-        if self.space_.add(labels):
-            self._grow_head()
-        ys = self.space_.encode(labels)
+        vecs, ys = self._correction_arrays(batch)
         for i in range(len(ys)):  # one step per correction, in stream order, then into memory
-            self._sgd(torch.from_numpy(vecs[i : i + 1]), torch.from_numpy(ys[i : i + 1]))
+            self._step(torch.from_numpy(vecs[i : i + 1]), torch.from_numpy(ys[i : i + 1]))
             self._remember(vecs[i : i + 1], ys[i : i + 1])
             self.since_replay_ += 1
             if self.since_replay_ >= self.replay_every:  # sparse experience replay
                 self.since_replay_ = 0
                 for _ in range(self.replay_steps):
                     idx = torch.randint(0, len(self.memory_y_), (self.replay_size,), generator=self.replay_gen_).numpy()
-                    self._sgd(torch.from_numpy(self.memory_x_[idx]), torch.from_numpy(self.memory_y_[idx]))
+                    self._step(torch.from_numpy(self.memory_x_[idx]), torch.from_numpy(self.memory_y_[idx]))
         self._snapshot()
-
-    def _sgd(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.head_.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(self.head_(x), y).backward()
-        with torch.no_grad():
-            for p in self.head_.parameters():
-                p.add_(p.grad, alpha=-self.lr)
-
-    def _grow_head(self) -> None:
-        from ocrr.systems.training import carry_rows, init_linear
-
-        self.head_ = carry_rows(self.head_, init_linear(self.dim_, len(self.space_), self.generator_))
 
     def _snapshot(self) -> None:
         self.w64_ = self.head_.weight.detach().double().numpy().copy()

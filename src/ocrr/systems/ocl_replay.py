@@ -34,12 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from ocrr.batch import Batch
-from ocrr.errors import OcrrError
 from ocrr.index.exact import ExactIndex
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
-from ocrr.systems.labels import LabelSpace
-from ocrr.systems.linear import HeadPredictions
-from ocrr.systems.refine import check_number
+from ocrr.systems.linear import HeadSystem
 from ocrr.systems.replay import Memory
 from ocrr.systems.training import SeedTraining, derive_seed, init_linear, train_seed
 
@@ -64,18 +62,22 @@ class CosineLinear(torch.nn.Module):
         return self.sigma * F.normalize(x, dim=1) @ F.normalize(self.weight, dim=1).T
 
 
-def _choice(who: str, key: str, value, allowed) -> None:
-    if value not in allowed:
-        raise OcrrError(
-            f"{who}: {key} must be one of {', '.join(map(str, allowed))}, got {value!r}. "
-            f"Write e.g. {who.split(':')[0]}:{key}={allowed[0]}."
-        )
-
-
-class OclReplay(HeadPredictions, System):
+class OclReplay(HeadSystem, System):
     """A head trained by rehearsal from an unbounded store, ``budget`` updates per incoming batch."""
 
     family = "online continual learning"
+    options = {
+        "sampler": Option(kind=str, choices=SAMPLERS, help="which stored items a rehearsal batch draws"),
+        "head": Option(kind=str, choices=HEADS, help="linear, or the released code's two-layer MLP"),
+        "cosine": Option(kind=bool, help="CosineFC output layer: sigma * cos(x, w_c), no bias"),
+        "budget": Option(kind=int, low=1, help="gradient updates per incoming batch (the compute budget)"),
+        "batch_size": Option(kind=int, low=1, help="items of a rehearsal batch"),
+        "optimizer": Option(kind=str, choices=OPTIMIZERS, help="one optimiser for the whole stream"),
+        "lr": Option(kind=float, gt=0, help="learning rate"),
+        "weight_decay": Option(kind=float, low=0, help="weight decay"),
+        "hidden": Option(kind=int, low=1, help="hidden units of head=mlp"),
+        "sigma": Option(kind=float, gt=0, help="CosineFC's starting scale"),
+    }
 
     def __init__(
         self,
@@ -94,17 +96,6 @@ class OclReplay(HeadPredictions, System):
         name: str = "er_uniform",
     ):
         self.name = name
-        _choice(name, "sampler", sampler, SAMPLERS)
-        _choice(name, "head", head, HEADS)
-        _choice(name, "optimizer", optimizer, OPTIMIZERS)
-        if not isinstance(cosine, bool):
-            raise OcrrError(f"{name}: cosine must be true or false, got {cosine!r}. Write e.g. {name}:cosine=true.")
-        check_number(name, "budget", budget, low=1, whole=True, example=10)
-        check_number(name, "batch_size", batch_size, low=1, whole=True, example=16)
-        check_number(name, "lr", lr, above=True, example=0.001)
-        check_number(name, "weight_decay", weight_decay, example=0.0001)
-        check_number(name, "hidden", hidden, low=1, whole=True, example=256)
-        check_number(name, "sigma", sigma, above=True, example=10)
         self.sampler = sampler
         self.head = head
         self.cosine = cosine
@@ -122,17 +113,13 @@ class OclReplay(HeadPredictions, System):
     # -- state ----------------------------------------------------------------------------
 
     def fit(self, seed: Batch) -> OclReplay:
-        labels = require_labels(seed, self.name)
-        vecs = check_vectors(seed.vecs, None, "seed vectors")
-        self.dim_ = vecs.shape[1]
-        self.space_ = LabelSpace.over(self.labels, labels)
+        x, y = self._seed_tensors(seed)
         self.init_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "ocl/head"))
         self.sample_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "ocl/rehearsal"))
         self.head_ = self._new_head(len(self.space_))
         self.store_ = Memory(self.dim_)
         self.updates_ = 0
-        if len(labels):  # an upstream: stored, and the head fitted on it first (seed settings)
-            x, y = torch.from_numpy(vecs).clone(), torch.from_numpy(self.space_.encode(labels))
+        if len(y):  # an upstream: stored, and the head fitted on it first (seed settings)
             train_seed(self.head_, x, y, SeedTraining(), self.init_generator_)
             self.store_.add(x, y)
         self.optimizer_ = self._new_optimizer()
@@ -152,7 +139,7 @@ class OclReplay(HeadPredictions, System):
             return torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay)
         return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
 
-    def _grow(self) -> None:
+    def _grow_head(self) -> None:
         """Rows for labels first met in a stream batch; the optimiser restarts on the new shapes."""
         last = self.head_[-1] if self.head == "mlp" else self.head_
         new = (
@@ -175,14 +162,10 @@ class OclReplay(HeadPredictions, System):
     # -- learning -------------------------------------------------------------------------
 
     def correct(self, batch: Batch) -> None:
-        self._require_fitted()
-        labels = require_labels(batch, self.name)
-        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
-        if not len(labels):
+        vecs, ys = self._correction_arrays(batch)
+        if not len(ys):
             return
-        if self.space_.add(labels):
-            self._grow()
-        self.store_.add(torch.from_numpy(vecs).clone(), torch.from_numpy(self.space_.encode(labels)))
+        self.store_.add(torch.from_numpy(vecs).clone(), torch.from_numpy(ys))
         self.head_.train()
         for _ in range(self.budget):
             x, y = self.store_.rows(self.rehearsal_batch())

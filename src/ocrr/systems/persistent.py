@@ -22,6 +22,7 @@ from ocrr.index.exact import _GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
 from ocrr.ledger.store import DurableLedger, LedgerReport
 from ocrr.systems.base import check_vectors
+from ocrr.systems.registry import make_system
 from ocrr.systems.substrate import Substrate
 
 __all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
@@ -207,8 +208,6 @@ def open_substrate(
     checkpoint) and a damaged one is refused with the first bad entry.
     """
     if isinstance(system, str):
-        from ocrr.systems import make_system
-
         system = make_system(system, seed=seed)
     if not isinstance(system, Substrate):
         raise OcrrError(

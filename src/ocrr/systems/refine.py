@@ -30,35 +30,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from ocrr.batch import Batch
-from ocrr.errors import OcrrError
-from ocrr.systems.base import Footprint, System, check_vectors, require_labels
-from ocrr.systems.labels import LabelSpace
-from ocrr.systems.linear import HeadPredictions
-from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head, train_seed
+from ocrr.specs import Option
+from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.linear import LinearHead
+from ocrr.systems.training import carry_rows, derive_seed, init_linear, train_seed
 
 HEADS = ("linear", "mlp")
 Penalty = Callable[[torch.nn.Module], torch.Tensor]
-
-
-def check_number(
-    who: str, key: str, value, *, low: float = 0.0, above: bool = False, whole: bool = False, example="1"
-) -> None:
-    """Raise an OcrrError naming the fix unless ``value`` is a number >= low (> low if ``above``)."""
-    kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
-    ok = isinstance(value, kinds) and not isinstance(value, bool)
-    ok = ok and bool(np.isfinite(value)) and (value > low if above else value >= low)
-    if not ok:
-        what = "a whole number" if whole else "a number"
-        raise OcrrError(
-            f"{who}: {key} must be {what} {'>' if above else '>='} {low:g}, got {value!r}. "
-            f"Write e.g. {who.split(':')[0]}:{key}={example}."
-        )
 
 
 def output_layer(head: torch.nn.Module) -> torch.nn.Linear:
@@ -72,7 +55,7 @@ def per_item_loss(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> to
         return F.cross_entropy(head(x), y, reduction="none")
 
 
-class UpstreamHead(HeadPredictions, System):
+class UpstreamHead(LinearHead):
     """The upstream model f_0: a softmax head over every label, trained on the fit items.
 
     ``head=linear`` reuses the shared seed head (same f_0 as online_linear); ``head=mlp``
@@ -80,63 +63,30 @@ class UpstreamHead(HeadPredictions, System):
     """
 
     family = "cmr refinement"
+    options = {
+        "head": Option(kind=str, choices=HEADS, help="the upstream head: linear, or one hidden ReLU layer"),
+        "hidden": Option(kind=int, low=1, help="hidden units of head=mlp"),
+    }
 
-    def __init__(
-        self,
-        head: str = "linear",
-        hidden: int = 256,
-        seed_epochs: int = 30,
-        seed_lr: float = 1e-2,
-        seed_weight_decay: float = 1e-4,
-        seed_batch_size: int = 256,
-        labels=None,
-        seed: int = 0,
-        name: str = "cmr_frozen",
-    ):
-        self.name = name
-        if head not in HEADS:
-            raise OcrrError(
-                f"{name}: head must be one of {', '.join(HEADS)}, got {head!r}. Write e.g. "
-                f"{name.split(':')[0]}:head=mlp."
-            )
-        check_number(name, "hidden", hidden, low=1, whole=True, example=256)
-        check_number(name, "seed_epochs", seed_epochs, whole=True, example=30)
-        check_number(name, "seed_lr", seed_lr, above=True, example=0.01)
-        check_number(name, "seed_weight_decay", seed_weight_decay, example=0.0001)
-        check_number(name, "seed_batch_size", seed_batch_size, low=1, whole=True, example=256)
+    def __init__(self, head: str = "linear", hidden: int = 256, **kwargs):
+        kwargs.setdefault("name", "cmr_frozen")
+        super().__init__(**kwargs)
         self.head = head
         self.hidden = hidden
-        self.seed_epochs = seed_epochs
-        self.seed_lr = seed_lr
-        self.seed_weight_decay = seed_weight_decay
-        self.seed_batch_size = seed_batch_size
-        self.labels = labels
-        self.seed = seed
-        self.head_: torch.nn.Module | None = None
 
     def fit(self, seed: Batch) -> UpstreamHead:
-        labels = require_labels(seed, self.name)
-        vecs = check_vectors(seed.vecs, None, "seed vectors")
-        self.dim_ = vecs.shape[1]
-        self.space_ = LabelSpace.over(self.labels, labels)
-        x = torch.from_numpy(vecs).clone()
-        y = torch.from_numpy(self.space_.encode(labels))
-        cfg = SeedTraining(self.seed_epochs, self.seed_lr, self.seed_weight_decay, self.seed_batch_size)
         if self.head == "linear":
-            self.head_ = seed_head(x, y, len(self.space_), cfg, self.seed)
-        else:
-            gen = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/mlp"))
-            self.head_ = torch.nn.Sequential(
-                init_linear(self.dim_, self.hidden, gen),
-                torch.nn.ReLU(),
-                init_linear(self.hidden, len(self.space_), gen),
-            )
-            train_seed(self.head_, x, y, cfg, gen)
-        self._after_upstream(x, y)
+            return super().fit(seed)  # the shared seed head, then _after_seed_training
+        x, y = self._seed_tensors(seed)
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/mlp"))
+        self.head_ = torch.nn.Sequential(
+            init_linear(self.dim_, self.hidden, gen),
+            torch.nn.ReLU(),
+            init_linear(self.hidden, len(self.space_), gen),
+        )
+        train_seed(self.head_, x, y, self.seed_training(), gen)
+        self._after_seed_training(x, y)
         return self
-
-    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Hook for methods that keep something of the upstream state (memory, generators)."""
 
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
@@ -161,6 +111,14 @@ class RefiningHead(UpstreamHead):
     (``_refine``); the optimiser loop (``train_on``) is shared.
     """
 
+    options = {
+        "lr": Option(kind=float, gt=0, help="AdamW learning rate of a refinement"),
+        "epochs": Option(kind=int, low=1, help="passes over what a correct() call trains on"),
+        "batch_size": Option(kind=int, low=1, help="mini-batch size of a refinement"),
+        "clip_norm": Option(kind=float, gt=0, allow_none=True, help="gradient norm clip; none: no clipping"),
+        "weight_decay": Option(kind=float, low=0, help="AdamW weight decay of a refinement"),
+    }
+
     def __init__(
         self,
         lr: float = 1e-2,
@@ -172,35 +130,23 @@ class RefiningHead(UpstreamHead):
     ):
         kwargs.setdefault("name", "cft")
         super().__init__(**kwargs)
-        check_number(self.name, "lr", lr, above=True, example=0.01)
-        check_number(self.name, "epochs", epochs, low=1, whole=True, example=5)
-        check_number(self.name, "batch_size", batch_size, low=1, whole=True, example=16)
-        if clip_norm is not None:
-            check_number(self.name, "clip_norm", clip_norm, above=True, example=1.0)
-        check_number(self.name, "weight_decay", weight_decay, example=0.0)
         self.lr = lr
         self.epochs = epochs
         self.batch_size = batch_size
         self.clip_norm = clip_norm
         self.weight_decay = weight_decay
 
-    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.batch_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/batches"))
         self.init_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/new-rows"))
         self.calls_ = 0  # correct() calls with at least one item: episodes under the cmr protocol
 
     def correct(self, batch: Batch) -> None:
-        self._require_fitted()
-        labels = require_labels(batch, self.name)
-        vecs = check_vectors(batch.vecs, self.dim_, "vectors")
-        if not len(labels):
+        vecs, ys = self._correction_arrays(batch)
+        if not len(ys):
             return
-        if self.space_.add(labels):
-            self._grow_head()
-        x = torch.from_numpy(vecs).clone()
-        y = torch.from_numpy(self.space_.encode(labels))
         self.calls_ += 1
-        self._refine(x, y)
+        self._refine(torch.from_numpy(vecs).clone(), torch.from_numpy(ys))
 
     def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """f_{t-1} -> f_t on this call's errors."""
@@ -258,10 +204,11 @@ def pad_rows(state: dict[str, torch.Tensor], head: torch.nn.Module) -> dict[str,
 class OnlineL2Reg(RefiningHead):
     """OnlineL2Reg: CFT on E_t + l2_lambda * ||theta - theta_{t-1}||^2 (theta_{t-1}: f_{t-1})."""
 
+    options = {"l2_lambda": Option(kind=float, low=0, help="weight of the squared distance to f_{t-1}")}
+
     def __init__(self, l2_lambda: float = 0.01, **kwargs):
         kwargs.setdefault("name", "online_l2")
         super().__init__(**kwargs)
-        check_number(self.name, "l2_lambda", l2_lambda, example=0.01)
         self.l2_lambda = l2_lambda
 
     def _penalty(self) -> Penalty | None:
@@ -284,16 +231,19 @@ class OnlineEWC(RefiningHead):
     and theta* <- f_t. F starts at zero, so the first call is plain CFT.
     """
 
+    options = {
+        "ewc_lambda": Option(kind=float, low=0, help="weight of the Fisher penalty"),
+        "ewc_gamma": Option(kind=float, low=0, help="decay of the running Fisher per call"),
+    }
+
     def __init__(self, ewc_lambda: float = 1.0, ewc_gamma: float = 0.9, **kwargs):
         kwargs.setdefault("name", "online_ewc")
         super().__init__(**kwargs)
-        check_number(self.name, "ewc_lambda", ewc_lambda, example=1)
-        check_number(self.name, "ewc_gamma", ewc_gamma, example=0.9)
         self.ewc_lambda = ewc_lambda
         self.ewc_gamma = ewc_gamma
 
-    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        super()._after_upstream(x, y)
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._after_seed_training(x, y)
         self.anchor_ = snapshot(self.head_)
         self.fisher_ = {k: torch.zeros_like(v) for k, v in self.anchor_.items()}
 

@@ -1,35 +1,28 @@
 """Names -> system factories, with ``name:key=value`` hyperparameter overrides.
 
 A spec is a registered name followed by optional ``:key=value`` parts, for example
-``substrate:k=3:margin=0.1``. Values are parsed as int, float, bool or None where
-they look like one.
+``substrate:k=3:margin=0.1`` (the grammar of ``ocrr.specs``). ``make_system`` checks every
+value against the system's declared options before its constructor runs, so a bad one ends
+in one message naming the option, the value and what is allowed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from ocrr.errors import OcrrError
-from ocrr.specs import parse_spec, parse_value  # noqa: F401  (one spec parser for every registry; re-exported)
+from ocrr.specs import Option, parse_spec, parse_value, validate  # noqa: F401  (parse_*: re-exported)
+from ocrr.systems.base import RUN_ARGUMENTS
+from ocrr.systems.catalog import BUILTINS, Registered
 
-
-@dataclass(frozen=True)
-class Registered:
-    name: str
-    factory: Callable[..., object]
-    family: str
-    summary: str
-    defaults: dict = field(default_factory=dict)  # overrides baked into this name
-    in_all: bool = True  # part of `--systems all`
-
-
-REGISTRY: dict[str, Registered] = {}
+REGISTRY: dict[str, Registered] = {entry.name: entry for entry in BUILTINS}
 
 
 def register(
-    name: str, factory: Callable[..., object], family: str, summary: str, *, in_all: bool = True, **defaults
+    name: str, factory: Callable[..., object] | str, family: str, summary: str, *, in_all: bool = True, **defaults
 ) -> None:
     """Register a system. ``in_all=False`` keeps it out of ``--systems all`` (parametrised
     generic names whose aliases are listed, and systems that need an optional extra)."""
@@ -38,7 +31,6 @@ def register(
 
 def lookup(name: str) -> Registered:
     """The registry entry of a system name (without ``:key=value`` parts)."""
-    _ensure_builtins()
     if name not in REGISTRY:
         close = difflib.get_close_matches(name, REGISTRY, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -54,9 +46,19 @@ def execution_settings(name: str) -> tuple[str, ...]:
 
 
 def registered_names() -> list[str]:
-    """Every registered system name, sorted (built-ins included)."""
-    _ensure_builtins()
+    """Every registered system name, sorted."""
     return sorted(REGISTRY)
+
+
+def options_of(name: str) -> dict[str, Option] | None:
+    """The options a registered name takes, its baked-in values as their defaults; None for a
+    plug-in factory whose options cannot be known (one taking ``**kwargs``, not a System)."""
+    entry = lookup(name)
+    declared = getattr(entry.factory, "declared_options", None)
+    options = declared() if declared is not None else _signature_options(entry.factory)
+    if options is None:
+        return None
+    return {k: dataclasses.replace(o, default=entry.defaults.get(k, o.default)) for k, o in options.items()}
 
 
 def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0):
@@ -64,23 +66,22 @@ def make_system(spec: str, *, labels: Sequence[str] | None = None, seed: int = 0
     name, overrides = parse_spec(spec)
     entry = lookup(name)
     kwargs = {**entry.defaults, **overrides}
+    declared = options_of(name)
+    if declared is not None:  # at the door: the constructor gets the values as written
+        validate(f"system {name}", declared, kwargs, hint=f"Run 'ocrr systems {name}' to list its options.")
     try:
         return entry.factory(
             name=spec.strip(), labels=list(labels) if labels is not None else None, seed=seed, **kwargs
         )
-    except TypeError as err:  # an unknown hyperparameter name
-        raise OcrrError(f"system {spec!r}: {err}. Run 'ocrr systems' to see its hyperparameters.") from None
-    except ValueError as err:  # a value the system's constructor refuses (k=-3, ...)
-        raise OcrrError(
-            f"system {spec!r}: {err}. Fix that value in the spec; 'ocrr systems' lists every "
-            "hyperparameter with its default."
-        ) from None
+    except (TypeError, ValueError) as err:  # a plug-in without declared options refused a value
+        if declared is not None:
+            raise
+        raise OcrrError(f"system {spec!r}: {err}. Fix that value in the spec, or see 'ocrr systems {name}'.") from None
 
 
 def expand_systems(specs: Sequence[str]) -> list[str]:
     """Split comma lists and expand 'all' to every registered system except those marked
     in_all=False (the LoRA systems, and generic names whose per-budget aliases are in)."""
-    _ensure_builtins()
     out: list[str] = []
     for item in specs:
         for spec in filter(None, (s.strip() for s in item.split(","))):
@@ -89,7 +90,12 @@ def expand_systems(specs: Sequence[str]) -> list[str]:
     return [s for s in out if not (s in seen or seen.add(s))]
 
 
-def _ensure_builtins() -> None:
-    # Importing the catalog registers the built-in systems; Python runs it once, even if
-    # a plugin or test registered something first.
-    import ocrr.systems.catalog  # noqa: F401
+def _signature_options(factory: Callable[..., object]) -> dict[str, Option] | None:
+    """A plain factory's keyword parameters as options of any value (None if it takes **kwargs)."""
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name: Option(p.default, object) for p in params if p.name not in RUN_ARGUMENTS}

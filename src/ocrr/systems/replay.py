@@ -25,9 +25,9 @@ import copy
 
 import torch
 
-from ocrr.errors import OcrrError
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.refine import RefiningHead, check_number, l2_penalty, output_layer, per_item_loss
+from ocrr.systems.refine import OnlineL2Reg, RefiningHead, l2_penalty, output_layer, per_item_loss
 from ocrr.systems.training import derive_seed
 
 MODES = ("mixed", "two_stage")
@@ -61,22 +61,21 @@ class Memory:
 class ExperienceReplay(RefiningHead):
     """ER with the bi-memory: CFT on E_t plus a uniform replay of both memories."""
 
+    options = {
+        "replay_size": Option(kind=int, low=0, help="items of the replay set R_t, half from each memory"),
+        "replay_every": Option(kind=int, low=1, help="replay on every N-th correct() call"),
+        "mode": Option(kind=str, choices=MODES, help="R_t mixed with E_t, or R_t first, then E_t"),
+    }
+
     def __init__(self, replay_size: int = 32, replay_every: int = 1, mode: str = "mixed", **kwargs):
         kwargs.setdefault("name", "er")
         super().__init__(**kwargs)
-        check_number(self.name, "replay_size", replay_size, whole=True, example=32)
-        check_number(self.name, "replay_every", replay_every, low=1, whole=True, example=1)
-        if mode not in MODES:
-            raise OcrrError(
-                f"{self.name}: mode must be one of {', '.join(MODES)}, got {mode!r}. "
-                f"Write e.g. {self.name.split(':')[0]}:mode=two_stage."
-            )
         self.replay_size = replay_size
         self.replay_every = replay_every
         self.mode = mode
 
-    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        super()._after_upstream(x, y)
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._after_seed_training(x, y)
         self.upstream_ = Memory(x.shape[1])
         self.upstream_.add(x, y)
         self.online_ = Memory(x.shape[1])
@@ -133,10 +132,11 @@ class MaxLossReplay(ExperienceReplay):
 
     score = "virtual_loss"
 
+    options = {"candidates": Option(kind=int, low=1, help="items drawn from each memory to choose R_t among")}
+
     def __init__(self, candidates: int = 256, **kwargs):
         kwargs.setdefault("name", "max_loss")
         super().__init__(**kwargs)
-        check_number(self.name, "candidates", candidates, low=1, whole=True, example=256)
         self.candidates = candidates
 
     def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
@@ -176,10 +176,11 @@ class MIRReplay(MaxLossReplay):
 class MIRWithL2(MIRReplay):
     """MIR + OnlineL2Reg: MIR's replay, trained with l2_lambda * ||theta - theta_{t-1}||^2."""
 
+    options = {"l2_lambda": OnlineL2Reg.options["l2_lambda"]}
+
     def __init__(self, l2_lambda: float = 0.01, **kwargs):
         kwargs.setdefault("name", "mir_l2")
         super().__init__(**kwargs)
-        check_number(self.name, "l2_lambda", l2_lambda, example=0.01)
         self.l2_lambda = l2_lambda
 
     def _penalty(self):
@@ -199,8 +200,8 @@ class OfflineRefining(RefiningHead):
         kwargs.setdefault("name", "offline_refining")
         super().__init__(**kwargs)
 
-    def _after_upstream(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        super()._after_upstream(x, y)
+    def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        super()._after_seed_training(x, y)
         self.upstream_ = Memory(x.shape[1])
         self.upstream_.add(x, y)
         self.online_ = Memory(x.shape[1])

@@ -33,6 +33,7 @@ import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
 from ocrr.systems.training import derive_seed
@@ -56,6 +57,11 @@ class RiverSystem(System):
 
     family = "online-ml"
     has_intercept = True
+    options = {
+        "lr": Option(kind=float, gt=0, help="river SGD learning rate"),
+        "subsample": Option(kind=int, low=0, help="seed items of the seed pass (a seeded sample)"),
+        "seed_passes": Option(kind=int, low=0, help="passes over the subsample"),
+    }
 
     def __init__(
         self,
@@ -66,11 +72,6 @@ class RiverSystem(System):
         seed: int = 0,
         name: str = "river",
     ):
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise OcrrError(f"{name}: lr must be a number > 0, got {lr!r}. Pass e.g. {name}:lr=0.01.")
-        for key, value in (("subsample", subsample), ("seed_passes", seed_passes)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise OcrrError(f"{name}: {key} must be a whole number >= 0, got {value!r}.")
         self.name = name
         self.lr = lr
         self.subsample = subsample
@@ -78,9 +79,6 @@ class RiverSystem(System):
         self.labels = labels  # river learns classes as it meets them; kept for the common signature
         self.seed = seed
         self.model_ = None
-
-    def hyperparameters(self) -> dict:
-        return {"lr": self.lr, "subsample": self.subsample, "seed_passes": self.seed_passes}
 
     # -- learning (river) ---------------------------------------------------------------
     def _make_model(self):
@@ -218,15 +216,14 @@ class RiverLogReg(RiverSystem):
 class RiverOvRBalanced(RiverLogReg):
     """One-vs-rest whose new-class models first learn ``warm_sample`` stored seed items as negatives."""
 
+    options = {
+        "warm_sample": Option(kind=int, low=0, help="stored seed items a new class's model first learns as negatives")
+    }
+
     def __init__(self, warm_sample: int = 3000, **kwargs):
         kwargs.setdefault("name", "river_ovr_balanced")
         super().__init__(**kwargs)
-        if isinstance(warm_sample, bool) or not isinstance(warm_sample, (int, np.integer)) or warm_sample < 0:
-            raise OcrrError(f"{self.name}: warm_sample must be a whole number >= 0, got {warm_sample!r}.")
         self.warm_sample = warm_sample
-
-    def hyperparameters(self) -> dict:
-        return {"warm_sample": self.warm_sample, **super().hyperparameters()}
 
     def fit(self, seed: Batch) -> RiverOvRBalanced:
         self.warm_vecs_ = None  # no warming while the seed pass meets classes

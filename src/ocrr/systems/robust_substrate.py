@@ -26,6 +26,7 @@ import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.index.vote import VoteRule, _keep_best, band
+from ocrr.specs import Option
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
 
@@ -55,13 +56,16 @@ def trusted_vote(
 class RobustSubstrate(Substrate):
     """The substrate whose uncorroborated corrections vote with ``isolated_weight``."""
 
+    options = {
+        "isolated_weight": Option(
+            kind=float, low=0, high=1, help="vote of a correction no same-label entry corroborates"
+        ),
+        "support_k": Option(kind=int, low=1, help="nearest entries searched for a corroborating one"),
+    }
+
     def __init__(self, isolated_weight: float = 0.5, support_k: int = 5, **kwargs):
         kwargs.setdefault("name", "robust_substrate")
         super().__init__(**kwargs)
-        if not 0.0 <= isolated_weight <= 1.0:
-            raise ValueError("isolated_weight must be in [0, 1]")
-        if support_k < 1:
-            raise ValueError("support_k must be at least 1")
         self.isolated_weight = isolated_weight
         self.support_k = support_k
         self._corroborated = np.empty(0, bool)

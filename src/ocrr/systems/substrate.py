@@ -11,13 +11,37 @@ from functools import partial
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.index import ExactIndex, exact_search, recall_at_k
+from ocrr.index import KINDS, ExactIndex, exact_search, recall_at_k
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.index.vote import VoteRule, vote, vote_margin
-from ocrr.ledger.chain import Ledger, VerifyResult
+from ocrr.ledger import Ledger, VerifyResult
+from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
+
+# The search-backend options of every system that owns a k-NN store (IndexedSystem: the
+# substrates, knn_lm); ocrr.index.options documents what each does.
+INDEX_OPTIONS = {
+    "index": Option(kind=str, choices=KINDS, help="search backend; exact: numpy brute force over the ledger"),
+    "hnsw_m": Option(kind=int, low=1, help="HNSW graph degree M"),
+    "ef_construction": Option(kind=int, low=1, help="HNSW efConstruction"),
+    "ef_search": Option(kind=int, low=1, help="HNSW efSearch"),
+    "auto_threshold": Option(kind=int, low=1, help="auto kinds: entries before exact search hands over"),
+    "force_exact": Option(kind=bool, help="exact search whatever `index` says (100 % recall at any scale)"),
+    "nlist": Option(kind=int, low=0, help="IVF lists; 0: chosen from the size at training"),
+    "nprobe": Option(kind=int, low=1, help="IVF lists searched per query"),
+    "rerank": Option(kind=int, low=1, help="IVF candidates re-ranked with the float32 vectors"),
+    "target_recall": Option(kind=float, low=0, high=1, help="IVF: tune nprobe/rerank to this recall@k; 0: no tuning"),
+    "target_agreement": Option(
+        kind=float, low=0, lt=1, help="IVF: tune until its top-k gives the exact vote this often; 0: no tuning"
+    ),
+}
+
+
+def index_arguments(arguments: dict) -> dict:
+    """The INDEX_OPTIONS among a constructor's arguments (``locals()``), for ``_set_index_options``."""
+    return {key: arguments[key] for key in INDEX_OPTIONS}
 
 
 class Substrate(IndexedSystem, System):
@@ -46,6 +70,20 @@ class Substrate(IndexedSystem, System):
 
     family = "retrieval"
     execution_settings = ("vectors_on_disk",)  # where the vectors live, not what is computed
+    options = {
+        "k": Option(kind=int, low=1, help="neighbours retrieved per query"),
+        "margin": Option(
+            kind=float, low=0, allow_none=True, help="band below the top similarity whose neighbours vote; none: all k"
+        ),
+        "weighting": Option(kind=str, choices=("count", "sumsim"), help="a vote: 1 per neighbour, or its similarity"),
+        "tiebreak_maxsim": Option(kind=bool, help="break count ties by the highest similarity"),
+        "tiebreak_recency": Option(kind=bool, help="then by the newest entry"),
+        "store_text": Option(kind=bool, help="keep each item's text in its ledger entry"),
+        **INDEX_OPTIONS,
+        "vectors_on_disk": Option(
+            kind=str, allow_none=True, help="folder for a memory-mapped vector file instead of RAM (how, not what)"
+        ),
+    }
 
     def __init__(
         self,
@@ -79,19 +117,7 @@ class Substrate(IndexedSystem, System):
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
         self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
-        self._set_index_options(
-            index,
-            hnsw_m,
-            ef_construction,
-            ef_search,
-            auto_threshold,
-            force_exact,
-            nlist,
-            nprobe,
-            rerank,
-            target_recall,
-            target_agreement,
-        )
+        self._set_index_options(**index_arguments(locals()))
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)

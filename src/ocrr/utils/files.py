@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
     """Call ``write(tmp_path)``, then move the result to ``path``; the temporary file is
     removed if anything fails."""
     path = Path(path)

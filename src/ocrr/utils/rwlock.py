@@ -9,6 +9,7 @@ Not reentrant: never take it again while holding it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 
@@ -20,7 +21,7 @@ class RWLock:
         self._writers_waiting = 0
 
     @contextmanager
-    def read(self):
+    def read(self) -> Iterator[None]:
         with self._cv:
             while self._writer or self._writers_waiting:
                 self._cv.wait()
@@ -34,7 +35,7 @@ class RWLock:
                     self._cv.notify_all()
 
     @contextmanager
-    def write(self):
+    def write(self) -> Iterator[None]:
         with self._cv:
             self._writers_waiting += 1
             while self._writer or self._readers:

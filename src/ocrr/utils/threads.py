@@ -9,7 +9,10 @@ The native libraries are loaded first: threadpoolctl only limits libraries alrea
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+
+from threadpoolctl import threadpool_limits
 
 _PROCESS_LIMIT = None  # keeps threadpoolctl's process-wide limit alive
 
@@ -28,18 +31,16 @@ def pin_threads(threads: int = 1) -> None:
     global _PROCESS_LIMIT
     _load_native_libraries()
     import torch
-    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
     _PROCESS_LIMIT = threadpool_limits(threads)
 
 
 @contextmanager
-def pinned_threads(threads: int = 1):
+def pinned_threads(threads: int = 1) -> Iterator[None]:
     """While inside (an in-process run); the previous settings come back afterwards."""
     _load_native_libraries()
     import torch
-    from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads()
     with threadpool_limits(threads):

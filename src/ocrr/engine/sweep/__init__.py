@@ -1,9 +1,9 @@
 """Grids of runs: expand a grid into tasks, skip the finished ones, execute the rest, consolidate.
 
-The rooms: ``grid`` (presets, config files, tasks and their ids), ``data`` (each dataset
-embedded once, shared by workers), ``execute`` (one task), ``executors`` (serial, local
-processes, Ray), ``store`` (task files, consolidated tables, log). ``ocrr run`` is a
-one-cell grid run by the serial executor (ocrr.engine.experiment).
+The rooms: ``grid`` (config files, tasks and their ids), ``presets`` (the named grids),
+``data`` (each dataset embedded once, shared by workers), ``execute`` (one task),
+``executors`` (serial, local processes, Ray), ``store`` (task files, consolidated tables,
+log). ``ocrr run`` is a one-cell grid run by the serial executor (ocrr.engine.experiment).
 """
 
 from __future__ import annotations
@@ -19,18 +19,8 @@ import pandas as pd
 
 from ocrr.engine.sweep.data import SharedData, prepare_data
 from ocrr.engine.sweep.executors import available_cores, make_executor
-from ocrr.engine.sweep.grid import (
-    CONFIG_COLUMNS,
-    KEY_COLUMNS,
-    MAIN_SYSTEMS,
-    PRESETS,
-    SMOKE_DATA,
-    STORAGE_SYSTEMS,
-    Grid,
-    Task,
-    load_config,
-    resolve_grid,
-)
+from ocrr.engine.sweep.grid import CONFIG_COLUMNS, KEY_COLUMNS, Grid, Task, load_config, resolve_grid
+from ocrr.engine.sweep.presets import MAIN_SWEEP_SYSTEMS, PRESETS, SMOKE_DATA, STORAGE_SYSTEMS
 from ocrr.engine.sweep.store import (
     Log,
     consolidate,
@@ -180,7 +170,7 @@ __all__ = [
     "CONFIG_COLUMNS",
     "Grid",
     "KEY_COLUMNS",
-    "MAIN_SYSTEMS",
+    "MAIN_SWEEP_SYSTEMS",
     "PRESETS",
     "Progress",
     "SMOKE_DATA",

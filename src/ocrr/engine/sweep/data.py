@@ -15,7 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from ocrr.data import load_dataset
+from ocrr.encoders import embed_dataset
+from ocrr.encoders.cache import save_cached
 from ocrr.engine.sweep.grid import Task
+from ocrr.utils.paths import cache_root
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,6 @@ def prepare_data(
     """Load each dataset once, embed it once (the encoder's cache is filled), and save the
     normalised vectors where every worker can memory-map them. ``loaded`` maps a dataset
     name to a Dataset the caller already loaded (ocrr run checks availability first)."""
-    from ocrr.data import load_dataset
-    from ocrr.encoders import embed_dataset
-    from ocrr.encoders.cache import save_cached
-    from ocrr.utils.paths import cache_root
-
     out: dict[str, SharedData] = {}
     for task in tasks:
         if task.data_key in out:
@@ -81,9 +80,6 @@ def vectors(shared: SharedData) -> np.ndarray:
 
 def load_for_scenario(name: str, options: dict, data_dir: str | None = None, encoder: str = "minilm"):
     """(dataset, train vectors, test vectors) in this process, from the embedding cache."""
-    from ocrr.data import load_dataset
-    from ocrr.encoders import embed_dataset
-
     dataset = load_dataset(name, data_dir=data_dir, **options)
     emb = embed_dataset(dataset, encoder)
     return dataset, emb.train, emb.test

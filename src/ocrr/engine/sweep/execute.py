@@ -9,23 +9,21 @@ import time
 import numpy as np
 import pandas as pd
 
+from ocrr.engine.runner import run_to_output
 from ocrr.engine.sweep.data import SharedData, vectors
 from ocrr.engine.sweep.grid import CONFIG_COLUMNS, Task
 from ocrr.errors import OcrrError
+from ocrr.policies.basic import make_policy
 from ocrr.specs import canonical_json
+from ocrr.systems import make_system
 
 METRIC_COLUMNS = CONFIG_COLUMNS + ["step", "episode", "metric", "value"]
 TIMING_COLUMNS = ["task_id", "step", "episode", "fit_seconds", "predict_seconds", "correct_seconds", "eval_seconds"]
 PREDICTION_COLUMNS = ["task_id", "episode", "step", "item", "label", "predicted", "corrected"]
-FOOTPRINT_METRICS = ("footprint_entries", "footprint_params", "footprint_bytes")  # run-level: the last step
 
 
 def execute_task(task: Task, shared: SharedData, vecs: np.ndarray | None = None, on_checkpoint=None) -> dict:
     """Run one task; return plain data (picklable across processes)."""
-    from ocrr.engine.runner import run_to_output
-    from ocrr.policies.basic import make_policy
-    from ocrr.systems import make_system
-
     started, cpu = time.perf_counter(), time.process_time()  # CPU time: meaningful on a shared machine
     vecs = vectors(shared) if vecs is None else vecs
     train, test = vecs[: shared.n_train], vecs[shared.n_train :]

@@ -9,9 +9,13 @@ in every worker too, so a task can name them.
 
 from __future__ import annotations
 
+import logging
+import multiprocessing as mp
 import os
 import pickle
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
@@ -20,19 +24,18 @@ from ocrr.engine.sweep.data import SharedData
 from ocrr.engine.sweep.execute import execute_task
 from ocrr.engine.sweep.grid import Task
 from ocrr.errors import OcrrError
+from ocrr.protocols import PROTOCOLS
+from ocrr.specs import parse_spec, spec_name
+from ocrr.systems import REGISTRY
 from ocrr.utils.threads import pin_threads, pinned_threads
 
 
 def plugins(tasks: list[Task]) -> dict:
     """The registry entries the tasks name, to register again in a worker process. Entries
     that cannot be pickled by reference (a lambda factory) are left to the worker's own import."""
-    from ocrr.protocols import PROTOCOLS
-    from ocrr.specs import parse_spec
-    from ocrr.systems import REGISTRY
-
     found = {"protocols": {}, "systems": {}}
     for task in tasks:
-        name = task.protocol.split(":", 1)[0]
+        name = spec_name(task.protocol)
         found["protocols"][name] = PROTOCOLS[name]
         system = parse_spec(task.system)[0]
         if system in REGISTRY:
@@ -47,11 +50,6 @@ def plugins(tasks: list[Task]) -> dict:
 
 
 def register_plugins(found: dict) -> None:
-    from ocrr.protocols import PROTOCOLS
-    from ocrr.systems import REGISTRY
-    from ocrr.systems.registry import _ensure_builtins
-
-    _ensure_builtins()
     PROTOCOLS.update(found.get("protocols", {}))
     REGISTRY.update(found.get("systems", {}))
 
@@ -100,10 +98,6 @@ class LocalExecutor:
         self.workers = max(1, int(jobs or available_cores()))
 
     def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
-        import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-        from concurrent.futures.process import BrokenProcessPool
-
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         workers = min(self.workers, len(tasks)) or 1
         pool = ProcessPoolExecutor(
@@ -159,8 +153,6 @@ class RayExecutor:
         self.workers = max(1, int(jobs or available_cores()))
 
     def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
-        import logging
-
         import ray
 
         started = not ray.is_initialized()

@@ -1,4 +1,4 @@
-"""What to sweep: presets, config files, the grid, and tasks with stable ids.
+"""What to sweep: config files over a preset (ocrr.engine.sweep.presets), the grid, and tasks with stable ids.
 
 A *task* is one run: (dataset + loader options, encoder, protocol + its options, policy,
 seed, system spec with its hyperparameters). Its id is the sha256 of its canonical JSON, so
@@ -13,90 +13,21 @@ import hashlib
 import itertools
 import json
 import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ocrr.engine.sweep.presets import MAIN_SWEEP_SYSTEMS, PRESETS
 from ocrr.errors import OcrrError
-from ocrr.specs import canonical_json, format_spec
+from ocrr.policies.basic import make_policy
+from ocrr.protocols import make_protocol
+from ocrr.specs import canonical_json, format_spec, parse_spec, spec_name
+from ocrr.systems import make_system
+from ocrr.systems.registry import execution_settings, expand_systems
 
 TASK_SCHEMA = 2  # bump when a task's meaning or its files change, so old task files stop matching
-
-# The nine systems of the paper's main sweep (162 runs = 2 datasets x 3 policies x 3 seeds x 9).
-MAIN_SYSTEMS = [
-    "substrate",
-    "static_knn",
-    "static_linear",
-    "online_linear",
-    "ewc",
-    "a_gem",
-    "lwf",
-    "knn_lm",
-    "river_logreg",
-]
-RIVER_SYSTEMS = ["river_logreg", "river_softmax", "river_ovr_balanced"]
-BUDGETS = (100, 500, 1000, 5000)
-STORAGE_SYSTEMS = ["substrate"] + [f"bounded_reservoir_{n}" for n in BUDGETS] + [f"bounded_fifo_{n}" for n in BUDGETS]
-ABLATION_SYSTEMS = ["substrate", "substrate_k1", "substrate_sumsim", "substrate_count_only", "substrate_no_recency"]
-CONSOLIDATING_SYSTEMS = [
-    "substrate",
-    "consolidating",
-    "mbpa",
-    "consolidating_head",
-    "consolidating_fresh",
-    "consolidating_r50",
-]
-OCL_SYSTEMS = ["blind", "er_uniform", "er_fifo", "er_mixed", "cosine_fc", "acm", "substrate", "consolidating"]
-SMOKE_DATA = {"n_classes": 14, "dim": 16, "n_train_per_class": 20, "n_test_per_class": 10, "sigma": 0.1}
-
-PRESETS: dict[str, dict] = {
-    # paper 5.1: every system except LoRA (ask for it with --systems +lora_deberta), and ocrr's
-    # consolidating memory beside them (issue 14: 162 + 18 runs)
-    "main": {
-        "datasets": ["banking77", "clinc150"],
-        "policies": ["oracle", "random50", "random10"],
-        "seeds": [0, 1, 2],
-        "systems": MAIN_SYSTEMS + ["consolidating"],
-    },
-    # beside paper 5.2: the published river row next to two fair river baselines (river_softmax's
-    # pure-Python seed pass costs minutes per (dataset, seed), which is why it is not in `main`)
-    "river": {
-        "datasets": ["banking77", "clinc150"],
-        "policies": ["oracle", "random10"],
-        "seeds": [0, 1, 2],
-        "systems": RIVER_SYSTEMS,
-    },
-    # paper 4.4 / Figure 1: bounded substrates at four budgets plus the unbounded one
-    "storage": {"datasets": ["banking77"], "policies": ["oracle"], "seeds": [0, 1, 2], "systems": STORAGE_SYSTEMS},
-    # paper 5.6: the vote-rule ablation
-    "ablation": {"datasets": ["banking77"], "policies": ["oracle"], "seeds": [0, 1, 2], "systems": ABLATION_SYSTEMS},
-    # issue 14: the consolidating memory beside the substrate, MbPA++ and its ablations, on the main grid
-    "consolidating": {
-        "datasets": ["banking77", "clinc150"],
-        "policies": ["oracle", "random50", "random10"],
-        "seeds": [0, 1, 2],
-        "systems": CONSOLIDATING_SYSTEMS,
-    },
-    # EvalOCL (docs/ocl): the label-ordered stream at its calibrated shift S* = 64, every label
-    # revealed, fast stream (budget 1); the slow stream is --systems er_uniform:budget=5 ...
-    "ocl": {
-        "datasets": ["banking77"],
-        "policies": ["all"],
-        "seeds": [0, 1, 2],
-        "protocols": ["ocl:stay=0.9:shift=64"],
-        "systems": OCL_SYSTEMS,
-    },
-    # seconds, no encoder, no downloads: for tests and for trying the machinery
-    "smoke": {
-        "datasets": ["synthetic"],
-        "policies": ["oracle", "random50"],
-        "seeds": [0, 1],
-        "systems": ["substrate", "online_linear"],
-        "data_options": {"synthetic": SMOKE_DATA},
-    },
-}
-
 
 # Configuration columns of the results tables, in order. Protocol options also get a column
 # each in the wide results table (n_heldout, eval_cap, every for the held-out protocol).
@@ -111,8 +42,6 @@ def canonical_system(spec: str, extra: dict | None = None) -> tuple[str, str, di
 
     ``extra`` holds overrides from a config file's [overrides] table; the spec's own win.
     """
-    from ocrr.specs import parse_spec
-
     name, overrides = parse_spec(spec)
     overrides = {**(extra or {}), **overrides}
     return format_spec(name, overrides), name, {k: overrides[k] for k in sorted(overrides)}
@@ -136,14 +65,9 @@ class Task:
 
     @functools.cached_property
     def protocol_object(self):
-        from ocrr.protocols import make_protocol
-
         return make_protocol(self.protocol)
 
     def config(self) -> dict:
-        from ocrr.specs import parse_spec
-        from ocrr.systems.registry import execution_settings
-
         name, overrides = parse_spec(self.system)
         settings = execution_settings(name)  # how to run (device, threads), not what: not in the id
         overrides = {k: v for k, v in overrides.items() if k not in settings}
@@ -172,8 +96,6 @@ class Task:
         return hashlib.sha256(canonical_json([self.dataset, self.data_options, self.encoder]).encode()).hexdigest()[:16]
 
     def columns(self) -> dict:
-        from ocrr.specs import parse_spec
-
         name, overrides = parse_spec(self.system)
         protocol = self.protocol_object
         return {
@@ -199,7 +121,7 @@ class Grid:
     datasets: list[str] = field(default_factory=lambda: ["banking77"])
     policies: list[str] = field(default_factory=lambda: ["oracle"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    systems: list[str] = field(default_factory=lambda: list(MAIN_SYSTEMS))
+    systems: list[str] = field(default_factory=lambda: list(MAIN_SWEEP_SYSTEMS))
     encoders: list[str] = field(default_factory=lambda: ["minilm"])
     protocols: list[str] = field(default_factory=lambda: ["heldout"])  # specs: name:key=value
     data_options: dict = field(default_factory=dict)  # {dataset: {option: value}} or {option: value} for all
@@ -221,12 +143,10 @@ class Grid:
 
     def protocol_objects(self) -> list:
         """Every protocol of the grid, built (so a bad option fails now, naming the fix)."""
-        from ocrr.protocols import make_protocol
-
         shortcuts = {k: getattr(self, k) for k in HELDOUT_SHORTCUTS if getattr(self, k) is not None}
         built = []
         for spec in self.protocols:
-            name = str(spec).split(":", 1)[0].strip()
+            name = spec_name(spec)
             built.append(make_protocol(str(spec), **(shortcuts if name == "heldout" else {})))
         if shortcuts and not any(p.name == "heldout" for p in built):
             raise OcrrError(
@@ -242,13 +162,12 @@ class Grid:
         ``resolve`` builds each system once to record its hyperparameters (and fails on an
         unknown name or a bad override before any work); without it, only counting is exact.
         """
-        from ocrr.policies.basic import make_policy
-        from ocrr.systems.registry import expand_systems
-
         _check_grid_values(self)
         protocols = list(dict.fromkeys(p.spec() for p in self.protocol_objects()))
         specs = list(
-            dict.fromkeys(canonical_system(s, self.overrides.get(_base(s)))[0] for s in expand_systems(self.systems))
+            dict.fromkeys(
+                canonical_system(s, self.overrides.get(spec_name(s)))[0] for s in expand_systems(self.systems)
+            )
         )
         hyper = {spec: resolve_hyperparameters(spec) if resolve else "" for spec in specs}
         policies = [make_policy(p).name for p in self.policies]
@@ -274,8 +193,6 @@ class Grid:
 
 
 def resolve_hyperparameters(spec: str) -> str:
-    from ocrr.systems import make_system
-
     try:
         system = make_system(spec)
     except ImportError as err:  # an optional extra (peft, ...) missing in this environment
@@ -284,10 +201,6 @@ def resolve_hyperparameters(spec: str) -> str:
             "it names (e.g. pip install 'ocrr[lora]') or leave it out of --systems."
         ) from None
     return canonical_json({"class": type(system).__name__, **system.hyperparameters()})
-
-
-def _base(spec: str) -> str:
-    return spec.strip().split(":", 1)[0]
 
 
 def _check_encoders(grid: Grid) -> None:
@@ -314,7 +227,7 @@ def _check_grid_values(grid: Grid) -> None:
 
 
 GRID_KEYS = {f.name for f in dataclasses.fields(Grid)}
-RUN_KEYS = {"executor", "jobs", "address", "out"}  # how to run, not what: allowed in config files
+RUN_SETTINGS = {"executor", "jobs", "address", "out"}  # how to run, not what: allowed in config files
 CONFIG_ALIASES = {
     "heldout": "n_heldout",
     "dataset": "datasets",
@@ -334,8 +247,6 @@ def load_config(path: str | os.PathLike) -> dict:
     text = path.read_text(encoding="utf-8")
     try:
         if path.suffix.lower() == ".toml":
-            import tomllib
-
             data = tomllib.loads(text)
         elif path.suffix.lower() == ".json":
             data = json.loads(text)
@@ -348,11 +259,11 @@ def load_config(path: str | os.PathLike) -> dict:
     if isinstance(data.get("sweep"), dict):
         data = {**{k: v for k, v in data.items() if k != "sweep"}, **data["sweep"]}
     data = {CONFIG_ALIASES.get(k, k): v for k, v in data.items()}
-    unknown = sorted(set(data) - GRID_KEYS - RUN_KEYS - {"preset"})
+    unknown = sorted(set(data) - GRID_KEYS - RUN_SETTINGS - {"preset"})
     if unknown:
         raise OcrrError(
             f"sweep config {str(path)!r}: unknown setting(s) {', '.join(unknown)}. "
-            f"Known: {', '.join(sorted(GRID_KEYS | RUN_KEYS | {'preset'}))}."
+            f"Known: {', '.join(sorted(GRID_KEYS | RUN_SETTINGS | {'preset'}))}."
         )
     return data
 

@@ -27,8 +27,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ocrr import __version__
+from ocrr.engine.results import wide_table, write_csv
 from ocrr.engine.sweep.execute import METRIC_COLUMNS, PREDICTION_COLUMNS, TIMING_COLUMNS, task_frames
 from ocrr.engine.sweep.grid import CONFIG_COLUMNS, KEY_COLUMNS, TASK_SCHEMA, Grid, Task
+from ocrr.protocols import PROTOCOLS
 from ocrr.utils.files import atomic_write, atomic_write_text
 
 
@@ -67,9 +70,6 @@ def load_metrics(out: str | os.PathLike) -> pd.DataFrame:
 def wide_results(metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per task and checkpoint: config columns, each protocol option as a column, then
     step, corrections, the protocols' metrics (in their order), footprints, the rest."""
-    from ocrr.engine.results import wide_table
-    from ocrr.protocols import PROTOCOLS
-
     order, names = [], []
     for name in dict.fromkeys(metrics["protocol"]) if len(metrics) else []:
         protocol = PROTOCOLS.get(name)
@@ -91,8 +91,6 @@ def load_results(out: str | os.PathLike) -> pd.DataFrame:
 
 def consolidate(out: str | os.PathLike) -> pd.DataFrame:
     """Rewrite the consolidated tables from the task files; returns the wide results."""
-    from ocrr.engine.results import write_csv
-
     out = Path(out)
     metrics = load_metrics(out)
     results = wide_results(metrics)
@@ -112,8 +110,6 @@ def consolidate(out: str | os.PathLike) -> pd.DataFrame:
 
 
 def write_manifest(out: Path, grid: Grid, tasks: list[Task]) -> None:
-    from ocrr import __version__
-
     manifest = {
         "ocrr": __version__,
         "task_schema": TASK_SCHEMA,

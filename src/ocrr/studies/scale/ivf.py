@@ -32,6 +32,7 @@ import tempfile
 import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ocrr.index import make_index
 from ocrr.index.file_rows import FileRows
@@ -89,7 +90,6 @@ def time_cold_queries(index, queries: np.ndarray, k: int, store: VectorStore) ->
     hide it), one query per call on one thread, one pass; and how many MB those queries
     read from the disk (``read_bytes`` of /proc/self/io: what the storage layer fetched)."""
     import faiss
-    from threadpoolctl import threadpool_limits
 
     if not store.drop_cache():
         return {}

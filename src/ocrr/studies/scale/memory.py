@@ -22,6 +22,11 @@ from __future__ import annotations
 
 import math
 import threading
+import tracemalloc
+
+import numpy as np
+
+from ocrr.ledger import Ledger
 
 
 def proc_status_mb() -> dict[str, float]:
@@ -82,3 +87,25 @@ class MemorySampler:
             out[f"peak_anon_mb_{name}"] = mem["peak_anon"]
             out[f"peak_file_mb_{name}"] = mem["peak_file"]
         return out
+
+
+def ledger_bytes_per_entry(dim: int = 384, n: int = 16_384) -> dict:
+    """Measured (tracemalloc) bytes per entry of an ``ocrr.ledger.chain.Ledger`` with no texts.
+
+    ``n`` is a power of two so the capacity-doubling vector buffer has no slack; returns
+    {"total", "vector_buffer", "python_objects"} per entry. (Right after a doubling the
+    buffer holds up to twice the live vectors: between 1x and 2x of ``4 * dim``.)
+    """
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    labels = [f"c{i % 100:03d}" for i in range(n)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    led = Ledger(dim)
+    led.extend(x, labels)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    buffer = led.vector_buffer_bytes / n
+    del led
+    total = (after - before) / n
+    return {"total": total, "vector_buffer": buffer, "python_objects": total - buffer}

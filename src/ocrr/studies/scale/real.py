@@ -15,21 +15,28 @@ entries first.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from ocrr.data import load_dataset
+from ocrr.encoders import DEFAULT_ENCODER, embed_dataset
 from ocrr.index import exact_search, make_index, recall_at_k
+from ocrr.index.ivf import IVFIndex
 from ocrr.index.vote import VoteRule, vote
+from ocrr.studies.scale.report import write_csv
+from ocrr.studies.scale.timing import time_queries
 
 DATASETS = ("banking77", "clinc150")
 
 
 def real_ledger(data_dir=None, encoder: str | None = None):
     """(vectors (n, d) float32, labels (n,) str, test rows (m,) int64) of the joint ledger."""
-    from ocrr.data import load_dataset
-    from ocrr.encoders import DEFAULT_ENCODER, embed_dataset
-
-    parts, labels, test_rows, n = [], [], [], 0
+    parts: list[np.ndarray] = []
+    labels: list[str] = []
+    test_rows: list[np.ndarray] = []
+    n = 0
     for name in DATASETS:
         ds = load_dataset(name, data_dir=data_dir)
         emb = embed_dataset(ds, encoder or DEFAULT_ENCODER)
@@ -63,9 +70,6 @@ def run_real(
     tune_tolerance: float = 0.0,
 ) -> list[dict]:
     import faiss
-    from threadpoolctl import threadpool_limits
-
-    from ocrr.studies.scale.study import _time_queries
 
     x, labels, test_rows = real_ledger(data_dir, encoder)
     ids = np.arange(len(x), dtype=np.int64)
@@ -83,8 +87,6 @@ def run_real(
                 index = make_index("exact", x.shape[1], source=lambda: x)
                 index.add(x, ids)
             elif kind.startswith("ivf") and target_agreement > 0:
-                from ocrr.index.ivf import IVFIndex
-
                 index = IVFIndex(
                     x.shape[1],
                     kind,
@@ -120,7 +122,7 @@ def run_real(
             build_s = time.perf_counter() - t0
             sims, got = _without_self(*index.search(queries, k + 1), test_rows, k)
             pred = vote(sims, got, np.where(got >= 0, names[np.maximum(got, 0)], -1), rule)
-            timing = _time_queries(index, queries[:200], k + 1, threads)
+            timing = time_queries(index, queries[:200], k + 1, threads)
             tuning = getattr(index, "tuning", None) or {}
             rows.append(
                 {
@@ -166,3 +168,12 @@ def real_markdown(rows: list[dict], k: int = 5) -> str:
             f"| {tuned if tuned == '' else f'{tuned:.3f}'} | {agreed if agreed == '' else f'{agreed:.3f}'} |"
         )
     return "\n".join(out) + "\n"
+
+
+def write_real_outputs(rows: list[dict], out: Path) -> list[Path]:
+    """real.csv and real.md in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out / "real.csv", out / "real.md"
+    write_csv(rows, csv_path)
+    md_path.write_text(real_markdown(rows))
+    return [csv_path, md_path]

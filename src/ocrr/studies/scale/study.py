@@ -45,21 +45,28 @@ the IVF kinds are also timed right after the vector file left the page cache.
 
 from __future__ import annotations
 
+import json
 import math
 import resource
+import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-from ocrr.index import make_index, recall_at_k, top_k
+from ocrr.index import IVF_KINDS, make_index, recall_at_k, top_k
 from ocrr.index.exact import ExactIndex
 from ocrr.index.vote import VoteRule, vote
+from ocrr.studies.scale.config import DEFAULT_SCALES, ScaleConfig
 from ocrr.studies.scale.data import BLOCK, CHUNK_ROWS, FAMILIES, SubspaceStream, SyntheticStream, make_stream
 from ocrr.studies.scale.ivf import IVFBuild, VectorStore, time_cold_queries
-from ocrr.studies.scale.memory import MemorySampler, proc_status_mb
+from ocrr.studies.scale.memory import MemorySampler, ledger_bytes_per_entry, proc_status_mb
 from ocrr.studies.scale.report import PAPER, figure, markdown, read_csv, scale_label, write_csv, write_outputs
+from ocrr.studies.scale.timing import time_queries
 
 __all__ = [
     "BLOCK",
@@ -82,51 +89,6 @@ __all__ = [
     "write_outputs",
 ]
 
-DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
-IVF_KINDS = ("ivf", "ivf_sq8", "ivf_pq")
-
-
-@dataclass
-class ScaleConfig:
-    scales: tuple[int, ...] = DEFAULT_SCALES
-    n_classes: int = 100
-    dim: int = 384
-    sigma: float = 0.3
-    n_queries: int = 200
-    k: int = 5
-    seed: int = 0
-    backends: tuple[str, ...] = ("hnsw",)
-    exact: str = "auto"  # "auto" | "yes" | "no": keep an in-memory exact index to time it
-    exact_max_gb: float = 4.0
-    query_modes: tuple[str, ...] = ("fresh", "stored")
-    hnsw_m: int = 16
-    ef_construction: int = 200
-    ef_search: int = 64
-    threads: int = 2
-    order: str = "class"  # insertion order into the approximate backends: "class" (the stream's) or "shuffled"
-    index_params: dict = field(default_factory=dict)  # extra make_index parameters
-    family: str = "gaussian"  # "gaussian" | "subspace" (ocrr.studies.scale.data)
-    intrinsic_dim: int = 16  # subspace family: dimension of the classes' subspace
-    ambient: float = 0.005  # subspace family: isotropic noise per dimension on top
-    nlist: int = 0  # IVF lists (0: largest power of two <= 4 sqrt N)
-    nprobe: int = 16  # IVF settings used when target_recall is 0
-    rerank: int = 100
-    target_recall: float = 0.95  # tune nprobe and re-rank depth for this recall@k (0: no tuning)
-    train_per_list: int = 32  # k-means training entries per list
-    vectors_dir: str | None = None  # scratch folder of the float32 file the IVF re-rank reads (None: temp dir)
-    target_agreement: float = 0.0  # tune for the vote agreeing with exact search on the tuning sample (0: off)
-    tune_queries: int = 0  # size of the tuning sample (0: n_queries)
-    tune_tolerance: float = 0.0  # no point meets the targets: cheapest within this of the best bound
-    cold_queries: bool = False  # also time single queries after evicting the vector file from the page cache
-    also_time: tuple = ()  # IVF: (nprobe, rerank) settings scored and timed besides the tuned one
-
-    def keep_exact(self, n: int) -> bool:
-        if self.exact == "yes":
-            return True
-        if self.exact == "no":
-            return False
-        return n * self.dim * 4 <= self.exact_max_gb * 1e9
-
 
 # -- one scale ---------------------------------------------------------------------------------
 def _peak_rss_mb() -> float:
@@ -136,52 +98,6 @@ def _peak_rss_mb() -> float:
 def _predict(stream: SyntheticStream, sims: np.ndarray, ids: np.ndarray, rule: VoteRule) -> np.ndarray:
     labels = np.where(ids >= 0, stream.labels_of(np.maximum(ids, 0)), -1)
     return vote(sims, ids, labels, rule)
-
-
-def _time_queries(index, queries: np.ndarray, k: int, threads: int, repeats: int = 3) -> dict:
-    """Query cost, measured two ways because the machine is shared:
-
-    * ``ms_per_query``: CPU time of the calling thread per query, one query per call, FAISS
-      and BLAS limited to ONE thread -- so it is the single-query latency an idle core
-      would see, unaffected by waiting for a CPU other processes hold (best of
-      ``repeats`` passes; one pass when a pass takes over 30 s);
-    * ``ms_per_query_wall``: the wall time of the same best pass;
-    * ``ms_per_query_batched`` / ``cpu_ms_per_query_batched``: one call with all queries
-      on ``threads`` threads, wall time and process CPU time (all threads) per query.
-    """
-    import faiss
-    from threadpoolctl import threadpool_limits
-
-    index.search(queries[:2], k)  # warm-up
-    cpu = wall = np.inf
-    faiss.omp_set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            for _ in range(repeats):
-                c0, t0 = time.thread_time(), time.perf_counter()
-                for i in range(len(queries)):
-                    index.search(queries[i : i + 1], k)
-                cpu, took = min(cpu, time.thread_time() - c0), time.perf_counter() - t0
-                wall = min(wall, took)
-                if took > 30:
-                    break
-    finally:
-        faiss.omp_set_num_threads(threads)
-    b_cpu = b_wall = np.inf
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        index.search(queries, k)
-        b_cpu, took = min(b_cpu, time.process_time() - c0), time.perf_counter() - t0
-        b_wall = min(b_wall, took)
-        if took > 30:
-            break
-    per = 1000 / len(queries)
-    return {
-        "ms_per_query": cpu * per,
-        "ms_per_query_wall": wall * per,
-        "ms_per_query_batched": b_wall * per,
-        "cpu_ms_per_query_batched": b_cpu * per,
-    }
 
 
 def _add_all(backends: dict, x: np.ndarray, ids: np.ndarray, first_chunk: bool, build_s: dict, build_cpu: dict) -> None:
@@ -204,7 +120,6 @@ def _band_size(sims: np.ndarray, ids: np.ndarray, margin: float) -> float:
 def run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
     """Build, query and score every backend at one scale; one row per (backend, query set)."""
     import faiss
-    from threadpoolctl import threadpool_limits
 
     faiss.omp_set_num_threads(cfg.threads)
     with threadpool_limits(cfg.threads), MemorySampler() as memory:
@@ -215,6 +130,7 @@ def run_scale(n: int, cfg: ScaleConfig) -> list[dict]:
 
 
 _proc_status_mb = proc_status_mb
+_time_queries = time_queries  # the name benchmarks/bench_index.py imports
 
 
 def _say(started: float, n: int, msg: str) -> None:
@@ -338,7 +254,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
         for mode, (q, lab, qids) in qsets.items():
             t_s, t_i = truth[mode]
             exact_pred = _predict(stream, t_s, t_i, rule)
-            timing = _time_queries(index, q, cfg.k, cfg.threads)
+            timing = time_queries(index, q, cfg.k, cfg.threads)
             s, i = index.search(q, cfg.k)
             pred = _predict(stream, s, i, rule)
             row = {
@@ -426,23 +342,25 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
 
 
 # -- the study --------------------------------------------------------------------------------
-def run_study(cfg: ScaleConfig, isolate: bool = True, on_scale=None) -> list[dict]:
+def run_study(
+    cfg: ScaleConfig, isolate: bool = True, on_scale=None, out: Path | None = None, notes: Sequence[str] = ()
+) -> list[dict]:
     """Every scale, each in a fresh Python process when ``isolate`` (so peak memory is per
-    scale and one scale's allocations cannot inflate the next's)."""
+    scale and one scale's allocations cannot inflate the next's). ``on_scale(n, rows)``
+    hears each scale's rows; with ``out``, the outputs so far are written after every
+    scale, so the scales done survive an interrupted long run."""
     rows: list[dict] = []
     for n in cfg.scales:
         got = _run_isolated(n, cfg) if isolate else run_scale(n, cfg)
         rows.extend(got)
         if on_scale:
             on_scale(n, got)
+        if out is not None:
+            write_outputs(rows, cfg, out, notes)
     return rows
 
 
 def _run_isolated(n: int, cfg: ScaleConfig) -> list[dict]:
-    import json
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, "-m", "ocrr.studies.scale.study", str(n), json.dumps(asdict(cfg))],
         stdout=subprocess.PIPE,
@@ -454,8 +372,6 @@ def _run_isolated(n: int, cfg: ScaleConfig) -> list[dict]:
 
 
 def _child_main(argv: list[str]) -> None:
-    import json
-
     n, raw = int(argv[0]), json.loads(argv[1])
     for key in ("scales", "backends", "query_modes"):
         raw[key] = tuple(raw[key])
@@ -463,33 +379,5 @@ def _child_main(argv: list[str]) -> None:
     print(json.dumps(run_scale(n, ScaleConfig(**raw))))
 
 
-def ledger_bytes_per_entry(dim: int = 384, n: int = 16_384) -> dict:
-    """Measured (tracemalloc) bytes per entry of an ``ocrr.ledger.chain.Ledger`` with no texts.
-
-    ``n`` is a power of two so the capacity-doubling vector buffer has no slack; returns
-    {"total", "vector_buffer", "python_objects"} per entry. (Right after a doubling the
-    buffer holds up to twice the live vectors: between 1x and 2x of ``4 * dim``.)
-    """
-    import tracemalloc
-
-    from ocrr.ledger.chain import Ledger
-
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, dim)).astype(np.float32)
-    labels = [f"c{i % 100:03d}" for i in range(n)]
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    led = Ledger(dim)
-    led.extend(x, labels)
-    after = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    buffer = led.vector_buffer_bytes / n
-    del led
-    total = (after - before) / n
-    return {"total": total, "vector_buffer": buffer, "python_objects": total - buffer}
-
-
 if __name__ == "__main__":  # the per-scale worker of run_study(isolate=True)
-    import sys
-
     _child_main(sys.argv[1:])

@@ -1,4 +1,5 @@
-"""The service's counters, summed over its worker processes.
+"""The service's metrics: counters summed over its worker processes, the middleware that
+times each request, and the Prometheus text ``/metrics`` answers with.
 
 ``ocrr serve --workers N`` answers from N processes; a scrape of ``/metrics`` reaches
 one of them, and must still count every request. Each worker writes its own row of a
@@ -10,7 +11,9 @@ caller serialises its threads.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
+from collections.abc import Callable
 
 import numpy as np
 
@@ -106,3 +109,71 @@ class Counters:
             "buckets": buckets,
             **{g: int(total[self._gauge + i]) for i, g in enumerate(GAUGES)},
         }
+
+
+class TimeRequests:
+    """ASGI middleware handing each request's route, status and seconds to ``record``; plain
+    ASGI because Starlette's BaseHTTPMiddleware costs a task per request."""
+
+    def __init__(self, app, record: Callable[[str, int, float], None]):
+        self.app, self.record = app, record
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = 500
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "other")  # the router records the matched route
+            self.record(path, status, time.perf_counter() - t0)
+
+
+def prometheus_text(totals: dict, entries: int, workers: int, uptime: float) -> str:
+    """Prometheus text exposition format (version 0.0.4) of ``Counters.totals()``."""
+    lines = ["# HELP ocrr_requests_total HTTP requests by route and status.", "# TYPE ocrr_requests_total counter"]
+    for (path, status), n in sorted(totals["requests"].items(), key=str):
+        lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
+    lines += [
+        "# HELP ocrr_request_seconds Time spent answering requests, by route (from the request's "
+        "arrival in the app to its last byte handed to the server).",
+        "# TYPE ocrr_request_seconds histogram",
+    ]
+    for path, (total, n) in sorted(totals["seconds"].items()):
+        for bound, count in zip(BUCKETS, totals["buckets"][path]):
+            lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="{bound}"}} {count}')
+        lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="+Inf"}} {n}')
+        lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
+        lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
+    lines += [
+        "# HELP ocrr_ledger_entries Entries committed to the ledger.",
+        "# TYPE ocrr_ledger_entries gauge",
+        f"ocrr_ledger_entries {entries}",
+        "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits), all workers.",
+        "# TYPE ocrr_ledger_commits_total counter",
+        f"ocrr_ledger_commits_total {totals['commits']}",
+        "# HELP ocrr_predict_searches_total Searches run for pooled predicts by vector.",
+        "# TYPE ocrr_predict_searches_total counter",
+        f"ocrr_predict_searches_total {totals['searches']}",
+        "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
+        "# TYPE ocrr_predict_pooled_total counter",
+        f"ocrr_predict_pooled_total {totals['pooled']}",
+        "# HELP ocrr_predict_full_scans_total Pooled queries the float16 shortlist could not settle (scanned in full).",
+        "# TYPE ocrr_predict_full_scans_total counter",
+        f"ocrr_predict_full_scans_total {totals['full_scans']}",
+        "# HELP ocrr_workers Processes answering requests (ocrr serve --workers).",
+        "# TYPE ocrr_workers gauge",
+        f"ocrr_workers {workers}",
+        "# HELP ocrr_uptime_seconds Seconds since the service started.",
+        "# TYPE ocrr_uptime_seconds gauge",
+        f"ocrr_uptime_seconds {uptime:.3f}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ import multiprocessing as mp
 
 import pytest
 
-from ocrr.service.counters import BUCKETS, MAX_ROUTES, Counters
+from ocrr.service.metrics import BUCKETS, MAX_ROUTES, Counters
 
 
 def test_rows_of_several_workers_add_up_with_unknown_paths_and_statuses_under_other():

@@ -9,10 +9,11 @@ first takes in, checked, what the others committed, and every predict, head and 
 first takes in what is new (``DurableLedger.refresh``), so any worker answers for every
 correction acknowledged before the request arrived, whichever worker acknowledged it.
 
-The supervisor (this module, in the ``ocrr serve`` process) checks the ledger once,
-fully, and seeds it if asked, before any worker starts; workers then open it from that
-checkpoint. It restarts a worker that dies, and on SIGTERM / SIGINT stops them all the
-way uvicorn stops (requests in flight are answered, commits in flight land), then exits.
+The ``ocrr serve`` process checks the ledger once, fully, and seeds it if asked, before
+any worker starts (``server.serve``); workers then open it from that checkpoint. The
+supervisor (``supervise``, in that process) restarts a worker that dies, and on SIGTERM /
+SIGINT stops them all the way uvicorn stops (requests in flight are answered, commits in
+flight land), then exits.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
+from typing import Any
 
-from ocrr.service.counters import MAX_ROUTES, Counters
+from ocrr.service.metrics import MAX_ROUTES, Counters
 
 
 def bind(host: str, port: int, listen: bool) -> socket.socket:
@@ -43,7 +44,7 @@ def bind(host: str, port: int, listen: bool) -> socket.socket:
     return sock
 
 
-def supervise(workers: int, sock: socket.socket, target: Callable, config: dict, log) -> int:
+def supervise(workers: int, sock: socket.socket, target: Callable, config: Any, log: Callable[[str], None]) -> int:
     """Run ``target(config, slot, workers, table)`` in ``workers`` processes until a
     signal asks to stop; restart any that dies meanwhile. Returns the exit status."""
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads or locks
@@ -90,36 +91,3 @@ def supervise(workers: int, sock: socket.socket, target: Callable, config: dict,
             signal.signal(s, handler)
         sock.close()
     return 1 if stopping and stopping[0] == 0 else 0
-
-
-def worker_main(config: dict, slot: int, workers: int, table) -> None:
-    """One worker: open the ledger (from the supervisor's checkpoint), build the app, and
-    serve on its own socket of the shared port until SIGTERM."""
-    import uvicorn
-
-    from ocrr.cli.serve import build_state, limit_threads
-    from ocrr.service.app import BodyLimit, create_app
-
-    log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    import os
-
-    os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
-    state = build_state(
-        config["ledger"],
-        config["system"],
-        config["encoder"],
-        None,
-        None,
-        config["key"],
-        config["origin"],
-        config["token"],
-        config["seed"],
-        "checkpoint",
-        log,
-        config["encoder_nice"],
-    )
-    state.slot, state.workers, state.shared = slot, workers, table
-    limit_threads()
-    app = BodyLimit(create_app(state))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    server.run(sockets=[bind(config["host"], config["port"], listen=True)])

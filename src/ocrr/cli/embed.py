@@ -1,0 +1,29 @@
+"""``ocrr embed``: encode a dataset once, so later runs read the embedding cache."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from ocrr.cli.common import add_data_options, experiment_from_args
+from ocrr.cli.progress import RunProgress
+from ocrr.encoders import embed_dataset
+from ocrr.engine.experiment import load_experiment_dataset
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("embed", help="encode a dataset and fill the embedding cache")
+    add_data_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    screen = Console()
+    exp = experiment_from_args(args)
+    dataset = load_experiment_dataset(exp)
+    with RunProgress(screen, quiet=False) as progress:
+        emb = embed_dataset(dataset, exp.encoder, progress=progress.embedding)
+    screen.print(
+        f"{dataset.name}: {len(emb.train)} train + {len(emb.test)} test vectors of dimension "
+        f"{emb.train.shape[1]} from {emb.encoder_id} ({emb.source}); sha256 {emb.sha256[:16]}…"
+    )
+    return 0

@@ -1,0 +1,30 @@
+"""``ocrr report``: tables, figures and report.html from a sweep or run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+
+from ocrr.cli.common import console
+from ocrr.report import build_report
+from ocrr.studies import cmr_preset  # noqa: F401  (registers its folder section: `ocrr report` on a --preset cmr folder)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="tables, figures and report.html from a sweep or run folder")
+    p.add_argument("results", type=Path, help="a sweep folder, an ocrr run folder, or a results .parquet/.csv")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default RESULTS/report)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    report = build_report(args.results, args.out)
+    screen = console()
+    for title in report.tables:
+        screen.print(f"  {escape(title)}", highlight=False)  # "[stream=0]" is text, not markup
+    screen.print(
+        f"{len(report.tables)} tables and {len(report.figures)} figure files in {report.out}/; open {report.html}",
+        highlight=False,
+    )
+    return 0

@@ -1,0 +1,180 @@
+"""``ocrr sweep``: a grid of datasets x policies x seeds x systems, resumable; the staged CMR presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+
+from ocrr.cli.common import add_heldout_options, console, heldout_shortcuts, parse_data_options
+from ocrr.cli.progress import SweepProgress
+from ocrr.engine.sweep import finished_ids, load_config, resolve_grid, run_sweep
+from ocrr.errors import OcrrError
+from ocrr.report import build_report
+from ocrr.studies.cmr_preset import STAGED_PRESETS, plan_from_options, run_cmr_preset
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of datasets x policies x seeds x systems (resumable)",
+        description="Run every (dataset, encoder, policy, seed, system) of a grid as one task. "
+        "Finished tasks are skipped on re-run, so an interrupted sweep resumes. "
+        "Settings: --preset, then --config FILE (TOML/JSON), then these options.",
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="main (paper 5.1: 162 runs, + 18 of consolidating) | storage (4.4) | ablation (5.6) | "
+        "river (published river beside two fair variants) | consolidating (it, MbPA++ and its "
+        "ablations) | ocl (EvalOCL, Banking77) | smoke (seconds, synthetic) | cmr (CMR paper: search "
+        "on validation streams, then the test table) | cmr_table2 (and its Table 2)",
+    )
+    p.add_argument("--config", type=Path, default=None, help="a .toml or .json file of grid settings")
+    p.add_argument("--datasets", nargs="+", default=None, help="datasets (as for ocrr run --dataset)")
+    p.add_argument("--policies", nargs="+", default=None, help="oracle random50 random10 random:<p> ...")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, e.g. 0 1 2")
+    p.add_argument(
+        "--systems",
+        nargs="+",
+        default=None,
+        help="system specs (name:key=value overrides); '+name' adds to the preset's systems, "
+        "e.g. --systems +lora_deberta",
+    )
+    p.add_argument("--encoders", nargs="+", default=None, help="encoder specs (default minilm)")
+    p.add_argument(
+        "--protocol",
+        "--protocols",
+        dest="protocols",
+        nargs="+",
+        default=None,
+        help="protocol specs, name:key=value (default heldout; 'ocrr protocols' lists them)",
+    )
+    add_heldout_options(p)
+    p.add_argument("--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache)")
+    p.add_argument(
+        "--data-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="loader option for every dataset of the grid (per dataset: use --config)",
+    )
+    p.add_argument("--no-oos", action="store_true", help="CLINC150: drop the out-of-scope class")
+    p.add_argument("--executor", default=None, help="local (processes, default) | ray | serial")
+    p.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
+    p.add_argument("--address", default=None, help="Ray cluster address ('auto' or host:port); default: start one")
+    p.add_argument("--out", type=Path, default=None, help="sweep folder (default results/sweep-<preset>)")
+    p.add_argument("--dry-run", action="store_true", help="list the grid and what is already done; run nothing")
+    p.add_argument("--report", action="store_true", help="also write the report (as ocrr report OUT)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    config = load_config(args.config) if args.config else {}
+    preset = args.preset or config.get("preset")
+    if preset in STAGED_PRESETS:
+        return _run_staged_preset(args, preset)
+    if not (preset or config or args.datasets or args.systems):
+        raise OcrrError(
+            "ocrr sweep needs a grid: --preset main|storage|ablation|smoke, --config FILE, "
+            "or --datasets/--systems (see ocrr sweep --help)."
+        )
+    options = parse_data_options(args.data_option, example="dim=32")
+    grid = resolve_grid(
+        preset,
+        config,
+        datasets=args.datasets,
+        policies=args.policies,
+        seeds=args.seeds,
+        systems=args.systems,
+        encoders=args.encoders,
+        protocols=args.protocols,
+        data_dir=args.data_dir,
+        data_options=options or None,
+        oos=False if args.no_oos else None,
+        **heldout_shortcuts(args),
+    )
+    out = args.out or Path(config.get("out") or Path("results") / f"sweep-{preset or 'custom'}")
+    executor = args.executor or config.get("executor", "local")
+    jobs = args.jobs if args.jobs is not None else config.get("jobs")
+    address = args.address or config.get("address")
+    screen = console()
+    if args.dry_run:
+        tasks = grid.tasks()
+        done = finished_ids(Path(out)) if Path(out).exists() else set()
+        n_done = sum(t.task_id in done for t in tasks)
+        screen.print(
+            f"{len(tasks)} runs = {len(grid.datasets)} datasets x {len(grid.encoders)} encoders x "
+            f"{len(set(t.protocol for t in tasks))} protocols x "
+            f"{len(grid.policies)} policies x {len(set(t.system for t in tasks))} systems x "
+            f"{len(grid.seeds)} seeds; {n_done} already done in {out}/, {len(tasks) - n_done} to run."
+        )
+        return 0
+    progress = SweepProgress(screen, quiet=args.quiet)
+    result = run_sweep(grid, out, executor=executor, jobs=jobs, address=address, progress=progress)
+    n_runs = result.results[["task_id"]].drop_duplicates().shape[0] if len(result.results) else 0
+    screen.print(
+        f"{len(result.tasks)} runs in the grid: {len(result.skipped)} already done, {len(result.ran)} ran, "
+        f"{len(result.failed)} failed, in {result.seconds:.1f} s ({executor}). {out}/results.parquet "
+        f"and results.csv hold {n_runs} runs, {len(result.results)} rows.",
+        highlight=False,
+    )
+    for task, message in result.failed[:10]:
+        screen.print(
+            f"[red]failed[/] {escape(f'{task.dataset} · {task.policy} · seed {task.seed} · {task.system}')}: "
+            f"{escape(message)}",
+            highlight=False,
+            soft_wrap=True,  # a task's error stays whole
+        )
+    if result.failed:
+        screen.print("Fix the cause and run the same command again: finished runs are kept, failed ones retried.")
+    if args.report and len(result.results):
+        screen.print(f"report: {build_report(out).html}")
+    elif len(result.results):
+        screen.print(f"Tables, figures and report.html: ocrr report {out}", highlight=False)
+    return 1 if result.failed else 0
+
+
+def _run_staged_preset(args, preset: str) -> int:
+    """--preset cmr | cmr_table2: search on validation streams, then test (ocrr.studies.cmr_preset)."""
+    plan = plan_from_options(
+        preset,
+        args.datasets,
+        args.protocols,
+        args.systems,
+        parse_data_options(args.data_option, example="dim=32"),
+        args.data_dir,
+    )
+    out = args.out or Path("results") / f"sweep-{preset}"
+    screen = console()
+    if args.dry_run:
+        screen.print(
+            f"--preset {preset}: search on {plan.val_streams} validation streams of {plan.dataset} "
+            f"({sum(len(s.candidates({m.method: {} for m in plan.spaces})) for s in plan.spaces)} "
+            f"candidates), then test on {plan.test_streams} streams x {plan.seeds_per_stream} seeds"
+            f"{', then Table 2' if plan.table2 else ''}, into {out}/.",
+            highlight=False,
+        )
+        return 0
+    result = run_cmr_preset(
+        plan,
+        out,
+        executor=args.executor or "local",
+        jobs=args.jobs,
+        address=args.address,
+        progress_factory=lambda: SweepProgress(screen, quiet=args.quiet),
+        say=lambda text: screen.print(text, highlight=False),
+    )
+    for method, overrides in result["picks"].items():
+        screen.print(
+            f"  picked {method}: {', '.join(f'{k}={v}' for k, v in overrides.items()) or '(defaults)'}", highlight=False
+        )
+    screen.print(
+        f"wrote {', '.join(p.name for p in result['files'])} to {out}/; tables in {out}/cmr.md. "
+        f"Curves and report.html: ocrr report {out}/test",
+        highlight=False,
+    )
+    if args.report:
+        screen.print(f"report: {build_report(out / 'test').html}")
+    return 0

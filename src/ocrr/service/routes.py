@@ -1,0 +1,314 @@
+"""The HTTP routes of the service, bound to one ``ServiceState``.
+
+Reads (``/predict``, proofs, heads) are open; ``/correct`` needs the bearer token.
+``/predict`` and ``/correct`` are the hot paths: ``async`` handlers that parse the body
+with pydantic's JSON parser, hand the blocking part (search, encoder, commit) to the
+service's own thread pools in one hop, and answer with JSON bytes made by pydantic-core,
+skipping FastAPI's per-request dependency solving, thread-pool limiter and response
+re-validation (the OpenAPI schema still names both bodies). Encoding, search and the
+fsync of a commit never block the event loop, and corrections that arrive together share
+one commit (the ledger's group commit). The other routes are plain ``def``s in FastAPI's
+worker threads. Every error a client can cause is a 4xx JSON ``{"detail": "<what is
+wrong and what to do>"}``.
+
+The endpoints are methods (FastAPI takes bound methods as it takes functions); their
+names are the OpenAPI operation names, and a docstring on one becomes its description.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from importlib import resources
+from typing import Annotated
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPBearer
+from pydantic_core import to_json
+
+from ocrr.errors import OcrrError
+from ocrr.ledger.heads import TreeHead
+from ocrr.ledger.store import DurableLedger
+from ocrr.service.pool import PredictPool
+from ocrr.service.schemas import (
+    ConsistencyOut,
+    CorrectRequest,
+    CorrectResponse,
+    PredictRequest,
+    PredictResponse,
+    ProofOut,
+    b64,
+    body_doc,
+    parse,
+)
+from ocrr.service.state import ServiceState
+from ocrr.service.threads import one_omp_thread
+from ocrr.systems.persistent import POOLED_BELOW
+
+# A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: about
+# 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.
+INLINE_FLOATS = 8_000_000
+# A pooled search (predicts of fewer than 8 vectors, service/pool.py) runs on the event loop
+# up to this many entries x dimension (~20k entries of 384: a float16 pass of 0.5-1 ms that
+# releases the GIL), beyond it on a search thread. Measured on the 2-core box (8 clients, the
+# issue's mix, 4 runs each): by-vector p99 8.0-8.6 ms on the loop, 10.7-11.4 ms through a
+# thread, whose two hand-offs each wait for a busy core to be scheduled.
+POOL_INLINE_FLOATS = 8_000_000
+#: The routes the shortcut (service/shortcut.py) sends straight to their endpoint.
+HOT = {("POST", "/predict"), ("POST", "/correct")}
+
+# Module level: FastAPI resolves the (string) annotations of the endpoints in this module's namespace.
+_bearer = HTTPBearer(auto_error=False, description="the service token (printed or set at `ocrr serve`)")
+
+
+class Routes:
+    """The endpoints over ``state``, and the thread pools they hand blocking work to.
+
+    A predict of fewer than 8 vectors joins the pooled search (service/pool.py: one pass,
+    through the float16 shortlist, for the predicts that arrive together; on a search thread
+    unless the pass reads at most ``pool_inline_floats`` numbers). A bigger one whose exact
+    scan reads at most ``inline_floats`` numbers (queries x entries x dimension) is answered
+    on the event loop; larger ones run on ``search_threads`` threads (searches release the GIL
+    in BLAS: one per core). Predicts by text and corrections, which mostly wait (for the
+    encoder, for the group commit's fsync), run on ``wait_threads`` others, so slow texts
+    never hold up a search."""
+
+    def __init__(
+        self,
+        state: ServiceState,
+        inline_floats: int = INLINE_FLOATS,
+        search_threads: int = 2,
+        wait_threads: int = 32,
+        pool_inline_floats: int = POOL_INLINE_FLOATS,
+    ):
+        self.state, self.inline_floats = state, inline_floats
+        self.search_pool = ThreadPoolExecutor(
+            search_threads, thread_name_prefix="ocrr-search", initializer=one_omp_thread
+        )
+        self.wait_pool = ThreadPoolExecutor(wait_threads, thread_name_prefix="ocrr-wait", initializer=one_omp_thread)
+        self.pool = state.pool = PredictPool(
+            state.substrate, self.search_pool, pool_inline_floats, passes=search_threads
+        )
+        self.pool.warm()
+        one_omp_thread()  # small pooled searches run on this (the event loop's) thread
+        self._last_head: tuple[int, dict] | None = None  # (size, signed head) of the latest commit answered
+
+    def add_to(self, app: FastAPI) -> None:
+        app.add_exception_handler(OcrrError, _ocrr_error)
+        app.add_exception_handler(RequestValidationError, _invalid)
+        app.add_api_route("/", self.page, response_class=HTMLResponse, include_in_schema=False)
+        app.add_api_route("/health", self.health)
+        app.add_api_route(
+            "/predict",
+            self.predict,
+            methods=["POST"],
+            response_model=PredictResponse,
+            openapi_extra=body_doc(PredictRequest),
+        )
+        app.add_api_route(
+            "/correct",
+            self.correct,
+            methods=["POST"],
+            response_model=CorrectResponse,
+            dependencies=[Depends(_bearer)],  # the schema's auth; the endpoint checks the token itself
+            openapi_extra=body_doc(CorrectRequest),
+        )
+        app.add_api_route("/head", self.head)
+        app.add_api_route("/proof/inclusion/{index}", self.inclusion, response_model=ProofOut)
+        app.add_api_route("/proof/consistency", self.consistency, response_model=ConsistencyOut)
+        app.add_api_route("/verify", self.verify)
+        app.add_api_route("/corrections/recent", self.recent)
+        app.add_api_route("/metrics", self.metrics, response_class=PlainTextResponse)
+
+    def shutdown(self) -> None:
+        self.search_pool.shutdown(wait=True)
+        self.wait_pool.shutdown(wait=True)  # the corrections in flight get their commit
+
+    # -- the hot paths ------------------------------------------------------------------
+    async def predict(self, request: Request) -> Response:
+        req = await parse(request, PredictRequest)
+        sub = self.state.substrate
+        vectors = req.vectors if req.vectors is not None else req.vectors_b64
+        if (
+            vectors is None and req.texts is not None and len(req.texts) < POOLED_BELOW
+        ):  # encode off the loop, then pool
+            vecs = await self._off_loop(self.wait_pool, self._vectors, req)
+            body = _predictions(await self.pool.explain(sub.check_queries(vecs)))
+        elif vectors is None:
+            body = await self._off_loop(self.wait_pool, self._predict_now, req)
+        elif len(vectors) < POOLED_BELOW:  # the usual case: share a search with the predicts arriving with it
+            body = _predictions(await self.pool.explain(sub.check_queries(self._vectors(req))))
+        elif len(vectors) * len(sub) * (sub.ledger.dim or 0) <= self.inline_floats:
+            # A small scan: here it costs less than the two thread hops (each a wake-up that a
+            # busy box can delay by a scheduler tick), and its BLAS part releases the GIL anyway.
+            body = self._predict_now(req)
+        else:
+            body = await self._off_loop(self.search_pool, self._predict_now, req)
+        return Response(body, media_type="application/json")
+
+    async def correct(self, request: Request) -> Response:
+        self._require_token(request)  # here, not as a dependency: the shortcut solves none
+        req = await parse(request, CorrectRequest)
+        return Response(await self._off_loop(self.wait_pool, self._correct_now, req), media_type="application/json")
+
+    @staticmethod
+    async def _off_loop(pool: ThreadPoolExecutor, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def _vectors(self, req: PredictRequest) -> np.ndarray:
+        """The request's vectors: as sent, or its texts encoded."""
+        vecs = req.sent_vectors()
+        if vecs is not None:
+            return vecs
+        if self.state.encoder is None:
+            raise OcrrError("this service has no encoder: send 'vectors', or restart it with --encoder minilm")
+        return np.asarray(self.state.encoder.encode(list(req.texts)), np.float32)
+
+    def _predict_now(self, req: PredictRequest) -> bytes:
+        return _predictions(self.state.substrate.explain(self._vectors(req)))
+
+    def _correct_now(self, req: CorrectRequest) -> bytes:
+        vecs = self._vectors(req)
+        if len(req.labels) != len(vecs):
+            raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
+        ids = self.state.substrate.correct(vecs, list(req.labels), req.texts)
+        size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids)  # one size for all
+        proofs = [
+            {"index": i, "size": size, "root": b64(root), "leaf_hash": b64(leaf), "proof": _nodes(proof)}
+            for i, leaf, proof in found
+        ]
+        return to_json({"ids": list(ids), "head": self._commit_head(size, root, chain), "proofs": proofs})
+
+    def _require_token(self, request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.state.token.encode()):
+            raise HTTPException(
+                401,
+                "a correction needs the service token: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    def _commit_head(self, size: int, root: bytes, chain: bytes) -> dict:
+        """The signed head at ``size``, signed once for all the corrections a group commit
+        answers, not twice (head and checkpoint, Ed25519) per answer."""
+        if self._last_head is None or self._last_head[0] != size:
+            self._last_head = (size, self._signed(TreeHead.now(size, root, chain)))
+        return self._last_head[1]
+
+    def _signed(self, head: TreeHead) -> dict:
+        if self.state.signer is None:
+            return {**head.to_dict(), "signed": False}
+        return {**self.state.signer.sign_head(head), "signed": True}
+
+    # -- the ledger, as every worker committed it -----------------------------------------
+    def _fresh_ledger(self) -> DurableLedger:
+        """The ledger, with what every worker committed taken in."""
+        led = self.state.substrate.ledger
+        led.refresh()
+        return led
+
+    @contextmanager
+    def _ledger_held(self) -> Iterator[DurableLedger]:
+        """The ledger, taken in and read-locked: its size stays put while a proof is made."""
+        led = self._fresh_ledger()
+        with led.lock.read():
+            yield led
+
+    def head(self) -> dict:
+        return self._signed(TreeHead.now(*self._fresh_ledger().head()))
+
+    def inclusion(self, index: int, size: Annotated[int | None, Query(ge=1)] = None) -> dict:
+        with self._ledger_held() as led:
+            n = len(led) if size is None else size
+            if not 0 <= index < n <= len(led):
+                raise HTTPException(
+                    404,
+                    f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
+                    "ask for 0 <= index < size <= the ledger's size",
+                )
+            leaf, proof = led.tree.node(0, index), led.inclusion_proof(index, n)
+            return {"index": index, "size": n, "root": b64(led.root(n)), "leaf_hash": b64(leaf), "proof": _nodes(proof)}
+
+    def consistency(
+        self,
+        size1: Annotated[int, Query(alias="from", ge=1)],
+        size2: Annotated[int | None, Query(alias="to", ge=1)] = None,
+    ) -> dict:
+        with self._ledger_held() as led:
+            n = len(led) if size2 is None else size2
+            if not 0 < size1 <= n <= len(led):
+                raise HTTPException(
+                    404,
+                    f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
+                    "ask for 1 <= from <= to <= the ledger's size",
+                )
+            roots = {"root_from": b64(led.root(size1)), "root_to": b64(led.root(n))}
+            return {"from": size1, "to": n, **roots, "proof": _nodes(led.consistency_proof(size1, n))}
+
+    def verify(self) -> dict:
+        report = {**self.state.substrate.verify().to_dict(), "time": time.time()}
+        self.state.substrate.ledger.record_verification(report)  # in the file: every worker's page shows it
+        return report
+
+    def recent(self) -> dict:
+        """The ledger's latest entries (from the file: whichever worker committed them)."""
+        led = self._fresh_ledger()
+        n = len(led)
+        latest = [{"id": i, "label": label, "text": text} for i, label, text, *_ in led.read_entries(max(0, n - 20), n)]
+        return {"corrections": latest[::-1], "last_verify": led.last_verification()}
+
+    # -- the page, health and metrics ---------------------------------------------------------
+    def page(self) -> str:
+        return resources.files("ocrr.service").joinpath("page.html").read_text(encoding="utf-8")
+
+    def health(self) -> dict:
+        state = self.state
+        self._fresh_ledger()
+        return {
+            "status": "ok",
+            "entries": len(state.substrate),
+            "encoder": state.encoder is not None,
+            "signed": state.signer is not None,
+            "worker": state.slot,
+            "workers": state.workers,
+            "pid": os.getpid(),
+        }
+
+    def metrics(self) -> str:
+        self._fresh_ledger()  # the entries every worker committed
+        return self.state.metrics_text()
+
+
+def _predictions(explanations) -> bytes:
+    return to_json(
+        {
+            "predictions": [
+                {"label": e.label, "margin": e.margin, "neighbours": [n.__dict__ for n in e.neighbours]}
+                for e in explanations
+            ]
+        }
+    )
+
+
+def _nodes(proof: list[bytes]) -> list[str]:
+    return [b64(p) for p in proof]
+
+
+async def _ocrr_error(request: Request, exc: OcrrError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=400)
+
+
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)

@@ -1,0 +1,103 @@
+"""The service's config: checked when made, frozen; the service runs from it alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ocrr.errors import OcrrError
+from ocrr.service import ServiceConfig
+
+
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("workers", 0, "--workers takes 1 to 64"),
+        ("workers", 65, "--workers takes 1 to 64"),
+        ("workers", True, "--workers takes 1 to 64"),
+        ("port", -1, "--port takes 0 to 65535"),
+        ("port", 70_000, "--port takes 0 to 65535"),
+        ("host", "", "--host needs an address"),
+        ("seed", "3", "--seed takes an integer"),
+        ("system", "", "--system takes a substrate spec"),
+        ("encoder_nice", 25, "--encoder-nice 25: give a niceness 0-19, or 'idle'"),
+        ("encoder_nice", "low", "--encoder-nice 'low'"),
+        ("token", "  ", "the service token is empty"),
+    ],
+)
+def test_a_bad_option_is_refused_with_its_name_and_the_fix(tmp_path, option, value, words):
+    with pytest.raises(OcrrError, match=words.replace("(", r"\(")):
+        ServiceConfig(ledger=tmp_path / "l.db", **{option: value})
+    assert not (tmp_path / "l.db").exists()
+
+
+def test_the_config_is_frozen_and_takes_paths_as_strings(tmp_path):
+    config = ServiceConfig(ledger=str(tmp_path / "l.db"), key=str(tmp_path / "k.pem"), quick_open=True)
+    assert config.ledger == tmp_path / "l.db" and isinstance(config.key, Path) and config.verify == "checkpoint"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.workers = 2
+    assert dataclasses.replace(config, workers=4).workers == 4
+    with pytest.raises(OcrrError, match="--workers"):
+        dataclasses.replace(config, workers=0)
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_service_never_imports_the_command_line():
+    out = _run(
+        "import sys, ocrr.service.server, ocrr.service.app\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ocrr.cli')))"
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_without_the_service_extra_the_package_imports_and_serving_names_the_install():
+    block = "import sys; sys.modules['fastapi'] = None\n"  # as if fastapi were not installed
+    out = _run(
+        block + "import ocrr.service\n"
+        "from ocrr.errors import OcrrError\n"
+        "try:\n"
+        "    ocrr.service.serve(ocrr.service.ServiceConfig(ledger='unused.db'))\n"
+        "except OcrrError as e:\n"
+        "    print(e)\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ocrr serve needs the service extra (fastapi is missing); pip install 'ocrr[service]'" in out.stdout
+
+
+def test_create_app_opens_the_state_from_a_config_and_closes_it_at_shutdown(tmp_path):
+    pytest.importorskip("fastapi")
+    requests = pytest.importorskip("requests")
+    from service_helpers import TOKEN, running
+
+    from ocrr.ledger.store import DurableLedger
+    from ocrr.service.app import create_app
+
+    app = create_app(ServiceConfig(ledger=tmp_path / "l.db", token=TOKEN))
+    with running(app) as url:
+        assert requests.get(f"{url}/health").json()["entries"] == 0
+        r = requests.post(
+            f"{url}/correct",
+            json={"vectors": [[1.0, 0.0]], "labels": ["x"]},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert r.status_code == 200 and r.json()["ids"] == [0]
+    with DurableLedger.open(tmp_path / "l.db") as led:  # closed by the app: another connection opens it
+        assert len(led) == 1
+
+
+def test_without_a_token_the_state_gets_a_random_one(tmp_path):
+    from ocrr.service.state import build_state
+
+    states = [build_state(ServiceConfig(ledger=tmp_path / f"{k}.db"), log=lambda m: None) for k in range(2)]
+    try:
+        assert all(len(s.token) >= 32 for s in states) and states[0].token != states[1].token
+    finally:
+        for s in states:
+            s.close()
