@@ -1,6 +1,10 @@
 """ocrr: the Online Correction Recovery benchmark and library."""
 
+from ocrr.utils import moved as _moved
+
 __version__ = "0.1.0"
+
+_moved.install()  # old module paths (ocrr.experiment, ...) name their new home
 
 
 def __getattr__(name: str):

@@ -157,7 +157,7 @@ class Option:
         numbers = (int, np.integer) if self.kind is int else (int, float, np.integer, np.floating)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers) or not math.isfinite(value):
             return False
-        return (
+        return bool(  # (numpy scalars compare to numpy bools)
             (self.low is None or value >= self.low)
             and (self.high is None or value <= self.high)
             and (self.gt is None or value > self.gt)
@@ -213,8 +213,9 @@ def _bounds(low, gt, high, lt) -> str:
     upper = (high, "]", "≤") if high is not None else (lt, ")", "<") if lt is not None else None
     if lower and upper:
         return f" in {lower[1]}{lower[0]:g}, {upper[0]:g}{upper[1]}"
-    if lower or upper:
-        bound, _, sign = lower or upper
+    either = lower or upper
+    if either:
+        bound, _, sign = either
         return f" {sign} {bound:g}"
     return ""
 

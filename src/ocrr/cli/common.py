@@ -1,16 +1,9 @@
-"""What several commands share: the console, the error line, the data options and the experiment they describe."""
+"""What every command shares: the console and the error line (kept light: `ocrr` imports it first)."""
 
 from __future__ import annotations
 
-import argparse
-
 from rich.console import Console
 from rich.markup import escape
-
-from ocrr.engine.experiment import MAIN_SYSTEMS, Experiment
-from ocrr.engine.sweep.grid import EMBEDDING_ONLY
-from ocrr.errors import OcrrError
-from ocrr.specs import parse_assignments
 
 
 def console() -> Console:
@@ -22,78 +15,3 @@ def print_error(err: Exception) -> None:
     """One error line on stderr, never hard-wrapped (a path or URL in it stays whole for copying), its text
     printed as written: brackets in it (a list, "[stream=0]") are not rich markup."""
     Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
-
-
-def add_data_options(p: argparse.ArgumentParser) -> None:
-    """The dataset and encoder options of ``ocrr run`` and ``ocrr embed``."""
-    p.add_argument(
-        "--dataset",
-        default="banking77",
-        help="banking77 | clinc150 | demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>]",
-    )
-    p.add_argument(
-        "--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache, download)"
-    )
-    p.add_argument("--no-oos", action="store_true", help="CLINC150: drop the out-of-scope class")
-    p.add_argument("--text-col", default=None, help="your CSV/JSONL: the text column (default 'text')")
-    p.add_argument("--label-col", default=None, help="your CSV/JSONL: the label column (default 'label')")
-    p.add_argument(
-        "--test-fraction",
-        type=float,
-        default=None,
-        help="your CSV/JSONL without a test file: fraction held for testing (default 0.2)",
-    )
-    p.add_argument(
-        "--data-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other loader option, e.g. synthetic's n_classes=50 dim=384 sigma=0.02",
-    )
-    p.add_argument(
-        "--encoder",
-        default=None,
-        help="minilm (default, offline) | st:<sentence-transformers id> | precomputed:<file.npy|.npz>",
-    )
-
-
-def add_heldout_options(p: argparse.ArgumentParser) -> None:
-    """--heldout, --eval-cap, --every: shortcuts for the held-out protocol's options (ocrr run, ocrr sweep)."""
-    for flag, text in (
-        ("--heldout", "held-out classes (default 10)"),
-        ("--eval-cap", "cap on each eval set, 0 for none (default 400)"),
-        ("--every", "checkpoint every N stream items (default 50)"),
-    ):
-        p.add_argument(flag, type=int, default=None, help=f"heldout protocol: {text}")
-
-
-def heldout_shortcuts(args: argparse.Namespace) -> dict:
-    """The values of --heldout, --eval-cap and --every, named as Experiment and resolve_grid take them."""
-    return {"n_heldout": args.heldout, "eval_cap": args.eval_cap, "every": args.every}
-
-
-def parse_data_options(items: list[str], example: str = "n_classes=50") -> dict:
-    """``--data-option KEY=VALUE`` items -> {key: value}, values parsed as in a spec."""
-    return parse_assignments(items, "--data-option", f"--data-option {example}")
-
-
-def experiment_from_args(args: argparse.Namespace, **extra) -> Experiment:
-    """The experiment cell that the data options (and, for ``ocrr run``, ``--systems``) describe."""
-    options = parse_data_options(args.data_option)
-    for key in ("text_col", "label_col", "test_fraction"):
-        if getattr(args, key) is not None:
-            options[key] = getattr(args, key)
-    if args.encoder is not None and args.dataset in EMBEDDING_ONLY:
-        raise OcrrError(
-            f"{args.dataset} carries its own vectors, so --encoder {args.encoder} would be ignored. "
-            "Drop --encoder, or use a dataset with texts (e.g. csv:FILE or jsonl:FILE)."
-        )
-    return Experiment(
-        dataset=args.dataset,
-        encoder=args.encoder or "minilm",
-        data_dir=args.data_dir,
-        oos=not args.no_oos,
-        data_options=options,
-        systems=list(getattr(args, "systems", None) or MAIN_SYSTEMS),
-        **extra,
-    )

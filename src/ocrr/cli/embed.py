@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ocrr.cli.common import add_data_options, experiment_from_args
+from ocrr.cli.options import add_data_options, experiment_from_args
 from ocrr.cli.progress import RunProgress
 from ocrr.encoders import embed_dataset
 from ocrr.engine.experiment import load_experiment_dataset

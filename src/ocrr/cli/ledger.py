@@ -105,6 +105,7 @@ def _cmd_verify(args) -> int:
     report, scan = scan_file(args.path, "checkpoint" if args.quick else "full")
     out = report.to_dict()
     if report and args.expect_size is not None:
+        assert scan is not None  # an intact report always comes with its scan
         if args.expect_root is None:
             raise OcrrError("--expect-size needs --expect-root (the base64 root of the head you hold)")
         try:

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from ocrr.cli.common import add_data_options, add_heldout_options, console, experiment_from_args, heldout_shortcuts
+from ocrr.cli.common import console
+from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.progress import RunProgress
 from ocrr.engine.experiment import plan_experiment, run_experiment, write_outputs
 from ocrr.errors import OcrrError

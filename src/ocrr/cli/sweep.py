@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ocrr.cli.common import add_heldout_options, console, heldout_shortcuts, parse_data_options
+from ocrr.cli.common import console
+from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
 from ocrr.cli.progress import SweepProgress
 from ocrr.engine.sweep import finished_ids, load_config, resolve_grid, run_sweep
 from ocrr.errors import OcrrError

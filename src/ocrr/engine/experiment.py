@@ -38,6 +38,7 @@ from ocrr.engine.sweep import Grid, Task, prepare_data
 from ocrr.engine.sweep.execute import task_frames
 from ocrr.engine.sweep.executors import SerialExecutor
 from ocrr.policies.basic import make_policy
+from ocrr.protocols.base import Protocol
 from ocrr.protocols.summary import FOOTPRINT_COLUMNS
 
 # The main job: `ocrr run`'s default systems (the main sweep's are ocrr.engine.sweep.MAIN_SWEEP_SYSTEMS)
@@ -72,7 +73,7 @@ class ExperimentResult:
     predictions: pd.DataFrame  # one row per run x stream item
     summary: pd.DataFrame
     config: dict
-    protocol: object  # the ocrr.protocols.Protocol that ran
+    protocol: Protocol  # the protocol that ran
     encoder_id: str = ""
 
 
@@ -255,7 +256,7 @@ def _dim(shared) -> int:
 
 def _versions() -> dict:
     """Installed versions, read from package metadata (importing them would cost seconds)."""
-    versions = {"ocrr": __version__, "python": platform.python_version()}
+    versions: dict[str, str | None] = {"ocrr": __version__, "python": platform.python_version()}
     for package in ("numpy", "pandas", "torch", "sentence-transformers", "river", "faiss-cpu"):
         try:
             versions[package] = metadata.version(package)

@@ -19,7 +19,7 @@ paper's running average starts after the first update).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +30,7 @@ from ocrr.policies.feedback import Feedback
 from ocrr.protocols.base import RunSoFar
 from ocrr.protocols.scenario import Scenario
 from ocrr.protocols.summary import FOOTPRINT_COLUMNS
-from ocrr.systems.base import Footprint
+from ocrr.systems.base import Footprint, System
 
 
 @dataclass
@@ -65,6 +65,8 @@ class StreamTrace:
         """Near-future predictions of items source + S, source + S + 1, ... by the state that
         predicts item ``source`` (none by a state that has seen no stream item)."""
         if source > 0 and guesses:
+            # near-future guesses exist only with a shift, and then ``ahead`` is allocated
+            assert self.shift is not None and self.ahead is not None
             lo = source + self.shift
             self.ahead[lo : lo + len(guesses)] = guesses
             self.asked[lo : lo + len(guesses)] = True
@@ -75,7 +77,13 @@ def accuracy(system, batch: Batch) -> float:
     if len(batch) == 0:
         return float("nan")
     predictions = system.predict(batch)
-    return float(np.mean([p == t for p, t in zip(predictions, batch.labels)]))
+    return float(np.mean([p == t for p, t in zip(predictions, _labels(batch))]))
+
+
+def _labels(batch: Batch) -> Sequence[str]:
+    """The true labels of a stream or eval-set batch (protocols always label both)."""
+    assert batch.labels is not None, "stream and eval-set batches carry their labels"
+    return batch.labels
 
 
 class _Clock:
@@ -145,7 +153,7 @@ def run(
 class _Walk:
     """One run's state as the stream is walked: what both episode steppers read and update."""
 
-    system: object
+    system: System
     stream: Batch
     bounds: np.ndarray
     feedback: Feedback
@@ -225,6 +233,7 @@ def _deliver(walk: _Walk, now: int) -> bool:
     due, batch = walk.feedback.deliver(walk.stream, now)
     if not due:
         return False
+    assert batch is not None  # deliver returns a batch whenever something is due
     t = time.perf_counter()
     walk.system.correct(batch)
     walk.clock.correct += time.perf_counter() - t
@@ -267,7 +276,7 @@ def run_to_output(
     out = RunOutput()
     shift = getattr(scenario, "shift", None)
     trace = StreamTrace(len(scenario.stream), shift)
-    labels = scenario.stream.labels
+    labels = _labels(scenario.stream)
     n = len(labels)
     right = 0
     seen = 0
@@ -275,6 +284,7 @@ def run_to_output(
     for cp in run(system, scenario, policy, trace=trace):
         right += sum(trace.predicted[i] == labels[i] for i in range(seen, cp.step))
         if shift is not None:  # queries made by the states that predicted items seen .. cp.step - 1
+            assert trace.ahead is not None  # allocated by StreamTrace for a shift
             for j in range(min(seen + shift, n), min(cp.step + shift, n)):
                 if trace.asked[j]:
                     near["asked"] += 1
@@ -316,7 +326,7 @@ def prediction_columns(scenario: Scenario, trace: StreamTrace) -> dict:
         "episode": episode.tolist(),
         "step": bounds[episode].tolist(),
         "item": list(range(n)),
-        "label": list(scenario.stream.labels),
+        "label": list(_labels(scenario.stream)),
         "predicted": [None if p is None else str(p) for p in trace.predicted],
         "corrected": trace.corrected.tolist(),
         **{k: list(v) for k, v in scenario.stream_columns.items()},

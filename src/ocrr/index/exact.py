@@ -227,3 +227,12 @@ class ExactIndex:
             sims = queries[lo:hi] @ vecs.T
             out_s[lo:hi], out_i[lo:hi] = top_k(sims, ids, kk)
         return out_s, out_i
+
+
+def rows_and_ids(vecs: np.ndarray, ids: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """What an index's ``add`` stores: float32 rows of ``dim`` and int64 ids, one id per row."""
+    rows = np.ascontiguousarray(vecs, np.float32).reshape(-1, dim)
+    ids = np.asarray(ids, np.int64).reshape(-1)
+    if len(rows) != len(ids):
+        raise ValueError(f"add got {len(rows)} vectors but {len(ids)} ids")
+    return rows, ids

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ocrr.index.exact import ExactIndex, top_k
+from ocrr.index.exact import ExactIndex, rows_and_ids, top_k
 
 KINDS = ("hnsw", "hnsw_sq8", "exact_sq8")
 
@@ -143,10 +143,7 @@ class FaissIndex:
         return self._n - self._dead + (len(self._staged) if self._staged is not None else 0)
 
     def add(self, vecs: np.ndarray, ids: np.ndarray) -> None:
-        vecs = np.ascontiguousarray(vecs, np.float32).reshape(-1, self.dim)
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if len(vecs) != len(ids):
-            raise ValueError(f"add got {len(vecs)} vectors but {len(ids)} ids")
+        vecs, ids = rows_and_ids(vecs, ids, self.dim)
         if len(ids) == 0:
             return
         if self._staged is not None:

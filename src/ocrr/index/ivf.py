@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from ocrr.index.exact import ExactIndex
+from ocrr.index.exact import ExactIndex, rows_and_ids
 from ocrr.index.ivf_tune import check_targets, tune_ivf
 from ocrr.index.rerank import rerank
 from ocrr.index.vote import VoteRule
@@ -311,10 +311,7 @@ class IVFIndex:
     def add(self, vecs: np.ndarray, ids: np.ndarray, assign: np.ndarray | None = None) -> None:
         """Add rows; ``assign``: their list numbers, when computed already (``assign()``;
         ignored by kinds that cannot take them, see ``takes_assignments``)."""
-        vecs = np.ascontiguousarray(vecs, np.float32).reshape(-1, self.dim)
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if len(vecs) != len(ids):
-            raise ValueError(f"add got {len(vecs)} vectors but {len(ids)} ids")
+        vecs, ids = rows_and_ids(vecs, ids, self.dim)
         if len(ids) == 0:
             return
         if self._staged is not None:  # (not trained yet)

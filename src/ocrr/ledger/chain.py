@@ -65,7 +65,7 @@ def entry_digest(id: int, label: str, text: str | None, vector: np.ndarray, prev
     h = hashlib.sha256(
         b"".join((_DIGEST_TAG, _ID_LABEL_LEN.pack(id, len(lab)), lab, text_part, _U32.pack(vec.shape[0])))
     )
-    h.update(vec)  # raw bytes via the buffer protocol: no copy, no text
+    h.update(vec.data)  # raw bytes via the buffer protocol: no copy, no text
     h.update(prev_hash)
     return h.digest()
 
@@ -156,7 +156,7 @@ class Chain:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"ledger index {i} out of range for {n} entries")
-        return Entry(self._ids[i], self._labels[i], self._texts[i], self._ro[i], self._prev[i], self._hashes[i])
+        return Entry(self._ids[i], self._labels[i], self._texts[i], self._view()[i], self._prev[i], self._hashes[i])
 
     def __iter__(self) -> Iterator[Entry]:
         for i in range(self._n):
@@ -172,7 +172,8 @@ class Chain:
         state["_ro"] = None
         if self._vec_file is not None:  # the copy holds its vectors in memory
             state["_vec_file"] = None
-            state["_buf"] = np.array(self._buf[: max(self._n, 1)])
+            if self._buf is not None:  # None: no dim yet, so no vectors to copy
+                state["_buf"] = np.array(self._buf[: max(self._n, 1)])
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -226,7 +227,7 @@ class Chain:
         if np.count_nonzero(np.isfinite(vec)) != vec.size:  # ~1 µs cheaper than .all()
             raise OcrrError("vector contains NaN or inf; check the encoder output before appending")
         n = self.append_checked(vec, label, text)
-        return Entry(n, label, text, self._ro[n], self._prev[n], self._hashes[n])
+        return Entry(n, label, text, self._view()[n], self._prev[n], self._hashes[n])
 
     def append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
         """Append one entry whose vector the caller already checked (a finite 1-D float32
@@ -234,10 +235,11 @@ class Chain:
         No Entry object is built: this is the path one correction takes."""
         _check_label_text(label, text)
         n = self._n
-        if vec.shape[0] != self._dim or n == self._buf.shape[0]:
-            self._reserve(vec.shape[0], 1)
-        self._buf[n] = vec  # slot n is past the visible end, so a failure below leaves no trace
-        row = self._ro[n]  # a row of the read-only view is itself read-only
+        buf = self._buf  # None until the dim is known, and then vec.shape[0] != self._dim
+        if buf is None or vec.shape[0] != self._dim or n == buf.shape[0]:
+            buf = self._reserve(vec.shape[0], 1)
+        buf[n] = vec  # slot n is past the visible end, so a failure below leaves no trace
+        row = buf[n]  # hashed only: a caller gets rows of the read-only view
         prev = self._hashes[-1] if n else GENESIS
         digest = _digest_or_raise(n, label, text, row, prev)
         self._ids.append(n)
@@ -275,8 +277,7 @@ class Chain:
         start = self._n
         if m == 0:
             return range(start, start)
-        self._reserve(mat.shape[1], m)
-        block = self._buf[start : start + m]
+        block = self._reserve(mat.shape[1], m)[start : start + m]
         block[:] = mat
         prev = self.head
         prevs: list[bytes] = []
@@ -293,8 +294,8 @@ class Chain:
         self._n = start + m
         return range(start, start + m)
 
-    def _reserve(self, d: int, extra: int) -> None:
-        """Fix dim on first use and make room for ``extra`` more rows."""
+    def _reserve(self, d: int, extra: int) -> np.ndarray:
+        """Fix dim on first use and make room for ``extra`` more rows; return the buffer."""
         if self._dim is None:
             if d < 1:
                 raise OcrrError("vector is empty; pass a vector with at least one component")
@@ -305,15 +306,18 @@ class Chain:
                 f"vector has dimension {d} but this ledger holds dimension {self._dim}; "
                 "use the same encoder for every entry"
             )
+        buf = self._buffer()
         need = self._n + extra
-        cap = self._buf.shape[0]
+        cap = buf.shape[0]
         if need > cap:
             while cap < need:
                 cap *= 2
             grown = self._allocate(cap, self._dim)
             if self._vec_file is None:  # a file-backed buffer grows in place: its rows are already there
-                grown[: self._n] = self._buf[: self._n]
+                grown[: self._n] = buf[: self._n]
             self._set_buffer(grown)  # old views keep the old buffer alive; its rows never change
+            buf = grown
+        return buf
 
     def _allocate(self, rows: int, dim: int) -> np.ndarray:
         """An uninitialised (rows, dim) buffer: in RAM, or the whole scratch file re-mapped
@@ -341,6 +345,16 @@ class Chain:
         self._ro = buf.view()
         self._ro.flags.writeable = False
 
+    def _buffer(self) -> np.ndarray:
+        """The writable vector buffer, which exists once the dim is known (given, or the first entry's)."""
+        assert self._buf is not None, "no vector buffer before the ledger's dim is known"
+        return self._buf
+
+    def _view(self) -> np.ndarray:
+        """The read-only view of the vector buffer (exists when ``_buffer`` does)."""
+        assert self._ro is not None, "no vector buffer before the ledger's dim is known"
+        return self._ro
+
     # ------------------------------------------------------------ verifying
     def verify(self, expected_head: bytes | None = None) -> VerifyResult:
         """Recompute every digest from the stored fields and check the links.
@@ -350,7 +364,7 @@ class Chain:
         """
         if expected_head is not None and (not isinstance(expected_head, bytes) or len(expected_head) != 32):
             raise OcrrError("expected_head must be the 32-byte value of Ledger.head; pass the head you saved earlier")
-        ids, labels, texts, buf = self._ids, self._labels, self._texts, self._buf
+        ids, labels, texts, vecs = self._ids, self._labels, self._texts, self.vectors
         prevs, hashes = self._prev, self._hashes
         prev = GENESIS
         for i in range(self._n):
@@ -361,7 +375,7 @@ class Chain:
                 return VerifyResult(False, i, f"entry {i}: prev_hash does not link to {link}")
             if not isinstance(labels[i], str) or not (texts[i] is None or isinstance(texts[i], str)):
                 return VerifyResult(False, i, f"entry {i}: label or text is not a string (stored fields edited)")
-            if entry_digest(i, labels[i], texts[i], buf[i], prevs[i]) != hashes[i]:
+            if entry_digest(i, labels[i], texts[i], vecs[i], prevs[i]) != hashes[i]:
                 return VerifyResult(
                     False, i, f"entry {i}: stored hash does not match its contents (label, text or vector changed)"
                 )
@@ -396,8 +410,10 @@ class Chain:
         chain = cls(dim)
         n = len(ids)
         if n:
-            chain._set_buffer(np.empty((max(_INITIAL_CAPACITY, n), dim), _F4LE))
-            chain._buf[:n] = vectors
+            assert dim is not None, "stored entries come with their dim"
+            buf = np.empty((max(_INITIAL_CAPACITY, n), dim), _F4LE)
+            buf[:n] = vectors
+            chain._set_buffer(buf)
         chain._ids, chain._labels, chain._texts = list(ids), list(labels), list(texts)
         chain._prev, chain._hashes = list(prevs), list(hashes)
         chain._n = n

@@ -92,6 +92,7 @@ class Ledger(Chain):
         if start == self._n:  # the file's entries when opening: not in memory yet
             super().extend(vectors, labels, texts)
         elif not self._holds(start, vectors, labels, texts):
+            assert self._store is not None  # entries held already: open() has set the store
             raise OcrrError(
                 f"another process appended to ledger {self._store.path} while this Ledger held "
                 f"{self._n - start} unflushed entries, so they no longer follow the file's last entry; "
@@ -108,7 +109,7 @@ class Ledger(Chain):
             end <= self._n
             and self._labels[start:end] == list(labels)
             and self._texts[start:end] == list(texts)
-            and self._buf[start:end].tobytes() == np.ascontiguousarray(vectors, _F4LE).tobytes()
+            and self.vectors[start:end].tobytes() == np.ascontiguousarray(vectors, _F4LE).tobytes()
         )
 
     def flush(self) -> None:
@@ -117,7 +118,7 @@ class Ledger(Chain):
         if self._store is None or self._durable == self._n:
             return
         start, end = self._durable, self._n
-        self._store.extend(self._buf[start:end], self._labels[start:end], self._texts[start:end])
+        self._store.extend(self._buffer()[start:end], self._labels[start:end], self._texts[start:end])
 
     def close(self) -> None:
         """Flush and detach from the file; later appends raise."""
@@ -184,8 +185,9 @@ class Ledger(Chain):
 
     def _rows(self) -> Iterator[tuple]:
         """Stored columns per entry, as written to the file."""
+        vecs = self.vectors
         for i in range(self._n):
-            vec = self._buf[i].tobytes()
+            vec = vecs[i].tobytes()
             yield (self._ids[i], self._labels[i], self._texts[i], vec, self._prev[i], self._hashes[i])
 
     @classmethod
@@ -203,14 +205,14 @@ class Ledger(Chain):
         ledger, meta = cls._read_file(path, vectors_on_disk)
         if verify:
             result = ledger.verify()
-            reason = result.reason
-            if result and "size" in meta and (meta["size"] != len(ledger) or meta.get("chain_head") != ledger.head):
+            ok, reason = result.ok, result.reason
+            if ok and "size" in meta and (meta["size"] != len(ledger) or meta.get("chain_head") != ledger.head):
                 reason = (
                     f"it holds {len(ledger)} entries but its last commit recorded {meta['size']} "
                     "(entries removed or added outside the ledger)"
                 )
-                result = None
-            if not result:
+                ok = False
+            if not ok:
                 raise OcrrError(
                     f"ledger {path} failed verification: {reason}; the ledger file was modified after "
                     "it was written; restore it from a backup or load with verify=False to inspect it"
@@ -241,10 +243,14 @@ class Ledger(Chain):
                 )
             ledger = cls(dim if type(dim) is int and dim >= 1 else None, vectors_on_disk=vectors_on_disk)
             if count:
+                assert dim is not None  # checked above: a file with entries has a valid dim
                 ledger._set_buffer(ledger._allocate(max(_INITIAL_CAPACITY, count), dim))
             cursor = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid")
             i = 0
             while rows := cursor.fetchmany(_LOAD_BATCH):  # streamed: a 10M-entry file never sits in memory twice
+                # Rows, so count > 0 (barring a writer between the two reads): dim valid, buffer allocated.
+                buf = ledger._buffer()
+                assert dim is not None
                 for row in rows:
                     blob = row[3]
                     if not isinstance(blob, bytes) or len(blob) != 4 * dim:
@@ -253,7 +259,7 @@ class Ledger(Chain):
                             f"{path}: entry {i} stores a vector of {size} bytes, expected {4 * dim} for dim {dim}; "
                             "the ledger file is corrupt or was modified; restore it from a backup"
                         )
-                    ledger._buf[i] = np.frombuffer(blob, _F4LE)
+                    buf[i] = np.frombuffer(blob, _F4LE)
                     i += 1
                 ids, labels, texts, _, prevs, hashes = zip(*rows)
                 ledger._ids.extend(ids)

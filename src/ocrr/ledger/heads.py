@@ -151,8 +151,8 @@ def _public_key(vkey: str):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
-        name, key_id, raw = vkey.strip().split("+", 2)
-        raw = base64.b64decode(raw, validate=True)
+        name, key_id, key_b64 = vkey.strip().split("+", 2)
+        raw = base64.b64decode(key_b64, validate=True)
         if raw[:1] != _ED25519 or len(raw) != 33:
             raise ValueError("not an Ed25519 key")
         if hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex() != key_id:

@@ -163,7 +163,11 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
             "meta table lacks the committed size and chain head (not a durable ledger file, "
             "or meta edited); import it with `ocrr ledger import`",
         )
-    if size and (type(dim) is not int or not 0 < dim <= _MAX_DIM):
+    if not size:
+        width = 0  # no entries: the dim may be unset
+    elif type(dim) is int and 0 < dim <= _MAX_DIM:
+        width = dim
+    else:
         raise _Damage(None, f"meta table has no valid dim ({dim!r}) but {size} committed entries")
     checkpoints = conn.execute("SELECT size, chain_head, root FROM checkpoints ORDER BY size").fetchall()
     trusted = 0
@@ -175,7 +179,7 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
     tree = MerkleTree()
     labels, texts, hashes = [], [], []
     held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
-    vectors = np.empty((min(size, held), dim if size else 0), _F4LE)
+    vectors = np.empty((min(size, held), width), _F4LE)
     prev = GENESIS
     i = 0
     rows = conn.execute(
@@ -199,7 +203,7 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
                 text = None if txt is None else txt.decode("utf-8")
             except UnicodeDecodeError:
                 raise _Damage(i, f"entry {i}: label or text is not valid UTF-8 (bytes edited)") from None
-            leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, dim, rehash=i >= trusted)
+            leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, width, rehash=i >= trusted)
             if leaf is None:
                 leaf = stored.get((0, i))
                 if not isinstance(leaf, bytes) or len(leaf) != 32:

@@ -113,6 +113,7 @@ class DurableLedger:
             ) from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         self.memory: Chain | None = None
+        self._apply: Apply
         if apply is None:  # a plain Chain mirror, built from the checked columns without rehashing
             n = len(scan.hashes)
             self.memory = Chain._from_stored(
@@ -174,6 +175,7 @@ class DurableLedger:
                 f"ledger {path} is damaged{where}: {report.reason}. Refusing to serve it; restore "
                 f"the file from a backup (run `ocrr ledger verify {path}` for the report)"
             )
+        assert scan is not None  # an intact report comes with what the scan read
         if dim is not None and scan.dim is not None and dim != scan.dim:
             conn.close()
             raise OcrrError(f"ledger {path} holds vectors of dimension {scan.dim}, not {dim}; use another file")
@@ -254,7 +256,9 @@ class DurableLedger:
                     (float(report["time"]), json.dumps(report)),
                 )
                 # The latest few only: /verify takes no token, and the file must not grow with every call.
-                self._conn.execute("DELETE FROM verifications WHERE id <= ?", (cur.lastrowid - _VERIFICATIONS_KEPT,))
+                rowid = cur.lastrowid
+                assert rowid is not None  # set by the INSERT just run
+                self._conn.execute("DELETE FROM verifications WHERE id <= ?", (rowid - _VERIFICATIONS_KEPT,))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -308,6 +312,7 @@ class DurableLedger:
                     self._cv.notify_all()
         if item.error is not None:
             raise item.error
+        assert item.ids is not None  # done without an error: its commit gave it ids
         return item.ids
 
     def _commit_all(self, batch: list[_Pending]) -> None:
@@ -467,7 +472,9 @@ class DurableLedger:
                 try:
                     if id_ != i:
                         raise _Damage(i, f"entry {i}: id is {id_!r}")
-                    leaves.append(check_entry(i, label, text, raw, prev_hash, digest, prev, self.dim))
+                    leaf = check_entry(i, label, text, raw, prev_hash, digest, prev, self.dim)
+                    assert leaf is not None  # rehashed (the default), so it has its leaf
+                    leaves.append(leaf)
                 except _Damage as e:
                     raise OcrrError(
                         f"entry {i}, written by another process, does not chain on from entry {i - 1} ({e.reason})"
@@ -499,13 +506,15 @@ class DurableLedger:
             )
 
     def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list) -> bytes:
-        if self.memory.dim is None:
-            self.memory = Chain(vecs.shape[1])
+        memory = self.memory
+        assert memory is not None  # made in __init__ whenever this method is the apply
+        if memory.dim is None:
+            memory = self.memory = Chain(vecs.shape[1])
         if len(labels) == 1:
-            self.memory.append_checked(vecs[0], labels[0], texts[0])
+            memory.append_checked(vecs[0], labels[0], texts[0])
         else:
-            self.memory.extend(vecs, labels, texts)
-        return self.memory.head
+            memory.extend(vecs, labels, texts)
+        return memory.head
 
     # -- checking -----------------------------------------------------------------------
     def verify(self, verify: str = "full") -> LedgerReport:

@@ -43,6 +43,7 @@ def export_lines(path: str | os.PathLike[str], verify: str = "full") -> Iterator
     if not report:
         where = "" if report.first_bad is None else f" at entry {report.first_bad}"
         raise OcrrError(f"ledger {path} is damaged{where}: {report.reason}; not exporting it")
+    assert scan is not None  # an intact report comes with what the scan read
     yield (
         _dumps(
             {
@@ -106,7 +107,8 @@ def import_jsonl(src: str | os.PathLike[str], path: str | os.PathLike[str]) -> D
             )
         ledger = DurableLedger.open(path, dim=header.get("dim"))
         try:
-            lineno, batch = 1, []
+            lineno = 1
+            batch: list[tuple] = []
             for line in f:
                 lineno += 1
                 batch.append(_entry(_parse(line, src, lineno), len(ledger) + len(batch), src, lineno))

@@ -131,6 +131,8 @@ class Feedback:
         self.policy = policy
         n = len(stream)
         self.coins = policy.coins(seed, n)
+        if stream.labels is None:
+            raise OcrrError("realistic feedback reveals true labels: the stream must carry them")
         self.labels = list(stream.labels)
         self.given = list(stream.labels)  # the label each position's correction carries
         if policy.noise > 0:

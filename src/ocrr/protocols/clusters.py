@@ -82,7 +82,7 @@ def kmeans_clusters(dataset, train_vecs: np.ndarray, n_clusters: int) -> dict[st
             centroids[i] = c / max(np.linalg.norm(c), 1e-12)
     seed = int(np.random.SeedSequence([crc("cmr-kmeans"), crc(dataset.name), n_clusters]).generate_state(1)[0])
     assign = KMeans(n_clusters=n_clusters, n_init=10, random_state=seed).fit_predict(centroids)
-    first = {}
+    first: dict[int, int] = {}
     for k in assign:  # name clusters by the order of their first label
         first.setdefault(int(k), len(first))
     return {label: f"k{first[int(k)]}" for label, k in zip(labels, assign)}
@@ -108,7 +108,7 @@ def file_clusters(path: str, labels) -> dict[str, str]:
             pairs = list(raw.items())
         else:
             with p.open(newline="", encoding="utf-8") as f:
-                pairs = [tuple(r[:2]) for r in csv.reader(f) if len(r) >= 2]
+                pairs = [(r[0], r[1]) for r in csv.reader(f) if len(r) >= 2]
             if pairs and pairs[0] == ("label", "cluster"):
                 pairs = pairs[1:]
     except (ValueError, OSError) as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
@@ -19,8 +20,11 @@ from matplotlib.figure import Figure
 from ocrr.protocols.summary import FOOTPRINT_BYTES
 from ocrr.report.tables import pareto_flags
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
 # Stable element ids in the SVGs; text kept as text (smaller, faster, selectable in the page).
-RC = {"svg.hashsalt": "ocrr-report", "svg.fonttype": "none"}
+RC: dict[RcKeyType, Any] = {"svg.hashsalt": "ocrr-report", "svg.fonttype": "none"}
 NOVEL, ORIGINAL = "#1f77b4", "#d95f02"
 MARKERS = "osD^vP*Xh<>p"
 

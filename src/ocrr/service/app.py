@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from ocrr.service.config import ServiceConfig
 from ocrr.service.metrics import MAX_ROUTES, Counters, TimeRequests
@@ -55,7 +56,7 @@ def create_app(
         description="Predict with a persistent substrate, correct it, and prove what its ledger holds.",
     )
     routes.add_to(app)
-    paths = [r.path for r in app.routes if hasattr(r, "methods")]
+    paths = [r.path for r in app.routes if isinstance(r, Route)]  # the HTTP routes (APIRoute is one too)
     state.counters = Counters(paths, state.workers, state.slot, state.shared, routes=MAX_ROUTES)
     if shortcut:
         app.add_middleware(Shortcut, fastapi_app=app, hot=HOT)

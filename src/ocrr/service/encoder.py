@@ -50,13 +50,15 @@ class EncoderProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        assert self._proc.stdin is not None and self._proc.stdout is not None  # both PIPE
+        self._to_child, self._from_child = self._proc.stdin, self._proc.stdout
         header = self._header()  # waits for the model to load
         if not header.get("ok"):
             self.close()
             raise OcrrError(header.get("error", f"the encoder {spec!r} did not start"))
 
     def _header(self) -> dict:
-        line = self._proc.stdout.readline()
+        line = self._from_child.readline()
         if not line:
             return {"ok": False, "error": f"the encoder process for {self.id!r} stopped; restart the service"}
         return json.loads(line)
@@ -64,15 +66,15 @@ class EncoderProcess:
     def encode(self, texts, progress=None) -> np.ndarray:
         with self._lock:
             try:
-                self._proc.stdin.write(json.dumps(list(texts)).encode() + b"\n")
-                self._proc.stdin.flush()
+                self._to_child.write(json.dumps(list(texts)).encode() + b"\n")
+                self._to_child.flush()
             except (BrokenPipeError, OSError):
                 raise OcrrError(f"the encoder process for {self.id!r} stopped; restart the service") from None
             header = self._header()
             if not header.get("ok"):
                 raise OcrrError(header["error"])
             n, d = header["n"], header["d"]
-            raw = self._proc.stdout.read(4 * n * d)
+            raw = self._from_child.read(4 * n * d)
         return np.frombuffer(raw, "<f4").reshape(n, d).astype(np.float32)
 
     def close(self) -> None:

@@ -79,7 +79,9 @@ class PredictPool:
             self.shortlist = Shortlist(self.substrate.ledger.dim)
         if self.shortlist is not None and len(self.substrate):
             with self.substrate.ledger.lock.read():
-                self.shortlist.catch_up(self.substrate.system.ledger_.vectors)
+                ledger = self.substrate.system.ledger_
+                assert ledger is not None  # the file holds entries, so they were fed to the substrate
+                self.shortlist.catch_up(ledger.vectors)
 
     def _search(self, batch) -> list | BaseException:
         try:

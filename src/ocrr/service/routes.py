@@ -102,8 +102,9 @@ class Routes:
         self._last_head: tuple[int, dict] | None = None  # (size, signed head) of the latest commit answered
 
     def add_to(self, app: FastAPI) -> None:
-        app.add_exception_handler(OcrrError, _ocrr_error)
-        app.add_exception_handler(RequestValidationError, _invalid)
+        # starlette types a handler as taking any Exception; it passes each only its own class
+        app.add_exception_handler(OcrrError, _ocrr_error)  # type: ignore[arg-type]
+        app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
         app.add_api_route("/", self.page, response_class=HTMLResponse, include_in_schema=False)
         app.add_api_route("/health", self.health)
         app.add_api_route(
@@ -170,6 +171,7 @@ class Routes:
             return vecs
         if self.state.encoder is None:
             raise OcrrError("this service has no encoder: send 'vectors', or restart it with --encoder minilm")
+        assert req.texts is not None  # sent_vectors returns None only when texts alone came
         return np.asarray(self.state.encoder.encode(list(req.texts)), np.float32)
 
     def _predict_now(self, req: PredictRequest) -> bytes:

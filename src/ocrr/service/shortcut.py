@@ -15,6 +15,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.requests import Request
+from starlette.responses import Response
 
 
 class Shortcut:
@@ -27,9 +28,11 @@ class Shortcut:
     def __init__(self, app, fastapi_app: FastAPI, hot: set[tuple[str, str]]):
         self.app = app
         self.handlers = fastapi_app.exception_handlers
-        self.routes = {}
+        self.routes: dict[tuple[str, str], APIRoute] = {}
         for route in fastapi_app.routes:
-            for method in getattr(route, "methods", ()) if isinstance(route, APIRoute) else ():
+            if not isinstance(route, APIRoute):
+                continue
+            for method in route.methods or ():  # always a set on an APIRoute (typed Optional by Route)
                 if (method, route.path) in hot:
                     self.routes[(method, route.path)] = route
         missing = hot - set(self.routes)
@@ -48,5 +51,6 @@ class Shortcut:
             handler = next((self.handlers[t] for t in type(exc).__mro__ if t in self.handlers), None)
             if handler is None:
                 raise  # the server error middleware answers 500, as for any route
-            response = await handler(request, exc)
+            result = handler(request, exc)  # a sync handler answers at once, an async one when awaited
+            response = result if isinstance(result, Response) else await result
         await response(scope, receive, send)

@@ -48,10 +48,10 @@ class ServiceState:
 
     def record_request(self, path: str, status: int, seconds: float) -> None:
         """Count one answered request, and publish this worker's gauges with it."""
-        pool, led = self.pool, self.substrate.ledger
+        pool, led, counters = self.pool, self.substrate.ledger, self._counters()
         with self.lock:
-            self.counters.request(path, status, seconds)
-            self.counters.publish(
+            counters.request(path, status, seconds)
+            counters.publish(
                 commits=led.commits,
                 searches=pool.passes,
                 pooled=pool.requests,
@@ -59,11 +59,16 @@ class ServiceState:
                 followed=led.followed,
             )
 
+    def _counters(self) -> Counters:
+        assert self.counters is not None, "create_app makes the counters before any request"
+        return self.counters
+
     def metrics_text(self) -> str:
         """``/metrics``: every worker's counters, summed."""
+        counters = self._counters()
         with self.lock:
-            self.counters.publish(commits=self.substrate.ledger.commits)  # this worker's, current
-            totals = self.counters.totals()
+            counters.publish(commits=self.substrate.ledger.commits)  # this worker's, current
+            totals = counters.totals()
         return prometheus_text(totals, len(self.substrate.ledger), self.workers, time.time() - self.started)
 
 
@@ -114,6 +119,7 @@ def _seed_from_dataset(sub: PersistentSubstrate, name: str, encoder, data_dir: s
     elif encoder is None:
         raise OcrrError(f"--fit {name} needs an encoder for its texts; add --encoder minilm")
     else:
+        assert train.texts is not None  # a split without vectors has texts (Split)
         log(f"encoding {len(train)} {name} train texts…")
         vecs = l2_normalise(np.asarray(encoder.encode(list(train.texts)), np.float32))
     sub.correct(vecs, list(train.labels), list(train.texts) if train.texts is not None else None)

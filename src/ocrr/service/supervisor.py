@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from ocrr.service.metrics import MAX_ROUTES, Counters
@@ -49,7 +50,7 @@ def supervise(workers: int, sock: socket.socket, target: Callable, config: Any, 
     signal asks to stop; restart any that dies meanwhile. Returns the exit status."""
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads or locks
     table = ctx.RawArray("d", workers * Counters.width(MAX_ROUTES))
-    procs: dict[int, mp.Process] = {}
+    procs: dict[int, SpawnProcess] = {}
     stopping: list[int] = []
 
     def start(slot: int) -> None:

@@ -240,7 +240,9 @@ def extremes_table(plan: CmrPlan, picks: dict, test_runs: pd.DataFrame, sweep, o
     methods = [m for m in TABLE2_METHODS if m in picks]
     specs = ["cmr_frozen"] + [picked_spec(m, picks) for m in methods]
     # the picks only: the test stage also ran Table 1's variants of the same methods
-    settings = [({}, test_runs[(test_runs["seed"] < plan.test_streams) & test_runs["system"].isin(specs)])]
+    settings: list[tuple[dict[str, float], pd.DataFrame]] = [
+        ({}, test_runs[(test_runs["seed"] < plan.test_streams) & test_runs["system"].isin(specs)])
+    ]
     for extreme in EXTREMES:
         grid = plan.grid(specs, plan.protocol_spec("test", plan.test_streams, **extreme), plan.test_streams)
         label = ", ".join(f"{k}={v}" for k, v in extreme.items())

@@ -44,7 +44,12 @@ class BlindClassifier(System):
         self.k = int(k)
         self.labels = labels
         self.seed = seed
-        self.window_: deque | None = None
+        self.window_: deque[str] | None = None
+
+    def _window(self) -> deque[str]:
+        """``window_``, which ``fit`` has set."""
+        assert self.window_ is not None, "fit() sets window_"
+        return self.window_
 
     def fit(self, seed: Batch) -> BlindClassifier:
         labels = require_labels(seed, self.name)
@@ -55,17 +60,18 @@ class BlindClassifier(System):
     def predict(self, batch: Batch) -> list[str | None]:
         self._require_fitted()
         check_vectors(batch.vecs, self.dim_, "query vectors")  # refused like any system's; never read
-        return [mode_newest_wins(list(self.window_))] * len(batch)
+        return [mode_newest_wins(list(self._window()))] * len(batch)
 
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
         labels = require_labels(batch, self.name)
         check_vectors(batch.vecs, self.dim_, "vectors")
-        self.window_.extend(labels)
+        self._window().extend(labels)
 
     def footprint(self) -> Footprint:
         self._require_fitted()
-        return Footprint(entries=len(self.window_), bytes=8 + sum(len(label) for label in self.window_))
+        window = self._window()
+        return Footprint(entries=len(window), bytes=8 + sum(len(label) for label in window))
 
 
 def blind_modes(codes: np.ndarray, k: int, starts: np.ndarray) -> np.ndarray:

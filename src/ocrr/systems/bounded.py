@@ -74,11 +74,12 @@ class BoundedSubstrate(Substrate):
         raise NotImplementedError
 
     def _index_new(self, vecs: np.ndarray, ids: np.ndarray) -> None:
+        index = self._fitted_index()
         keep, evicted = self._admit(np.asarray(ids, np.int64))
         if len(evicted):  # remove first, so the index never holds more than the budget
-            self.index_.remove(evicted)
+            index.remove(evicted)
         if len(keep):
-            self.index_.add(vecs[keep], ids[keep])
+            index.add(vecs[keep], ids[keep])
 
     def live_ids(self) -> np.ndarray:
         """Ids of the searchable entries, ascending."""
@@ -95,7 +96,8 @@ class BoundedSubstrate(Substrate):
         chain = super().verify(expected_head)
         if not chain.ok:
             return chain
-        n = len(self.ledger_)
+        ledger, index = self._fitted()
+        n = len(ledger)
         expected = self._expected_live(n)
         live = self.live_ids()
         if not np.array_equal(expected, live):
@@ -106,24 +108,25 @@ class BoundedSubstrate(Substrate):
                 f"live set differs from the {self.eviction} policy "
                 f"replayed over {n} entries (first odd id {int(bad[0])})",
             )
-        index_ids = np.asarray(self.index_.ids)
+        index_ids = np.asarray(index.ids)
         order = np.argsort(index_ids, kind="stable")
         if not np.array_equal(index_ids[order], live):
             return VerifyResult(False, None, "retrieval index does not hold exactly the live entries")
         if not self.index_kind.endswith("_sq8"):  # 8-bit codes cannot equal the float32 entries
-            rows = np.asarray(self.index_.vectors)[order]
-            same = (rows == self.ledger_.vectors[live]).all(axis=1)
+            rows = np.asarray(index.vectors)[order]
+            same = (rows == ledger.vectors[live]).all(axis=1)
             if not same.all():
-                bad = int(live[np.flatnonzero(~same)[0]])
-                return VerifyResult(False, bad, f"entry {bad}: indexed vector differs from its ledger entry")
+                first = int(live[np.flatnonzero(~same)[0]])
+                return VerifyResult(False, first, f"entry {first}: indexed vector differs from its ledger entry")
         return VerifyResult(
             True, None, f"{chain.reason}; {len(live)} live of {n} (budget {self.budget}, {self.eviction})"
         )
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # entries: the live (searchable) entries only
-        live, evicted = fp.entries, len(self.ledger_) - fp.entries
-        per_entry = 4 * (self.ledger_.dim or 0) + 8 + 32  # vector, label index, hash
+        ledger = self._fitted_ledger()
+        live, evicted = fp.entries, len(ledger) - fp.entries
+        per_entry = 4 * (ledger.dim or 0) + 8 + 32  # vector, label index, hash
         # Exact search: once anything is evicted the index owns a copy of the live vectors,
         # which is the bounded store itself -- count it once, by entries, not by capacity.
         nbytes = live * per_entry if self.index_kind == "exact" else fp.bytes

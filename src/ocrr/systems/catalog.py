@@ -8,7 +8,7 @@ The registry (ocrr.systems.registry) reads ``BUILTINS``; this module imports no 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 BUDGETS = (100, 500, 1000, 5000)  # the paper's storage sweep (Appendix B): one alias per budget
@@ -231,6 +231,7 @@ register(
     in_all=False,
 )
 
+_defaults: Mapping[str, object]  # (the loops below bake in values of several types)
 for _name, _summary, _defaults in (
     (
         "er_uniform",

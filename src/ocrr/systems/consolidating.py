@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import cast
 
 import numpy as np
 import torch
@@ -145,17 +146,22 @@ class ConsolidatingMemory(Substrate):
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> ConsolidatingMemory:
         super().fit(seed)
-        self.n_seed_ = len(self.ledger_)
+        ledger = self._fitted_ledger()
+        assert ledger.dim is not None  # fit made the ledger with the seed set's dim
+        self.n_seed_ = len(ledger)
         labels = list(seed.labels) if seed.labels is not None else []
         self.head_space_ = LabelSpace.over(self.labels, labels)
-        x = torch.from_numpy(np.array(np.asarray(seed.vecs, np.float32).reshape(len(seed), self.ledger_.dim)))
+        x = torch.from_numpy(np.array(np.asarray(seed.vecs, np.float32).reshape(len(seed), ledger.dim)))
         y = torch.from_numpy(self.head_space_.encode(labels))
         self.head_ = seed_head(x, y, len(self.head_space_), SeedTraining(epochs=self.seed_epochs), self.seed)
         self.consolidated_upto_ = self.n_seed_  # ledger entries the head has been trained with
         self.consolidations_ = 0
         self.consolidation_seconds_ = 0.0
-        self.opt_ = None
-        self.job_ = None  # background: the consolidation under way (a Future, or its result once pickled)
+        self.opt_: torch.optim.Optimizer | None = None
+        # (a consolidation's result: (head, space, optimizer, rows trained on, seconds); see _refit)
+        self.job_: Future[tuple] | tuple | None = (
+            None  # background: the consolidation under way (a Future, or its result once pickled)
+        )
         self.job_due_ = 0  # background: the ledger size at which its head is installed
         self.handover_wait_seconds_ = 0.0  # background: time corrections waited for a head at its hand-over
         self._snapshot_head()
@@ -163,16 +169,17 @@ class ConsolidatingMemory(Substrate):
 
     def correct(self, batch: Batch) -> None:
         super().correct(batch)  # the ledger append: the instant fix
+        ledger = self._fitted_ledger()
         if not self.background:
-            if len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
+            if len(ledger) - self.consolidated_upto_ >= self.refit_every:
                 self.consolidate()
             return
-        if self.job_ is not None and len(self.ledger_) >= self.job_due_:
+        if self.job_ is not None and len(ledger) >= self.job_due_:
             self._install_job()
-        if self.job_ is None and len(self.ledger_) - self.consolidated_upto_ >= self.refit_every:
+        if self.job_ is None and len(ledger) - self.consolidated_upto_ >= self.refit_every:
             job = (_on_torch_threads, torch.get_num_threads(), self._refit, *self._refit_inputs())
             self.job_ = _background().submit(*job)
-            self.job_due_ = len(self.ledger_) + self.refit_every
+            self.job_due_ = len(ledger) + self.refit_every
 
     def consolidate(self) -> None:
         """Re-fit the head from the ledger now (also called every ``refit_every`` corrections;
@@ -185,8 +192,9 @@ class ConsolidatingMemory(Substrate):
     def _refit_inputs(self) -> tuple:
         """What a consolidation reads, as of now. Background: a copy of the head (the system
         goes on answering with its own meanwhile) and the rows it trains on."""
-        n = len(self.ledger_)
-        vecs, entry_label = self.ledger_.vectors[:n], self._entry_label[:n]
+        ledger = self._fitted_ledger()
+        n = len(ledger)
+        vecs, entry_label = ledger.vectors[:n], self._entry_label[:n]
         if self.background:  # (the ledger's rows are append-only: a view of the first n stays as it is)
             head, space = copy.deepcopy(self.head_), copy.deepcopy(self.head_space_)
             return head, space, None, vecs, entry_label.copy(), list(self.space_.names), self.consolidations_
@@ -229,8 +237,10 @@ class ConsolidatingMemory(Substrate):
     def _install_job(self) -> None:
         """Wait for the background consolidation (at its fixed hand-over point: the answers
         never depend on how fast it ran) and answer with its head from now on."""
+        job = self.job_
+        assert job is not None  # callers install only a consolidation under way
         t0 = time.perf_counter()
-        result = self.job_.result() if isinstance(self.job_, Future) else self.job_
+        result = job.result() if isinstance(job, Future) else job
         self.handover_wait_seconds_ += time.perf_counter() - t0
         self.job_ = None
         self._install(*result)
@@ -306,7 +316,8 @@ class ConsolidatingMemory(Substrate):
         winner_idx = np.full(len(queries), -1, np.int64)
         has = winners >= 0
         if has.any():
-            winner_idx[has] = self.space_.encode(self.space_.decode_ranks(winners[has]))
+            # (ranks >= 0 decode to names, never None)
+            winner_idx[has] = self.space_.encode(cast("list[str]", self.space_.decode_ranks(winners[has])))
         labels = np.where(ids >= 0, self._entry_label[np.maximum(ids, 0)], -1)
         band = self._band(sims, labels)
         n_labels = len(self.space_)
@@ -355,8 +366,8 @@ class ConsolidatingMemory(Substrate):
         return self._columns
 
     def predict(self, batch: Batch) -> list[str | None]:
-        self._require_fitted()
-        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        ledger, _ = self._fitted()
+        queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         p, _, winner_idx, override = self._scores(queries)
         choice = np.where(override, winner_idx, self._argmax(p))
         return self.space_.decode(choice)
@@ -367,14 +378,15 @@ class ConsolidatingMemory(Substrate):
             return np.full(len(p), -1, np.int64)
         best = p.max(axis=1, keepdims=True)
         ranked = np.where(p == best, self.space_.ranks[None, :], np.iinfo(np.int64).max)
-        choice = self.space_.encode(self.space_.decode_ranks(ranked.min(axis=1)))
+        # (every row's minimum is a rank: each row has its best column; ranks decode to names, never None)
+        choice = self.space_.encode(cast("list[str]", self.space_.decode_ranks(ranked.min(axis=1))))
         return np.where(best[:, 0] > 0, choice, -1)
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
         """Per item, 1 - the answer's probability: the winner's band share where the vote
         answers, the top combined probability elsewhere (higher: less sure)."""
-        self._require_fitted()
-        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        ledger, _ = self._fitted()
+        queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         p, p_vote, winner_idx, override = self._scores(queries)
         if p.shape[1] == 0:
             return np.ones(len(queries))

@@ -64,13 +64,15 @@ class EWC(OnlineLinear):
         gen = torch.Generator().manual_seed(derive_seed(self.seed, self.name + "/fisher"))
         idx = torch.randperm(len(x), generator=gen)[: self.fisher_samples]
         self.fisher_n_ = len(idx)
-        self.fisher_w_, self.fisher_b_ = predicted_class_fisher(self.head_, x[idx])
-        self.anchor_w_ = self.head_.weight.detach().clone()
-        self.anchor_b_ = self.head_.bias.detach().clone()
+        head = self._fitted_head()
+        self.fisher_w_, self.fisher_b_ = predicted_class_fisher(head, x[idx])
+        self.anchor_w_ = head.weight.detach().clone()
+        self.anchor_b_ = head.bias.detach().clone()
 
     def penalty(self) -> torch.Tensor:
         """ewc_lambda/2 * sum F (theta - theta*)^2 over weight and bias (differentiable)."""
-        w, b = self.head_.weight, self.head_.bias
+        head = self._fitted_head()
+        w, b = head.weight, head.bias
         quad = (self.fisher_w_ * (w - self.anchor_w_).square()).sum() + (
             self.fisher_b_ * (b - self.anchor_b_).square()
         ).sum()
@@ -81,14 +83,16 @@ class EWC(OnlineLinear):
         in closed form. Its pull on a coordinate is capped at returning it to the anchor:
         plain SGD overshoots where lr * lambda * F > 1 and diverges beyond 2 (small or
         unconverged seed sets at lambda 1000); below the cap this is exactly plain SGD."""
-        self.head_.zero_grad(set_to_none=True)
+        head = self._fitted_head()
+        head.zero_grad(set_to_none=True)
         self._correction_loss(x, y).backward()
         with torch.no_grad():
             for p, fisher, anchor in (
-                (self.head_.weight, self.fisher_w_, self.anchor_w_),
-                (self.head_.bias, self.fisher_b_, self.anchor_b_),
+                (head.weight, self.fisher_w_, self.anchor_w_),
+                (head.bias, self.fisher_b_, self.anchor_b_),
             ):
                 pull = (self.lr * self.ewc_lambda * fisher).clamp_(max=1.0) * (p - anchor)
+                assert p.grad is not None  # the loss reaches the weight and the bias
                 p.add_(p.grad, alpha=-self.lr)
                 p.sub_(pull)
 
@@ -101,7 +105,7 @@ class EWC(OnlineLinear):
 
     def _grow_head(self) -> None:
         super()._grow_head()
-        extra = self.head_.out_features - self.fisher_w_.shape[0]
+        extra = self._fitted_head().out_features - self.fisher_w_.shape[0]
         self.fisher_w_ = F.pad(self.fisher_w_, (0, 0, 0, extra))
         self.fisher_b_ = F.pad(self.fisher_b_, (0, extra))
         self.anchor_w_ = F.pad(self.anchor_w_, (0, 0, 0, extra))
@@ -168,8 +172,9 @@ class AGEM(OnlineLinear):
         self.batch_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name + "/batches"))
 
     def _flat_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        params = list(self.head_.parameters())
-        loss = F.cross_entropy(self.head_(x), y)
+        head = self._fitted_head()
+        params = list(head.parameters())
+        loss = F.cross_entropy(head(x), y)
         return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -179,7 +184,7 @@ class AGEM(OnlineLinear):
             g = agem_project(g, self._flat_grad(self.memory_x_[pick], self.memory_y_[pick]))
         with torch.no_grad():
             offset = 0
-            for p in self.head_.parameters():
+            for p in self._fitted_head().parameters():
                 p.add_(g[offset : offset + p.numel()].view_as(p), alpha=-self.lr)
                 offset += p.numel()
 
@@ -211,14 +216,14 @@ class LwF(OnlineLinear):
         self.temperature = temperature
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.teacher_ = copy.deepcopy(self.head_).requires_grad_(False)
+        self.teacher_ = copy.deepcopy(self._fitted_head()).requires_grad_(False)
 
     def distillation_loss(self, x: torch.Tensor) -> torch.Tensor:
         """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over rows of x."""
         t = self.temperature
         with torch.no_grad():
             log_teacher = F.log_softmax(self.teacher_(x) / t, dim=1)
-        student = self.head_(x)[:, : log_teacher.shape[1]]
+        student = self._fitted_head()(x)[:, : log_teacher.shape[1]]
         kl = F.kl_div(F.log_softmax(student / t, dim=1), log_teacher, reduction="batchmean", log_target=True)
         return t * t * kl
 

@@ -16,6 +16,7 @@ The datastore is searched by any ocrr.index backend, with the substrate's option
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ocrr.batch import Batch
 from ocrr.index.cache import IncrementalSearch
@@ -23,7 +24,7 @@ from ocrr.index.options import IndexedSystem
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.linear import SEED_OPTIONS, LinearHead
-from ocrr.systems.substrate import INDEX_OPTIONS, index_arguments
+from ocrr.systems.substrate import INDEX_OPTIONS, SearchIndex, index_arguments
 
 
 class KNNLM(IndexedSystem, LinearHead):
@@ -71,15 +72,21 @@ class KNNLM(IndexedSystem, LinearHead):
 
     def fit(self, seed: Batch) -> KNNLM:
         super().fit(seed)  # trains the head, builds the label space
-        self.head_.requires_grad_(False)
+        head = self._linear_head()
+        head.requires_grad_(False)
         # float64 copies: the same arithmetic for one query or many (batched == one by one).
-        self.w64_ = self.head_.weight.detach().double().numpy()
-        self.b64_ = self.head_.bias.detach().double().numpy()
-        self.index_ = self.index_options.make(self.dim_, self.name, k=self.k, label_of=self._labels_of_ids)
+        self.w64_ = head.weight.detach().double().numpy()
+        self.b64_ = head.bias.detach().double().numpy()
+        self.index_: SearchIndex = self.index_options.make(self.dim_, self.name, k=self.k, label_of=self._labels_of_ids)
         self.search_ = IncrementalSearch(self.index_)
         self.entry_label_ = np.empty(0, np.int64)
         self._append(check_vectors(seed.vecs, self.dim_, "seed vectors"), seed.labels)
         return self
+
+    def _linear_head(self) -> torch.nn.Linear:
+        """The frozen head ``fit`` trained (LinearHead's ``head_``: a torch.nn.Linear)."""
+        assert isinstance(self.head_, torch.nn.Linear), "fit() trains a linear head"
+        return self.head_
 
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
@@ -129,9 +136,10 @@ class KNNLM(IndexedSystem, LinearHead):
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         lam = self.knn_lambda
-        p = (1 - lam) * self.head_proba(vecs) if lam < 1 else 0.0
+        p: np.ndarray | float = (1 - lam) * self.head_proba(vecs) if lam < 1 else 0.0
         if lam > 0:
             p = p + lam * self.knn_proba(vecs)
+        assert isinstance(p, np.ndarray)  # lam < 1 or lam > 0: one of the two terms is an array
         return p
 
     def predict(self, batch: Batch) -> list[str | None]:
@@ -144,7 +152,7 @@ class KNNLM(IndexedSystem, LinearHead):
 
     def footprint(self) -> Footprint:
         self._require_fitted()
-        params = sum(p.numel() for p in self.head_.parameters())
+        params = sum(p.numel() for p in self._linear_head().parameters())
         n = len(self.index_)
         # Exact search: the datastore is the float32 vectors plus a label per entry. Other
         # backends store their own form (codes, graph), counted instead of the raw vectors.

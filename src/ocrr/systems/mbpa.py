@@ -82,6 +82,7 @@ class MbPAPlusPlus(IndexedSystem, OnlineLinear):
         self.index_ = self.index_options.make(self.dim_, self.name)
         self.search_ = IncrementalSearch(self.index_)
         self._x, self._y, self.size_ = np.empty((0, self.dim_), np.float32), np.empty(0, np.int64), 0
+        assert seed.labels is not None  # super().fit checked them (require_labels)
         self._remember(check_vectors(seed.vecs, self.dim_, "seed vectors"), self.space_.encode(seed.labels))
         self.replay_gen_ = torch.Generator().manual_seed(derive_seed(self.seed, "mbpa-replay"))
         self.since_replay_ = 0
@@ -120,8 +121,9 @@ class MbPAPlusPlus(IndexedSystem, OnlineLinear):
         self._snapshot()
 
     def _snapshot(self) -> None:
-        self.w64_ = self.head_.weight.detach().double().numpy().copy()
-        self.b64_ = self.head_.bias.detach().double().numpy().copy()
+        head = self._fitted_head()
+        self.w64_ = head.weight.detach().double().numpy().copy()
+        self.b64_ = head.bias.detach().double().numpy().copy()
 
     # -- inference: local adaptation ---------------------------------------------------
     def adapted_logits(self, queries: np.ndarray) -> np.ndarray:
@@ -164,6 +166,6 @@ class MbPAPlusPlus(IndexedSystem, OnlineLinear):
 
     def footprint(self) -> Footprint:
         self._require_fitted()
-        params = sum(p.numel() for p in self.head_.parameters())
+        params = sum(p.numel() for p in self._fitted_head().parameters())
         n = len(self.memory_y_)
         return Footprint(entries=n, params=params, bytes=4 * params + n * (4 * self.dim_ + 8))

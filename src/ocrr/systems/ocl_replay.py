@@ -108,7 +108,7 @@ class OclReplay(HeadSystem, System):
         self.sigma = sigma
         self.labels = labels
         self.seed = seed
-        self.head_: torch.nn.Module | None = None
+        self.head_ = None
 
     # -- state ----------------------------------------------------------------------------
 
@@ -134,14 +134,20 @@ class OclReplay(HeadSystem, System):
         return out
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
-        params = self.head_.parameters()
+        params = self._fitted_head().parameters()
         if self.optimizer == "sgd":
             return torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay)
         return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
 
     def _grow_head(self) -> None:
         """Rows for labels first met in a stream batch; the optimiser restarts on the new shapes."""
-        last = self.head_[-1] if self.head == "mlp" else self.head_
+        head = self._fitted_head()
+        mlp: torch.nn.Sequential | None = None
+        if self.head == "mlp":
+            assert isinstance(head, torch.nn.Sequential)  # _new_head's layers
+            mlp = head
+        last = head if mlp is None else mlp[-1]
+        assert isinstance(last, (torch.nn.Linear, CosineLinear))  # _new_head's output layer
         new = (
             CosineLinear(last.in_features, len(self.space_), self.sigma, self.init_generator_)
             if self.cosine
@@ -150,11 +156,13 @@ class OclReplay(HeadSystem, System):
         with torch.no_grad():
             new.weight[: last.weight.shape[0]] = last.weight
             if self.cosine:
+                assert isinstance(new, CosineLinear) and isinstance(last, CosineLinear)
                 new.sigma.copy_(last.sigma)
             else:
+                assert isinstance(new, torch.nn.Linear) and isinstance(last, torch.nn.Linear)
                 new.bias[: last.bias.shape[0]] = last.bias
-        if self.head == "mlp":
-            self.head_[-1] = new
+        if mlp is not None:
+            mlp[-1] = new
         else:
             self.head_ = new
         self.optimizer_ = self._new_optimizer()
@@ -166,14 +174,15 @@ class OclReplay(HeadSystem, System):
         if not len(ys):
             return
         self.store_.add(torch.from_numpy(vecs).clone(), torch.from_numpy(ys))
-        self.head_.train()
+        head = self._fitted_head()
+        head.train()
         for _ in range(self.budget):
             x, y = self.store_.rows(self.rehearsal_batch())
             self.optimizer_.zero_grad(set_to_none=True)
-            F.cross_entropy(self.head_(x), y).backward()
+            F.cross_entropy(head(x), y).backward()
             self.optimizer_.step()
             self.updates_ += 1
-        self.head_.eval()
+        head.eval()
 
     def rehearsal_batch(self) -> torch.Tensor:
         """Store rows of one update, by the sampler."""
@@ -210,6 +219,11 @@ class NearestNeighbour(System):
         self.seed = seed
         self.index_: ExactIndex | None = None
 
+    def _fitted_index(self) -> ExactIndex:
+        """``index_``, which ``fit`` has set."""
+        assert self.index_ is not None, "fit() sets index_"
+        return self.index_
+
     def fit(self, seed: Batch) -> NearestNeighbour:
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
@@ -221,7 +235,9 @@ class NearestNeighbour(System):
 
     def _add(self, vecs: np.ndarray, labels) -> None:
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-        self.index_.add(vecs / np.maximum(norms, 1e-12), np.arange(len(self.stored_), len(self.stored_) + len(vecs)))
+        self._fitted_index().add(
+            vecs / np.maximum(norms, 1e-12), np.arange(len(self.stored_), len(self.stored_) + len(vecs))
+        )
         self.stored_ += list(labels)
 
     def predict(self, batch: Batch) -> list[str | None]:
@@ -229,7 +245,7 @@ class NearestNeighbour(System):
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         if not self.stored_:
             return [None] * len(vecs)
-        _, ids = self.index_.search(vecs, 1)
+        _, ids = self._fitted_index().search(vecs, 1)
         return [self.stored_[int(i)] for i in ids[:, 0]]
 
     def correct(self, batch: Batch) -> None:
@@ -241,4 +257,6 @@ class NearestNeighbour(System):
 
     def footprint(self) -> Footprint:
         self._require_fitted()
-        return Footprint(entries=len(self.stored_), bytes=self.index_.nbytes + sum(len(s) for s in self.stored_) + 8)
+        return Footprint(
+            entries=len(self.stored_), bytes=self._fitted_index().nbytes + sum(len(s) for s in self.stored_) + 8
+        )

@@ -80,20 +80,21 @@ class PersistentSubstrate:
         self.ledger.refresh()
         with self.ledger.lock.read():
             sub = self._fitted()
-            queries = check_vectors(vecs, sub.ledger_.dim, "query vectors")
-            return self._vote(sub, *sub.index_.search(queries, sub.k))
+            ledger, index = sub._fitted_ledger(), sub._fitted_index()
+            queries = check_vectors(vecs, ledger.dim, "query vectors")
+            return self._vote(sub, *index.search(queries, sub.k))
 
     def _vote(self, sub: Substrate, sims: np.ndarray, ids: np.ndarray):
         # A few rows (a served predict): the row-by-row vote, same winners at a fraction of the overhead.
         by = vote_rows if len(sims) < POOLED_BELOW else vote
         labels = sub.space_.decode_ranks(by(sims, ids, sub._neighbour_ranks(ids), sub.rule_))
-        label_of = sub.ledger_.label_of
+        label_of = sub._fitted_ledger().label_of
         entry_labels = [[label_of(e) if e >= 0 else None for e in row.tolist()] for row in ids]
         return labels, sims, ids, entry_labels
 
     def check_queries(self, vecs) -> np.ndarray:
         """``vecs`` as float32 queries of the ledger's dimension, or the OcrrError a search would raise."""
-        return check_vectors(vecs, self._fitted().ledger_.dim, "query vectors")  # fixed once fitted: no lock
+        return check_vectors(vecs, self._fitted()._fitted_ledger().dim, "query vectors")  # fixed once fitted: no lock
 
     def explain_each(self, requests: list[np.ndarray], shortlist=None) -> list[list[Explanation]]:
         """``explain`` of several requests (checked with ``check_queries``) at once, each
@@ -115,9 +116,10 @@ class PersistentSubstrate:
         self.ledger.refresh()
         with self.ledger.lock.read():
             sub = self._fitted()
-            index, n = sub.index_, len(sub.index_)
+            ledger, index = sub._fitted_ledger(), sub._fitted_index()
+            n = len(index)
             pooled = isinstance(index, ExactIndex) and index.borrowed and n > 0
-            matrix = sub.ledger_.vectors[:n]
+            matrix = ledger.vectors[:n]
         small = [r for r in range(len(requests)) if pooled and len(requests[r]) < POOLED_BELOW]
         found: dict[int, tuple] = {}
         if small:
@@ -233,7 +235,7 @@ def open_substrate(
             system.fit(batch)  # the stored entries are the substrate's history
         else:
             system.correct(batch)
-        return system.ledger_.head
+        return system._fitted_ledger().head
 
     ledger = DurableLedger.open(path, dim=dim, verify=verify, apply=apply)
     return PersistentSubstrate(ledger, system)

@@ -41,12 +41,17 @@ from ocrr.systems.linear import LinearHead
 from ocrr.systems.training import carry_rows, derive_seed, init_linear, train_seed
 
 HEADS = ("linear", "mlp")
-Penalty = Callable[[torch.nn.Module], torch.Tensor]
+# A tensor; the float 0.0 only for a head without parameters (a sum over none of them).
+Penalty = Callable[[torch.nn.Module], torch.Tensor | float]
 
 
-def output_layer(head: torch.nn.Module) -> torch.nn.Linear:
+def output_layer(head: torch.nn.Linear | torch.nn.Sequential) -> torch.nn.Linear:
     """The layer with one row per label (the head itself for a linear head)."""
-    return head if isinstance(head, torch.nn.Linear) else head[-1]
+    if isinstance(head, torch.nn.Linear):
+        return head
+    last = head[-1]
+    assert isinstance(last, torch.nn.Linear), "an mlp head ends in its output layer"
+    return last
 
 
 def per_item_loss(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -67,6 +72,7 @@ class UpstreamHead(LinearHead):
         "head": Option(kind=str, choices=HEADS, help="the upstream head: linear, or one hidden ReLU layer"),
         "hidden": Option(kind=int, low=1, help="hidden units of head=mlp"),
     }
+    head_: torch.nn.Linear | torch.nn.Sequential | None  # the seed head, or head=mlp's layers
 
     def __init__(self, head: str = "linear", hidden: int = 256, **kwargs):
         kwargs.setdefault("name", "cmr_frozen")
@@ -74,9 +80,14 @@ class UpstreamHead(LinearHead):
         self.head = head
         self.hidden = hidden
 
+    def _fitted_head(self) -> torch.nn.Linear | torch.nn.Sequential:
+        assert self.head_ is not None, "fit() sets head_"
+        return self.head_
+
     def fit(self, seed: Batch) -> UpstreamHead:
         if self.head == "linear":
-            return super().fit(seed)  # the shared seed head, then _after_seed_training
+            super().fit(seed)  # the shared seed head, then _after_seed_training
+            return self
         x, y = self._seed_tensors(seed)
         gen = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/mlp"))
         self.head_ = torch.nn.Sequential(
@@ -150,7 +161,7 @@ class RefiningHead(UpstreamHead):
 
     def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """f_{t-1} -> f_t on this call's errors."""
-        self.train_on(self.head_, x, y, self._penalty())
+        self.train_on(self._fitted_head(), x, y, self._penalty())
 
     def _penalty(self) -> Penalty | None:
         """The regulariser of this call, built from f_{t-1} (None: plain fine-tuning)."""
@@ -176,12 +187,13 @@ class RefiningHead(UpstreamHead):
 
     def _grow_head(self) -> None:
         """Add output rows for labels first met in a correction (PyTorch's default init)."""
-        old = output_layer(self.head_)
+        head = self._fitted_head()
+        old = output_layer(head)
         new = carry_rows(old, init_linear(old.in_features, len(self.space_), self.init_generator_))
-        if isinstance(self.head_, torch.nn.Linear):
+        if isinstance(head, torch.nn.Linear):
             self.head_ = new
         else:
-            self.head_[-1] = new
+            head[-1] = new
         self._after_growth()
 
     def _after_growth(self) -> None:
@@ -212,7 +224,7 @@ class OnlineL2Reg(RefiningHead):
         self.l2_lambda = l2_lambda
 
     def _penalty(self) -> Penalty | None:
-        return l2_penalty(self.head_, self.l2_lambda)
+        return l2_penalty(self._fitted_head(), self.l2_lambda)
 
 
 def l2_penalty(head: torch.nn.Module, lam: float) -> Penalty | None:
@@ -244,12 +256,13 @@ class OnlineEWC(RefiningHead):
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         super()._after_seed_training(x, y)
-        self.anchor_ = snapshot(self.head_)
+        self.anchor_ = snapshot(self._fitted_head())
         self.fisher_ = {k: torch.zeros_like(v) for k, v in self.anchor_.items()}
 
     def _after_growth(self) -> None:
-        self.anchor_ = pad_rows(self.anchor_, self.head_)
-        self.fisher_ = pad_rows(self.fisher_, self.head_)
+        head = self._fitted_head()
+        self.anchor_ = pad_rows(self.anchor_, head)
+        self.fisher_ = pad_rows(self.fisher_, head)
 
     def _penalty(self) -> Penalty | None:
         if self.ewc_lambda == 0:
@@ -259,9 +272,10 @@ class OnlineEWC(RefiningHead):
 
     def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
         super()._refine(x, y)
-        new = per_example_fisher(self.head_, x, y)
+        head = self._fitted_head()
+        new = per_example_fisher(head, x, y)
         self.fisher_ = {k: self.ewc_gamma * self.fisher_[k] + new[k] for k in new}
-        self.anchor_ = snapshot(self.head_)
+        self.anchor_ = snapshot(head)
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # head, plus the running Fisher and the anchor

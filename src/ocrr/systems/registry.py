@@ -86,8 +86,7 @@ def expand_systems(specs: Sequence[str]) -> list[str]:
     for item in specs:
         for spec in filter(None, (s.strip() for s in item.split(","))):
             out.extend([n for n, r in REGISTRY.items() if r.in_all] if spec == "all" else [spec])
-    seen = set()
-    return [s for s in out if not (s in seen or seen.add(s))]
+    return list(dict.fromkeys(out))  # first occurrence of each, in order
 
 
 def _signature_options(factory: Callable[..., object]) -> dict[str, Option] | None:

@@ -27,7 +27,7 @@ import torch
 
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.refine import OnlineL2Reg, RefiningHead, l2_penalty, output_layer, per_item_loss
+from ocrr.systems.refine import OnlineL2Reg, Penalty, RefiningHead, l2_penalty, output_layer, per_item_loss
 from ocrr.systems.training import derive_seed
 
 MODES = ("mixed", "two_stage")
@@ -58,6 +58,10 @@ class Memory:
         return self.x[idx], self.y[idx]
 
 
+# A replay set R_t: (memory, row indices) for M_u, then for M_o.
+Picks = tuple[tuple[Memory, torch.Tensor], ...]
+
+
 class ExperienceReplay(RefiningHead):
     """ER with the bi-memory: CFT on E_t plus a uniform replay of both memories."""
 
@@ -80,7 +84,7 @@ class ExperienceReplay(RefiningHead):
         self.upstream_.add(x, y)
         self.online_ = Memory(x.shape[1])
         self.replay_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/replay"))
-        self.last_replay_ = (0, 0)  # items replayed from (M_u, M_o) by the last call, for inspection
+        self.last_replay_: tuple[int, ...] = (0, 0)  # items replayed from (M_u, M_o) by the last call, for inspection
 
     def shares(self) -> tuple[int, int]:
         """How many items R_t takes from (M_u, M_o): half each, M_u filling what M_o lacks."""
@@ -89,21 +93,20 @@ class ExperienceReplay(RefiningHead):
 
     def _refine(self, x: torch.Tensor, y: torch.Tensor) -> None:
         penalty = self._penalty()  # built from f_{t-1}, before anything moves
-        picks = ()
+        head = self._fitted_head()
+        picks: Picks = ()
         if (self.calls_ - 1) % self.replay_every == 0 and self.replay_size:
             picks = self._choose(x, y)
         self.last_replay_ = tuple(len(idx) for _, idx in picks) if picks else (0, 0)
         parts = [memory.rows(idx) for memory, idx in picks if len(idx)]
         if parts and self.mode == "two_stage":
-            self.train_on(self.head_, torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), penalty)
-            self.train_on(self.head_, x, y, penalty)
+            self.train_on(head, torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), penalty)
+            self.train_on(head, x, y, penalty)
         else:
-            self.train_on(
-                self.head_, torch.cat([x, *(p[0] for p in parts)]), torch.cat([y, *(p[1] for p in parts)]), penalty
-            )
+            self.train_on(head, torch.cat([x, *(p[0] for p in parts)]), torch.cat([y, *(p[1] for p in parts)]), penalty)
         self.online_.add(x, y)
 
-    def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    def _choose(self, x: torch.Tensor, y: torch.Tensor) -> Picks:
         """((M_u, indices), (M_o, indices)) of this call's replay set R_t."""
         n_up, n_on = self.shares()
         return (
@@ -139,15 +142,15 @@ class MaxLossReplay(ExperienceReplay):
         super().__init__(**kwargs)
         self.candidates = candidates
 
-    def _choose(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    def _choose(self, x: torch.Tensor, y: torch.Tensor) -> Picks:
         n_up, n_on = self.shares()
         pools = [
             (self.upstream_, self._draw(len(self.upstream_), self.candidates), n_up),
             (self.online_, self._draw(len(self.online_), self.candidates), n_on),
         ]
-        virtual = copy.deepcopy(self.head_)
+        virtual = copy.deepcopy(self._fitted_head())
         self.train_on(virtual, x, y)  # the virtual model: CFT on E_t, no penalty
-        chosen = []
+        chosen: list[tuple[Memory, torch.Tensor]] = []
         for memory, pool, k in pools:
             cx, cy = memory.rows(pool)
             scores = self.interference(virtual, cx, cy)
@@ -170,7 +173,7 @@ class MIRReplay(MaxLossReplay):
         super().__init__(**kwargs)
 
     def interference(self, virtual: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return per_item_loss(virtual, x, y) - per_item_loss(self.head_, x, y)
+        return per_item_loss(virtual, x, y) - per_item_loss(self._fitted_head(), x, y)
 
 
 class MIRWithL2(MIRReplay):
@@ -183,8 +186,8 @@ class MIRWithL2(MIRReplay):
         super().__init__(**kwargs)
         self.l2_lambda = l2_lambda
 
-    def _penalty(self):
-        return l2_penalty(self.head_, self.l2_lambda)
+    def _penalty(self) -> Penalty | None:
+        return l2_penalty(self._fitted_head(), self.l2_lambda)
 
 
 class OfflineRefining(RefiningHead):
@@ -205,7 +208,7 @@ class OfflineRefining(RefiningHead):
         self.upstream_ = Memory(x.shape[1])
         self.upstream_.add(x, y)
         self.online_ = Memory(x.shape[1])
-        self.upstream_head_ = copy.deepcopy(self.head_)  # f_0
+        self.upstream_head_ = copy.deepcopy(self._fitted_head())  # f_0
         self.sample_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/offline"))
 
     def correct(self, batch) -> None:
@@ -225,12 +228,12 @@ class OfflineRefining(RefiningHead):
         if not len(self.online_):
             return
         self.head_ = copy.deepcopy(self.upstream_head_)
-        if output_layer(self.head_).out_features < len(self.space_):
+        if output_layer(self._fitted_head()).out_features < len(self.space_):
             self._grow_head()
         errors = self.online_.rows(torch.arange(len(self.online_)))
         pick = torch.randperm(len(self.upstream_), generator=self.sample_generator_)[: len(self.online_)]
         sample = self.upstream_.rows(pick)
-        self.train_on(self.head_, torch.cat([errors[0], sample[0]]), torch.cat([errors[1], sample[1]]))
+        self.train_on(self._fitted_head(), torch.cat([errors[0], sample[0]]), torch.cat([errors[1], sample[1]]))
 
     def footprint(self) -> Footprint:
         fp = super().footprint()  # the head and f_0, plus both memories

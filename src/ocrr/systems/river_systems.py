@@ -29,6 +29,9 @@ formula river's ``predict_one`` uses (tests check ``predict == predict_one``).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ocrr.batch import Batch
@@ -38,10 +41,16 @@ from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
 from ocrr.systems.training import derive_seed
 
+if TYPE_CHECKING:  # river itself is imported when a model is built (_river)
+    from river.base import Classifier
+    from river.linear_model import SoftmaxRegression
+    from river.multiclass import OneVsRestClassifier
 
-def as_features(vec: np.ndarray) -> dict[int, float]:
+
+def as_features(vec: np.ndarray) -> dict[Hashable, float]:
     """One vector as river's feature dict {i: x_i} (Python floats, exact from float32)."""
-    return dict(enumerate(vec.tolist()))
+    features: dict[Hashable, float] = dict(enumerate(vec.tolist()))
+    return features
 
 
 def _river():
@@ -78,11 +87,16 @@ class RiverSystem(System):
         self.seed_passes = seed_passes
         self.labels = labels  # river learns classes as it meets them; kept for the common signature
         self.seed = seed
-        self.model_ = None
+        self.model_: Classifier | None = None
 
     # -- learning (river) ---------------------------------------------------------------
-    def _make_model(self):
+    def _make_model(self) -> Classifier:
         raise NotImplementedError
+
+    def _fitted_model(self) -> Classifier:
+        """``model_``, which ``fit`` (or the seed pass) has set."""
+        assert self.model_ is not None, "fit() sets model_"
+        return self.model_
 
     def fit(self, seed: Batch) -> RiverSystem:
         labels = require_labels(seed, self.name)
@@ -122,7 +136,7 @@ class RiverSystem(System):
         """Hook for variants that keep part of the seed set."""
 
     def _learn(self, vec: np.ndarray, label: str) -> None:
-        self.model_.learn_one(as_features(vec), label)
+        self._fitted_model().learn_one(as_features(vec), label)
         self._dirty = True
 
     def correct(self, batch: Batch) -> None:
@@ -189,19 +203,29 @@ def _sequential_normalise(p: np.ndarray) -> np.ndarray:
 class RiverLogReg(RiverSystem):
     """river OneVsRestClassifier(LogisticRegression(SGD(lr))): the paper's river baseline."""
 
+    model_: OneVsRestClassifier | None
+
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "river_logreg")
         super().__init__(**kwargs)
 
-    def _make_model(self):
+    def _make_model(self) -> OneVsRestClassifier:
         linear_model, multiclass, optim = _river()
         return multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(self.lr)))
 
+    def _fitted_model(self) -> OneVsRestClassifier:
+        assert self.model_ is not None, "fit() sets model_"
+        return self.model_
+
     def _read_weights(self):
-        classes = list(self.model_.classifiers)
+        from river.linear_model import LogisticRegression
+
+        model = self._fitted_model()
+        classes = list(model.classifiers)
         w = np.zeros((len(classes), self.dim_))
         b = np.zeros(len(classes))
-        for row, clf in enumerate(self.model_.classifiers.values()):
+        for row, clf in enumerate(model.classifiers.values()):
+            assert isinstance(clf, LogisticRegression)  # a clone of _make_model's binary model
             _fill_row(w, row, clf.weights)
             b[row] = clf.intercept
         return classes, w, b
@@ -226,8 +250,9 @@ class RiverOvRBalanced(RiverLogReg):
         self.warm_sample = warm_sample
 
     def fit(self, seed: Batch) -> RiverOvRBalanced:
-        self.warm_vecs_ = None  # no warming while the seed pass meets classes
-        return super().fit(seed)
+        self.warm_vecs_: np.ndarray | None = None  # no warming while the seed pass meets classes
+        super().fit(seed)
+        return self
 
     def _after_seed(self, vecs: np.ndarray, labels) -> None:
         # The first warm_sample items of the (already random) subsample: a uniform sample,
@@ -235,7 +260,7 @@ class RiverOvRBalanced(RiverLogReg):
         self.warm_vecs_ = vecs[self.subsample_idx_[: self.warm_sample]].copy()
 
     def _learn(self, vec: np.ndarray, label: str) -> None:
-        model = self.model_
+        model = self._fitted_model()
         if self.warm_vecs_ is not None and label not in model.classifiers:
             clf = model.classifiers[label] = model.classifier.clone()
             for vec in self.warm_vecs_:
@@ -244,6 +269,7 @@ class RiverOvRBalanced(RiverLogReg):
 
     def footprint(self) -> Footprint:
         fp = super().footprint()
+        assert self.warm_vecs_ is not None  # set by fit, after the seed pass
         return Footprint(entries=len(self.warm_vecs_), params=fp.params, bytes=fp.bytes + self.warm_vecs_.nbytes)
 
 
@@ -251,19 +277,25 @@ class RiverSoftmax(RiverSystem):
     """river SoftmaxRegression(SGD(lr)): multinomial, so a new class cannot win by default."""
 
     has_intercept = False  # river's SoftmaxRegression has none
+    model_: SoftmaxRegression | None
 
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "river_softmax")
         super().__init__(**kwargs)
 
-    def _make_model(self):
+    def _make_model(self) -> SoftmaxRegression:
         linear_model, _, optim = _river()
         return linear_model.SoftmaxRegression(optimizer=optim.SGD(self.lr))
 
+    def _fitted_model(self) -> SoftmaxRegression:
+        assert self.model_ is not None, "fit() sets model_"
+        return self.model_
+
     def _read_weights(self):
-        classes = list(self.model_.weights)
+        model = self._fitted_model()
+        classes = list(model.weights)
         w = np.zeros((len(classes), self.dim_))
-        for row, weights in enumerate(self.model_.weights.values()):
+        for row, weights in enumerate(model.weights.values()):
             _fill_row(w, row, weights)
         return classes, w, np.zeros(len(classes))  # SoftmaxRegression has no intercept
 

@@ -75,20 +75,20 @@ class RobustSubstrate(Substrate):
 
     def fit(self, seed: Batch) -> RobustSubstrate:
         super().fit(seed)
-        self._corroborated = np.ones(len(self.ledger_), bool)  # the seed set is clean
+        self._corroborated = np.ones(len(self._fitted_ledger()), bool)  # the seed set is clean
         return self
 
     def correct(self, batch: Batch) -> None:
-        self._require_fitted()
+        ledger, _ = self._fitted()
         if not len(batch):
             return
-        first = len(self.ledger_)
+        first = len(ledger)
         super().correct(batch)
-        last = len(self.ledger_)
+        last = len(ledger)
         self._corroborated = np.concatenate([self._corroborated, np.zeros(last - first, bool)])
-        vecs = check_vectors(batch.vecs, self.ledger_.dim, "vectors")
+        vecs = check_vectors(batch.vecs, ledger.dim, "vectors")
         # the index directly (not the query cache): each new entry's nearest entries, itself included
-        _, nbrs = self.index_.search(vecs, self.support_k + 1)
+        _, nbrs = self._fitted_index().search(vecs, self.support_k + 1)
         for row, entry in enumerate(range(first, last)):
             found = nbrs[row][(nbrs[row] >= 0) & (nbrs[row] != entry)][: self.support_k]
             agree = found[self._entry_label[found] == self._entry_label[entry]]
@@ -97,8 +97,8 @@ class RobustSubstrate(Substrate):
                 self._corroborated[agree] = True  # it corroborates them in turn
 
     def predict(self, batch: Batch) -> list[str | None]:
-        self._require_fitted()
-        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        ledger, _ = self._fitted()
+        queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         sims, ids = self.search_.search(queries, self.k)
         trusted = np.where(ids >= 0, self._corroborated[np.maximum(ids, 0)], False)
         weights = np.where(trusted, 1.0, self.isolated_weight)

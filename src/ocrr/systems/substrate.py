@@ -7,11 +7,12 @@ nothing is ever updated in place, so nothing learned is ever overwritten (paper 
 from __future__ import annotations
 
 from functools import partial
+from typing import TypeAlias
 
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.index import KINDS, ExactIndex, exact_search, recall_at_k
+from ocrr.index import KINDS, AutoIndex, ExactIndex, FaissIndex, IVFIndex, exact_search, recall_at_k
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.index.vote import VoteRule, vote, vote_margin
@@ -19,6 +20,9 @@ from ocrr.ledger import Ledger, VerifyResult
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
+
+#: What ``IndexOptions.make`` builds (ocrr.index.make_index): a substrate's ``index_``.
+SearchIndex: TypeAlias = ExactIndex | FaissIndex | IVFIndex | AutoIndex
 
 # The search-backend options of every system that owns a k-NN store (IndexedSystem: the
 # substrates, knn_lm); ocrr.index.options documents what each does.
@@ -122,7 +126,7 @@ class Substrate(IndexedSystem, System):
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
         self.ledger_: Ledger | None = None
-        self.index_: ExactIndex | None = None
+        self.index_: SearchIndex | None = None
         self.space_ = LabelSpace(labels or ())
         self._entry_label = np.empty(0, np.int64)  # label index of every ledger entry
 
@@ -159,15 +163,16 @@ class Substrate(IndexedSystem, System):
             self._append(batch, who=self.name)
 
     def _append(self, batch: Batch, who: str) -> np.ndarray:
+        ledger = self._fitted_ledger()
         labels = require_labels(batch, who)
-        vecs = check_vectors(batch.vecs, self.ledger_.dim, "vectors")
+        vecs = check_vectors(batch.vecs, ledger.dim, "vectors")
         texts = list(batch.texts) if (self.store_text and batch.texts is not None) else None
         if len(vecs) == 1:  # one correction: the ledger's single-entry path (vecs are checked)
-            first = self.ledger_.append_checked(vecs[0], labels[0], texts[0] if texts else None)
+            first = ledger.append_checked(vecs[0], labels[0], texts[0] if texts else None)
             ids = np.arange(first, first + 1, dtype=np.int64)
-            codes = self.space_.encode_one(labels[0])
+            codes: int | np.ndarray = self.space_.encode_one(labels[0])
         else:
-            ids = np.asarray(self.ledger_.extend(vecs, labels, texts), np.int64)
+            ids = np.asarray(ledger.extend(vecs, labels, texts), np.int64)
             codes = self.space_.encode(labels, grow=True)
         end = int(ids[-1]) + 1
         if end > len(self._entry_label):  # capacity doubling: corrections append one at a time
@@ -180,12 +185,28 @@ class Substrate(IndexedSystem, System):
 
     def _index_new(self, vecs: np.ndarray, ids: np.ndarray) -> None:
         """Make new ledger entries searchable (bounded variants override to evict)."""
-        if isinstance(self.index_, ExactIndex):
-            self.index_.add_from_source(vecs, ids)  # the rows the ledger just wrote: no copy, no compare
+        index = self._fitted_index()
+        if isinstance(index, ExactIndex):
+            index.add_from_source(vecs, ids)  # the rows the ledger just wrote: no copy, no compare
         else:
-            self.index_.add(vecs, ids)
+            index.add(vecs, ids)
 
-    def _new_index(self, dim: int):
+    def _fitted_ledger(self) -> Ledger:
+        """The ledger ``fit`` made (callers run after ``fit``, or ``_require_fitted``)."""
+        assert self.ledger_ is not None, "fit() makes the ledger"
+        return self.ledger_
+
+    def _fitted_index(self) -> SearchIndex:
+        """The index ``fit`` made (callers run after ``fit``, or ``_require_fitted``)."""
+        assert self.index_ is not None, "fit() makes the index"
+        return self.index_
+
+    def _fitted(self) -> tuple[Ledger, SearchIndex]:
+        """(ledger, index) once fitted; NotFittedError (``_require_fitted``) before ``fit``."""
+        self._require_fitted()
+        return self._fitted_ledger(), self._fitted_index()
+
+    def _new_index(self, dim: int) -> SearchIndex:
         """An empty index of ``index_kind``. Exact kinds borrow the ledger's vector buffer
         (row i = entry i), so vectors are stored once; see ExactIndex. (A partial, not a
         lambda, so the system still pickles.)"""
@@ -215,18 +236,19 @@ class Substrate(IndexedSystem, System):
         says the ledger has outgrown the training sample), then tuned if
         ``target_recall`` is set.
         """
-        self._require_fitted()
-        live = np.sort(np.asarray(self.index_.ids, np.int64))
-        vectors = self.ledger_.vectors
-        self.index_ = self._new_index(self.ledger_.dim)
-        if hasattr(self.index_, "build"):  # IVF: k-means over the whole ledger, not its first chunk
+        ledger, old = self._fitted()
+        live = np.sort(np.asarray(old.ids, np.int64))
+        vectors = ledger.vectors
+        assert ledger.dim is not None  # fit made the ledger with the seed set's dim
+        self.index_ = index = self._new_index(ledger.dim)
+        if hasattr(index, "build"):  # IVF: k-means over the whole ledger, not its first chunk
             everything = len(live) == len(vectors)
-            self.index_.build(vectors if everything else vectors[live], live)
+            index.build(vectors if everything else vectors[live], live)
         else:
             for lo in range(0, len(live), chunk):
                 ids = live[lo : lo + chunk]
-                self.index_.add(vectors[ids], ids)
-        self.search_ = IncrementalSearch(self.index_)
+                index.add(vectors[ids], ids)
+        self.search_ = IncrementalSearch(index)
 
     def verify_recall(self, k: int = 5, n_queries: int = 200, seed: int = 0, queries=None) -> float:
         """Recall@k of the index against exact search over the ledger's live vectors.
@@ -236,9 +258,9 @@ class Substrate(IndexedSystem, System):
         pass fresh queries to leave that out). Returns the mean, over queries, of the
         fraction of the exact top-k ids that the index's top-k contains (1.0 for exact).
         """
-        self._require_fitted()
-        live = np.sort(np.asarray(self.index_.ids, np.int64))
-        vectors = self.ledger_.vectors
+        ledger, index = self._fitted()
+        live = np.sort(np.asarray(index.ids, np.int64))
+        vectors = ledger.vectors
         if queries is None:
             if len(live) == 0:
                 return 1.0
@@ -246,24 +268,24 @@ class Substrate(IndexedSystem, System):
             pick = np.sort(rng.choice(len(live), size=min(n_queries, len(live)), replace=False))
             queries = vectors[live[pick]]
         else:
-            queries = check_vectors(queries, self.ledger_.dim, "query vectors")
-        _, approx = self.index_.search(queries, k)
+            queries = check_vectors(queries, ledger.dim, "query vectors")
+        _, approx = index.search(queries, k)
         everything = len(live) == len(vectors) and (len(live) == 0 or live[-1] == len(live) - 1)
         _, truth = exact_search(vectors, queries, k, rows=None if everything else live)
         return recall_at_k(approx, truth)
 
     # -- inference ------------------------------------------------------------------
     def predict(self, batch: Batch) -> list[str | None]:
-        self._require_fitted()
-        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        ledger, _ = self._fitted()
+        queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         sims, ids = self.search_.search(queries, self.k)
         winners = vote(sims, ids, self._neighbour_ranks(ids), self.rule_)
         return self.space_.decode_ranks(winners)
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
         """Per item, minus the vote margin (``vote_margin``): higher means less sure."""
-        self._require_fitted()
-        queries = check_vectors(batch.vecs, self.ledger_.dim, "query vectors")
+        ledger, _ = self._fitted()
+        queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         sims, ids = self.search_.search(queries, self.k)
         ranks = self._neighbour_ranks(ids)
         return -vote_margin(sims, ranks, vote(sims, ids, ranks, self.rule_), self.rule_)
@@ -277,25 +299,25 @@ class Substrate(IndexedSystem, System):
 
     # -- audit and accounting -----------------------------------------------------------
     def verify(self, expected_head: bytes | None = None) -> VerifyResult:
-        self._require_fitted()
-        return self.ledger_.verify(expected_head)
+        ledger, _ = self._fitted()
+        return ledger.verify(expected_head)
 
     def footprint(self) -> Footprint:
-        self._require_fitted()
-        live = len(self.index_)
-        dim = self.ledger_.dim or 0
+        ledger, index = self._fitted()
+        live = len(index)
+        dim = ledger.dim or 0
         # Per live entry: the float32 vector, its label index, and its 32-byte hash. An
         # approximate index is a second structure a deployment must hold, so its bytes
         # (vectors or codes + graph + id map) are added; exact search needs no second copy
         # (the unbounded substrate's reads the ledger's buffer; a bounded variant's copy of
         # its live rows is reported in extra["index_bytes"] only).
-        index_bytes = int(getattr(self.index_, "nbytes", 0))
+        index_bytes = int(getattr(index, "nbytes", 0))
         extra_bytes = 0 if self.index_kind == "exact" else index_bytes
         return Footprint(
             entries=live,
             params=0,
             bytes=live * (4 * dim + 8 + 32) + extra_bytes,
-            extra={"ledger_entries": len(self.ledger_), "index": self.index_kind, "index_bytes": index_bytes},
+            extra={"ledger_entries": len(ledger), "index": self.index_kind, "index_bytes": index_bytes},
         )
 
     def _is_fitted(self) -> bool:

@@ -76,7 +76,8 @@ def run_sweep(
     done = finished_ids(out)
     skipped = [t for t in tasks if t.task_id in done]
     todo = longest_first([t for t in tasks if t.task_id not in done], out)
-    ran, failed = [], []
+    ran: list[Task] = []
+    failed: list[tuple[Task, str]] = []
     log = Log(out / "log.jsonl")
     try:
         if todo:
@@ -107,7 +108,7 @@ def run_sweep(
     return SweepResult(out, tasks, skipped, ran, failed, results, time.perf_counter() - started)
 
 
-def _record(out: Path, log: Log, task: Task, output, ran: list, failed: list) -> bool:
+def _record(out: Path, log: Log, task: Task, output, ran: list[Task], failed: list[tuple[Task, str]]) -> bool:
     if not isinstance(output, BaseException):
         try:
             save_task(out, task, output)
@@ -141,7 +142,8 @@ def longest_first(tasks: list[Task], out: Path) -> list[Task]:
     """Order runs by expected cost, longest first: the CPU seconds this folder's log recorded
     for the same (dataset, system), else for the system, else a prior. Order never changes
     results (the table is sorted by its keys), only how well the workers stay busy."""
-    by_pair, by_system = {}, {}
+    by_pair: dict[tuple[str, str], list[float]] = {}
+    by_system: dict[str, list[float]] = {}
     for record in read_log(out):
         if record.get("event") == "done" and "cpu_seconds" in record and "dataset" in record:
             by_pair.setdefault((record["dataset"], record["system"]), []).append(record["cpu_seconds"])
@@ -150,9 +152,11 @@ def longest_first(tasks: list[Task], out: Path) -> list[Task]:
     typical = float(np.median([np.mean(v) for v in by_system.values()])) if by_system else 0.0
 
     def cost(task: Task) -> float:
-        for table, key in ((by_pair, (task.dataset, task.system)), (by_system, task.system)):
-            if key in table:
-                return float(np.mean(table[key]))
+        pair = (task.dataset, task.system)
+        if pair in by_pair:
+            return float(np.mean(by_pair[pair]))
+        if task.system in by_system:
+            return float(np.mean(by_system[task.system]))
         return math.inf if task.system.startswith(SLOW_PREFIXES) else typical
 
     # Among equal costs, the runs of one (data, system, seed) -- the policies of a cell, which

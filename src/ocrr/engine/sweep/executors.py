@@ -33,7 +33,7 @@ from ocrr.utils.threads import pin_threads, pinned_threads
 def plugins(tasks: list[Task]) -> dict:
     """The registry entries the tasks name, to register again in a worker process. Entries
     that cannot be pickled by reference (a lambda factory) are left to the worker's own import."""
-    found = {"protocols": {}, "systems": {}}
+    found: dict[str, dict[str, Any]] = {"protocols": {}, "systems": {}}
     for task in tasks:
         name = spec_name(task.protocol)
         found["protocols"][name] = PROTOCOLS[name]
@@ -68,6 +68,7 @@ class SerialExecutor:
         with pinned_threads(1):
             for task in tasks:
                 callback = (lambda cp, task=task: self.on_checkpoint(task, cp)) if self.on_checkpoint else None
+                output: dict | Exception
                 try:
                     output = execute_task(task, data[task.data_key], on_checkpoint=callback)
                 except Exception as err:  # a failing run must not stop the grid

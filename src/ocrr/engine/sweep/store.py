@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +48,7 @@ def save_task(out: Path, task: Task, output: dict) -> None:
     """Predictions and timings first, then the metrics file: its existence marks the task done."""
     frames = task_frames(task, output)
     for folder in ("timings", "predictions"):
-        atomic_write(out / folder / f"{task.task_id}.parquet", lambda p, f=frames[folder]: f.to_parquet(p, index=False))
+        atomic_write(out / folder / f"{task.task_id}.parquet", partial(frames[folder].to_parquet, index=False))
     atomic_write(task_path(out, task.task_id), lambda p: frames["metrics"].to_parquet(p, index=False))
 
 

@@ -30,13 +30,15 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ocrr.index import make_index
 from ocrr.index.file_rows import FileRows
-from ocrr.index.ivf import nlist_for
+from ocrr.index.ivf import IVFIndex, nlist_for
 
 
 class VectorStore:
@@ -44,7 +46,9 @@ class VectorStore:
 
     def __init__(self, n: int, dim: int, in_memory: bool, folder: str | None = None):
         self.n, self.dim = n, dim
-        self.path = None
+        self.path: str | None = None
+        self._fd: int | None
+        self.array: np.ndarray | FileRows  # what the re-rank reads: FileRows reads the file's rows
         if in_memory:
             self.array = np.empty((n, dim), np.float32)
             self._fd = None
@@ -56,15 +60,15 @@ class VectorStore:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # re-rank reads scattered rows: no readahead
 
     def write(self, first: int, x: np.ndarray) -> None:
-        if self._fd is None:
+        if isinstance(self.array, np.ndarray):  # in RAM (no file)
             self.array[first : first + len(x)] = x
         else:
-            os.pwrite(self._fd, np.ascontiguousarray(x, np.float32).tobytes(), first * self.dim * 4)
+            os.pwrite(self.array.fd, np.ascontiguousarray(x, np.float32).tobytes(), first * self.dim * 4)
 
     def read(self, lo: int, hi: int) -> np.ndarray:
         return np.asarray(self.array[lo:hi])  # in RAM: a view; on disk: FileRows reads the range
 
-    def matrix(self) -> np.ndarray:
+    def matrix(self) -> np.ndarray | FileRows:
         return self.array
 
     def drop_cache(self) -> bool:
@@ -78,6 +82,7 @@ class VectorStore:
 
     def close(self) -> None:
         if self._fd is not None:
+            assert self.path is not None  # the scratch file of a store that has a descriptor
             os.close(self._fd)
             self._fd = None
             del self.array
@@ -123,6 +128,15 @@ def _disk_read_mb() -> float:
     return float("nan")
 
 
+def _ivf_index(kind: str, dim: int, source: Callable[[], np.ndarray | FileRows], **params: Any) -> IVFIndex:
+    """``make_index`` for an IVF kind, re-ranking from ``source`` (the store's rows)."""
+    # make_index annotates source as returning an ndarray; FileRows is its documented stand-in
+    # for rows on disk (ocrr.index.file_rows: "FileRows is what the index's source returns")
+    index = make_index(kind, dim, source=source, **params)  # type: ignore[arg-type]
+    assert isinstance(index, IVFIndex), f"{kind} is not an IVF kind"
+    return index
+
+
 class IVFBuild:
     def __init__(
         self,
@@ -139,7 +153,7 @@ class IVFBuild:
         self.n, self.store = n, store
         self.nlist = nlist or nlist_for(n)
         self.indexes = {
-            kind: make_index(
+            kind: _ivf_index(
                 kind,
                 dim,
                 source=store.matrix,

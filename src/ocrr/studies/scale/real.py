@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 from ocrr.data import load_dataset
 from ocrr.encoders import DEFAULT_ENCODER, embed_dataset
 from ocrr.index import exact_search, make_index, recall_at_k
+from ocrr.index.faiss_index import FaissIndex
 from ocrr.index.ivf import IVFIndex
 from ocrr.index.vote import VoteRule, vote
 from ocrr.studies.scale.report import write_csv
@@ -113,10 +114,11 @@ def run_real(
                     seed=seed,
                     **(params or {}),
                 )
+                assert isinstance(index, IVFIndex)  # make_index builds an IVFIndex for the ivf kinds
                 index.build(x, ids)
             else:
                 index = make_index(kind, x.shape[1], **(params or {}))
-                if getattr(index, "compressed", False):
+                if isinstance(index, FaissIndex) and index.compressed:  # the sq8 kinds
                     index.train(x[:: max(1, len(x) // 65_536)])
                 index.add(x, ids)
             build_s = time.perf_counter() - t0

@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ocrr.index import IVF_KINDS, make_index, recall_at_k, top_k
+from ocrr.index import IVF_KINDS, AutoIndex, FaissIndex, IVFIndex, make_index, recall_at_k, top_k
 from ocrr.index.exact import ExactIndex
 from ocrr.index.vote import VoteRule, vote
 from ocrr.studies.scale.config import DEFAULT_SCALES, ScaleConfig
@@ -110,9 +110,12 @@ def _add_all(backends: dict, x: np.ndarray, ids: np.ndarray, first_chunk: bool, 
         build_cpu[name] += time.process_time() - c0
 
 
-def _band_size(sims: np.ndarray, ids: np.ndarray, margin: float) -> float:
-    """Mean number of retrieved neighbours inside the vote's margin band."""
+def _band_size(sims: np.ndarray, ids: np.ndarray, margin: float | None) -> float:
+    """Mean number of retrieved neighbours inside the vote's margin band (no margin: every
+    retrieved neighbour votes, as in ``ocrr.index.vote.band``)."""
     valid = ids >= 0
+    if margin is None:
+        return float(valid.sum(axis=1).mean())
     top = np.max(np.where(valid, sims, -np.inf), axis=1, keepdims=True)
     return float((valid & (sims >= top - margin)).sum(axis=1).mean())
 
@@ -142,13 +145,12 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
     started = time.perf_counter()
     stream = make_stream(cfg.family, n, cfg.n_classes, cfg.dim, cfg.sigma, cfg.seed, cfg.intrinsic_dim, cfg.ambient)
     rule = VoteRule(k=cfg.k)  # the substrate's default rule
-    qsets = {}
+    qsets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}  # queries, labels, stored ids
     if "fresh" in cfg.query_modes:
         q, lab = stream.fresh_queries(cfg.n_queries)
         qsets["fresh"] = (q, lab, None)
     if "stored" in cfg.query_modes:
-        q, lab, qids = stream.stored_queries(cfg.n_queries)
-        qsets["stored"] = (q, lab, qids)
+        qsets["stored"] = stream.stored_queries(cfg.n_queries)  # queries, labels, their ids
     depth = {m: cfg.k for m in qsets}
     ivf_kinds = [b for b in cfg.backends if b in IVF_KINDS]
     tuning = ivf_kinds and (cfg.target_recall > 0 or cfg.target_agreement > 0)
@@ -165,13 +167,16 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
     build_cpu = dict.fromkeys(backends, 0.0)  # process CPU time (all threads) of the adds
     keep = cfg.keep_exact(n)
     vstore = VectorStore(n, cfg.dim, in_memory=keep, folder=cfg.vectors_dir) if keep or ivf_kinds else None
-    store = vstore.array if keep else None
-    exact = ExactIndex(cfg.dim, source=lambda: store) if keep else None  # borrowed: the substrate's exact path
-    ivf = (
-        IVFBuild(ivf_kinds, n, cfg.dim, vstore, cfg.nlist, cfg.nprobe, cfg.rerank, cfg.train_per_list, cfg.seed)
-        if ivf_kinds
-        else None
-    )
+    store: np.ndarray | None = None
+    exact: ExactIndex | None = None
+    if keep:
+        assert vstore is not None and isinstance(vstore.array, np.ndarray)  # kept: in RAM
+        store = vstore.array
+        exact = ExactIndex(cfg.dim, source=lambda: store)  # borrowed: the substrate's exact path
+    ivf: IVFBuild | None = None
+    if ivf_kinds:
+        assert vstore is not None  # made for the IVF kinds' re-rank
+        ivf = IVFBuild(ivf_kinds, n, cfg.dim, vstore, cfg.nlist, cfg.nprobe, cfg.rerank, cfg.train_per_list, cfg.seed)
     if keep:
         build_s["exact"] = build_cpu["exact"] = 0.0
     gen_s = gt_s = 0.0
@@ -190,7 +195,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
             vstore.write(first, x)  # the ledger append, not timed as index build
         if ivf is not None:
             ivf.collect(first, x)
-        if keep:
+        if exact is not None:  # kept
             t0, c0 = time.perf_counter(), time.process_time()
             exact.add(x, ids)
             build_s["exact"] += time.perf_counter() - t0
@@ -205,7 +210,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
         perm = np.random.default_rng([cfg.seed, 4]).permutation(n)
         for lo in range(0, n, CHUNK_ROWS):
             ids = np.sort(perm[lo : lo + CHUNK_ROWS])
-            x = store[ids] if keep else stream.rows(ids)
+            x = store[ids] if store is not None else stream.rows(ids)
             _add_all(backends, x, ids, lo == 0, build_s, build_cpu)
     tuned: dict[str, dict] = {}
     anon = [_proc_status_mb().get("RssAnon", math.nan)]  # sampled after each phase
@@ -240,14 +245,16 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
         memory.mark("tuned")
 
     timed = dict(backends)
-    if keep:
+    if exact is not None:  # kept
         assert exact.borrowed  # no second copy of the vectors
         timed = {"exact": exact, **backends}
+    plan: list[tuple[str, ExactIndex | FaissIndex | IVFIndex | AutoIndex, tuple[int, int] | None]]
     plan = [(name, index, None) for name, index in timed.items()]
     plan += [(kind, backends[kind], tuple(setting)) for kind in ivf_kinds for setting in cfg.also_time]
     rows = []
     for name, index, setting in plan:
         if setting:  # the same index at another setting, for the trade-off (the tuned one is restored below)
+            assert isinstance(index, IVFIndex)  # settings are timed for the IVF kinds
             tuned_setting = (index.nprobe, index.rerank)
             index.nprobe, index.rerank = setting
         bytes_per_entry = index.nbytes / n
@@ -292,6 +299,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
             if cfg.family != "gaussian":
                 row.update(family=cfg.family, intrinsic_dim=cfg.intrinsic_dim, ambient=cfg.ambient)
             if name in IVF_KINDS:
+                assert isinstance(index, IVFIndex) and ivf is not None  # built by IVFBuild
                 t = tuned.get(name, {})
                 row.update(
                     nlist=index.nlist,
@@ -314,6 +322,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
                 )
             rows.append(row)
         if setting:
+            assert isinstance(index, IVFIndex)
             index.nprobe, index.rerank = tuned_setting
         _say(started, n, f"{name} scored" + (f" at nprobe {setting[0]}, rerank {setting[1]}" if setting else ""))
         anon.append(_proc_status_mb().get("RssAnon", math.nan))
