@@ -188,7 +188,7 @@ def run_load(port: int, loads: list, seconds: float, interval: float) -> float:
 
 def get(port: int, path: str) -> str:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", path)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})  # /health's worker needs it
     data = conn.getresponse().read().decode()
     conn.close()
     return data

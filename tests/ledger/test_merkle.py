@@ -164,9 +164,15 @@ def test_bad_sizes_raise(tree):
     with pytest.raises(IndexError):
         tree.inclusion_proof(64, 64)
     with pytest.raises(IndexError):
-        tree.consistency_proof(0, 10)
+        tree.consistency_proof(11, 10)
     with pytest.raises(IndexError):
         tree.root(65)
+
+
+def test_every_tree_is_consistent_with_the_empty_one(tree):
+    """RFC 9162 2.1.4: the proof from size 0 is empty, and the verifier accepts it."""
+    assert tree.consistency_proof(0, 10) == []
+    verify_consistency(0, 10, [], EMPTY_ROOT, tree.root(10))  # raises ProofError if refused
 
 
 def test_truncate_restores_an_earlier_tree(tree):

@@ -216,9 +216,9 @@ def test_bad_correct_input_and_oversized_bodies(server):
 
 def test_verify_health_metrics_and_page(server):
     url, *_ = server
-    v = requests.get(f"{url}/verify").json()
+    v = requests.get(f"{url}/verify", headers=AUTH).json()
     assert v["ok"] and "intact" in v["reason"]
-    assert requests.get(f"{url}/corrections/recent").json()["last_verify"] == v  # kept in the file
+    assert requests.get(f"{url}/corrections/recent", headers=AUTH).json()["last_verify"] == v  # kept in the file
     assert requests.get(f"{url}/health").json()["status"] == "ok"
     text = requests.get(f"{url}/metrics").text
     assert "# TYPE ocrr_requests_total counter" in text and "ocrr_ledger_entries " in text

@@ -37,7 +37,7 @@ def _wait_for_workers(url, proc, workers, deadline, exclude_pids=()):
         assert proc.poll() is None, proc.stderr.read()
         assert time.monotonic() < deadline, f"workers {sorted(seen)} of {workers} answered"
         try:
-            h = requests.get(f"{url}/health", timeout=2).json()
+            h = requests.get(f"{url}/health", timeout=2, headers=AUTH).json()
             if h["pid"] not in exclude_pids:
                 seen[h["worker"]] = h["pid"]
         except requests.ConnectionError:
@@ -49,7 +49,7 @@ def _session_on(url, slot, deadline):
     """A keep-alive session whose connection is served by worker ``slot``."""
     while time.monotonic() < deadline:
         s = requests.Session()
-        if s.get(f"{url}/health", timeout=2).json()["worker"] == slot:
+        if s.get(f"{url}/health", headers=AUTH, timeout=2).json()["worker"] == slot:
             return s
         s.close()
     raise AssertionError(f"no connection reached worker {slot}")
@@ -92,8 +92,8 @@ def test_workers_answer_for_each_other_and_stop_cleanly(tmp_path):
         assert "ocrr_workers 2" in metrics
         assert "ocrr_ledger_commits_total 6" in metrics  # three by each worker, counted together
         assert 'ocrr_requests_total{path="/correct",status="200"} 6' in metrics
-        verified = on[0].get(f"{url}/verify").json()  # the page of the other worker shows it
-        assert verified["ok"] and on[1].get(f"{url}/corrections/recent").json()["last_verify"] == verified
+        verified = on[0].get(f"{url}/verify", headers=AUTH).json()  # the page of the other worker shows it
+        assert verified["ok"] and on[1].get(f"{url}/corrections/recent", headers=AUTH).json()["last_verify"] == verified
 
         os.kill(pids[1], signal.SIGKILL)  # a worker dies: the supervisor starts another in its slot
         _wait_for_workers(url, proc, 2, time.monotonic() + 120, exclude_pids={pids[1]})
@@ -124,11 +124,12 @@ def _dies_at_once(config, slot, workers, table):
 
 
 def test_a_worker_that_keeps_dying_stops_the_service_instead_of_spinning():
-    from ocrr.service.supervisor import bind, supervise
+    from ocrr.service.supervisor import Backoff, bind, supervise
 
     said = []
     sock = bind("127.0.0.1", 0, listen=False)
     t0 = time.monotonic()
-    assert supervise(1, sock, _dies_at_once, {}, said.append) == 1
-    assert time.monotonic() - t0 < 60
-    assert "starting it again" in said[0] and "stopped again within a minute" in said[1] and len(said) == 2
+    assert supervise(1, sock, _dies_at_once, {}, said.append, Backoff(first=0.1, give_up=3)) == 1
+    assert 0.1 + 0.2 <= time.monotonic() - t0 < 60
+    assert "starting it again in 0.1 s" in said[0] and "starting it again in 0.2 s" in said[1]
+    assert "failed 3 times in a row, last: exit status 3" in said[2] and len(said) == 3

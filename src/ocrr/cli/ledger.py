@@ -62,7 +62,25 @@ def add_commands(sub) -> None:
 
     i = lsub.add_parser("import", help="create a durable ledger from a JSONL export, checked hash for hash")
     i.add_argument("jsonl", type=Path)
-    i.add_argument("path", type=Path, help="the new ledger file (must not exist)")
+    i.add_argument("path", type=Path, help="the new ledger file (must not exist; built beside it, then moved in)")
+    i.add_argument("--expect-size", type=int, default=None, help="refuse unless the imported log has this many entries")
+    i.add_argument(
+        "--expect-root",
+        default=None,
+        help="refuse unless its Merkle root is this one (hex or base64, as `head` prints)",
+    )
+    i.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="a signed C2SP checkpoint (the note of `ocrr ledger head --checkpoint`, or the JSON of /head): "
+        "refuse unless the imported log is the one it signs",
+    )
+    i.add_argument(
+        "--verifier-key",
+        default=None,
+        help="the checkpoint's verifier key (printed by `ocrr ledger keygen`), or a file",
+    )
     i.set_defaults(handler=_cmd_import)
 
     m = lsub.add_parser(
@@ -203,7 +221,16 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_import(args) -> int:
-    with import_jsonl(args.jsonl, args.path) as ledger:
+    note = None if args.checkpoint is None else _read_checkpoint(args.checkpoint)
+    vkey = None if args.verifier_key is None else _read_vkey(args.verifier_key)
+    with import_jsonl(
+        args.jsonl,
+        args.path,
+        expect_size=args.expect_size,
+        expect_root=args.expect_root,
+        checkpoint=note,
+        verifier_key=vkey,
+    ) as ledger:
         _print(
             {
                 "path": str(args.path),
@@ -213,6 +240,36 @@ def _cmd_import(args) -> int:
             }
         )
     return 0
+
+
+def _read_checkpoint(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise OcrrError(
+            f"cannot read the checkpoint {path} ({e}); pass the note `ocrr ledger head --key K --checkpoint` prints"
+        ) from e
+    if text.lstrip().startswith("{"):  # the JSON of /head or `ocrr ledger head --key`: its checkpoint field
+        try:
+            note = json.loads(text)["checkpoint"]
+            if isinstance(note, str):
+                return note
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise OcrrError(f'{path} is JSON without a "checkpoint" note; pass a signed head (with --key) or its note')
+    return text
+
+
+def _read_vkey(value: str) -> str:
+    if "+" in value:
+        return value.strip()
+    try:
+        return Path(value).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise OcrrError(
+            f"--verifier-key {value!r} is neither a verifier key (name+id+key, as `ocrr ledger keygen` prints) "
+            f"nor a readable file holding one ({e})"
+        ) from e
 
 
 def _cmd_migrate(args) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ocrr.errors import OcrrError
 from ocrr.service import ServiceConfig, serve
+from ocrr.service.config import MAKE_TOKEN, MIN_TOKEN_BITS, token_bits
 from ocrr.service.encoder import check_nice
 
 
@@ -42,13 +43,43 @@ def add_serve(sub) -> None:
         "unless the dataset carries vectors)",
     )
     s.add_argument("--data-dir", default=None, help="where --fit looks for the dataset")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1); an address other machines reach needs "
+        "--tls-cert/--tls-key, or --insecure-public",
+    )
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     s.add_argument(
         "--token-file",
         type=Path,
         default=None,
-        help="file holding the bearer token for /correct (default: $OCRR_TOKEN, else a new random one)",
+        help="file holding the bearer token (at least 128 bits, e.g. from "
+        f"{MAKE_TOKEN}) for /correct, /verify and /corrections/recent (default: $OCRR_TOKEN, "
+        "else a new random one, written to <ledger>.token with mode 0600, never printed)",
+    )
+    s.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve HTTPS (with --tls-key)")
+    s.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
+    s.add_argument(
+        "--insecure-public",
+        action="store_true",
+        help="allow a --host other machines reach without TLS (the token and texts then cross the "
+        "network in clear: only behind a proxy that terminates TLS)",
+    )
+    s.add_argument(
+        "--check-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="check what is new in the ledger file this often (default 60; 0: never); damage found "
+        "makes the service read-only and /health 503 until restarted on a good file",
+    )
+    s.add_argument(
+        "--verify-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="/verify rehashes the whole file at most this often; calls in between get the last result (default 30)",
     )
     s.add_argument("--key", type=Path, default=None, help="Ed25519 key to sign heads (ocrr ledger keygen)")
     s.add_argument("--origin", default=None, help="the log's name in signed heads (default ocrr.invalid/<file>)")
@@ -67,16 +98,24 @@ def add_serve(sub) -> None:
 
 
 def _token(args) -> str | None:
-    """--token-file, else $OCRR_TOKEN, else None: the service makes a random one and prints it."""
+    """--token-file, else $OCRR_TOKEN (either at least 128 bits), else None: the service makes
+    a random one and writes it to a 0600 file beside the ledger."""
     if args.token_file is not None:
         try:
             token = args.token_file.read_text().strip()
         except OSError as e:
             raise OcrrError(f"cannot read --token-file {args.token_file} ({e})") from e
-        if len(token) < 16:
-            raise OcrrError(f"the token in {args.token_file} is shorter than 16 characters; use a longer one")
-        return token
-    return os.environ.get("OCRR_TOKEN") or None
+        where = f"the token in {args.token_file}"
+    else:
+        token, where = os.environ.get("OCRR_TOKEN") or "", "$OCRR_TOKEN"
+        if not token:
+            return None
+    if token_bits(token) < MIN_TOKEN_BITS:
+        raise OcrrError(
+            f"{where} is too weak (about {token_bits(token):.0f} bits; at least {MIN_TOKEN_BITS} bits needed); "
+            f"make one with {MAKE_TOKEN}"
+        )
+    return token
 
 
 def _encoder_nice(value: str) -> int | str:
@@ -103,5 +142,10 @@ def _cmd_serve(args) -> int:
         origin=args.origin,
         quick_open=args.quick_open,
         workers=args.workers,
+        check_every=args.check_every,
+        verify_every=args.verify_every,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        insecure_public=args.insecure_public,
     )
     return serve(config)

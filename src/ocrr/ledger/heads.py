@@ -24,14 +24,57 @@ from pathlib import Path
 
 from ocrr.errors import OcrrError
 
-__all__ = ["TreeHead", "Signer", "checkpoint_text", "verify_checkpoint", "verify_head", "default_origin"]
+__all__ = [
+    "TreeHead",
+    "Signer",
+    "checkpoint_text",
+    "parse_signed_note",
+    "verify_checkpoint",
+    "verify_head",
+    "default_origin",
+]
 
 _ORIGIN = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no space; '+' excluded below
 _ED25519 = b"\x01"
+_HASH_SIZE = 32
+_SIG_SIZE = 64  # an Ed25519 signature
+# Unicode white space (the White_Space property, what Go's unicode.IsSpace tests): a key
+# name may contain none of these (c2sp.org/signed-note).
+_SPACES = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
+    map(chr, range(0x2000, 0x200B))
+)
+_MAX_SIGNATURES = 100  # the spec asks verifiers for a limit of at least 16; Go's note.Open uses 100
+_TREE_SIZE = re.compile(r"0|[1-9][0-9]{0,18}")  # ASCII decimal, no sign, no leading zero, no '_'
+_MAX_TREE_SIZE = 2**63 - 1  # what Go's sumdb/tlog (int64) can hold
+_NOTE_FIX = "pass the note exactly as `ocrr ledger head` or the service's /head printed it"
 
 
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
+
+
+def _strict_b64(s: str) -> bytes:
+    """Standard base64 (RFC 4648 section 4) in its one canonical spelling: padded, no
+    other characters, unused bits zero. Raises ValueError otherwise."""
+    if not isinstance(s, str) or not s.isascii():
+        raise ValueError("not ASCII base64")
+    raw = base64.b64decode(s, validate=True)
+    if _b64(raw) != s:
+        raise ValueError("not canonical base64 (padding or unused bits)")
+    return raw
+
+
+def _valid_key_name(name: str) -> bool:
+    """A signed-note key name: non-empty, no Unicode space, no '+'."""
+    return bool(name) and "+" not in name and not any(c in _SPACES for c in name)
+
+
+def _bad_note(reason: str) -> OcrrError:
+    return OcrrError(f"malformed signed note: {reason} (c2sp.org/signed-note); {_NOTE_FIX}")
+
+
+def _bad_checkpoint(reason: str) -> OcrrError:
+    return OcrrError(f"malformed checkpoint: {reason} (c2sp.org/tlog-checkpoint); {_NOTE_FIX}")
 
 
 def default_origin(path: str | os.PathLike[str]) -> str:
@@ -77,7 +120,59 @@ class TreeHead:
 
 def checkpoint_text(origin: str, size: int, root: bytes) -> str:
     """The note text of a C2SP checkpoint (no extension lines)."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= _MAX_TREE_SIZE:
+        raise OcrrError(f"checkpoint tree size must be an integer in [0, 2^63), got {size!r}")
+    if not isinstance(root, bytes) or len(root) != _HASH_SIZE:
+        raise OcrrError(f"checkpoint root must be a {_HASH_SIZE}-byte hash, got {root!r}")
     return f"{check_origin(origin)}\n{size}\n{_b64(root)}\n"
+
+
+def parse_signed_note(note: str | bytes) -> tuple[str, list[tuple[str, bytes, bytes]]]:
+    """Split a C2SP signed note into its text and its signature lines, checking the format
+    exactly as c2sp.org/signed-note (and Go's golang.org/x/mod/sumdb/note) does.
+
+    Returns ``(text, [(key name, key id, signature), ...])``; the text ends with its newline.
+    Checks no signature: that needs a key (see ``verify_checkpoint``)."""
+    if isinstance(note, (bytes, bytearray)):
+        try:
+            note = bytes(note).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _bad_note(f"not valid UTF-8 at byte {e.start}") from None
+    if not isinstance(note, str):
+        raise _bad_note(f"expected text, got {type(note).__name__}")
+    try:
+        note.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _bad_note(f"not valid UTF-8 (a lone surrogate at character {e.start})") from None
+    for i, c in enumerate(note):
+        if c < " " and c != "\n":
+            raise _bad_note(f"control character {c!r} at character {i} (only newline is allowed)")
+    split = note.rfind("\n\n")
+    if split < 0:
+        raise _bad_note("no blank line before the signature lines")
+    text, sigs = note[: split + 1], note[split + 2 :]
+    if not sigs:
+        raise _bad_note("no signature lines after the blank line")
+    if not sigs.endswith("\n"):
+        raise _bad_note("the last signature line does not end with a newline")
+    lines = sigs[:-1].split("\n")
+    if len(lines) > _MAX_SIGNATURES:
+        raise _bad_note(f"{len(lines)} signature lines, more than the {_MAX_SIGNATURES} accepted")
+    out: list[tuple[str, bytes, bytes]] = []
+    for n, line in enumerate(lines, 1):
+        if not line.startswith("\u2014 "):
+            raise _bad_note(f"signature line {n} {line[:40]!r} does not start with an em dash (U+2014) and a space")
+        name, _, blob = line[2:].partition(" ")
+        if not _valid_key_name(name):
+            raise _bad_note(f"signature line {n} has an invalid key name {name!r} (empty, a space or a '+')")
+        try:
+            raw = _strict_b64(blob)
+        except ValueError:
+            raise _bad_note(f"signature line {n} does not end in one canonical standard base64 string") from None
+        if len(raw) < 5:
+            raise _bad_note(f"signature line {n} holds {len(raw)} bytes, fewer than a 4-byte key id and a signature")
+        out.append((name, raw[:4], raw[4:]))
+    return text, out
 
 
 class Signer:
@@ -142,56 +237,93 @@ class Signer:
         }
 
     def checkpoint(self, size: int, root: bytes) -> str:
-        text = checkpoint_text(self.origin, size, root)
-        sig = self._key.sign(text.encode())
+        return self.sign_note(checkpoint_text(self.origin, size, root))
+
+    def sign_note(self, text: str) -> str:
+        """Sign ``text`` (ending in a newline) as a C2SP signed note under this key's name."""
+        if not isinstance(text, str) or not text.endswith("\n"):
+            raise OcrrError("a signed note's text must end with a newline")
+        sig = self._key.sign(text.encode("utf-8"))
         return f"{text}\n\u2014 {self.origin} {_b64(self.key_id + sig)}\n"
 
 
 def _public_key(vkey: str):
+    """Parse a verifier key ``<name>+<8 hex digits key id>+<b64(0x01 || Ed25519 key)>``."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
+        if not isinstance(vkey, str):
+            raise ValueError("not a string")
         name, key_id, key_b64 = vkey.strip().split("+", 2)
-        raw = base64.b64decode(key_b64, validate=True)
+        if not _valid_key_name(name):
+            raise ValueError("invalid key name")
+        if not re.fullmatch(r"[0-9a-fA-F]{8}", key_id):
+            raise ValueError("the key id is not 8 hex digits")
+        raw = _strict_b64(key_b64)
         if raw[:1] != _ED25519 or len(raw) != 33:
             raise ValueError("not an Ed25519 key")
-        if hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex() != key_id:
+        if hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4] != bytes.fromhex(key_id):
             raise ValueError("key id does not match the key")
         return name, bytes.fromhex(key_id), Ed25519PublicKey.from_public_bytes(raw[1:])
     except ValueError as e:
         raise OcrrError(f"bad verifier key {vkey!r} ({e}); pass the vkey printed by `ocrr ledger keygen`") from None
 
 
-def verify_checkpoint(note: str, vkey: str) -> tuple[str, int, bytes]:
-    """Check a signed C2SP checkpoint against a verifier key; return (origin, size, root)."""
+def _parse_size(line: str) -> int:
+    if not _TREE_SIZE.fullmatch(line) or int(line) > _MAX_TREE_SIZE:
+        raise _bad_checkpoint(
+            f"tree size {line[:40]!r} is not a decimal number in ASCII digits without sign, "
+            "leading zero or separator, below 2^63"
+        )
+    return int(line)
+
+
+def _parse_hash(line: str, what: str) -> bytes:
+    try:
+        raw = _strict_b64(line)
+    except ValueError:
+        raise _bad_checkpoint(f"{what} {line[:60]!r} is not canonical standard base64") from None
+    if len(raw) != _HASH_SIZE:
+        raise _bad_checkpoint(f"{what} is {len(raw)} bytes, not {_HASH_SIZE}")
+    return raw
+
+
+def verify_checkpoint(note: str | bytes, vkey: str) -> tuple[str, int, bytes]:
+    """Check a signed C2SP checkpoint against a verifier key; return (origin, size, root).
+
+    Accepts exactly what c2sp.org/signed-note and c2sp.org/tlog-checkpoint allow: the
+    note is parsed strictly, every signature line is well formed, the key's signature
+    verifies (another signature by the same key name and id is rejected if it does not),
+    and the body is origin, size and root hash, then optional non-empty extension lines."""
     from cryptography.exceptions import InvalidSignature
 
     name, key_id, public = _public_key(vkey)
-    text, sep, sigs = note.partition("\n\n")
-    if not sep:
-        raise OcrrError("not a signed note: no blank line before the signature lines")
-    text += "\n"
-    lines = text.split("\n")
-    if len(lines) < 4 or lines[0] != name:
-        raise OcrrError(f"checkpoint origin {lines[0]!r} is not the key's name {name!r}")
-    for line in sigs.splitlines():
-        if not line.startswith("\u2014 "):
-            raise OcrrError(f"malformed signature line {line!r}")
-        signer, _, blob = line[2:].rpartition(" ")
-        raw = base64.b64decode(blob)
-        if signer != name or raw[:4] != key_id:
-            continue  # another party's signature (a witness): not ours to check
+    text, sigs = parse_signed_note(note)
+    verified = False
+    for signer, kid, sig in sigs:
+        if signer != name or kid != key_id:
+            continue  # another party's signature (a witness, a rotated key): not ours to check
+        if verified:
+            continue  # a repeated signature by our key: Go's note.Open drops it too
         try:
-            public.verify(raw[4:], text.encode())
+            if len(sig) != _SIG_SIZE:
+                raise InvalidSignature
+            public.verify(sig, text.encode("utf-8"))
         except InvalidSignature:
             raise OcrrError(
                 "checkpoint signature does not verify: the note was altered or signed by another key"
             ) from None
-        try:
-            return name, int(lines[1]), base64.b64decode(lines[2], validate=True)
-        except ValueError:
-            raise OcrrError("checkpoint body is malformed (size or root)") from None
-    raise OcrrError(f"no signature by {name} (key id {key_id.hex()}) on the checkpoint")
+        verified = True
+    if not verified:
+        raise OcrrError(f"no signature by {name} (key id {key_id.hex()}) on the checkpoint")
+    lines = text[:-1].split("\n")
+    if len(lines) < 3:
+        raise _bad_checkpoint(f"{len(lines)} lines of text, not origin, tree size and root hash")
+    if "" in lines:
+        raise _bad_checkpoint(f"line {lines.index('') + 1} of the text is empty")
+    if lines[0] != name:
+        raise OcrrError(f"checkpoint origin {lines[0]!r} is not the key's name {name!r}")
+    return name, _parse_size(lines[1]), _parse_hash(lines[2], "root hash")
 
 
 def verify_head(signed: dict, vkey: str) -> TreeHead:
@@ -200,15 +332,27 @@ def verify_head(signed: dict, vkey: str) -> TreeHead:
 
     name, key_id, public = _public_key(vkey)
     try:
-        head = TreeHead(
-            int(signed["size"]),
-            base64.b64decode(signed["root"]),
-            base64.b64decode(signed["chain_head"]),
-            int(signed["timestamp_ms"]),
-        )
-        public.verify(base64.b64decode(signed["signature"]), head.text(name).encode())
+        if not isinstance(signed, dict):
+            raise TypeError(f"expected a JSON object, got {type(signed).__name__}")
+        size, ts = signed["size"], signed["timestamp_ms"]
+        for what, v in (("size", size), ("timestamp_ms", ts)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_TREE_SIZE:
+                raise ValueError(f"{what} must be a non-negative JSON integer, got {v!r}")
+        if signed.get("origin", name) != name:
+            raise ValueError(f"origin {signed['origin']!r} is not the key's name {name!r}")
+        hashes = []
+        for what in ("root", "chain_head"):
+            raw = _strict_b64(signed[what])
+            if len(raw) != _HASH_SIZE:
+                raise ValueError(f"{what} is {len(raw)} bytes, not {_HASH_SIZE}")
+            hashes.append(raw)
+        sig = _strict_b64(signed["signature"])
+        head = TreeHead(size, hashes[0], hashes[1], ts)
+        if len(sig) != _SIG_SIZE:
+            raise InvalidSignature
+        public.verify(sig, head.text(name).encode())
     except (KeyError, ValueError, TypeError) as e:
-        raise OcrrError(f"malformed signed head ({e})") from None
+        raise OcrrError(f"malformed signed head ({e}); {_NOTE_FIX}") from None
     except InvalidSignature:
         raise OcrrError("tree head signature does not verify") from None
     return head

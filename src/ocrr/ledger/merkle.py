@@ -95,11 +95,14 @@ class MerkleTree:
         return proof[::-1]
 
     def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
-        """RFC 6962 2.1.2 PROOF(size1, D[0:size2]); empty when size1 == size2."""
+        """RFC 6962 2.1.2 PROOF(size1, D[0:size2]); empty when size1 == size2, and from the
+        empty tree (RFC 9162 2.1.4: every tree is consistent with it)."""
         size2 = len(self) if size2 is None else self._check(size2, "tree size")
         self._check(size1, "old size")
-        if not 0 < size1 <= size2:
-            raise IndexError(f"a consistency proof needs 0 < old size <= new size, got {size1} and {size2}")
+        if not 0 <= size1 <= size2:
+            raise IndexError(f"a consistency proof needs 0 <= old size <= new size, got {size1} and {size2}")
+        if size1 == 0:
+            return []
         memo: dict = {}
         proof: list[bytes] = []
         lo, hi, m, whole = 0, size2, size1, True  # whole: D[lo:hi]'s old part is the old tree itself

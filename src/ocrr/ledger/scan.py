@@ -184,10 +184,10 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
     i = 0
     rows = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
-        "typeof(text), vector, prev_hash, hash FROM entries ORDER BY id"
+        "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries ORDER BY id"
     )
     while batch := rows.fetchmany(4096):
-        for id_, t_id, lab, t_lab, txt, t_txt, vec, prev_hash, digest in batch:
+        for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
             if i >= size:
                 raise _Damage(
                     size,
@@ -198,6 +198,8 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
                 raise _Damage(i, f"entry {i}: id is {id_!r}, expected {i} (an entry was dropped, duplicated or moved)")
             if t_lab != "text" or t_txt not in ("text", "null"):
                 raise _Damage(i, f"entry {i}: label or text is not stored as text")
+            if t_vec != "blob":
+                raise _Damage(i, f"entry {i}: vector is stored as {t_vec}, not as bytes (edited)")
             try:
                 label = lab.decode("utf-8")
                 text = None if txt is None else txt.decode("utf-8")

@@ -6,14 +6,23 @@ Line 1 is a header: ``{"format": "ocrr-ledger-jsonl", "version": 1, "dim", "size
 hashes base64 too, so an entry's Merkle leaf can be recomputed from its line with
 ``ocrr.ledger.verify.entry_leaf_hash``. The same file always exports to the same bytes.
 Import rebuilds a new durable ledger and refuses a file whose entries do not hash to
-the chain and root its header (and each line) claim.
+the chain and root its header (and each line) claim, or whose log is not the one a head
+the caller holds describes (``expect_size``/``expect_root``, or a signed C2SP checkpoint
+and its verifier key). It is atomic: the file is built in a temporary folder beside the
+target, checked, fsynced and linked into place, so the target is either absent or
+complete even if the process is killed; the next import removes a killed one's folder.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
+import glob
 import json
 import os
+import shutil
+import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,12 +30,14 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.heads import verify_checkpoint
 from ocrr.ledger.store import DurableLedger, scan_file
 
 __all__ = ["export_jsonl", "import_jsonl"]
 
 _FORMAT = "ocrr-ledger-jsonl"
 _CHUNK = 4096
+_WORK = ".import-"  # the temporary folder beside the target: .<name>.import-<random>
 
 
 def _b64(b: bytes) -> str:
@@ -89,11 +100,124 @@ def export_jsonl(path: str | os.PathLike[str], out: str | os.PathLike[str], veri
     return n
 
 
-def import_jsonl(src: str | os.PathLike[str], path: str | os.PathLike[str]) -> DurableLedger:
-    """Create the durable ledger ``path`` from a JSONL export and check it hash for hash."""
-    src, path = Path(src), Path(path)
+def import_jsonl(
+    src: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    expect_size: int | None = None,
+    expect_root: bytes | str | None = None,
+    checkpoint: str | None = None,
+    verifier_key: str | None = None,
+) -> DurableLedger:
+    """Create the durable ledger ``path`` from a JSONL export and check it hash for hash.
+
+    The ledger is built beside ``path`` (in a temporary folder of the same directory),
+    checked, fsynced and only then linked into place, so ``path`` is either absent or
+    the complete ledger, whatever happens to this process; a refused import leaves
+    nothing. ``expect_size``/``expect_root`` (bytes, hex or base64) or a signed C2SP
+    ``checkpoint`` note with its ``verifier_key`` (from ``ocrr ledger keygen``) must
+    describe the imported log exactly, else the import is refused. Returns the new
+    ledger, open.
+    """
+    src, path = Path(src).expanduser(), Path(path).expanduser()
+    want = _expectations(expect_size, expect_root, checkpoint, verifier_key)
+    _clean_stale(path)
+    _check_target(path)
+    work, lock = _workdir(path)
+    try:
+        built = work / "ledger.db"
+        _build(src, built, want)
+        _place(built, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        os.close(lock)  # after the folder is gone: an unlocked folder is always stale
+    # Built and checked above, with a checkpoint at its full size: trust it up to there.
+    return DurableLedger.open(path, verify="checkpoint")
+
+
+def _expectations(
+    expect_size: int | None, expect_root: bytes | str | None, checkpoint: str | None, verifier_key: str | None
+) -> list[tuple[str, int | None, bytes | None]]:
+    """(what, size, root) pairs the imported log must match; the checkpoint's signature checked now."""
+    want: list[tuple[str, int | None, bytes | None]] = []
+    if expect_size is not None and (
+        isinstance(expect_size, bool) or not isinstance(expect_size, int) or expect_size < 0
+    ):
+        raise OcrrError(f"--expect-size must be a whole number of entries, got {expect_size!r}")
+    if expect_size is not None or expect_root is not None:
+        want.append(("the expected head (--expect-size/--expect-root)", expect_size, _root_bytes(expect_root)))
+    if (checkpoint is None) != (verifier_key is None):
+        raise OcrrError(
+            "--checkpoint and --verifier-key go together: the signed checkpoint note and the verifier key "
+            "(printed by `ocrr ledger keygen`) of the log it comes from"
+        )
+    if checkpoint is not None and verifier_key is not None:
+        origin, size, root = verify_checkpoint(checkpoint, verifier_key)
+        want.append((f"the checkpoint signed by {origin}", size, root))
+    return want
+
+
+def _root_bytes(root: bytes | str | None) -> bytes | None:
+    if root is None or isinstance(root, bytes):
+        raw = root
+    else:
+        text = root.strip()
+        try:
+            raw = bytes.fromhex(text) if len(text) == 64 else base64.b64decode(text, validate=True)
+        except ValueError:
+            raw = None
+    if raw is not None and len(raw) != 32:
+        raw = None
+    if root is not None and raw is None:
+        raise OcrrError(
+            f"--expect-root {root!r} is not a SHA-256 root: give 64 hex digits or 44 base64 characters "
+            "(as `ocrr ledger head` prints it)"
+        )
+    return raw
+
+
+def _check_target(path: Path) -> None:
     if path.exists():
         raise OcrrError(f"{path} already exists; import into a new file (ledgers are append-only)")
+    if not path.parent.is_dir():
+        raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = Path(f"{path}{suffix}")
+        if side.exists():  # SQLite would replay a stale journal into the new file
+            raise OcrrError(
+                f"{side} is left from a ledger that is no longer there; remove it (or import to another path)"
+            )
+
+
+def _workdir(path: Path) -> tuple[Path, int]:
+    """A temporary folder beside ``path``, locked for as long as this import runs."""
+    work = Path(tempfile.mkdtemp(prefix=f".{path.name}{_WORK}", dir=path.parent))
+    lock = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.fstat(lock).st_ino != work.stat().st_ino:  # pragma: no cover - removed before we locked it
+        os.close(lock)
+        raise OcrrError(f"the import's temporary folder {work} was removed meanwhile; run the import again")
+    return work, lock
+
+
+def _clean_stale(path: Path) -> None:
+    """Remove the temporary folders of killed imports into ``path`` (unlocked: nobody runs them)."""
+    for work in path.parent.glob(f".{glob.escape(path.name)}{_WORK}*"):
+        try:
+            lock = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock)
+            continue  # an import running now
+        shutil.rmtree(work, ignore_errors=True)
+        os.close(lock)
+
+
+def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | None]]) -> None:
+    """Import ``src`` into the new file ``built``, check it, and leave it closed, on disk, alone."""
     try:
         f = open(src, encoding="utf-8")
     except OSError as e:
@@ -105,8 +229,13 @@ def import_jsonl(src: str | os.PathLike[str], path: str | os.PathLike[str]) -> D
                 f"{src} is not an ocrr ledger export (its first line must be the "
                 f"{_FORMAT} v1 header); pass a file written by `ocrr ledger export`"
             )
-        ledger = DurableLedger.open(path, dim=header.get("dim"))
-        try:
+        for what, size, _ in want:  # refuse early what the header already shows; the entries decide below
+            if size is not None and header.get("size") != size:
+                raise OcrrError(
+                    f"{src} holds {header.get('size')} entries but {what} has {size}: not the log you "
+                    "expected (an older or newer export, or a forged one)"
+                )
+        with DurableLedger.open(built, dim=header.get("dim")) as ledger:
             lineno = 1
             batch: list[tuple] = []
             for line in f:
@@ -124,12 +253,44 @@ def import_jsonl(src: str | os.PathLike[str], path: str | os.PathLike[str]) -> D
                     f"{src}: the imported entries do not give the size, root and chain head its "
                     "header records (lines missing or edited); the export is not trustworthy"
                 )
-        except BaseException:
-            ledger.close()
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-            raise
-    return ledger
+            for what, size, root in want:
+                if size is not None and len(ledger) != size:
+                    raise OcrrError(f"{src} holds {len(ledger)} entries but {what} has {size}; import refused")
+                if root is not None and ledger.root() != root:
+                    raise OcrrError(
+                        f"{src}: the root of its {len(ledger)} entries is {_b64(ledger.root())}, but {what} "
+                        f"has {_b64(root)}: the entries differ from the log you expected (forged or another "
+                        "log); import refused"
+                    )
+            ledger._record_checkpoint()  # what the reopening at the target trusts
+    with sqlite3.connect(built, isolation_level=None) as conn:  # everything in the main file, no WAL left
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    fd = os.open(built, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _place(built: Path, path: Path) -> None:
+    """Put the finished file at ``path`` in one step, never over an existing file; fsync the folder."""
+    try:
+        os.link(built, path)  # atomic and refuses to replace: a file that appeared meanwhile stays
+    except FileExistsError:
+        raise OcrrError(
+            f"{path} appeared while importing (another import or service?); import into a new file"
+        ) from None
+    except OSError:  # a file system without hard links
+        if path.exists():
+            raise OcrrError(f"{path} appeared while importing; import into a new file") from None
+        os.replace(built, path)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _parse(line: str, src: Path, lineno: int) -> dict:

@@ -5,7 +5,8 @@ hands out, without installing ocrr, numpy or anything else:
 
 * ``entry_leaf_hash``: the Merkle leaf of one ledger entry (from its exported fields);
 * ``verify_inclusion``: entry i is in the log of size n with this root (RFC 9162 2.1.3.2);
-* ``verify_consistency``: the log of size m is a prefix of the log of size n (2.1.4.2).
+* ``verify_consistency``: the log of size m is a prefix of the log of size n (2.1.4.2;
+  from m = 0, the empty log, the proof is empty and every log is consistent).
 
 The tree is RFC 6962 / 9162 shaped: leaf = SHA-256(0x00 || data), node =
 SHA-256(0x01 || left || right), and the empty tree's root is SHA-256 of nothing. Every
@@ -138,7 +139,16 @@ def verify_consistency(size1: int, size2: int, proof: list[bytes] | None, root1:
     if size1 > size2:
         raise ProofError(f"size1 {size1} is larger than size2 {size2}: a log never shrinks")
     if size1 == 0:
-        raise ProofError("size1 is 0: every log extends the empty log, so there is nothing to prove")
+        root1, root2 = _check_hash(root1, "root1"), _check_hash(root2, "root2")
+        # Every log extends the empty log (RFC 9162 2.1.4): the proof is empty, and the
+        # only root a log of size 0 can have is the hash of nothing.
+        if proof:
+            raise ProofError(f"a consistency proof from the empty log must be empty, got {len(proof)} hashes")
+        if root1 != EMPTY_ROOT:
+            raise ProofError(f"root1 {root1.hex()[:16]}… is not the empty log's root (SHA-256 of nothing)")
+        if size2 == 0 and root2 != EMPTY_ROOT:
+            raise ProofError(f"root2 {root2.hex()[:16]}… is not the empty log's root (SHA-256 of nothing)")
+        return
     if size1 == size2:
         if proof:
             raise ProofError(f"equal sizes need an empty proof, got {len(proof)} hashes")
@@ -178,7 +188,11 @@ def verify_consistency(size1: int, size2: int, proof: list[bytes] | None, root1:
 
 
 def _b64(s: str) -> bytes:
-    return base64.b64decode(s, validate=True)
+    """Standard base64 in its canonical spelling only (padded, unused bits zero)."""
+    raw = base64.b64decode(s, validate=True)
+    if base64.b64encode(raw).decode("ascii") != s:
+        raise ValueError(f"{s[:60]!r} is not canonical standard base64")
+    return raw
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             verify_consistency(
                 doc["from"], doc["to"], [_b64(p) for p in doc["proof"]], _b64(doc["root_from"]), _b64(doc["root_to"])
             )
-    except (ProofError, KeyError, ValueError) as e:
+    except (ProofError, KeyError, ValueError, TypeError) as e:
         print(f"FAILED: {e}")
         return 1
     print("ok")

@@ -6,6 +6,7 @@ The routes are in ``routes.py``, the bodies in ``schemas.py``, what is served in
 
 from __future__ import annotations
 
+import threading
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -42,9 +43,25 @@ def create_app(
         pool_inline_floats=pool_inline_floats,
     )
 
+    stop = threading.Event()
+
+    def check_in_background() -> None:
+        """Every ``check_every`` seconds, check what is new in the file since the last good
+        check (and that checkpoint): damage makes the service read-only (fail closed)."""
+        while not stop.wait(state.check_every):
+            if state.damage is not None:
+                return
+            try:
+                state.check_file("checkpoint")
+            except Exception as e:  # noqa: BLE001 - a file that cannot even be read is damage too
+                state.fail({"ok": False, "first_bad": None, "reason": f"the file could not be checked ({e})"})
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if state.check_every > 0:
+            threading.Thread(target=check_in_background, name="ocrr-check", daemon=True).start()
         yield
+        stop.set()
         routes.shutdown()
         # Waits for the commit in flight (acknowledged corrections are on disk already).
         (state.close or state.substrate.close)()

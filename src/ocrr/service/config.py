@@ -8,6 +8,8 @@ reported before a ledger is opened or a port claimed. Options are named as the f
 
 from __future__ import annotations
 
+import ipaddress
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,9 @@ from ocrr.errors import OcrrError
 from ocrr.service.encoder import check_nice
 
 MAX_WORKERS = 64
+MIN_TOKEN_BITS = 128
+#: How to make a token strong enough (named in the refusal of a weak one).
+MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 @dataclass(frozen=True)
@@ -30,11 +35,16 @@ class ServiceConfig:
     data_dir: str | None = None  # where ``fit`` looks for the dataset
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port
-    token: str | None = None  # the bearer token for /correct; None: a new random one, printed
+    token: str | None = None  # the bearer token (>= 128 bits); None: a new random one, in token_path
     key: Path | None = None  # Ed25519 key signing the heads (ocrr ledger keygen)
     origin: str | None = None  # the log's name in signed heads (default ocrr.invalid/<file>)
     quick_open: bool = False  # on open, rehash only the entries after the last checkpoint
     workers: int = 1  # processes answering on one port, over one ledger file
+    check_every: float = 60.0  # seconds between background checks of the file (0: none)
+    verify_every: float = 30.0  # /verify rehashes the file at most this often; others get the last result
+    tls_cert: Path | None = None  # PEM certificate (uvicorn's ssl_certfile); with tls_key
+    tls_key: Path | None = None  # PEM private key (uvicorn's ssl_keyfile)
+    insecure_public: bool = False  # allow a non-loopback host without TLS (--insecure-public)
 
     def __post_init__(self) -> None:
         # Paths may come as strings; a frozen dataclass stores the converted value this way.
@@ -55,12 +65,64 @@ class ServiceConfig:
             raise OcrrError(f"--system takes a substrate spec, got {self.system!r}; e.g. substrate or substrate:k=3")
         if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
             raise OcrrError("the service token is empty; give a token, or none to have a random one made")
+        if self.token is not None and token_bits(self.token) < MIN_TOKEN_BITS:
+            raise OcrrError(
+                f"the service token is too weak (about {token_bits(self.token):.0f} bits; at least "
+                f"{MIN_TOKEN_BITS} bits needed); make one with {MAKE_TOKEN}, or give none to have one made"
+            )
+        for name in ("tls_cert", "tls_key"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise OcrrError("TLS needs both --tls-cert and --tls-key (PEM files); give both or neither")
+        if not self.tls and not self.insecure_public and not is_loopback(self.host):
+            raise OcrrError(
+                f"--host {self.host} is reachable from other machines, and without TLS the token and "
+                "users' texts would cross the network in clear; give --tls-cert and --tls-key, or "
+                "--insecure-public if a proxy in front terminates TLS"
+            )
+        for name in ("check_every", "verify_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise OcrrError(f"--{name.replace('_', '-')} takes seconds >= 0, got {value!r}")
         check_nice(self.encoder_nice)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
+    def token_path(self) -> Path:
+        """Where a generated token is written (0600), beside the ledger."""
+        return self.ledger.with_name(self.ledger.name + ".token")
 
     @property
     def verify(self) -> str:
         """How much of the ledger file is rehashed on open (``open_substrate``'s ``verify``)."""
         return "checkpoint" if self.quick_open else "full"
+
+
+def token_bits(token: str) -> float:
+    """A generous estimate of a token's strength: its length times the bits per character of
+    the smallest usual alphabet holding it (hex: 4, base64url: 6, anything else: 6.5)."""
+    chars = set(token)
+    if chars <= set("0123456789abcdef") or chars <= set("0123456789ABCDEF"):
+        per = 4.0
+    elif chars <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/"):
+        per = 6.0
+    else:
+        per = 6.5
+    return len(token) * per
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_int(value: object) -> bool:

@@ -1,6 +1,11 @@
 """The HTTP routes of the service, bound to one ``ServiceState``.
 
-Reads (``/predict``, proofs, heads) are open; ``/correct`` needs the bearer token.
+Predictions, proofs and heads are open; ``/correct``, and whatever returns users' texts
+(``/corrections/recent``) or costs a full scan of the file (``/verify``, which also rehashes
+at most once per ``verify_every`` seconds), need the bearer token. The service fails closed:
+once the file is found damaged (by ``/verify`` or the background check), it answers 503 with
+the reason to ``/predict``, ``/correct``, heads and proofs, and ``/health`` is 503, until an
+operator restarts it on a good file.
 ``/predict`` and ``/correct`` are the hot paths: ``async`` handlers that parse the body
 with pydantic's JSON parser, hand the blocking part (search, encoder, commit) to the
 service's own thread pools in one hop, and answer with JSON bytes made by pydantic-core,
@@ -125,8 +130,8 @@ class Routes:
         app.add_api_route("/head", self.head)
         app.add_api_route("/proof/inclusion/{index}", self.inclusion, response_model=ProofOut)
         app.add_api_route("/proof/consistency", self.consistency, response_model=ConsistencyOut)
-        app.add_api_route("/verify", self.verify)
-        app.add_api_route("/corrections/recent", self.recent)
+        app.add_api_route("/verify", self.verify, dependencies=[Depends(_bearer)])
+        app.add_api_route("/corrections/recent", self.recent, dependencies=[Depends(_bearer)])
         app.add_api_route("/metrics", self.metrics, response_class=PlainTextResponse)
 
     def shutdown(self) -> None:
@@ -135,6 +140,7 @@ class Routes:
 
     # -- the hot paths ------------------------------------------------------------------
     async def predict(self, request: Request) -> Response:
+        self._require_intact()
         req = await parse(request, PredictRequest)
         sub = self.state.substrate
         vectors = req.vectors if req.vectors is not None else req.vectors_b64
@@ -157,6 +163,7 @@ class Routes:
 
     async def correct(self, request: Request) -> Response:
         self._require_token(request)  # here, not as a dependency: the shortcut solves none
+        self._require_intact()
         req = await parse(request, CorrectRequest)
         return Response(await self._off_loop(self.wait_pool, self._correct_now, req), media_type="application/json")
 
@@ -189,14 +196,22 @@ class Routes:
         ]
         return to_json({"ids": list(ids), "head": self._commit_head(size, root, chain), "proofs": proofs})
 
-    def _require_token(self, request: Request) -> None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.state.token.encode()):
+    def _require_token(self, request: Request, what: str = "a correction") -> None:
+        if not self._has_token(request):
             raise HTTPException(
                 401,
-                "a correction needs the service token: send 'Authorization: Bearer <token>'",
+                f"{what} needs the service token: send 'Authorization: Bearer <token>'",
                 headers={"WWW-Authenticate": "Bearer"},
             )
+
+    def _has_token(self, request: Request) -> bool:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.state.token.encode())
+
+    def _require_intact(self) -> None:
+        """Fail closed: nothing is answered or signed over a file found damaged."""
+        if self.state.damage is not None:
+            raise HTTPException(503, self.state.damage_reason())
 
     def _commit_head(self, size: int, root: bytes, chain: bytes) -> dict:
         """The signed head at ``size``, signed once for all the corrections a group commit
@@ -206,6 +221,7 @@ class Routes:
         return self._last_head[1]
 
     def _signed(self, head: TreeHead) -> dict:
+        self._require_intact()  # no head is signed over a damaged file
         if self.state.signer is None:
             return {**head.to_dict(), "signed": False}
         return {**self.state.signer.sign_head(head), "signed": True}
@@ -220,6 +236,7 @@ class Routes:
     @contextmanager
     def _ledger_held(self) -> Iterator[DurableLedger]:
         """The ledger, taken in and read-locked: its size stays put while a proof is made."""
+        self._require_intact()
         led = self._fresh_ledger()
         with led.lock.read():
             yield led
@@ -255,13 +272,27 @@ class Routes:
             roots = {"root_from": b64(led.root(size1)), "root_to": b64(led.root(n))}
             return {"from": size1, "to": n, **roots, "proof": _nodes(led.consistency_proof(size1, n))}
 
-    def verify(self) -> dict:
-        report = {**self.state.substrate.verify().to_dict(), "time": time.time()}
-        self.state.substrate.ledger.record_verification(report)  # in the file: every worker's page shows it
+    def verify(self, request: Request) -> dict:
+        """Rehash the whole file and check it against what the service holds (at most once per
+        ``verify_every`` seconds: calls in between get the last result). Damage makes the
+        service read-only and unhealthy (fail closed)."""
+        self._require_token(request, "/verify (a full scan of the file)")
+        state = self.state
+        with state.verify_lock:  # one full check at a time; those waiting get its result
+            now = time.monotonic()
+            if state.last_full is not None and now - state.last_full[0] < state.verify_every:
+                return state.last_full[1]
+            report = {**state.check_file("full"), "time": time.time()}
+            state.last_full = (now, report)
+        try:
+            state.substrate.ledger.record_verification(report)  # in the file: every worker's page shows it
+        except Exception:  # noqa: BLE001 - a damaged or read-only file: the answer still stands
+            pass
         return report
 
-    def recent(self) -> dict:
+    def recent(self, request: Request) -> dict:
         """The ledger's latest entries (from the file: whichever worker committed them)."""
+        self._require_token(request, "the latest corrections (users' texts)")
         led = self._fresh_ledger()
         n = len(led)
         latest = [{"id": i, "label": label, "text": text} for i, label, text, *_ in led.read_entries(max(0, n - 20), n)]
@@ -271,18 +302,21 @@ class Routes:
     def page(self) -> str:
         return resources.files("ocrr.service").joinpath("page.html").read_text(encoding="utf-8")
 
-    def health(self) -> dict:
+    def health(self, request: Request) -> Response:
+        """Minimal: ok (200) or unhealthy (503, naming the first bad entry). With the token,
+        also this worker's slot and process id."""
         state = self.state
-        self._fresh_ledger()
-        return {
-            "status": "ok",
-            "entries": len(state.substrate),
-            "encoder": state.encoder is not None,
-            "signed": state.signer is not None,
-            "worker": state.slot,
-            "workers": state.workers,
-            "pid": os.getpid(),
-        }
+        if state.damage is None:
+            try:
+                self._fresh_ledger()
+            except OcrrError as e:  # what another worker committed does not chain on
+                state.fail({"ok": False, "first_bad": len(state.substrate), "reason": str(e)})
+        body: dict = {"status": "ok", "entries": len(state.substrate)}
+        if state.damage is not None:
+            body = {"status": "unhealthy", "first_bad": state.damage.get("first_bad"), "reason": state.damage_reason()}
+        if self._has_token(request):
+            body.update(worker=state.slot, workers=state.workers, pid=os.getpid())
+        return JSONResponse(body, status_code=503 if state.damage is not None else 200)
 
     def metrics(self) -> str:
         self._fresh_ledger()  # the entries every worker committed

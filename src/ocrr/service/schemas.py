@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 import numpy as np
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError
 
 from ocrr.errors import OcrrError
 from ocrr.service.limits import MAX_B64, MAX_BATCH, MAX_DIM, MAX_TEXT
@@ -29,7 +29,8 @@ class _Strict(BaseModel):
 
 
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
-Vector = Annotated[list[float], Field(min_length=1, max_length=MAX_DIM)]
+# Strict: JSON numbers only (true and "1.5" are refused, not converted); integers are numbers.
+Vector = Annotated[list[StrictFloat], Field(min_length=1, max_length=MAX_DIM)]
 PackedVector = Annotated[
     str, Field(min_length=1, max_length=MAX_B64, description="base64 of the vector's little-endian float32 bytes")
 ]

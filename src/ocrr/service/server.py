@@ -11,11 +11,12 @@ from collections.abc import Callable
 import uvicorn
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.scan import scan_file
 from ocrr.service.app import create_app
 from ocrr.service.config import ServiceConfig
 from ocrr.service.limits import BodyLimit
 from ocrr.service.state import build_state
-from ocrr.service.supervisor import bind, supervise
+from ocrr.service.supervisor import bind, claim, supervise
 from ocrr.service.threads import limit_threads
 
 
@@ -26,15 +27,19 @@ def _to_stderr(msg: str) -> None:
 def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int:
     """Open the ledger (checked fully, or from its checkpoint with ``quick_open``), seed it
     if asked, then answer until stopped. Returns the exit status."""
+    # One service per ledger and per port: refused here, before the ledger is read.
+    with claim(config.ledger, config.host, config.port) as held:
+        return _serve(config, held.port, log)
+
+
+def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
     first = config if config.workers == 1 or config.fit else dataclasses.replace(config, encoder=None)
     state = build_state(first, log=log)
     log(f"ledger {config.ledger}: {len(state.substrate)} entries, verified")
-    if config.token is None:
-        log(f"bearer token for /correct (set OCRR_TOKEN or --token-file to choose one): {state.token}")
     if config.workers > 1:
         state.close()
-        return _serve_workers(dataclasses.replace(config, token=state.token), log)
+        return _serve_workers(dataclasses.replace(config, token=state.token, port=port), log)
     limit_threads()
     log(f"review page: http://{config.host}:{config.port}/   API: http://{config.host}:{config.port}/docs")
     close = state.close
@@ -45,7 +50,15 @@ def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int
 
     state.close = close_and_say
     # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
-    uvicorn.run(BodyLimit(create_app(state)), host=config.host, port=config.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        BodyLimit(create_app(state)),
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=config.tls_cert,
+        ssl_keyfile=config.tls_key,
+    )
     return 0
 
 
@@ -53,7 +66,7 @@ def _serve_workers(config: ServiceConfig, log: Callable[[str], None]) -> int:
     """``--workers N``: the ledger was checked (and seeded) already; N worker processes now
     open it from that checkpoint and answer on one socket."""
     try:
-        sock = bind(config.host, config.port, listen=False)  # claims the port; the workers listen on it
+        sock = bind(config.host, config.port, listen=False)  # holds the port; the workers listen on it
     except OSError as e:
         raise OcrrError(
             f"cannot listen on {config.host}:{config.port} ({e.strerror}); pick another --port or --host"
@@ -74,9 +87,25 @@ def worker_main(config: ServiceConfig, slot: int, workers: int, table) -> None:
     serve on its own socket of the shared port until SIGTERM."""
     log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
-    state = build_state(config, log=log)
+    try:
+        state = build_state(config, log=log)
+    except OcrrError:
+        # Opened from the checkpoint, a file changed since says only that it does not match: say what is wrong.
+        report, _ = scan_file(config.ledger)
+        if not report:
+            where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+            raise OcrrError(
+                f"ledger {config.ledger} is damaged{where}: {report.reason}; this worker will not serve it. "
+                f"Stop the service and restore the file from a backup (`ocrr ledger verify {config.ledger}` "
+                "gives the report)"
+            ) from None
+        raise
     state.slot, state.workers, state.shared = slot, workers, table
     limit_threads()
     app = BodyLimit(create_app(state))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, log_level="warning", access_log=False, ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key
+        )
+    )
     server.run(sockets=[bind(config.host, config.port, listen=True)])

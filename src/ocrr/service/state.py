@@ -7,6 +7,8 @@ what answers requests (the predict pool, the counters).
 
 from __future__ import annotations
 
+import base64
+import os
 import secrets
 import threading
 import time
@@ -21,6 +23,7 @@ from ocrr.data import load_dataset
 from ocrr.encoders.base import l2_normalise
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer, default_origin
+from ocrr.ledger.scan import LedgerReport, scan_file
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, prometheus_text
@@ -45,6 +48,66 @@ class ServiceState:
     workers: int = 1
     shared: Any = None
     counters: Counters | None = None  # made by create_app, which knows the routes
+    # Fail closed: once the file is found tampered with (or disagreeing with what this process
+    # holds), the report that showed it; the service then refuses to predict, correct or sign
+    # until restarted on a good file.
+    damage: dict | None = None
+    verify_every: float = 30.0  # /verify rehashes the file at most this often
+    check_every: float = 0.0  # seconds between background checks of the file (0: none)
+    last_full: tuple[float, dict] | None = None  # (monotonic time, report) of the last full /verify
+    verify_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, report: dict) -> None:
+        """Go read-only and unhealthy over ``report`` (the first damage found stays)."""
+        with self.lock:
+            if self.damage is None:
+                self.damage = report
+
+    def damage_reason(self) -> str | None:
+        """Why the service refuses to serve (None: it serves)."""
+        d = self.damage
+        if d is None:
+            return None
+        where = f" at entry {d['first_bad']}" if d.get("first_bad") is not None else ""
+        return (
+            f"the ledger file was found damaged{where}: {d.get('reason')}. The service is read-only until "
+            f"an operator restores the file and restarts it (run `ocrr ledger verify {self.substrate.ledger.path}`)"
+        )
+
+    def check_file(self, verify: str = "checkpoint") -> dict:
+        """Check the file (``checkpoint``: only what follows the last full check, and that
+        checkpoint itself; ``full``: all of it, recording a checkpoint if intact), and that
+        what this process holds agrees with it; fail closed on damage. Returns the report
+        as a dict (as /verify answers it)."""
+        led = self.substrate.ledger
+        try:
+            led.refresh()  # what other workers committed: the file holds at least what memory holds
+        except OcrrError as e:
+            out = {"ok": False, "size": len(led), "first_bad": len(led), "reason": str(e)}
+            self.fail(out)
+            return out
+        held = len(led)
+        report = scan_file(led.path, verify)[0] if verify == "checkpoint" else led.verify("full")
+        out = report.to_dict()
+        if report:
+            out = self._disagreement(report, held) or out
+        if not out["ok"]:
+            self.fail(out)
+        return out
+
+    def _disagreement(self, report: LedgerReport, held: int) -> dict | None:
+        """A damage report if the (intact) file disagrees with the entries held in memory."""
+        led = self.substrate.ledger
+        if report.size < held:
+            reason = f"the file holds {report.size} entries but {held} were committed: entries were removed"
+            return {**report.to_dict(), "ok": False, "first_bad": report.size, "reason": reason}
+        if report.size > len(led):
+            led.refresh()
+        if report.size and report.size <= len(led):
+            if base64.b64encode(led.root(report.size)).decode() != report.root:
+                reason = "the file's Merkle root differs from the entries this service holds (history rewritten)"
+                return {**report.to_dict(), "ok": False, "first_bad": None, "reason": reason}
+        return None
 
     def record_request(self, path: str, status: int, seconds: float) -> None:
         """Count one answered request, and publish this worker's gauges with it."""
@@ -91,8 +154,36 @@ def build_state(config: ServiceConfig, encoder: Any = None, log: Callable[[str],
             else:
                 _seed_from_dataset(sub, config.fit, encoder, config.data_dir, log)
         close = opened.pop_all().close
-    token = config.token or secrets.token_urlsafe(24)
-    return ServiceState(substrate=sub, token=token, encoder=encoder, signer=signer, close=close)
+    token = config.token or _new_token(config, log)
+    return ServiceState(
+        substrate=sub,
+        token=token,
+        encoder=encoder,
+        signer=signer,
+        close=close,
+        verify_every=config.verify_every,
+        check_every=config.check_every,
+    )
+
+
+def _new_token(config: ServiceConfig, log: Callable[[str], None]) -> str:
+    """A new random token (256 bits), written to ``config.token_path`` (mode 0600), never to a
+    log: the log names the file."""
+    token = secrets.token_urlsafe(32)
+    path = config.token_path
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OcrrError(
+            f"cannot write the generated token to {path} ({e}); set OCRR_TOKEN or --token-file instead"
+        ) from e
+    log(f"bearer token: in {path} (mode 0600; set OCRR_TOKEN or --token-file to choose one)")
+    return token
 
 
 class SerialEncoder:
