@@ -1,5 +1,5 @@
 """`ocrr serve`'s app over a real socket on 127.0.0.1: auth, bad input, proofs, metrics,
-a restart that keeps every acknowledged correction, and schemathesis against the schema."""
+and a restart that keeps every acknowledged correction (schemathesis: test_openapi.py)."""
 
 from __future__ import annotations
 
@@ -264,28 +264,7 @@ def test_a_restart_keeps_every_acknowledged_correction(tmp_path):
         assert r.json()["predictions"][0]["label"] == "l3"
 
 
-def test_schemathesis_finds_no_server_error(own_server):
-    schemathesis = pytest.importorskip("schemathesis")
-    from hypothesis import HealthCheck, given, settings
-
-    url, *_ = own_server
-    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
-    failures = []
-    for op in schema.get_all_operations():
-        operation = op.ok()
-
-        @settings(
-            max_examples=20, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
-        )
-        @given(case=operation.as_strategy())
-        def check(case):
-            case.headers = {**(case.headers or {}), **AUTH}
-            response = case.call(base_url=url)
-            if response.status_code >= 500:
-                failures.append((case.method, case.path, response.status_code, response.text[:200]))
-
-        check()
-    assert not failures, failures
+# Schemathesis (every check, every phase, positive and negative data): tests/service/test_openapi.py.
 
 
 def test_an_unknown_encoder_is_refused_with_the_fix():

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Route
 
+from ocrr.service.audit_routes import AuditRoutes
 from ocrr.service.config import ServiceConfig
 from ocrr.service.metrics import MAX_ROUTES, Counters, TimeRequests
 from ocrr.service.routes import HOT, INLINE_FLOATS, POOL_INLINE_FLOATS, Routes
@@ -73,6 +74,7 @@ def create_app(
         description="Predict with a persistent substrate, correct it, and prove what its ledger holds.",
     )
     routes.add_to(app)
+    AuditRoutes(state).add_to(app)  # /checkpoint, /tile/..., /verifier-key, proofs with entries
     paths = [r.path for r in app.routes if isinstance(r, Route)]  # the HTTP routes (APIRoute is one too)
     state.counters = Counters(paths, state.workers, state.slot, state.shared, routes=MAX_ROUTES)
     if shortcut:

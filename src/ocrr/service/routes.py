@@ -44,14 +44,17 @@ from ocrr.ledger.heads import TreeHead
 from ocrr.ledger.store import DurableLedger
 from ocrr.service.pool import PredictPool
 from ocrr.service.schemas import (
+    ERROR_MEANINGS,
     ConsistencyOut,
     CorrectRequest,
     CorrectResponse,
+    HealthOut,
     PredictRequest,
     PredictResponse,
     ProofOut,
     b64,
     body_doc,
+    error_responses,
     parse,
 )
 from ocrr.service.state import ServiceState
@@ -111,13 +114,21 @@ class Routes:
         app.add_exception_handler(OcrrError, _ocrr_error)  # type: ignore[arg-type]
         app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
         app.add_api_route("/", self.page, response_class=HTMLResponse, include_in_schema=False)
-        app.add_api_route("/health", self.health)
+        # Every status each route can answer is in its OpenAPI responses (413: the body limit,
+        # limits.BodyLimit, refuses an oversized body on any route; 400: what the ledger refuses).
+        app.add_api_route(
+            "/health",
+            self.health,
+            response_model=HealthOut,
+            responses={503: {"model": HealthOut, "description": ERROR_MEANINGS[503]}, **error_responses(413)},
+        )
         app.add_api_route(
             "/predict",
             self.predict,
             methods=["POST"],
             response_model=PredictResponse,
             openapi_extra=body_doc(PredictRequest),
+            responses=error_responses(400, 413, 422, 503),
         )
         app.add_api_route(
             "/correct",
@@ -126,13 +137,18 @@ class Routes:
             response_model=CorrectResponse,
             dependencies=[Depends(_bearer)],  # the schema's auth; the endpoint checks the token itself
             openapi_extra=body_doc(CorrectRequest),
+            responses=error_responses(400, 401, 413, 422, 503),
         )
-        app.add_api_route("/head", self.head)
-        app.add_api_route("/proof/inclusion/{index}", self.inclusion, response_model=ProofOut)
-        app.add_api_route("/proof/consistency", self.consistency, response_model=ConsistencyOut)
-        app.add_api_route("/verify", self.verify, dependencies=[Depends(_bearer)])
-        app.add_api_route("/corrections/recent", self.recent, dependencies=[Depends(_bearer)])
-        app.add_api_route("/metrics", self.metrics, response_class=PlainTextResponse)
+        app.add_api_route("/head", self.head, responses=error_responses(400, 413, 503))
+        proof_errors = error_responses(400, 404, 413, 422, 503)
+        app.add_api_route("/proof/inclusion/{index}", self.inclusion, response_model=ProofOut, responses=proof_errors)
+        app.add_api_route("/proof/consistency", self.consistency, response_model=ConsistencyOut, responses=proof_errors)
+        authed = error_responses(400, 401, 413)
+        app.add_api_route("/verify", self.verify, dependencies=[Depends(_bearer)], responses=authed)
+        app.add_api_route("/corrections/recent", self.recent, dependencies=[Depends(_bearer)], responses=authed)
+        app.add_api_route(
+            "/metrics", self.metrics, response_class=PlainTextResponse, responses=error_responses(400, 413, by_ref=True)
+        )
 
     def shutdown(self) -> None:
         self.search_pool.shutdown(wait=True)

@@ -15,6 +15,7 @@ import numpy as np
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError
+from pydantic.config import JsonDict
 
 from ocrr.errors import OcrrError
 from ocrr.service.limits import MAX_B64, MAX_BATCH, MAX_DIM, MAX_TEXT
@@ -30,10 +31,34 @@ class _Strict(BaseModel):
 
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
 # Strict: JSON numbers only (true and "1.5" are refused, not converted); integers are numbers.
-Vector = Annotated[list[StrictFloat], Field(min_length=1, max_length=MAX_DIM)]
+# The schema also bounds them to float32's range (beyond it: a 400 naming the range).
+Component = Annotated[StrictFloat, Field(json_schema_extra={"minimum": -_F32_MAX, "maximum": _F32_MAX})]
+Vector = Annotated[list[Component], Field(min_length=1, max_length=MAX_DIM)]
+# Padded base64 of a whole number of float32s (12 bytes are 16 characters; 4 more, 6 and "=="; 8 more,
+# 11 and "="): documented only, so that a string that is not base64 gets the 400 that explains the form.
+_PACKED = "^(?:[A-Za-z0-9+/]{16})*(?:[A-Za-z0-9+/]{6}==|[A-Za-z0-9+/]{11}=)?$"
 PackedVector = Annotated[
-    str, Field(min_length=1, max_length=MAX_B64, description="base64 of the vector's little-endian float32 bytes")
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_B64,
+        description="base64 of the vector's little-endian float32 bytes",
+        json_schema_extra={"pattern": _PACKED},
+    ),
 ]
+
+
+def _given(*fields: str) -> JsonDict:
+    """JSON Schema: each of ``fields`` is present and not null."""
+    return {"required": list(fields), "properties": {f: {"type": "array"} for f in fields}}
+
+
+# What the schema can say beyond the fields' types (the service checks the rest, answering a 400
+# that names it: a vector's dimension, one text per vector, one label per item, an encoder for texts).
+_ONE_FORM: JsonDict = {
+    "anyOf": [_given("texts"), _given("vectors"), _given("vectors_b64")],
+    "not": _given("vectors", "vectors_b64"),
+}
 
 
 class PredictRequest(_Strict):
@@ -44,6 +69,8 @@ class PredictRequest(_Strict):
     texts: Annotated[list[Text], Field(min_length=1, max_length=MAX_BATCH)] | None = None
     vectors: Annotated[list[Vector], Field(min_length=1, max_length=MAX_BATCH)] | None = None
     vectors_b64: Annotated[list[PackedVector], Field(min_length=1, max_length=MAX_BATCH)] | None = None
+
+    model_config = ConfigDict(json_schema_extra=_ONE_FORM)
 
     def sent_vectors(self) -> np.ndarray | None:
         """The vectors sent, as (n, d) float32, checked (one length, finite, within float32's
@@ -117,6 +144,53 @@ class ConsistencyOut(BaseModel):
     root_from: str
     root_to: str
     proof: list[str]
+
+
+class ErrorOut(BaseModel):
+    """Every error the service answers (4xx, and 503 once it fails closed): one message
+    saying what is wrong and what to do."""
+
+    detail: str
+
+
+class HealthOut(BaseModel):
+    """``/health``: ``ok`` (200) or ``unhealthy`` (503, naming the first bad entry). With the
+    token, also the answering worker's slot, the number of workers and its process id."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str
+    entries: int | None = None
+    first_bad: int | None = None
+    reason: str | None = None
+
+
+#: What each error status means, as the OpenAPI schema documents it.
+ERROR_MEANINGS = {
+    400: "The request is well formed but cannot be served as it is (the message names the fix).",
+    401: "The service token is missing or wrong: send 'Authorization: Bearer <token>'.",
+    404: "No such entry or tree size in the ledger.",
+    405: "This path does not answer this method.",
+    413: "The request body is over the service's limit.",
+    422: "The request does not match the schema (the message names the field).",
+    503: "The ledger file was found damaged: the service is read-only until an operator acts.",
+}
+
+
+def error_responses(*statuses: int, by_ref: bool = False) -> dict[int | str, dict]:
+    """The OpenAPI ``responses`` of the error statuses a route answers, all ``ErrorOut`` as
+    JSON. ``by_ref``: name the model by reference, for a route whose own answers are not JSON
+    (FastAPI would document a ``model`` under the route's media type); other routes register it."""
+    out: dict[int | str, dict] = {}
+    for status in statuses:
+        if by_ref:
+            content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+            out[status] = {"description": ERROR_MEANINGS[status], "content": content}
+        else:
+            out[status] = {"model": ErrorOut, "description": ERROR_MEANINGS[status]}
+        if status == 401:
+            out[status]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}}
+    return out
 
 
 async def parse(request: Request, model: type[_Model]) -> _Model:
