@@ -4,7 +4,11 @@ that disagrees with the file, /health 503 naming the first bad entry) until rest
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -18,6 +22,8 @@ from service_helpers import TOKEN, open_state, running, seed  # noqa: E402
 from ocrr.ledger.heads import Signer  # noqa: E402
 from ocrr.ledger.scan import scan_file  # noqa: E402
 from ocrr.service.app import create_app  # noqa: E402
+from ocrr.service.config import ServiceConfig  # noqa: E402
+from ocrr.service.metrics import Counters  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -114,3 +120,172 @@ def test_an_intact_file_keeps_serving(tmp_path):
         assert requests.get(f"{url}/health").status_code == 200 and state.damage is None
         vec = np.ones((1, 64), np.float32).tolist()
         assert requests.post(f"{url}/predict", json={"vectors": vec}).status_code == 200
+
+
+# -- issue 25 point 3, the gaps: shared damage, old entries, a changed file, small fixes ----------
+
+
+def _serve_workers(path, port, *extra):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ocrr.cli",
+            "serve",
+            "--ledger",
+            str(path),
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            *extra,
+        ],
+        env={**os.environ, "OCRR_TOKEN": TOKEN},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _session_on(url, slot, deadline):
+    """A keep-alive session whose connection is served by worker ``slot``."""
+    while time.monotonic() < deadline:
+        s = requests.Session()
+        try:
+            if s.get(f"{url}/health", headers=AUTH, timeout=2).json().get("worker") == slot:
+                return s
+        except requests.ConnectionError:
+            time.sleep(0.1)
+        s.close()
+    raise AssertionError(f"no connection reached worker {slot}")
+
+
+def test_damage_found_by_one_worker_stops_every_worker(tmp_path):
+    """/verify answered by one worker: every /health after it is 503, whichever worker answers,
+    and /correct is refused by both (the damage is recorded in the file, where each looks)."""
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0)
+    seed(state)
+    state.close()
+    port = _free_port()
+    proc = _serve_workers(path, port, "--check-every", "0")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        on = [_session_on(url, 0, deadline), _session_on(url, 1, deadline)]
+        assert all(s.get(f"{url}/health").status_code == 200 for s in on)
+        _tamper(path, "UPDATE entries SET label = 'transfer' WHERE id = 4")
+        v = on[0].get(f"{url}/verify", headers=AUTH).json()
+        assert not v["ok"] and v["first_bad"] == 4
+        for _ in range(20):  # a new connection each: either worker answers
+            h = requests.get(f"{url}/health")
+            assert h.status_code == 503 and h.json()["first_bad"] == 4
+        for s in on:  # worker 1 never ran a check of its own
+            r = s.post(f"{url}/correct", json={"vectors": [[1.0] * 64], "labels": ["balance"]}, headers=AUTH)
+            assert r.status_code == 503 and "damaged at entry 4" in r.json()["detail"]
+            assert s.get(f"{url}/head").status_code == 503
+        for s in on:
+            s.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 9  # nothing added over the damage
+    conn.close()
+
+
+def test_damage_recorded_before_a_start_whose_check_passes_is_not_honoured(tmp_path):
+    """An operator restored the file and restarted: the old damage record does not stop the new service."""
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0)
+    seed(state)
+    state.fail({"ok": False, "first_bad": 3, "reason": "test damage"})
+    state.close()
+    again = open_state(path, check_every=0)
+    again.honour_shared_damage()
+    assert again.damage is None
+    again.substrate.ledger.record_verification({"ok": False, "first_bad": 1, "reason": "later", "time": 1.0})
+    again.honour_shared_damage()
+    assert again.damage is not None and again.damage["first_bad"] == 1
+    again.close()
+
+
+def test_the_background_check_rehashes_old_entries_in_turn(tmp_path):
+    """An entry before the last checkpoint, edited: found by the background check's rolling
+    slice within ceil(entries / slice) ticks, without any /verify."""
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0.1)
+    seed(state)
+    state.substrate.ledger.verify("full")  # a checkpoint after every entry: all of them are "old"
+    assert scan_file(path, "checkpoint")[0].checked_from == len(state.substrate) == 9
+    state.check_slice = 2  # 5 ticks cover the 9 entries
+    with running(create_app(state)) as url:
+        assert requests.get(f"{url}/health").status_code == 200
+        time.sleep(0.35)  # a few ticks go by: the slice is somewhere in the middle
+        _tamper(path, "UPDATE entries SET text = 'rewritten' WHERE id = 1")
+        deadline = time.monotonic() + 5  # well within 5 ticks of 0.1 s, plus slack
+        while requests.get(f"{url}/health").status_code == 200:
+            assert time.monotonic() < deadline, "the background check never noticed"
+            time.sleep(0.05)
+        _assert_read_only(url, 1)
+
+
+def test_a_slice_finds_a_rewritten_hash_and_a_removed_entry(tmp_path):
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0)
+    seed(state)
+    led = state.substrate.ledger
+    assert led.check_slice(0, 9) is None
+    _tamper(path, "UPDATE entries SET hash = zeroblob(32) WHERE id = 8")
+    assert led.check_slice(0, 9)[0] == 8
+    _tamper(path, "DELETE FROM entries WHERE id = 5")
+    assert led.check_slice(0, 9)[0] == 5
+    state.close()
+
+
+def test_verify_checks_again_once_the_file_changed(tmp_path):
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0, verify_every=3600)
+    seed(state)
+    with running(create_app(state)) as url:
+        first = requests.get(f"{url}/verify", headers=AUTH).json()
+        assert first["ok"]
+        again = requests.get(f"{url}/verify", headers=AUTH).json()
+        assert again == first  # nothing changed (its own records do not count): the cached result
+        _tamper(path, "UPDATE entries SET label = 'balance' WHERE id = 6")
+        changed = requests.get(f"{url}/verify", headers=AUTH).json()
+        assert not changed["ok"] and changed["first_bad"] == 6
+        assert requests.get(f"{url}/health").status_code == 503
+
+
+def test_503_is_counted_by_its_status():
+    counters = Counters(["/health"])
+    counters.request("/health", 503, 0.001)
+    assert counters.totals()["requests"] == {("/health", 503): 1}
+
+
+def test_the_startup_line_says_https_with_tls(tmp_path, monkeypatch):
+    import ocrr.service.server as server
+
+    path = tmp_path / "l.db"
+    seed_state = open_state(path, check_every=0)
+    seed(seed_state)
+    seed_state.close()
+    monkeypatch.setattr(server.uvicorn, "run", lambda *a, **k: None)
+    lines: list[str] = []
+    config = ServiceConfig(ledger=path, token=TOKEN, port=_free_port(), tls_cert="c.pem", tls_key="k.pem")
+    assert server.serve(config, log=lines.append) == 0
+    page = [line for line in lines if "review page" in line]
+    assert page and page[0].startswith("review page: https://") and "API: https://" in page[0]
+
+
+def test_the_entry_schema_names_the_genesis_value():
+    from ocrr.service.audit_routes import EntryOut
+
+    text = EntryOut.model_fields["prev_hash"].description
+    assert "zero bytes" not in text and "ocrr-ledger-genesis-v1" in text

@@ -242,27 +242,108 @@ class DurableLedger:
     def record_verification(self, report: dict) -> None:
         """Keep a verification's outcome (a JSON object with its ``time``) in the file, so that
         every process serving it, and the next start, shows the latest one, whoever ran it
-        (the latest ``_VERIFICATIONS_KEPT`` are kept)."""
-        with self._cv:  # between group commits: one connection, one statement at a time
+        (the latest ``_VERIFICATIONS_KEPT`` are kept). A report with ``ok`` false is also how
+        damage found by one process reaches the others (``damage_since``)."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute(VERIFICATIONS_TABLE)  # files from before the table
+            cur = conn.execute(
+                "INSERT INTO verifications (time, report) VALUES (?, ?)", (float(report["time"]), json.dumps(report))
+            )
+            # The latest few only: the file must not grow with every call.
+            rowid = cur.lastrowid
+            assert rowid is not None  # set by the INSERT just run
+            conn.execute("DELETE FROM verifications WHERE id <= ?", (rowid - _VERIFICATIONS_KEPT,))
+
+        self._write_aside(write)
+
+    def _write_aside(self, write: Callable[[sqlite3.Connection], object]) -> None:
+        """Run ``write`` in a transaction on the watching connection, between group commits:
+        a write of this process's own (a checkpoint, a verification) then leaves that
+        connection's ``PRAGMA data_version`` as it was, so ``data_version`` changes only when
+        another connection (a commit, another process, an edit of the file) changed the file."""
+        with self._cv:  # between group commits (one of ours in flight holds SQLite's lock and wants _follow)
             while self._committing:
                 self._cv.wait()
             if self._closed:
                 return
-            self._conn.execute(VERIFICATIONS_TABLE)  # files from before the table
-            self._conn.execute("BEGIN IMMEDIATE")
+            with self._follow:
+                self._watch.execute("BEGIN IMMEDIATE")
+                try:
+                    write(self._watch)
+                    self._watch.execute("COMMIT")
+                except BaseException:
+                    self._watch.execute("ROLLBACK")
+                    raise
+
+    def data_version(self) -> int | None:
+        """SQLite's ``PRAGMA data_version`` of the file as this process sees it: it changes
+        whenever anything but this ledger's own checkpoints and verification records is
+        committed to the file (corrections included). None once closed."""
+        with self._follow:
+            return None if self._closed else self._watch.execute("PRAGMA data_version").fetchone()[0]
+
+    def damage_since(self, after: int, wait: bool = True) -> tuple[int, dict | None] | None:
+        """The latest verification record's id past ``after`` (or ``after``), and the first of
+        them that found damage (``ok`` false), or None: the check every process serving the
+        file makes to honour damage another found. ``wait=False``: None at once, if another
+        thread is reading the file through this connection now."""
+        if not self._follow.acquire(blocking=wait):
+            return None
+        try:
+            if self._closed:
+                return None
             try:
-                cur = self._conn.execute(
-                    "INSERT INTO verifications (time, report) VALUES (?, ?)",
-                    (float(report["time"]), json.dumps(report)),
-                )
-                # The latest few only: /verify takes no token, and the file must not grow with every call.
-                rowid = cur.lastrowid
-                assert rowid is not None  # set by the INSERT just run
-                self._conn.execute("DELETE FROM verifications WHERE id <= ?", (rowid - _VERIFICATIONS_KEPT,))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+                rows = self._watch.execute(
+                    "SELECT id, report FROM verifications WHERE id > ? ORDER BY id", (after,)
+                ).fetchall()
+            except sqlite3.OperationalError:  # a file from before the table: none recorded yet
+                return after, None
+        finally:
+            self._follow.release()
+        bad = None
+        for _, text in rows:
+            try:
+                report = json.loads(text)
+            except ValueError:
+                report = {"ok": False, "reason": "a verification record in the file is unreadable"}
+            if not isinstance(report, dict) or report.get("ok") is not True:
+                bad = report if isinstance(report, dict) else {"ok": False, "reason": "a bad verification record"}
+                break
+        return (rows[-1][0] if rows else after), bad
+
+    def check_slice(self, lo: int, hi: int) -> tuple[int, str] | None:
+        """Rehash entries ``lo``..``hi - 1`` as they are in the file now and compare them with
+        the chain this process holds; the first that differs (its id and why), or None. The
+        background check's rolling pass over entries older than the last checkpoint."""
+        hi = min(hi, len(self))
+        if lo >= hi or self.dim is None:
+            return None
+        conn = _connect(self.path, readonly=True)
+        try:
+            rows = conn.execute(
+                "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
+                (lo, hi),
+            ).fetchall()
+        except sqlite3.Error as e:
+            return lo, f"entries {lo}..{hi - 1} could not be read ({e})"
+        finally:
+            conn.close()
+        prev = self._hashes[lo - 1] if lo else GENESIS
+        for i, row in enumerate(rows, lo):
+            id_, label, text, raw, prev_hash, digest = row
+            try:
+                if id_ != i:
+                    raise _Damage(i, f"entry {i}: id is {id_!r} (an entry was removed)")
+                check_entry(i, label, text, raw, prev_hash, digest, prev, self.dim)
+                if digest != self._hashes[i]:
+                    raise _Damage(i, f"entry {i}: its hash differs from the one committed (history rewritten)")
+            except _Damage as e:
+                return i, e.reason
+            prev = digest
+        if len(rows) != hi - lo:
+            return lo + len(rows), f"entry {lo + len(rows)} is missing (entries were removed)"
+        return None
 
     def last_verification(self) -> dict | None:
         """The latest outcome ``record_verification`` kept (by any process), or None."""
@@ -530,15 +611,8 @@ class DurableLedger:
         size = len(self) if size is None else size
         if size == 0:
             return
-        with self._cv:  # between group commits, so the write does not interleave with one
-            while self._committing:
-                self._cv.wait()
-            if self._closed:
-                return
-            self._conn.execute(
-                "INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?)",
-                (size, self._hashes[size - 1], self.tree.root(size), time.time()),
-            )
+        row = (size, self._hashes[size - 1], self.tree.root(size), time.time())
+        self._write_aside(lambda conn: conn.execute("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?)", row))
 
     def close(self) -> None:
         """Wait for the commit in flight, then close the file. Idempotent."""

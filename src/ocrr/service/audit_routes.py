@@ -52,7 +52,12 @@ class EntryOut(BaseModel):
     label: str
     text: str | None
     vector: str = Field(description="base64 of the vector's little-endian float32 bytes")
-    prev_hash: str = Field(description="base64 of the previous entry's chain hash (32 zero bytes for entry 0)")
+    prev_hash: str = Field(
+        description=(
+            "base64 of the previous entry's chain hash (for entry 0: the genesis value, "
+            "SHA-256 of b'ocrr-ledger-genesis-v1')"
+        )
+    )
     bytes: str = Field(
         description=(
             "base64 of the canonical entry bytes, ocrr.ledger.verify.entry_bytes(id, label, text, vector, "

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 #: The statuses counted one by one; any other goes under "other".
-STATUSES = (200, 400, 401, 404, 405, 413, 422, 500)
+STATUSES = (200, 400, 401, 404, 405, 413, 422, 500, 503)
 #: Routes a table has room for (the app's own are far fewer); every worker's table has this width.
 MAX_ROUTES = 32
 #: Upper bounds (seconds, inclusive) of the request-duration histogram's buckets; +Inf is the count.

@@ -156,7 +156,8 @@ class Routes:
 
     # -- the hot paths ------------------------------------------------------------------
     async def predict(self, request: Request) -> Response:
-        self._require_intact()
+        self.state.notice_damage()  # damage another worker found: looked for once a second, never waited for
+        self._require_intact(fresh=False)
         req = await parse(request, PredictRequest)
         sub = self.state.substrate
         vectors = req.vectors if req.vectors is not None else req.vectors_b64
@@ -179,7 +180,7 @@ class Routes:
 
     async def correct(self, request: Request) -> Response:
         self._require_token(request)  # here, not as a dependency: the shortcut solves none
-        self._require_intact()
+        self._require_intact(fresh=False)  # and again, off the loop, before the commit
         req = await parse(request, CorrectRequest)
         return Response(await self._off_loop(self.wait_pool, self._correct_now, req), media_type="application/json")
 
@@ -201,6 +202,7 @@ class Routes:
         return _predictions(self.state.substrate.explain(self._vectors(req)))
 
     def _correct_now(self, req: CorrectRequest) -> bytes:
+        self._require_intact()  # damage any worker recorded in the file: nothing is added over it
         vecs = self._vectors(req)
         if len(req.labels) != len(vecs):
             raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
@@ -224,8 +226,11 @@ class Routes:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.state.token.encode())
 
-    def _require_intact(self) -> None:
-        """Fail closed: nothing is answered or signed over a file found damaged."""
+    def _require_intact(self, fresh: bool = True) -> None:
+        """Fail closed: nothing is answered or signed over a file found damaged (``fresh``: by
+        this worker or, as recorded in the file, by any other)."""
+        if fresh:
+            self.state.honour_shared_damage()
         if self.state.damage is not None:
             raise HTTPException(503, self.state.damage_reason())
 
@@ -237,7 +242,7 @@ class Routes:
         return self._last_head[1]
 
     def _signed(self, head: TreeHead) -> dict:
-        self._require_intact()  # no head is signed over a damaged file
+        self._require_intact(fresh=False)  # no head is signed over a damaged file (its callers looked afresh)
         if self.state.signer is None:
             return {**head.to_dict(), "signed": False}
         return {**self.state.signer.sign_head(head), "signed": True}
@@ -258,6 +263,7 @@ class Routes:
             yield led
 
     def head(self) -> dict:
+        self._require_intact()
         return self._signed(TreeHead.now(*self._fresh_ledger().head()))
 
     def inclusion(self, index: int, size: Annotated[int | None, Query(ge=1)] = None) -> dict:
@@ -289,21 +295,24 @@ class Routes:
             return {"from": size1, "to": n, **roots, "proof": _nodes(led.consistency_proof(size1, n))}
 
     def verify(self, request: Request) -> dict:
-        """Rehash the whole file and check it against what the service holds (at most once per
-        ``verify_every`` seconds: calls in between get the last result). Damage makes the
-        service read-only and unhealthy (fail closed)."""
+        """Rehash the whole file and check it against what the service holds. Calls within
+        ``verify_every`` seconds of the last check get its result, as long as the file has not
+        changed since (SQLite's data_version); a changed file is checked again. Damage makes
+        every worker read-only and unhealthy (fail closed)."""
         self._require_token(request, "/verify (a full scan of the file)")
-        state = self.state
+        state, led = self.state, self.state.substrate.ledger
         with state.verify_lock:  # one full check at a time; those waiting get its result
-            now = time.monotonic()
-            if state.last_full is not None and now - state.last_full[0] < state.verify_every:
-                return state.last_full[1]
-            report = {**state.check_file("full"), "time": time.time()}
-            state.last_full = (now, report)
-        try:
-            state.substrate.ledger.record_verification(report)  # in the file: every worker's page shows it
-        except Exception:  # noqa: BLE001 - a damaged or read-only file: the answer still stands
-            pass
+            now, version = time.monotonic(), led.data_version()
+            last = state.last_full
+            if last is not None and now - last[0] < state.verify_every and version is not None and last[2] == version:
+                return last[1]
+            report = {**state.check_file("full"), "time": time.time()}  # damage: recorded by state.fail
+            state.last_full = (now, report, version)  # its own records leave data_version as it was
+        if report["ok"]:
+            try:
+                led.record_verification(report)  # in the file: every worker's page shows it
+            except Exception:  # noqa: BLE001 - a read-only file: the answer still stands
+                pass
         return report
 
     def recent(self, request: Request) -> dict:
@@ -322,6 +331,7 @@ class Routes:
         """Minimal: ok (200) or unhealthy (503, naming the first bad entry). With the token,
         also this worker's slot and process id."""
         state = self.state
+        state.honour_shared_damage()  # damage another worker found: /health says it at once
         if state.damage is None:
             try:
                 self._fresh_ledger()

@@ -4,6 +4,7 @@ worker processes under a supervisor (``supervisor.py``), until SIGTERM / SIGINT.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -39,9 +40,11 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     log(f"ledger {config.ledger}: {len(state.substrate)} entries, verified")
     if config.workers > 1:
         state.close()
-        return _serve_workers(dataclasses.replace(config, token=state.token, port=port), log)
+        # Damage recorded in the file after this start is honoured, also by a worker started later.
+        return _serve_workers(dataclasses.replace(config, token=state.token, port=port), log, state.damage_seen)
     limit_threads()
-    log(f"review page: http://{config.host}:{config.port}/   API: http://{config.host}:{config.port}/docs")
+    base = _base_url(config, config.port)
+    log(f"review page: {base}/   API: {base}/docs")
     close = state.close
 
     def close_and_say() -> None:  # runs at shutdown, after the requests in flight
@@ -62,7 +65,12 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     return 0
 
 
-def _serve_workers(config: ServiceConfig, log: Callable[[str], None]) -> int:
+def _base_url(config: ServiceConfig, port: int) -> str:
+    """The URL the service answers on (https with --tls-cert)."""
+    return f"{'https' if config.tls_cert else 'http'}://{config.host}:{port}"
+
+
+def _serve_workers(config: ServiceConfig, log: Callable[[str], None], damage_after: int = -1) -> int:
     """``--workers N``: the ledger was checked (and seeded) already; N worker processes now
     open it from that checkpoint and answer on one socket."""
     try:
@@ -73,22 +81,21 @@ def _serve_workers(config: ServiceConfig, log: Callable[[str], None]) -> int:
         ) from e
     port = sock.getsockname()[1]  # the one bound (--port 0: a free one)
     worker = dataclasses.replace(config, port=port, fit=None, data_dir=None, quick_open=True)
-    log(
-        f"review page: http://{config.host}:{port}/   API: http://{config.host}:{port}/docs "
-        f"({config.workers} worker processes)"
-    )
-    status = supervise(config.workers, sock, worker_main, worker, log)
+    base = _base_url(config, port)
+    log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
+    status = supervise(config.workers, sock, functools.partial(worker_main, damage_after=damage_after), worker, log)
     log(f"stopped: {config.workers} workers, ledger {config.ledger} closed")
     return status
 
 
-def worker_main(config: ServiceConfig, slot: int, workers: int, table) -> None:
+def worker_main(config: ServiceConfig, slot: int, workers: int, table, damage_after: int = -1) -> None:
     """One worker: open the ledger (from the supervisor's checkpoint), build the app, and
-    serve on its own socket of the shared port until SIGTERM."""
+    serve on its own socket of the shared port until SIGTERM. ``damage_after``: the latest
+    verification record when the service started (damage recorded after it is honoured)."""
     log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
     try:
-        state = build_state(config, log=log)
+        state = build_state(config, log=log, damage_after=damage_after)
     except OcrrError:
         # Opened from the checkpoint, a file changed since says only that it does not match: say what is wrong.
         report, _ = scan_file(config.ledger)

@@ -29,6 +29,12 @@ from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, prometheus_text
 from ocrr.systems.persistent import PersistentSubstrate, open_substrate
 
+#: Entries older than the last checkpoint the background check rehashes per tick (about 45 ms
+#: at dimension 384 on the 2-core box), in turn: all of them every ceil(entries / this) ticks.
+CHECK_SLICE = 8_000
+#: Seconds between the predict path's looks for damage another worker recorded in the file.
+DAMAGE_POLL = 1.0
+
 
 @dataclass
 class ServiceState:
@@ -52,16 +58,54 @@ class ServiceState:
     # holds), the report that showed it; the service then refuses to predict, correct or sign
     # until restarted on a good file.
     damage: dict | None = None
-    verify_every: float = 30.0  # /verify rehashes the file at most this often
+    verify_every: float = 30.0  # /verify rehashes the file at most this often, while it does not change
     check_every: float = 0.0  # seconds between background checks of the file (0: none)
-    last_full: tuple[float, dict] | None = None  # (monotonic time, report) of the last full /verify
+    # (monotonic time, report, the file's data_version before the check) of the last full /verify
+    last_full: tuple[float, dict, int | None] | None = None
     verify_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Damage is shared through the file's verification records (``DurableLedger.damage_since``):
+    # the id of the latest record already looked at (at start: the latest one then, so damage
+    # recorded before the start, which the start's check found gone, is not honoured).
+    damage_seen: int = -1
+    damage_polled: float = 0.0  # monotonic time of the latest look (the predict path looks once a second)
+    # The background check rehashes this many entries older than its checkpoint per tick, in
+    # turn (``slice_at``: where the next slice starts), so all are rehashed every
+    # ceil(entries / check_slice) ticks.
+    check_slice: int = CHECK_SLICE
+    slice_at: int = 0
 
-    def fail(self, report: dict) -> None:
-        """Go read-only and unhealthy over ``report`` (the first damage found stays)."""
+    def fail(self, report: dict, share: bool = True) -> None:
+        """Go read-only and unhealthy over ``report`` (the first damage found stays) and, with
+        ``share``, record it in the file, where every other worker honours it."""
         with self.lock:
-            if self.damage is None:
-                self.damage = report
+            if self.damage is not None:
+                return
+            self.damage = report
+        if share:
+            try:
+                self.substrate.ledger.record_verification({**report, "ok": False, "time": time.time()})
+            except Exception:  # noqa: BLE001 - a file that cannot be written: this process fails closed still
+                pass
+
+    def honour_shared_damage(self, wait: bool = True) -> None:
+        """Fail closed over damage another worker (or an earlier check) recorded in the file
+        since this service started. ``wait=False``: skip the look if the file's watching
+        connection is busy now (the predict path never waits for it)."""
+        if self.damage is not None:
+            return
+        found = self.substrate.ledger.damage_since(self.damage_seen, wait=wait)
+        if found is None:
+            return
+        self.damage_seen, bad = found
+        if bad is not None:
+            self.fail(bad, share=False)
+
+    def notice_damage(self) -> None:
+        """The predict path's look for shared damage: at most once a second, never waiting."""
+        now = time.monotonic()
+        if now - self.damage_polled >= DAMAGE_POLL:
+            self.damage_polled = now
+            self.honour_shared_damage(wait=False)
 
     def damage_reason(self) -> str | None:
         """Why the service refuses to serve (None: it serves)."""
@@ -76,9 +120,11 @@ class ServiceState:
 
     def check_file(self, verify: str = "checkpoint") -> dict:
         """Check the file (``checkpoint``: only what follows the last full check, and that
-        checkpoint itself; ``full``: all of it, recording a checkpoint if intact), and that
-        what this process holds agrees with it; fail closed on damage. Returns the report
-        as a dict (as /verify answers it)."""
+        checkpoint itself, plus the next ``check_slice`` older entries in turn; ``full``: all
+        of it, recording a checkpoint if intact), and that what this process holds agrees
+        with it; honour damage other workers recorded; fail closed on damage. Returns the
+        report as a dict (as /verify answers it)."""
+        self.honour_shared_damage()
         led = self.substrate.ledger
         try:
             led.refresh()  # what other workers committed: the file holds at least what memory holds
@@ -91,9 +137,22 @@ class ServiceState:
         out = report.to_dict()
         if report:
             out = self._disagreement(report, held) or out
+        if out["ok"] and verify == "checkpoint":
+            out = self._check_old_slice(held) or out
         if not out["ok"]:
             self.fail(out)
         return out
+
+    def _check_old_slice(self, held: int) -> dict | None:
+        """Rehash the next ``check_slice`` entries (cycling over all ``held``); a damage report
+        if one differs from what this process holds."""
+        lo = self.slice_at if self.slice_at < held else 0
+        hi = min(lo + self.check_slice, held)
+        self.slice_at = hi if hi < held else 0
+        found = self.substrate.ledger.check_slice(lo, hi)
+        if found is None:
+            return None
+        return {"ok": False, "size": held, "first_bad": found[0], "reason": found[1]}
 
     def _disagreement(self, report: LedgerReport, held: int) -> dict | None:
         """A damage report if the (intact) file disagrees with the entries held in memory."""
@@ -135,11 +194,15 @@ class ServiceState:
         return prometheus_text(totals, len(self.substrate.ledger), self.workers, time.time() - self.started)
 
 
-def build_state(config: ServiceConfig, encoder: Any = None, log: Callable[[str], None] = print) -> ServiceState:
+def build_state(
+    config: ServiceConfig, encoder: Any = None, log: Callable[[str], None] = print, damage_after: int | None = None
+) -> ServiceState:
     """Open everything the service serves: the signer, the substrate (its ledger checked),
     the encoder, and seed an empty ledger with ``config.fit``. ``encoder``: an encoder object
     to use in this process instead of ``config.encoder``'s own process (tests, notebooks).
-    Without ``config.token``, the state gets a new random one."""
+    Without ``config.token``, the state gets a new random one. ``damage_after``: the id of the
+    latest verification record when the service started (a worker gets its supervisor's);
+    damage recorded after it is honoured (default: the latest record now)."""
     signer = Signer.load(config.key, config.origin or default_origin(config.ledger)) if config.key is not None else None
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
         sub = opened.enter_context(open_substrate(config.ledger, config.system, seed=config.seed, verify=config.verify))
@@ -155,6 +218,9 @@ def build_state(config: ServiceConfig, encoder: Any = None, log: Callable[[str],
                 _seed_from_dataset(sub, config.fit, encoder, config.data_dir, log)
         close = opened.pop_all().close
     token = config.token or _new_token(config, log)
+    if damage_after is None:
+        seen = sub.ledger.damage_since(-1)
+        damage_after = seen[0] if seen is not None else -1
     return ServiceState(
         substrate=sub,
         token=token,
@@ -163,6 +229,7 @@ def build_state(config: ServiceConfig, encoder: Any = None, log: Callable[[str],
         close=close,
         verify_every=config.verify_every,
         check_every=config.check_every,
+        damage_seen=damage_after,
     )
 
 
