@@ -119,3 +119,14 @@ def test_schemathesis_finds_no_server_error_and_no_conformance_issue(served):
     assert tested >= 9  # every operation ran
     assert CHECKS <= ran, CHECKS - ran
     assert not failures, "\n".join(sorted(set(failures)))
+
+
+def test_the_text_routes_document_their_errors_as_json(served):
+    """/checkpoint and /verifier-key answer text/plain, but their errors (404 without a signing
+    key, 503 once damaged) are JSON: documented as such, or `st run` reports ST105."""
+    _, schema = served
+    for path, statuses in (("/checkpoint", (404, 503)), ("/verifier-key", (404,)), ("/tile/{level}/{index}", (404,))):
+        responses = _documented(schema, path)
+        assert "text/plain" in responses["200"]["content"] or path.startswith("/tile")
+        for status in statuses:
+            assert responses[str(status)]["content"] == {"application/json": {"schema": ERROR}}, (path, status)

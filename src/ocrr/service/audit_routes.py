@@ -91,13 +91,16 @@ class AuditRoutes:
             "/checkpoint",
             self.checkpoint,
             response_class=PlainTextResponse,
-            responses={200: {**text, "description": "the signed checkpoint note"}, **error_responses(404, 503)},
+            responses={
+                200: {**text, "description": "the signed checkpoint note"},
+                **error_responses(404, 503, by_ref=True),
+            },
         )
         app.add_api_route(
             "/verifier-key",
             self.verifier_key,
             response_class=PlainTextResponse,
-            responses={200: {**text, "description": "the note verifier key"}, **error_responses(404)},
+            responses={200: {**text, "description": "the note verifier key"}, **error_responses(404, by_ref=True)},
         )
         app.add_api_route(
             "/tile/{level}/{index:path}",
@@ -105,7 +108,7 @@ class AuditRoutes:
             response_class=Response,
             responses={
                 200: {**octets, "description": "the tile's hashes (32 bytes each) or entry bundle"},
-                **error_responses(401, 404, 503),
+                **error_responses(401, 404, 503, by_ref=True),
             },
         )
         app.add_api_route(
