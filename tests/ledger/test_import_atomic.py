@@ -203,3 +203,13 @@ def test_killed_mid_import_the_target_is_absent_or_complete(tmp_path):
         shutil.rmtree(out)  # the next round starts afresh
         out.mkdir()
     assert "absent" in outcomes, outcomes  # the kills did land mid-import
+
+
+def test_a_failed_export_leaves_no_temporary_file(tmp_path):
+    """An export that cannot finish (here: the ledger file is not a ledger) leaves nothing beside ``out``."""
+    bad = tmp_path / "not-a-ledger.db"
+    bad.write_bytes(b"this is not SQLite")
+    out = tmp_path / "backup.jsonl"
+    with pytest.raises(Exception):  # noqa: B017 - whatever refuses it, nothing may be left
+        export_jsonl(bad, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-ledger.db"]

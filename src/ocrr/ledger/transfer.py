@@ -92,11 +92,17 @@ def export_jsonl(path: str | os.PathLike[str], out: str | os.PathLike[str], veri
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     n = -1
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for line in export_lines(path, verify):
-            f.write(line)
-            n += 1
-    os.replace(tmp, out)
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for line in export_lines(path, verify):
+                f.write(line)
+                n += 1
+            f.flush()
+            os.fsync(f.fileno())  # an export is a backup: on disk before it is named
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_folder(out.parent)
     return n
 
 
@@ -286,7 +292,12 @@ def _place(built: Path, path: Path) -> None:
         if path.exists():
             raise OcrrError(f"{path} appeared while importing; import into a new file") from None
         os.replace(built, path)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a new name in ``folder`` durable (the file's own fsync does not cover its name)."""
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dfd)
     finally:
