@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import subprocess
@@ -73,6 +74,16 @@ def test_verify_against_a_held_head_catches_a_rewrite(ledger, capsys):
         capsys, ["ledger", "verify", str(ledger), "--expect-size", "20", "--expect-root", cons["root_to"]]
     )
     assert code == 1 and "removed" in out["reason"]
+
+
+def test_verify_takes_the_held_root_in_hex_too_and_names_a_malformed_one(ledger, capsys):
+    """The same root forms `ocrr ledger import --expect-root` takes: base64, or 64 hex digits."""
+    _, cons = _json(capsys, ["ledger", "consistency", str(ledger), "--from", "6"])
+    hex_root = base64.b64decode(cons["root_from"]).hex()
+    code, out = _json(capsys, ["ledger", "verify", str(ledger), "--expect-size", "6", "--expect-root", hex_root])
+    assert code == 0 and out["extends_held_head"]
+    assert main(["ledger", "verify", str(ledger), "--expect-size", "6", "--expect-root", "zz"]) == 2
+    assert "is not a SHA-256 root: give 64 hex digits or 44 base64 characters" in capsys.readouterr().err
 
 
 def test_signed_head_and_checkpoint(ledger, capsys, tmp_path):

@@ -17,7 +17,7 @@ from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.file import migrate
 from ocrr.ledger.heads import Signer, TreeHead, default_origin
 from ocrr.ledger.scan import scan_file
-from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl
+from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl, root_bytes
 from ocrr.ledger.verify import ProofError, verify_consistency
 
 
@@ -34,7 +34,7 @@ def add_commands(sub) -> None:
         default=None,
         help="the size of a head you hold: also prove the file still extends it (catches truncation)",
     )
-    v.add_argument("--expect-root", default=None, help="base64 root of that head")
+    v.add_argument("--expect-root", default=None, help="root of that head (base64, or 64 hex digits)")
     v.set_defaults(handler=_cmd_verify)
 
     h = lsub.add_parser("head", help="print the tree head (size, root, chain head); signed with --key")
@@ -125,9 +125,10 @@ def _cmd_verify(args) -> int:
     if report and args.expect_size is not None:
         assert scan is not None  # an intact report always comes with its scan
         if args.expect_root is None:
-            raise OcrrError("--expect-size needs --expect-root (the base64 root of the head you hold)")
+            raise OcrrError("--expect-size needs --expect-root (the root of the head you hold)")
+        old_root = root_bytes(args.expect_root)
+        assert old_root is not None
         try:
-            old_root = base64.b64decode(args.expect_root, validate=True)
             if args.expect_size > report.size:
                 raise ProofError(
                     f"the file holds {report.size} entries, fewer than the {args.expect_size} "

@@ -151,7 +151,7 @@ def _expectations(
     ):
         raise OcrrError(f"--expect-size must be a whole number of entries, got {expect_size!r}")
     if expect_size is not None or expect_root is not None:
-        want.append(("the expected head (--expect-size/--expect-root)", expect_size, _root_bytes(expect_root)))
+        want.append(("the expected head (--expect-size/--expect-root)", expect_size, root_bytes(expect_root)))
     if (checkpoint is None) != (verifier_key is None):
         raise OcrrError(
             "--checkpoint and --verifier-key go together: the signed checkpoint note and the verifier key "
@@ -163,7 +163,8 @@ def _expectations(
     return want
 
 
-def _root_bytes(root: bytes | str | None) -> bytes | None:
+def root_bytes(root: bytes | str | None) -> bytes | None:
+    """A held head's root as given on the command line: 64 hex digits or base64 of 32 bytes."""
     if root is None or isinstance(root, bytes):
         raw = root
     else:
