@@ -1,5 +1,5 @@
 """Per-correction cost of the consolidating memory against the substrate's, with the
-consolidation time kept apart (issue 14: corrections stay at ledger-append cost).
+consolidation time kept apart (corrections stay at ledger-append cost).
 
 Setup as bench_systems.py (Banking77-sized synthetic clusters: 77 classes, 384-d, a seed set
 of 8,710 items; 10 held-out classes streamed). Each system predicts, then is corrected on,

@@ -1,4 +1,4 @@
-"""``ocrr ledger import`` is atomic and checkable (issue 25, point 4).
+"""``ocrr ledger import`` is atomic and checkable.
 
 Killed at any moment, an import leaves the target either absent or complete and verified
 (and the next import succeeds); a refused import leaves nothing; an export can be checked

@@ -1,5 +1,5 @@
 """Signed notes and checkpoints are parsed exactly as c2sp.org/signed-note,
-c2sp.org/tlog-checkpoint and Go's golang.org/x/mod/sumdb/note allow (issue 25, point 5),
+c2sp.org/tlog-checkpoint and Go's golang.org/x/mod/sumdb/note allow,
 and a consistency proof from the empty log is accepted (RFC 9162 2.1.4)."""
 
 from __future__ import annotations

@@ -194,24 +194,7 @@ def test_report_from_an_ocrr_run_folder_and_a_sweep_folder(tmp_path, capsys):
     assert "Table 1 — synthetic · oracle · seeds 0" in page and "ocrr run folder" in page
 
     sw = tmp_path / "sweep"
-    assert (
-        main(
-            [
-                "sweep",
-                "--preset",
-                "smoke",
-                "--seeds",
-                "0",
-                "--executor",
-                "serial",
-                "--quiet",
-                "--out",
-                str(sw),
-                "--report",
-            ]
-        )
-        == 0
-    )
+    assert _smoke_sweep(sw, "--report") == 0
     assert (sw / "report" / "report.html").exists()
     # the CSV export reads back to the same table as the sweep folder
     from_csv = load_results_any(sw / "results.csv").per_checkpoint
@@ -245,26 +228,7 @@ def test_figure_names_keep_dots_of_the_cell_name(tmp_path):
 
 def test_report_adds_a_table_per_feedback_axis_the_policies_set(tmp_path):
     sw = tmp_path / "sweep"
-    assert (
-        main(
-            [
-                "sweep",
-                "--preset",
-                "smoke",
-                "--seeds",
-                "0",
-                "--executor",
-                "serial",
-                "--quiet",
-                "--policies",
-                "oracle",
-                "oracle:noise=0.3",
-                "--out",
-                str(sw),
-            ]
-        )
-        == 0
-    )
+    assert _smoke_sweep(sw, "--policies", "oracle", "oracle:noise=0.3") == 0
     report = build_report(sw)
     assert report.tables[-1] == "synthetic: final accuracy vs noise"
     tables = (report.out / "tables.md").read_text()
@@ -274,23 +238,12 @@ def test_report_adds_a_table_per_feedback_axis_the_policies_set(tmp_path):
     assert "vs delay" not in tables and "vs budget" not in tables  # axes no policy sets
     assert "Realistic feedback: final accuracy per axis" in report.html.read_text()
     smoke = tmp_path / "plain"
-    assert (
-        main(
-            [
-                "sweep",
-                "--preset",
-                "smoke",
-                "--seeds",
-                "0",
-                "--executor",
-                "serial",
-                "--quiet",
-                "--policies",
-                "oracle",
-                "--out",
-                str(smoke),
-            ]
-        )
-        == 0
-    )
+    assert _smoke_sweep(smoke, "--policies", "oracle") == 0
     assert "final accuracy vs" not in (build_report(smoke).out / "tables.md").read_text()
+
+
+def _smoke_sweep(out, *options: str) -> int:
+    """`ocrr sweep --preset smoke` on seed 0, in this process, into ``out``."""
+    return main(
+        ["sweep", "--preset", "smoke", "--seeds", "0", "--executor", "serial", "--quiet", *options, "--out", str(out)]
+    )

@@ -122,7 +122,7 @@ def test_an_intact_file_keeps_serving(tmp_path):
         assert requests.post(f"{url}/predict", json={"vectors": vec}).status_code == 200
 
 
-# -- issue 25 point 3, the gaps: shared damage, old entries, a changed file, small fixes ----------
+# -- shared damage, old entries, a changed file, small fixes ----------
 
 
 def _serve_workers(path, port, *extra):

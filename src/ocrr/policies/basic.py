@@ -6,7 +6,7 @@ one uniform number per stream position from a generator derived from the run see
 alone, and corrects position i when the prediction is wrong and u_i < p. Every system
 in a run therefore meets the same coins, and random10's coins are a subset of random50's.
 
-Realistic feedback (issue 16) composes with any of them as more ``:``-separated options; the
+Realistic feedback composes with any of them as more ``:``-separated options; the
 draws behind them live in ``ocrr.policies.feedback`` and, like the coins, depend on the run seed alone:
 
 * ``noise=<rate>[:uniform|confusable]``: a revealed label is replaced by a wrong one with that

@@ -1,4 +1,4 @@
-"""Realistic feedback (issue 16): noisy labels, late corrections, and a budget of reveals.
+"""Realistic feedback: noisy labels, late corrections, and a budget of reveals.
 
 ``Feedback`` is what the runner asks at correction time. Every random draw depends on the run
 seed and the stream position alone (``np.random.SeedSequence([seed, crc32(key)])``, one key

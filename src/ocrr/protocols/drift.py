@@ -1,4 +1,4 @@
-"""Within-class drift (issue 16; the paper's limitation 6.6 "categorical shift only").
+"""Within-class drift (the paper's limitation 6.6 "categorical shift only").
 
 Every class keeps its name, but the way people phrase it moves: each known class's training
 items are split into ``n_clusters`` embedding-space clusters (``class_clusters``: scikit-learn

@@ -1,4 +1,4 @@
-"""Report tables and figures for realistic feedback (issue 16): final accuracy against the
+"""Report tables and figures for realistic feedback: final accuracy against the
 noise rate, the delay and the budget (uncertainty vs random selection), the robust substrate
 next to the plain one, and the drift protocol's table and recovery curves.
 

@@ -102,7 +102,7 @@ register(
     tiebreak_recency=False,
 )
 
-# -- noisy feedback (issue 16): not in `--systems all` (the paper's systems) -------------
+# -- noisy feedback: not in `--systems all` (the paper's systems) -------------
 
 register(
     "robust_substrate",
@@ -258,7 +258,7 @@ register(
     in_all=False,
 )
 
-# -- beyond the substrate (issue 14): episodic ledger + a head consolidated from it ------------
+# -- beyond the substrate: episodic ledger + a head consolidated from it ------------
 
 register(
     "consolidating",

@@ -31,7 +31,7 @@ SMOKE_DATA = {"n_classes": 14, "dim": 16, "n_train_per_class": 20, "n_test_per_c
 
 PRESETS: dict[str, dict] = {
     # paper 5.1: every system except LoRA (ask for it with --systems +lora_deberta), and ocrr's
-    # consolidating memory beside them (issue 14: 162 + 18 runs)
+    # consolidating memory beside them (162 + 18 runs)
     "main": {
         "datasets": ["banking77", "clinc150"],
         "policies": ["oracle", "random50", "random10"],
@@ -50,7 +50,7 @@ PRESETS: dict[str, dict] = {
     "storage": {"datasets": ["banking77"], "policies": ["oracle"], "seeds": [0, 1, 2], "systems": STORAGE_SYSTEMS},
     # paper 5.6: the vote-rule ablation
     "ablation": {"datasets": ["banking77"], "policies": ["oracle"], "seeds": [0, 1, 2], "systems": ABLATION_SYSTEMS},
-    # issue 14: the consolidating memory beside the substrate, MbPA++ and its ablations, on the main grid
+    # the consolidating memory beside the substrate, MbPA++ and its ablations, on the main grid
     "consolidating": {
         "datasets": ["banking77", "clinc150"],
         "policies": ["oracle", "random50", "random10"],
