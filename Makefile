@@ -1,6 +1,7 @@
 # Two doors: `make run` (the paper's main experiment) and `make test`.
 # Both create .venv and install everything on first use (Python 3.11, PyPI).
-# `make lint` runs the checks CI runs after the tests (ruff, mypy, import-linter).
+# `make lint` runs the checks CI runs after the tests (ruff, mypy, import-linter);
+# `make docs` builds the documentation site into site/ (strict: a warning fails it).
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -21,14 +22,14 @@ ifndef SEED
 SEED := $(shell python3 -c "import random; print(random.randrange(1_000_000))")
 endif
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint docs docs-serve bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test,ray,lora,service]"
+	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs]"
 	touch $(STAMP)
 
 # Banking77 when it can be found (--data-dir / $$OCRR_DATA_DIR / cache) or downloaded;
@@ -48,10 +49,16 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: setup
+	$(BIN)/mkdocs serve
+
 bench: setup
 	$(PY) benchmarks/bench_main_job.py
 	$(PY) benchmarks/bench_substrate.py
 	$(PY) benchmarks/bench_ledger.py
 
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) results site
