@@ -1,6 +1,8 @@
 """The named grids of ``ocrr sweep --preset``: the paper's sweeps and ocrr's own, and the
 system lists they are made of."""
 
+from ocrr.systems.catalog import BUDGETS
+
 # The nine systems of the paper's main sweep (162 runs = 2 datasets x 3 policies x 3 seeds x 9);
 # the main job's four (`ocrr run`'s default) are ocrr.engine.experiment.MAIN_SYSTEMS.
 MAIN_SWEEP_SYSTEMS = [
@@ -15,7 +17,6 @@ MAIN_SWEEP_SYSTEMS = [
     "river_logreg",
 ]
 RIVER_SYSTEMS = ["river_logreg", "river_softmax", "river_ovr_balanced"]
-BUDGETS = (100, 500, 1000, 5000)
 STORAGE_SYSTEMS = ["substrate"] + [f"bounded_reservoir_{n}" for n in BUDGETS] + [f"bounded_fifo_{n}" for n in BUDGETS]
 ABLATION_SYSTEMS = ["substrate", "substrate_k1", "substrate_sumsim", "substrate_count_only", "substrate_no_recency"]
 CONSOLIDATING_SYSTEMS = [
