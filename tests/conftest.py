@@ -2,15 +2,46 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ocrr.checks.data import clustered_splits
+from ocrr.data.locate import REMOTE_FILES
 from ocrr.data.records import Split, make_dataset
 from ocrr.utils.paths import cache_root
 
 # The real user cache, captured before tests isolate it: real-data tests reuse its embeddings
 # (a fresh clone's first run encodes the real datasets once and keeps them there).
 USER_CACHE = cache_root()
+
+REAL_DATASETS = ("banking77", "clinc150")
+
+
+def _real_data_dir() -> str | None:
+    """Where the real Banking77 and CLINC150 are: $OCRR_DATA_DIR, else the user cache when a
+    download (e.g. `ocrr embed --dataset banking77` online) put both there; else None."""
+    if os.environ.get("OCRR_DATA_DIR"):
+        return os.environ["OCRR_DATA_DIR"]
+    cached = USER_CACHE / "data"
+    found = all((cached / name / file).is_file() for name in REAL_DATASETS for file in REMOTE_FILES[name])
+    return str(cached) if found else None
+
+
+REAL_DATA_DIR = _real_data_dir()
+NO_REAL_DATA = (
+    "needs the real datasets: set OCRR_DATA_DIR to a folder holding Banking77 / CLINC150 "
+    "(banking77/ and clinc150/), see docs/getting-started.md"
+)
+# The marks of a test module that reads the real datasets (pytestmark = REAL_DATA_MARKS).
+REAL_DATA_MARKS = [pytest.mark.real_data, pytest.mark.skipif(REAL_DATA_DIR is None, reason=NO_REAL_DATA)]
+
+
+def needs_real_data(test):
+    """Mark one test that reads the real datasets: without them it is skipped, saying how to get them."""
+    for mark in reversed(REAL_DATA_MARKS):
+        test = mark(test)
+    return test
 
 
 @pytest.fixture(autouse=True)

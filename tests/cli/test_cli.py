@@ -189,7 +189,9 @@ def test_systems_lists_the_registry(capsys):
     out = capsys.readouterr().out
     for name in ("substrate", "static_knn", "static_linear", "online_linear"):
         assert name in out
-    assert "margin=0.05" in out
+    assert "margin=0.05" not in out  # the short list: no hyperparameters
+    assert run_cli("systems", "--all") == 0
+    assert "margin=0.05" in capsys.readouterr().out
 
 
 def test_fallback_runs_the_demo_with_the_real_encoder_and_says_so(tmp_path, capsys, monkeypatch, shared_cache):
@@ -262,7 +264,7 @@ COMMAND_OPTIONS = {
     "run": "-h --help --dataset --data-dir --no-oos --text-col --label-col --test-fraction --data-option --encoder "
     "--protocol --policy --seeds --systems --heldout --eval-cap --every --out --fallback-demo --quiet",
     "embed": "-h --help --dataset --data-dir --no-oos --text-col --label-col --test-fraction --data-option --encoder",
-    "systems": "-h --help",
+    "systems": "-h --help --all",
     "protocols": "-h --help",
     "sweep": "-h --help --preset --config --datasets --policies --seeds --systems --encoders --protocol --protocols "
     "--heldout --eval-cap --every --data-dir --data-option --no-oos --executor --jobs --address --out --dry-run "

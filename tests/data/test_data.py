@@ -9,13 +9,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import urllib.error
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.conftest import REAL_DATA_DIR, needs_real_data
 
 from ocrr.data import DATASETS, Dataset, Split, load_dataset, locate
 from ocrr.data.banking77 import load_banking77
@@ -27,7 +27,6 @@ from ocrr.data.tabular import load_table
 from ocrr.errors import OcrrError
 
 # Read before the autouse fixture clears it / replaces it for the other tests.
-REAL_DATA_DIR = os.environ.get("OCRR_DATA_DIR")
 REAL_FETCH = locate.fetch
 
 
@@ -477,8 +476,7 @@ def test_table_split_fraction_must_leave_rows_on_both_sides(tmp_path, fraction):
 
 
 def test_demo_loads_twenty_intents():
-    if not resources.files("ocrr.data").joinpath("demo/helpdesk.jsonl").is_file():
-        pytest.skip("src/ocrr/data/demo/helpdesk.jsonl has not been written yet")
+    assert resources.files("ocrr.data").joinpath("demo/helpdesk.jsonl").is_file()  # package data, in every install
     ds = load_demo()
     assert ds.name == "demo" and ds.has_text
     assert len(ds.labels) == 20
@@ -536,8 +534,7 @@ def test_load_dataset_rejects_unknown_options():
 # --- the real files (only with OCRR_DATA_DIR) ---------------------------------
 
 
-@pytest.mark.real_data
-@pytest.mark.skipif(not REAL_DATA_DIR, reason="set OCRR_DATA_DIR to the folder with banking77/ and clinc150/")
+@needs_real_data
 def test_real_banking77_and_clinc150():
     banking = load_dataset("banking77", data_dir=REAL_DATA_DIR)
     assert (len(banking.train), len(banking.test), len(banking.labels)) == (10003, 3080, 77)

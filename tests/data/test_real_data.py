@@ -1,20 +1,17 @@
 """The paper's main experiment on the real datasets with the real encoder (needs OCRR_DATA_DIR).
 
-CI sets OCRR_DATA_DIR to the shared copies of Banking77 and CLINC150. Embeddings are
-cached in the user cache, so only the first run pays for encoding.
+The datasets are found through OCRR_DATA_DIR (or the user cache, after a download); without
+them every test here is skipped, saying so. Embeddings are cached in the user cache, so only
+the first run pays for encoding.
 """
 
-import os
-
 import pytest
+from tests.conftest import REAL_DATA_MARKS
 
 from ocrr.engine.experiment import Experiment, run_experiment
 from ocrr.utils.threads import pinned_threads
 
-pytestmark = [
-    pytest.mark.real_data,
-    pytest.mark.skipif(not os.environ.get("OCRR_DATA_DIR"), reason="set OCRR_DATA_DIR to the real datasets"),
-]
+pytestmark = REAL_DATA_MARKS
 
 
 @pytest.fixture(autouse=True)

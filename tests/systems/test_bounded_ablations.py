@@ -328,7 +328,7 @@ def test_systems_command_groups_aliases_and_survives_unbuildable_entries(capsys,
         raise ImportError("No module named 'peft'")
 
     monkeypatch.setitem(REGISTRY, "needs_peft", Registered("needs_peft", needs_extra, "parametric", "needs peft"))
-    assert main(["systems"]) == 0
+    assert main(["systems", "--all"]) == 0
     out = capsys.readouterr().out
     rows = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
     for name in (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
+from ocrr.cli.common import console, print_hint
+from ocrr.cli.hints import data_hints
 from ocrr.cli.options import add_data_options, experiment_from_args
 from ocrr.cli.progress import RunProgress
 from ocrr.encoders import embed_dataset
@@ -17,8 +17,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    screen = Console()
+    screen = console()
     exp = experiment_from_args(args)
+    for hint in data_hints([args.dataset], args.no_oos, args.test_fraction):
+        print_hint(hint)
     dataset = load_experiment_dataset(exp)
     with RunProgress(screen, quiet=False) as progress:
         emb = embed_dataset(dataset, exp.encoder, progress=progress.embedding)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
-from ocrr.cli.common import console
 from ocrr.protocols import PROTOCOLS, make_protocol
-from ocrr.protocols.base import COMMON_OPTIONS
-from ocrr.specs import describe
+from ocrr.protocols.registry import options_of
+from ocrr.specs import describe, format_value
 
 
 def add_parser(sub) -> None:
@@ -20,16 +17,18 @@ def run(args) -> int:
     if args.name:
         protocol = make_protocol(args.name)  # an unknown name fails here, naming the close ones
         print(f"{protocol.name}: {protocol.summary_text.rstrip('.')}. Metrics: {', '.join(protocol.metrics)}.")
-        print(describe({**protocol.options, **COMMON_OPTIONS}))
+        print(describe(options_of(protocol.name)))
         print(f"Set as {protocol.name}:key=value, e.g. --protocol {protocol.spec()}")
         return 0
-    table = Table(title="registered protocols (options as name:key=value, e.g. --protocol heldout:every=25)")
-    table.add_column("name", no_wrap=True)
-    table.add_column("options (default)", overflow="fold")
-    table.add_column("metrics")
-    table.add_column("what it is")
-    for name, cls in PROTOCOLS.items():
-        options = ", ".join(f"{k}={o.default}" + (f" ({o.help})" if o.help else "") for k, o in cls.options.items())
-        table.add_row(name, options or "(none)", ", ".join(cls.metrics), cls.summary_text)
-    console().print(table)
+    print(
+        f"{len(PROTOCOLS)} protocols. Set options as --protocol name:key=value, e.g. --protocol heldout:every=25; "
+        "'ocrr protocols NAME' explains each option."
+    )
+    width = max(map(len, PROTOCOLS))
+    for name, cls in PROTOCOLS.items():  # the registry itself: a registered protocol cannot be left out
+        options = ", ".join(f"{k}={format_value(o.default)}" for k, o in options_of(cls).items())
+        print()
+        print(f"{name:<{width}}  {cls.summary_text}")
+        print(f"{'':<{width}}  metrics: {', '.join(cls.metrics) or '(none)'}")
+        print(f"{'':<{width}}  options: {options or '(none)'}")
     return 0

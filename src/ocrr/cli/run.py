@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from ocrr.cli.common import console
+from ocrr.cli.common import console, print_hint
+from ocrr.cli.hints import data_hints, fallback_demo_hint, grid_hints
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.progress import RunProgress
 from ocrr.engine.experiment import plan_experiment, run_experiment, write_outputs
@@ -27,8 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--policy",
         default="oracle",
-        help="oracle | all | random50 | random10 | random:<p> "
-        "(default oracle; all reveals every label, right or wrong)",
+        help="oracle | all | random50 | random10 | random:<p> (default oracle; all reveals every label, "
+        "right or wrong), then feedback options if any, e.g. oracle:noise=0.1:delay=50",
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     p.add_argument(
@@ -56,6 +57,8 @@ def run(args) -> int:
         args, policy=args.policy, seeds=args.seeds, protocol=args.protocol, **heldout_shortcuts(args)
     )
     plan = plan_experiment(exp)  # bad systems, options and protocols fail now, not after encoding
+    for hint in _hints(args, plan.grid):
+        print_hint(hint)
     try:
         dataset = plan.load_dataset()
     except OcrrError as err:
@@ -80,10 +83,16 @@ def run(args) -> int:
     return 0
 
 
+def _hints(args, grid) -> list[str]:
+    hints = grid_hints(grid, policy_flag="--policy", shortcuts=heldout_shortcuts(args), seeds=args.seeds)
+    hints += data_hints([args.dataset], args.no_oos, args.test_fraction)
+    return hints + (fallback_demo_hint(args.dataset) if args.fallback_demo else [])
+
+
 def _demo_banner(screen, name: str, err: OcrrError) -> None:
     screen.print(
         Panel(
-            f"[bold]{name} is not available here, so this run uses the small bundled 'demo' help-desk dataset.[/]\n"
+            f"[bold]{name} could not be loaded, so this run uses the small bundled 'demo' help-desk dataset.[/]\n"
             "Its numbers are NOT the paper's benchmark.",
             title="[bold red]RUNNING ON DEMO DATA[/]",
             border_style="red",

@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
         default="10000,100000,1000000",
         help="comma-separated entry counts (default 10000,100000,1000000). 10M: --scales 10000000 "
         "--backends ivf_pq,ivf_sq8 --exact no (the float32 vectors go to a scratch file in "
-        "--vectors-dir); an HNSW graph at 10M takes hours to build on 2 cores",
+        "--vectors-dir); an HNSW graph at 10M takes hours to build on a few cores",
     )
     p.add_argument(
         "--family",

@@ -6,13 +6,37 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ocrr.cli.common import console
+from ocrr.cli.common import console, print_hint
+from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
 from ocrr.cli.progress import SweepProgress
-from ocrr.engine.sweep import finished_ids, load_config, resolve_grid, run_sweep
+from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
 from ocrr.studies.cmr_preset import STAGED_PRESETS, plan_from_options, run_cmr_preset
+
+# What each preset is, for --help; a preset missing here is still listed, by its name.
+PRESET_HELP = {
+    "main": "OCRR paper 5.1: 162 runs, + 18 of the consolidating memory",
+    "storage": "OCRR paper 4.4",
+    "ablation": "OCRR paper 5.6",
+    "river": "published river beside two fair variants",
+    "consolidating": "the consolidating memory, MbPA++ and its ablations",
+    "ocl": "EvalOCL, Banking77",
+    "encoders": "the main systems under each packaged encoder",
+    "smoke": "seconds, synthetic",
+    "cmr": "CMR paper: search on validation streams, then the test table",
+    "cmr_table2": "and its Table 2",
+}
+
+
+def preset_names() -> list[str]:
+    """Every preset ``--preset`` takes: the grid presets, then the staged ones."""
+    return [*PRESETS, *STAGED_PRESETS]
+
+
+def _preset_help() -> str:
+    return " | ".join(f"{name} ({PRESET_HELP[name]})" if name in PRESET_HELP else name for name in preset_names())
 
 
 def add_parser(sub) -> None:
@@ -23,17 +47,15 @@ def add_parser(sub) -> None:
         "Finished tasks are skipped on re-run, so an interrupted sweep resumes. "
         "Settings: --preset, then --config FILE (TOML/JSON), then these options.",
     )
-    p.add_argument(
-        "--preset",
-        default=None,
-        help="main (paper 5.1: 162 runs, + 18 of consolidating) | storage (4.4) | ablation (5.6) | "
-        "river (published river beside two fair variants) | consolidating (it, MbPA++ and its "
-        "ablations) | ocl (EvalOCL, Banking77) | smoke (seconds, synthetic) | cmr (CMR paper: search "
-        "on validation streams, then the test table) | cmr_table2 (and its Table 2)",
-    )
+    p.add_argument("--preset", default=None, help=_preset_help())
     p.add_argument("--config", type=Path, default=None, help="a .toml or .json file of grid settings")
     p.add_argument("--datasets", nargs="+", default=None, help="datasets (as for ocrr run --dataset)")
-    p.add_argument("--policies", nargs="+", default=None, help="oracle random50 random10 random:<p> ...")
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=None,
+        help="policies (as for ocrr run --policy), e.g. oracle all random50 random10 random:0.25",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, e.g. 0 1 2")
     p.add_argument(
         "--systems",
@@ -75,10 +97,10 @@ def run(args) -> int:
     config = load_config(args.config) if args.config else {}
     preset = args.preset or config.get("preset")
     if preset in STAGED_PRESETS:
-        return _run_staged_preset(args, preset)
+        return _run_staged_preset(args, preset, config)
     if not (preset or config or args.datasets or args.systems):
         raise OcrrError(
-            "ocrr sweep needs a grid: --preset main|storage|ablation|smoke, --config FILE, "
+            f"ocrr sweep needs a grid: --preset {'|'.join(preset_names())}, --config FILE, "
             "or --datasets/--systems (see ocrr sweep --help)."
         )
     options = parse_data_options(args.data_option, example="dim=32")
@@ -101,6 +123,11 @@ def run(args) -> int:
     jobs = args.jobs if args.jobs is not None else config.get("jobs")
     address = args.address or config.get("address")
     screen = console()
+    grid.protocol_objects()  # a bad protocol option fails before a hint speaks of it
+    hints = grid_hints(grid, policy_flag="--policies", shortcuts=heldout_shortcuts(args), seeds=args.seeds)
+    hints += data_hints(grid.datasets, args.no_oos)
+    for hint in hints + executor_hints(executor, jobs, address, args.report, args.dry_run):
+        print_hint(hint)
     if args.dry_run:
         tasks = grid.tasks()
         done = finished_ids(Path(out)) if Path(out).exists() else set()
@@ -137,8 +164,9 @@ def run(args) -> int:
     return 1 if result.failed else 0
 
 
-def _run_staged_preset(args, preset: str) -> int:
+def _run_staged_preset(args, preset: str, config: dict) -> int:
     """--preset cmr | cmr_table2: search on validation streams, then test (ocrr.studies.cmr_preset)."""
+    _refuse_what_the_staged_preset_sets(args, preset, config)
     plan = plan_from_options(
         preset,
         args.datasets,
@@ -179,3 +207,26 @@ def _run_staged_preset(args, preset: str) -> int:
     if args.report:
         screen.print(f"report: {build_report(out / 'test').html}")
     return 0
+
+
+def _refuse_what_the_staged_preset_sets(args, preset: str, config: dict) -> None:
+    """--preset cmr picks its own policy, seeds, encoder and stages: an option it would ignore is an error."""
+    given = {
+        "--policies": args.policies,
+        "--seeds": args.seeds,
+        "--encoders": args.encoders,
+        "--heldout": args.heldout,
+        "--eval-cap": args.eval_cap,
+        "--every": args.every,
+        "--no-oos": args.no_oos or None,
+    }
+    ignored = [flag for flag, value in given.items() if value is not None]
+    ignored += [f"{key} (in {args.config})" for key in config if key != "preset"]
+    if ignored:
+        raise OcrrError(
+            f"--preset {preset} sets its policy (oracle), encoder (minilm) and seeds (validation, then test "
+            "streams) itself and takes its other settings from the command line only, so "
+            f"{', '.join(ignored)} would be ignored. Drop "
+            f"{'it' if len(ignored) == 1 else 'them'}, or run your own grid without the preset, e.g. "
+            "ocrr sweep --datasets clinc150 --protocol cmr --seeds 0 1 2 --systems cft er substrate."
+        )

@@ -9,12 +9,12 @@ from __future__ import annotations
 import difflib
 
 from ocrr.errors import OcrrError
-from ocrr.protocols.base import Protocol
+from ocrr.protocols.base import COMMON_OPTIONS, Protocol
 from ocrr.protocols.cmr import CmrProtocol
 from ocrr.protocols.drift import DriftProtocol
 from ocrr.protocols.heldout import HeldoutProtocol
 from ocrr.protocols.ocl import OclProtocol
-from ocrr.specs import parse_spec
+from ocrr.specs import Option, parse_spec
 
 PROTOCOLS: dict[str, type[Protocol]] = {}
 
@@ -27,16 +27,29 @@ def register_protocol(cls: type[Protocol]) -> type[Protocol]:
     return cls
 
 
+def options_of(protocol: str | type[Protocol]) -> dict[str, Option]:
+    """Every option a protocol accepts, as ``Protocol.__init__`` validates them: its own, then
+    the common ones every protocol takes (``shift``). What ``ocrr protocols`` lists, so a common
+    option cannot be left out of a protocol's listing."""
+    cls = lookup(protocol) if isinstance(protocol, str) else protocol
+    return {**cls.options, **{k: o for k, o in COMMON_OPTIONS.items() if k not in cls.options}}
+
+
 def make_protocol(spec: str | Protocol, **extra) -> Protocol:
     """A protocol from 'name:key=value...' (``extra`` options fill in keys the spec lacks)."""
     if isinstance(spec, Protocol):
         return spec
     name, options = parse_spec(spec, "protocol", "heldout:every=25")
+    return lookup(name)(**{**extra, **options})
+
+
+def lookup(name: str) -> type[Protocol]:
+    """The registered protocol class of a name; an unknown name fails naming the close ones."""
     if name not in PROTOCOLS:
         close = difflib.get_close_matches(name, PROTOCOLS, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise OcrrError(f"unknown protocol {name!r}.{hint} Known: {', '.join(sorted(PROTOCOLS))}.")
-    return PROTOCOLS[name](**{**extra, **options})
+    return PROTOCOLS[name]
 
 
 for _builtin in (HeldoutProtocol, CmrProtocol, DriftProtocol, OclProtocol):
