@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
+from ocrr import __version__
 from ocrr.cli.common import print_error
 from ocrr.errors import OcrrError
 
@@ -44,11 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ocrr ... | head` closed the pipe: not an error of ours
+        # Python would complain again when it flushes stdout at exit; send the rest nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of one command (``command``), or of every command (None)."""
     parser = argparse.ArgumentParser(prog="ocrr", description="Online Correction Recovery benchmark.")
+    parser.add_argument("--version", action="version", version=f"ocrr {__version__}")
     sub = parser.add_subparsers(dest="command")
     for name, (module, add) in COMMANDS.items():
         if command is None or name == command:

@@ -1,0 +1,38 @@
+"""The `ocrr` entry point itself: its version, and a reader that stops early."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ocrr
+from ocrr.cli.main import main
+
+
+def test_version_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ocrr {ocrr.__version__}"
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
+    """`ocrr ledger export L | head -1`: the reader leaves early; no traceback, exit 0."""
+    vectors = np.random.default_rng(0).standard_normal((200, 384)).astype(np.float32)
+    with ocrr.open_substrate(tmp_path / "l.db", "substrate") as substrate:
+        substrate.correct(vectors, ["a"] * 200, None)  # ~400 KB of export: more than a pipe holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ocrr.cli", "ledger", "export", str(tmp_path / "l.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # like `head -1`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
