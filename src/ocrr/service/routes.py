@@ -160,6 +160,7 @@ class Routes:
         self._require_intact(fresh=False)
         req = await parse(request, PredictRequest)
         sub = self.state.substrate
+        before = len(sub.ledger)  # the prefix answered from: this size, or one between it and the size after
         vectors = req.vectors if req.vectors is not None else req.vectors_b64
         if (
             vectors is None and req.texts is not None and len(req.texts) < POOLED_BELOW
@@ -176,7 +177,7 @@ class Routes:
             body = self._predict_now(req)
         else:
             body = await self._off_loop(self.search_pool, self._predict_now, req)
-        return Response(body, media_type="application/json")
+        return Response(body, media_type="application/json", headers=self.state.prefix_headers(before))
 
     async def correct(self, request: Request) -> Response:
         self._require_token(request)  # here, not as a dependency: the shortcut solves none

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import uvicorn
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.scan import scan_file
+from ocrr.ledger.location import display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.config import ServiceConfig
 from ocrr.service.limits import BodyLimit
@@ -37,7 +37,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
     first = config if config.workers == 1 or config.fit else dataclasses.replace(config, encoder=None)
     state = build_state(first, log=log)
-    log(f"ledger {config.ledger}: {len(state.substrate)} entries, verified")
+    log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
     if config.workers > 1:
         state.close()
         # Damage recorded in the file after this start is honoured, also by a worker started later.
@@ -49,7 +49,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
 
     def close_and_say() -> None:  # runs at shutdown, after the requests in flight
         close()
-        log(f"stopped: ledger {config.ledger} closed at {len(state.substrate)} entries")
+        log(f"stopped: ledger {display(config.ledger)} closed at {len(state.substrate)} entries")
 
     state.close = close_and_say
     # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
@@ -84,7 +84,7 @@ def _serve_workers(config: ServiceConfig, log: Callable[[str], None], damage_aft
     base = _base_url(config, port)
     log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
     status = supervise(config.workers, sock, functools.partial(worker_main, damage_after=damage_after), worker, log)
-    log(f"stopped: {config.workers} workers, ledger {config.ledger} closed")
+    log(f"stopped: {config.workers} workers, ledger {display(config.ledger)} closed")
     return status
 
 
@@ -98,12 +98,13 @@ def worker_main(config: ServiceConfig, slot: int, workers: int, table, damage_af
         state = build_state(config, log=log, damage_after=damage_after)
     except OcrrError:
         # Opened from the checkpoint, a file changed since says only that it does not match: say what is wrong.
-        report, _ = scan_file(config.ledger)
+        report, _ = scan_location(config.ledger)
         if not report:
             where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+            shown = display(config.ledger)
             raise OcrrError(
-                f"ledger {config.ledger} is damaged{where}: {report.reason}; this worker will not serve it. "
-                f"Stop the service and restore the file from a backup (`ocrr ledger verify {config.ledger}` "
+                f"ledger {shown} is damaged{where}: {report.reason}; this worker will not serve it. "
+                f"Stop the service and restore the file from a backup (`ocrr ledger verify {shown}` "
                 "gives the report)"
             ) from None
         raise

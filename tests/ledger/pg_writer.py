@@ -1,0 +1,43 @@
+"""A writer process for the PostgreSQL ledger tests: appends to the ledger at a URL and prints
+``<id> <label>`` for every entry once its append is acknowledged (so what it printed is
+what must survive a crash). ``count`` appends (0: until killed); a failed append (the
+server down) is retried with new labels after a short pause.
+
+    python -m tests.ledger.pg_writer URL PREFIX COUNT
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+from ocrr.ledger.postgres import PostgresLedger
+
+DIM = 8
+
+
+def main(url: str, prefix: str, count: int) -> None:
+    rng = np.random.default_rng(zlib.crc32(prefix.encode()))  # a different stream per writer
+    ledger = PostgresLedger.open(url, dim=DIM, verify="checkpoint")
+    done, k = 0, 0
+    while count == 0 or done < count:
+        m = int(rng.integers(1, 4)) if count == 0 else min(int(rng.integers(1, 4)), count - done)
+        labels = [f"{prefix}-{k + j}" for j in range(m)]
+        k += m
+        try:
+            ids = ledger.extend(rng.standard_normal((m, DIM)).astype(np.float32), labels, [None] * m)
+        except OcrrError:
+            time.sleep(0.05)
+            continue
+        sys.stdout.write("".join(f"{i} {label}\n" for i, label in zip(ids, labels)))
+        sys.stdout.flush()
+        done += m
+    ledger.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
