@@ -433,6 +433,20 @@ def test_runs_sharing_a_seed_state_are_spread_apart(tmp_path):
     ]
 
 
+def test_a_worker_is_not_handed_a_run_whose_cell_is_already_in_progress(tmp_path):
+    # the 2nd policy of (clinc150, seed 2) would wait for the 1st's seed fit: another cell's run goes first
+    tasks = Grid(
+        datasets=["banking77", "clinc150"], policies=["oracle", "random50"], seeds=[0, 2], systems=["river_logreg"]
+    ).tasks(resolve=False)
+    queue = sweep.longest_first(tasks, tmp_path)
+    first, second = queue[3], queue[7]  # clinc150/oracle/2, clinc150/random50/2
+    assert (first.dataset, first.seed, second.dataset, second.seed) == ("clinc150", 2, "clinc150", 2)
+    rest = [second, queue[4], queue[5]]
+    assert executors.next_task(rest, [first]) == 1  # skip the cell in progress
+    assert executors.next_task(rest, [queue[0]]) == 0  # an unrelated run in progress: queue order
+    assert executors.next_task([second], [first]) == 0  # nothing else left: it waits its turn
+
+
 def test_execution_settings_do_not_change_task_ids():
     """How a run executes (lora's device, threads, progress) is not what it computes."""
     plain = Grid(datasets=["synthetic"], seeds=[0], systems=["lora"]).tasks(resolve=False)[0]

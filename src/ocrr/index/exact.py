@@ -2,7 +2,7 @@
 
 Neighbours are ordered by similarity, descending; equal similarities are ordered by
 id, descending (the more recent entry first), so that the result is a total order and
-does not depend on how the work was chunked.
+does not depend on how the work was chunked (``ocrr.index.topk``).
 """
 
 from __future__ import annotations
@@ -11,40 +11,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ocrr.index.topk import top_k
+
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
 _BLOCK_ELEMENTS = 16_000_000
 # Below this many queries, one matrix-vector product per query beats one matrix product.
 _GEMV_BELOW = 8
-
-
-def top_k(sims: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k columns of each row of ``sims`` (n, m) whose ids are ``ids``: (m,) shared by
-    every row, or (n, m) per row (when merging earlier results with new ones).
-
-    Returns (sims, ids), both (n, k'), with k' = min(k, m); ties ordered by id desc.
-    """
-    n, m = sims.shape
-    ids = np.broadcast_to(ids, (n, m))
-    kk = min(k, m)
-    if kk == 0:
-        return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
-    if kk < m:
-        part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
-    else:
-        part = np.broadcast_to(np.arange(m), (n, m)).copy()
-    part_sims = np.take_along_axis(sims, part, axis=1)
-    # Rows where a tie straddles the k-th place need the exact tie order: rare, so fix them one by one.
-    if kk < m:
-        kth = part_sims.min(axis=1, keepdims=True)
-        n_at_least = (sims >= kth).sum(axis=1)
-        for row in np.flatnonzero(n_at_least > kk):
-            cand = np.flatnonzero(sims[row] >= kth[row, 0])
-            order = np.lexsort((-ids[row, cand], -sims[row, cand]))[:kk]
-            part[row] = cand[order]
-            part_sims[row] = sims[row, cand[order]]
-    part_ids = np.take_along_axis(ids, part, axis=1)
-    order = np.lexsort((-part_ids, -part_sims), axis=1)
-    return np.take_along_axis(part_sims, order, axis=1), np.take_along_axis(part_ids, order, axis=1)
 
 
 def exact_search(
@@ -203,25 +175,25 @@ class ExactIndex:
         in blocks so memory stays bounded for any index size.
         """
         queries = np.asarray(queries, np.float32).reshape(-1, self.dim)
-        if self.borrowed:
-            vecs = self._lent()[start : self._n]
-            ids = np.arange(start, max(start, self._n), dtype=np.int64)
+        ids: np.ndarray | int
+        if self._source is not None:  # borrowed: ids are row numbers, given as the first one
+            vecs = self._source()[start : self._n]
+            ids = start
         else:
             vecs = self._vecs[start : self._n]
             ids = self._ids[start : self._n]
-        n_q = queries.shape[0]
-        kk = min(k, len(ids))
-        out_s = np.empty((n_q, kk), np.float32)
-        out_i = np.empty((n_q, kk), np.int64)
+        n_q, n_rows = queries.shape[0], len(vecs)
+        kk = min(k, n_rows)
         if kk == 0 or n_q == 0:
-            return out_s, out_i
+            return np.empty((n_q, kk), np.float32), np.empty((n_q, kk), np.int64)
         if n_q < _GEMV_BELOW:
             # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
             # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
-            sims = np.stack([vecs @ q for q in queries])
-            out_s[:], out_i[:] = top_k(sims, ids, kk)
-            return out_s, out_i
-        rows_per_block = max(1, _BLOCK_ELEMENTS // max(1, len(ids)))
+            sims = (vecs @ queries[0])[None] if n_q == 1 else np.stack([vecs @ q for q in queries])
+            return top_k(sims, ids, kk)
+        out_s = np.empty((n_q, kk), np.float32)
+        out_i = np.empty((n_q, kk), np.int64)
+        rows_per_block = max(1, _BLOCK_ELEMENTS // max(1, n_rows))
         for lo in range(0, n_q, rows_per_block):
             hi = min(n_q, lo + rows_per_block)
             sims = queries[lo:hi] @ vecs.T

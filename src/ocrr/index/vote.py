@@ -79,37 +79,40 @@ def vote_rows(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rul
     (a float sum whose rounding follows numpy's order) goes to ``vote``."""
     if rule.weighting != "count" or sims.shape[1] == 0:
         return vote(sims, nbr_ids, nbr_labels, rule)
+    # float32 -> Python float is exact, as ``band``'s float64 is
     return np.array(
-        [
-            _vote_row(s, i, lab, rule)
-            for s, i, lab in zip(sims.astype(np.float64).tolist(), nbr_ids.tolist(), nbr_labels.tolist())
-        ],
+        [_vote_row(s, i, lab, rule) for s, i, lab in zip(sims.tolist(), nbr_ids.tolist(), nbr_labels.tolist())],
         np.int64,
     )
 
 
 def _vote_row(sims: list[float], ids: list[int], labels: list[int], rule: VoteRule) -> int:
-    valid = [j for j, label in enumerate(labels) if label >= 0]
-    if not valid:
-        return -1
+    floor = None
     if rule.margin is not None:
-        top = max(sims[j] for j in valid)
-        valid = [j for j in valid if sims[j] >= top - rule.margin]  # the band, as ``vote`` computes it
+        real = [s for s, label in zip(sims, labels) if label >= 0]
+        if not real:
+            return -1
+        floor = max(real) - rule.margin  # the band, as ``band`` computes it
     per_label: dict[int, list] = {}  # label -> [votes, its best similarity, its latest id]
-    for j in valid:
-        got = per_label.get(labels[j])
+    for s, i, label in zip(sims, ids, labels):
+        if label < 0 or (floor is not None and not s >= floor):
+            continue
+        got = per_label.get(label)
         if got is None:
-            per_label[labels[j]] = [1, sims[j], ids[j]]
+            per_label[label] = [1, s, i]
         else:
             got[0] += 1
-            got[1] = max(got[1], sims[j])
-            got[2] = max(got[2], ids[j])
-    keys = [0] + [1] * rule.tiebreak_maxsim + [2] * rule.tiebreak_recency  # the keys ``vote`` applies, in order
-    left = list(per_label)
-    for key in keys:
-        best = max(per_label[label][key] for label in left)
-        left = [label for label in left if per_label[label][key] == best]
-    return min(left)  # the label that sorts first
+            got[1] = max(got[1], s)
+            got[2] = max(got[2], i)
+    if not per_label:
+        return -1
+    maxsim, recency = rule.tiebreak_maxsim, rule.tiebreak_recency
+
+    def rank(label: int) -> tuple:  # ``vote``'s keys in order, then the label that sorts first
+        votes, best, latest = per_label[label]
+        return votes, best if maxsim else 0.0, latest if recency else 0, -label
+
+    return max(per_label, key=rank)
 
 
 def _keep_best(cand: np.ndarray, key: np.ndarray) -> np.ndarray:

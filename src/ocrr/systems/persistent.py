@@ -193,7 +193,7 @@ def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.nd
         block = matrix[lo : lo + _POOL_ROWS]
         for q, row in zip(queries, sims):
             np.matmul(block, q, out=row[lo : lo + _POOL_ROWS])
-    return top_k(sims, np.arange(n, dtype=np.int64), min(k, n))
+    return top_k(sims, 0, min(k, n))  # ids are row numbers: 0 .. n-1
 
 
 def open_substrate(

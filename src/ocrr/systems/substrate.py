@@ -15,11 +15,15 @@ from ocrr.batch import Batch
 from ocrr.index import KINDS, AutoIndex, ExactIndex, FaissIndex, IVFIndex, exact_search, recall_at_k
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
-from ocrr.index.vote import VoteRule, vote, vote_margin
+from ocrr.index.vote import VoteRule, vote, vote_margin, vote_rows
 from ocrr.ledger import Ledger, VerifyResult
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
+
+# Fewer rows than this are voted in plain Python (``vote_rows``): numpy's per-call costs
+# outweigh its work on a few rows of k neighbours.
+_VOTE_ROWS_BELOW = 8
 
 #: What ``IndexOptions.make`` builds (ocrr.index.make_index): a substrate's ``index_``.
 SearchIndex: TypeAlias = ExactIndex | FaissIndex | IVFIndex | AutoIndex
@@ -279,7 +283,8 @@ class Substrate(IndexedSystem, System):
         ledger, _ = self._fitted()
         queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         sims, ids = self.search_.search(queries, self.k)
-        winners = vote(sims, ids, self._neighbour_ranks(ids), self.rule_)
+        by = vote_rows if len(sims) < _VOTE_ROWS_BELOW else vote  # the same winners (tests/index/test_vote.py)
+        winners = by(sims, ids, self._neighbour_ranks(ids), self.rule_)
         return self.space_.decode_ranks(winners)
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
@@ -294,6 +299,8 @@ class Substrate(IndexedSystem, System):
         """Sorted-order rank of each neighbour's label (so the last tie-break is 'sorts first')."""
         if ids.size == 0:
             return np.empty(ids.shape, np.int64)
+        if ids.min() >= 0:
+            return self.space_.ranks[self._entry_label[ids]]
         ranks = self.space_.ranks[self._entry_label[np.maximum(ids, 0)]]
         return np.where(ids >= 0, ranks, -1)  # id -1: a slot an approximate index left empty
 
