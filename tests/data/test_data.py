@@ -550,3 +550,13 @@ def test_real_banking77_and_clinc150():
 
     in_scope = load_dataset("clinc150", data_dir=REAL_DATA_DIR, oos=False)
     assert (len(in_scope.train), len(in_scope.test), len(in_scope.labels)) == (15000, 4500, 150)
+
+
+def test_user_files_take_a_name_option(tmp_path):
+    """`--data-option name=X` names user data (the loader's own `name`, not load_dataset's)."""
+    rows = "text,label\nhello there,greet\nhi,greet\nbye now,leave\nsee you,leave\n"
+    (tmp_path / "a.csv").write_text(rows)
+    (tmp_path / "b.csv").write_text(rows)
+    data = load_dataset(f"csv:{tmp_path / 'a.csv'},{tmp_path / 'b.csv'}", name="helpdesk")
+    assert data.name == "helpdesk"
+    assert sorted(set(data.train.labels)) == ["greet", "leave"]

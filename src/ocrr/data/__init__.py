@@ -44,7 +44,7 @@ _TABLE_PREFIXES = {"csv:": "csv", "jsonl:": "jsonl"}
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
 
 
-def load_dataset(name: str, *, data_dir: str | os.PathLike | None = None, **options: Any) -> Dataset:
+def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **options: Any) -> Dataset:
     """Load a dataset by name.
 
     ``name`` is one of :data:`DATASETS`, or user data as ``csv:TRAIN[,TEST]``,
