@@ -11,7 +11,7 @@ With ``--timings results/x/timings.csv`` it also prints each run's wall time (fi
 stream predictions, corrections, evaluations) and the measured per-correction cost
 from an ``ocrr run``. Threads are pinned as the runner pins them (1).
 
-Run: OCRR_DATA_DIR=../shared/data python benchmarks/bench_lora.py [--timings PATH] [--corrections N]
+Run: OCRR_DATA_DIR=<folder holding banking77/> python benchmarks/bench_lora.py [--timings PATH] [--corrections N]
 """
 
 from __future__ import annotations

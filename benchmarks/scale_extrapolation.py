@@ -101,7 +101,7 @@ def main() -> None:
     ledger_gb = vec_gb + objects_gb
     ram_gb = args.ram_gib * 2**30 / 1e9
     print(
-        f"Memory of a substrate with {scale_label(n)} entries of dim {args.dim} (this machine: "
+        f"Memory of a substrate with {scale_label(n)} entries of dim {args.dim} (a machine with "
         f"{args.ram_gib:g} GiB = {ram_gb:.1f} GB):"
     )
     print(

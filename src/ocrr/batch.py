@@ -34,5 +34,7 @@ class Batch:
             pick = lambda seq: None if seq is None else list(seq[index])  # noqa: E731
         else:
             index = np.asarray(index)
+            if index.size == 0:  # np.asarray([]) is float, which numpy refuses as an index
+                index = index.astype(np.intp)
             pick = lambda seq: None if seq is None else [seq[i] for i in index]  # noqa: E731
         return Batch(self.vecs[index], pick(self.texts), pick(self.labels))

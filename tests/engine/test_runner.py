@@ -192,3 +192,42 @@ def test_policy_all_reveals_every_label_right_or_wrong(spec, scenario):
     substrate = make_system("substrate", labels=scenario.labels, seed=1)
     list(run(substrate, scenario, make_policy("all")))
     assert substrate.footprint().entries == len(scenario.seed_set) + len(scenario.stream)
+
+
+class _Recording:
+    """Wraps a system and records the size of every batch it predicts."""
+
+    def __init__(self, inner):
+        self.inner, self.sizes = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def predict(self, batch):
+        self.sizes.append(len(batch))
+        return self.inner.predict(batch)
+
+
+class _FirstThree(_Recording):
+    """Asks to be scored on the first three items of each eval set."""
+
+    def evaluation_subset(self, name, n):
+        return np.arange(3)
+
+
+def test_a_system_can_ask_to_be_scored_on_a_seeded_subset_of_each_eval_set(scenario):
+    """`evaluation_subset(name, n)` (llm_icl's max_eval): checkpoints score only those rows; a
+    system without it is scored on every item."""
+    policy = make_policy("oracle")
+    full = _Recording(make_system("substrate", labels=scenario.labels, seed=1))
+    plain = list(run(full, scenario, policy, lookahead=False))
+    eval_sizes = {len(b) for b in scenario.eval_sets.values()}
+    assert eval_sizes <= set(full.sizes)
+
+    picky = _FirstThree(make_system("substrate", labels=scenario.labels, seed=1))
+    sampled = list(run(picky, scenario, policy, lookahead=False))
+    assert not eval_sizes & set(picky.sizes) - {1}  # no full eval set was predicted
+    for cp_full, cp_sub in zip(plain, sampled):
+        assert cp_sub.accuracy.keys() == cp_full.accuracy.keys()
+        for value in cp_sub.accuracy.values():
+            assert value in (0.0, 1 / 3, 2 / 3, 1.0)  # accuracy over exactly three items

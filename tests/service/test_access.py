@@ -1,4 +1,4 @@
-"""Issue 25, point 7: access and exposure. Strong tokens only, a generated token in a 0600
+"""Access and exposure: strong tokens only, a generated token in a 0600
 file and never in a log, the token on whatever returns users' texts or costs a full scan,
 /verify rate-limited, /health minimal, no clear-text public bind, bidi controls neutralised
 on the page, vector components strictly JSON numbers."""

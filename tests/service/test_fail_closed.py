@@ -1,4 +1,4 @@
-"""Issue 25, point 3: tampering found by /verify or by the background check puts the service
+"""Tampering found by /verify or by the background check puts the service
 in a read-only, unhealthy state (no corrections, no signed heads, no predictions from memory
 that disagrees with the file, /health 503 naming the first bad entry) until restarted."""
 

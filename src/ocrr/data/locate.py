@@ -40,7 +40,7 @@ class RemoteFile:
     sha256: str
 
 
-# Known upstream copies; sha256 values from /work/shared/data/SHA256SUMS
+# Known upstream copies and the sha256 of each file at these revisions
 # (PolyAI-LDN/task-specific-datasets @ 57ec275d, clinc/oos-eval @ 828f8093).
 REMOTE_FILES: dict[str, dict[str, RemoteFile]] = {
     "banking77": {

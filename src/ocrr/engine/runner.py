@@ -118,7 +118,7 @@ def run(
         if scenario.dynamic_eval_sets is not None:
             so_far = RunSoFar(int(bounds[episode]), episode, trace.predicted, trace.corrected, bounds)
             sets.update(scenario.dynamic_eval_sets(so_far))
-        acc = {name: accuracy(system, batch) for name, batch in sets.items()}
+        acc = {name: accuracy(system, _evaluated(system, name, batch)) for name, batch in sets.items()}
         clock.eval += time.perf_counter() - t
         last = episode == points[-1]
         return Checkpoint(
@@ -332,3 +332,12 @@ def prediction_columns(scenario: Scenario, trace: StreamTrace) -> dict:
         **{k: list(v) for k, v in scenario.stream_columns.items()},
         **({} if trace.ahead is None else {"near_future": [None if p is None else str(p) for p in trace.ahead]}),
     }
+
+
+def _evaluated(system: System, name: str, batch: Batch) -> Batch:
+    """The items of an eval set that a system asks to be scored on: a system whose every
+    prediction is costly (llm_icl's ``max_eval``) offers ``evaluation_subset(name, n)``, a
+    seeded sample recorded with its hyperparameters; every other system is scored on all."""
+    pick = getattr(system, "evaluation_subset", None)
+    rows = pick(name, len(batch)) if pick is not None else None
+    return batch if rows is None else batch[rows]

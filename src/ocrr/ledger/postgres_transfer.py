@@ -1,11 +1,12 @@
 """Import a JSONL export (``ocrr.ledger.transfer``'s format) into a PostgreSQL ledger.
 
-The target schema must hold no entries. The whole import is one transaction under the head
-row's lock: every line is checked as it is read (its hash, its link, the header's size, root
-and chain head, and what the caller expects: ``expect_size``/``expect_root`` or a signed
-checkpoint), and anything wrong rolls it all back, so the database holds the complete,
-checked log or nothing of it. Export needs nothing of its own: ``transfer.export_lines``
-reads either store.
+The target schema must hold no entries. The whole import, the creation of the tables
+included, is one transaction under the head row's lock: every line is checked as it is read
+(its hash, its link, the header's size, root and chain head, and what the caller expects:
+``expect_size``/``expect_root`` or a signed checkpoint), and anything wrong rolls it all
+back, so the database holds the complete, checked log or nothing of it (no tables either,
+nor a dimension fixed by the refused export). Export needs nothing of its own:
+``transfer.export_lines`` reads either store.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def import_into_database(
             dim = header.get("dim")
             if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
                 raise OcrrError(f"{src}: the header's dim {dim!r} is not a positive integer; the export was edited")
-            create_schema(conn, dim)
-            with conn.transaction():
+            with conn.transaction():  # the tables too: a refused import leaves the schema as it found it
+                create_schema(conn, dim)
                 held = conn.execute("SELECT size, dim FROM ocrr_head FOR UPDATE").fetchone()
                 if held[0] or conn.execute("SELECT EXISTS (SELECT 1 FROM ocrr_entries)").fetchone()[0]:
                     raise OcrrError(

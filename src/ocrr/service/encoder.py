@@ -8,7 +8,9 @@ at a time goes to the model (a lock), which is also what a small box can afford.
 
 Protocol on the child's stdin/stdout: one JSON line (a list of texts) in; one JSON line
 out (``{"ok": true, "n": n, "d": d}`` followed by n x d little-endian float32, or
-``{"ok": false, "error": "..."}``). The child is ``python -m ocrr.service.encoder SPEC``.
+``{"ok": false, "error": "..."}``). The child is ``python -c CHILD SPEC NICE``: started with
+``-m ocrr.service.encoder``, runpy would warn at every start, because the package
+``ocrr.service`` (its config) has imported this module before runpy executes it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import numpy as np
 
 from ocrr.encoders import make_encoder
 from ocrr.errors import OcrrError
+
+# What the child runs: this module imported like any other, then its ``child`` entry point.
+CHILD = "import sys; from ocrr.service.encoder import child; sys.exit(child(sys.argv[1:]))"
 
 
 def check_nice(nice: int | str) -> int | str:
@@ -44,9 +49,10 @@ class EncoderProcess:
         vector, commits) take a contended core first; see ``_lower_priority``."""
         check_nice(nice)
         self.id = spec
+        self.encoder_id: str | None = None  # the encoder's own id (its embedding-cache key), from the child
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "ocrr.service.encoder", spec, str(nice)],
+            [sys.executable, "-c", CHILD, spec, str(nice)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -56,6 +62,7 @@ class EncoderProcess:
         if not header.get("ok"):
             self.close()
             raise OcrrError(header.get("error", f"the encoder {spec!r} did not start"))
+        self.encoder_id = header.get("id")
 
     def _header(self) -> dict:
         line = self._from_child.readline()
@@ -122,7 +129,7 @@ def main(spec: str, nice: int | str = 0) -> int:
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises OcrrError
         _reply(out, {"ok": False, "error": f"cannot load encoder {spec!r}: {e}"})
         return 1
-    _reply(out, {"ok": True, "n": 0, "d": 0})
+    _reply(out, {"ok": True, "n": 0, "d": 0, "id": encoder.id})
     for line in sys.stdin.buffer:
         try:
             vecs = np.ascontiguousarray(encoder.encode(json.loads(line)), "<f4")
@@ -133,6 +140,7 @@ def main(spec: str, nice: int | str = 0) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    level = sys.argv[2] if len(sys.argv) > 2 else "0"
-    sys.exit(main(sys.argv[1], level if level == "idle" else int(level)))
+def child(argv: list[str]) -> int:
+    """The child's command line (``SPEC [NICE]``, as ``EncoderProcess`` passes it) to ``main``."""
+    level = argv[1] if len(argv) > 1 else "0"
+    return main(argv[0], level if level == "idle" else int(level))

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from ocrr.data import load_dataset
+from ocrr.data.records import Dataset
 from ocrr.encoders.base import l2_normalise
+from ocrr.encoders.cache import cache_path, load_cached, save_cached, texts_sha256
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import default_origin_of, display
@@ -329,6 +331,7 @@ class SerialEncoder:
 
     def __init__(self, encoder):
         self.inner, self.lock = encoder, threading.Lock()
+        self.encoder_id: str | None = getattr(encoder, "id", None)  # its embedding-cache key, if it has one
         self.encode(["warm up"])
 
     def encode(self, texts, progress=None):
@@ -347,8 +350,31 @@ def _seed_from_dataset(sub: PersistentSubstrate, name: str, encoder, data_dir: s
     elif encoder is None:
         raise OcrrError(f"--fit {name} needs an encoder for its texts; add --encoder minilm")
     else:
-        assert train.texts is not None  # a split without vectors has texts (Split)
-        log(f"encoding {len(train)} {name} train texts…")
-        vecs = l2_normalise(np.asarray(encoder.encode(list(train.texts)), np.float32))
+        vecs = l2_normalise(_train_vectors(dataset, encoder, log))
     sub.correct(vecs, list(train.labels), list(train.texts) if train.texts is not None else None)
     log(f"seeded the ledger with {len(train)} {name} train items ({len(set(train.labels))} labels)")
+
+
+def _train_vectors(dataset: Dataset, encoder, log: Callable[[str], None]) -> np.ndarray:
+    """The train texts' vectors from the embedding cache under the encoder's id (the file
+    ``ocrr run`` writes for train + test texts, or the one a previous start wrote for the train
+    texts alone); else encoded now, and cached so the next start seeds at once."""
+    assert dataset.train.texts is not None  # a split without vectors has texts (Split)
+    texts = list(dataset.train.texts)
+    encoder_id = getattr(encoder, "encoder_id", None)
+    if not isinstance(encoder_id, str):  # an encoder without an id has no cache key
+        log(f"encoding {len(texts)} {dataset.name} train texts…")
+        return np.asarray(encoder.encode(texts), np.float32)
+    keys = [texts + list(dataset.test.texts), texts] if dataset.test.texts is not None else [texts]
+    for keyed in keys:
+        cached = load_cached(cache_path(encoder_id, texts_sha256(keyed)), len(keyed))
+        if cached is not None:
+            log(f"{len(texts)} {dataset.name} train texts: vectors from the embedding cache ({encoder_id})")
+            return cached[: len(texts)]
+    log(f"encoding {len(texts)} {dataset.name} train texts…")
+    vecs = np.asarray(encoder.encode(texts), np.float32)
+    try:
+        save_cached(cache_path(encoder_id, texts_sha256(texts)), vecs)
+    except OSError as e:  # a read-only cache costs the next start the encoding, nothing else
+        log(f"could not cache the train vectors ({e}); the next start encodes them again")
+    return vecs

@@ -6,6 +6,7 @@ only the per-correction loss or step, so seed training and seeding live in one p
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 
 import numpy as np
@@ -67,6 +68,8 @@ class HeadSystem(System):
     def predict(self, batch: Batch) -> list[str | None]:
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        if not len(self.space_):  # fitted on nothing: no label to give until one is learned
+            return [None] * len(vecs)
         with torch.inference_mode():
             winners = self._fitted_head()(torch.from_numpy(vecs)).argmax(dim=1).numpy()
         return self.space_.decode(winners)
@@ -75,6 +78,8 @@ class HeadSystem(System):
         """Per item, 1 - the head's top softmax probability: higher means less sure."""
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
+        if not len(self.space_):  # no label at all: wholly unsure
+            return np.ones(len(vecs))
         with torch.inference_mode():
             top = torch.softmax(self._fitted_head()(torch.from_numpy(vecs)).double(), dim=1).max(dim=1).values.numpy()
         return 1.0 - top
@@ -114,7 +119,15 @@ class LinearHead(HeadSystem, System):
     def fit(self, seed: Batch) -> LinearHead:
         x, y = self._seed_tensors(seed, self.over_all_labels)
         self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name))
-        self.head_ = seed_head(x, y, len(self.space_), self.seed_training(), self.seed)
+        with warnings.catch_warnings():
+            # an empty seed set over the seed's labels only gives a head with no output row
+            # (predict then answers None); torch warns that initialising it does nothing
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors", UserWarning)
+            if len(y):
+                self.head_ = seed_head(x, y, len(self.space_), self.seed_training(), self.seed)
+            else:  # nothing to train: seed_head's initial head, not its cache (keyed by the empty bytes of x)
+                generator = torch.Generator().manual_seed(derive_seed(self.seed, "seed-head"))
+                self.head_ = init_linear(x.shape[1], len(self.space_), generator).eval()
         self._after_seed_training(x, y)
         return self
 

@@ -83,7 +83,7 @@ def seed_head(x: torch.Tensor, y: torch.Tensor, n_out: int, cfg: SeedTraining, s
     """A fresh copy of the upstream linear head for this seed set (trained on first request)."""
     key = hashlib.blake2b(x.numpy().tobytes(), digest_size=16)
     key.update(y.numpy().tobytes())
-    key.update(repr((n_out, astuple(cfg), int(seed))).encode())
+    key.update(repr((tuple(x.shape), n_out, astuple(cfg), int(seed))).encode())
     digest = key.digest()
     generator = torch.Generator().manual_seed(derive_seed(seed, "seed-head"))
     head = init_linear(x.shape[1], n_out, generator)
