@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # and make passes the same on: make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 # What the linters read (the docs' Markdown is left as written).
-LINTED := src tests benchmarks scripts
+LINTED := src tests benchmarks scripts docs/hooks
 
 # The tests run in a new random order each time (pytest-randomly); the seed is printed,
 # and `make test SEED=<seed>` replays that order.
@@ -53,7 +53,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 docs: setup
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 docs-serve: setup
 	$(BIN)/mkdocs serve

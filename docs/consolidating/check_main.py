@@ -1,9 +1,9 @@
-"""Issue 14's main check from a finished `ocrr sweep --preset consolidating` folder: per cell
+"""The consolidating memory's main check from a finished `ocrr sweep --preset consolidating` folder: per cell
 (dataset x policy), every system's final novel / original accuracy (mean over seeds) and
 corrections to 70 % novel, and whether each system beats the substrate on both finals and
 reaches 70 % in no more corrections. Prints markdown.
 
-Run: .venv/bin/python docs/consolidating/check_main.py /work/runs/cons14
+Run: .venv/bin/python docs/consolidating/check_main.py results/consolidating
 """
 
 from __future__ import annotations
