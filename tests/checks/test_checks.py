@@ -45,6 +45,8 @@ class NearestNeighbour(System):
         queries = check_vectors(batch.vecs, self.vecs_.shape[1], "query vectors")
         if len(queries) == 0:
             return []
+        if len(self.vecs_) == 0:  # fitted on nothing and not corrected yet: no label to give
+            return [None] * len(queries)
         sims = queries @ self.vecs_.T
         best = sims.argmax(axis=1)  # ties: the earliest entry
         return [self.entry_labels_[j] if sims[i, j] >= self.min_similarity else None for i, j in enumerate(best)]
@@ -76,6 +78,50 @@ class ClaimsNotToLearn(NearestNeighbour):
     """Broken: declares learns = False, but corrections change its predictions."""
 
     learns = False
+
+
+class CrashesOnAnEmptySeedSet(NearestNeighbour):
+    """Broken: fitted on no item, predict() takes the argmax of an empty row."""
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        sims = check_vectors(batch.vecs, self.vecs_.shape[1], "query vectors") @ self.vecs_.T
+        return [self.entry_labels_[j] for j in sims.argmax(axis=1)] if len(batch) else []
+
+
+class StaticNearestNeighbour(NearestNeighbour):
+    """1-nearest neighbour over the seed set only: corrections are checked, then ignored."""
+
+    learns = False
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        require_labels(batch, self.name)
+        check_vectors(batch.vecs, self.vecs_.shape[1], "vectors")
+
+
+class GuessesWhenFittedOnNothing(StaticNearestNeighbour):
+    """Broken: never learns, yet fitted on nothing it answers the first label it was told."""
+
+    def predict(self, batch: Batch) -> list[str | None]:
+        self._require_fitted()
+        if len(self.vecs_) == 0:
+            return [self.labels[0]] * len(batch)
+        return super().predict(batch)
+
+
+class StuckAfterAnEmptySeedSet(NearestNeighbour):
+    """Broken: fitted on nothing, it never starts learning (corrections are dropped)."""
+
+    def fit(self, seed: Batch) -> StuckAfterAnEmptySeedSet:
+        super().fit(seed)
+        self.stuck_ = len(seed) == 0
+        return self
+
+    def correct(self, batch: Batch) -> None:
+        self._require_fitted()
+        if not self.stuck_:
+            super().correct(batch)
 
 
 class ClaimsToReadText(NearestNeighbour):
@@ -145,6 +191,40 @@ def test_an_instance_is_refused_with_the_fix():
 def test_an_unknown_name_is_refused_with_the_fix():
     with pytest.raises(OcrrError, match="Run 'ocrr systems'"):
         check_system("substrat")
+
+
+def test_a_crash_after_an_empty_seed_set_fails_the_empty_seed_check():
+    with pytest.raises(CheckFailed) as info:
+        check_system(CrashesOnAnEmptySeedSet)
+    assert info.value.check == "check_fit_on_an_empty_seed_set"
+    assert "argmax of an empty sequence" in str(info.value)
+
+
+def test_learning_capability_chooses_the_empty_seed_checks():
+    learner = [check.name for check in yield_checks(NearestNeighbour)]
+    static = [check.name for check in yield_checks(StaticNearestNeighbour)]
+    assert (
+        "check_learns_after_an_empty_seed_set" in learner
+        and "check_answers_none_after_an_empty_seed_set" not in learner
+    )
+    assert (
+        "check_answers_none_after_an_empty_seed_set" in static and "check_learns_after_an_empty_seed_set" not in static
+    )
+    assert check_system(StaticNearestNeighbour) == static  # a correct static system passes them all
+
+
+def test_a_static_system_guessing_from_nothing_fails():
+    with pytest.raises(CheckFailed) as info:
+        check_system(GuessesWhenFittedOnNothing)
+    assert info.value.check == "check_answers_none_after_an_empty_seed_set"
+    assert "it knows no label: it must answer None" in str(info.value)
+
+
+def test_a_learner_that_never_starts_after_an_empty_seed_set_fails():
+    with pytest.raises(CheckFailed) as info:
+        check_system(StuckAfterAnEmptySeedSet)
+    assert info.value.check == "check_learns_after_an_empty_seed_set"
+    assert "answers None for each of them" in str(info.value)
 
 
 def test_text_capability_chooses_the_text_checks():

@@ -16,7 +16,9 @@ checked in one line. A system is given as a registered spec (``"substrate"``,
 
 The checks build their own small data and fresh systems. Which checks run depends on the
 capabilities a system declares (see ``ocrr.systems.base.System``): ``learns = False``
-systems must ignore corrections instead of learning from them; ``reads_text = True``
+systems must ignore corrections instead of learning from them, and answer None when fitted
+on an empty seed set (they know no label); learning systems fitted on one must start
+learning from their first corrections; ``reads_text = True``
 systems must refuse batches without texts, the others must work without any. A factory's
 ``conformance_overrides`` dict holds hyperparameters to check it with, so that a heavy
 system is checked in seconds (lora uses a tiny random encoder).
@@ -48,6 +50,7 @@ COMMON = (
     suite.check_footprint_is_reported,
     suite.check_bad_queries_raise_ocrr_errors,
     suite.check_pickle_round_trip,
+    suite.check_fit_on_an_empty_seed_set,
 )
 
 
@@ -91,6 +94,11 @@ def yield_checks(system: Checkable | Subject) -> Iterator[Check]:
         suite.check_learns_a_label_first_seen_in_a_correction
         if subject.capability("learns", True)
         else suite.check_ignores_corrections
+    )
+    chosen.append(
+        suite.check_learns_after_an_empty_seed_set
+        if subject.capability("learns", True)
+        else suite.check_answers_none_after_an_empty_seed_set
     )
     chosen.append(
         suite.check_refuses_batches_without_text

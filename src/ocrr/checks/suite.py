@@ -253,6 +253,57 @@ def check_pickle_round_trip(subject: Subject, data: CheckData) -> None:
     )
 
 
+def empty_seed_set(data: CheckData) -> Batch:
+    """The seed set without a single row: the right dimension, empty texts and labels (the ocl
+    protocol's default ``upstream=0``); the labels are known through the constructor only."""
+    return data.seed[np.arange(0)]
+
+
+def a_few_corrections(data: CheckData) -> Batch:
+    """Two stream items of each of two classes: a few labelled items, as a first episode brings."""
+    labels = data.stream.labels
+    assert labels is not None  # (check data is labelled throughout)
+    classes = sorted(set(labels))[:2]
+    rows = [i for c in classes for i in [j for j, label in enumerate(labels) if label == c][:2]]
+    return data.stream[np.asarray(rows)]
+
+
+def fitted_on_nothing(subject: Subject, data: CheckData) -> Any:
+    """A new system told every label by its constructor and fitted on the empty seed set."""
+    system = subject.build(data.labels)
+    returned = subject.fit(system, empty_seed_set(data))
+    expect(returned is system, f"fit() on an empty seed set must return the system itself, got {returned!r:.100}")
+    return system
+
+
+def check_fit_on_an_empty_seed_set(subject: Subject, data: CheckData) -> None:
+    """Fitted on no item (labels known through the constructor only), a system answers and
+    takes corrections: one told label or None per query, no error."""
+    system = fitted_on_nothing(subject, data)
+    told = set(data.labels)
+    for batch, what in ((data.eval, "predict(eval set)"), (data.eval[:1], "predict(one item)")):
+        preds = system.predict(batch)
+        expect_predictions(preds, len(batch), f"fitted on an empty seed set, {what}")
+        invented = set(preds) - {None} - told
+        expect(
+            not invented,
+            f"fitted on an empty seed set, predicted labels it was never told about: {sorted(invented)[:3]}",
+        )
+    expect(
+        system.predict(data.eval[np.arange(0)]) == [],
+        "fitted on an empty seed set, predict() of an empty batch must return []",
+    )
+    few = a_few_corrections(data)
+    correct_chunks(system, few, [(0, 1), (1, len(few))])
+    after = system.predict(data.eval)
+    expect_predictions(after, len(data.eval), "fitted on an empty seed set and corrected, predict(eval set)")
+    invented = set(after) - {None} - told
+    expect(
+        not invented,
+        f"fitted on an empty seed set and corrected, predicted labels it was never told about: {sorted(invented)[:3]}",
+    )
+
+
 # -- by capability ------------------------------------------------------------------------------
 
 NEW_LABEL = "never_seen_label"
@@ -291,6 +342,45 @@ def check_ignores_corrections(subject: Subject, data: CheckData) -> None:
     learned_at = _correct_a_new_label(system, data)
     expect(learned_at is None, "declares learns = False but picked up a correction")
     expect_same(system.predict(data.eval), before, "declares learns = False but corrections changed its predictions")
+
+
+def check_learns_after_an_empty_seed_set(subject: Subject, data: CheckData) -> None:
+    """learns = True: fitted on nothing, then corrected, it predicts labels it has been shown
+    (from the constructor or a correction), and picks up a new label as it would after a seed."""
+    system = fitted_on_nothing(subject, data)
+    few = a_few_corrections(data)
+    correct_chunks(system, few, [(0, len(few))])
+    preds = system.predict(few)
+    expect_predictions(preds, len(few), "fitted on an empty seed set and corrected, predict(the corrected items)")
+    expect(
+        any(p is not None for p in preds),
+        "fitted on an empty seed set and corrected with a few items, it answers None for each of them: "
+        "a learning system gives a label once it has been shown some",
+    )
+    learned_at = _correct_a_new_label(system, data)
+    expect(
+        learned_at is not None,
+        "fitted on an empty seed set, it does not predict a corrected new label even after 100 corrections: "
+        "its labels must grow from none",
+    )
+
+
+def check_answers_none_after_an_empty_seed_set(subject: Subject, data: CheckData) -> None:
+    """learns = False: fitted on nothing it has no evidence for any label, and corrections never
+    give it one: None for every query, before and after corrections."""
+    system = fitted_on_nothing(subject, data)
+    expect_same(
+        system.predict(data.eval),
+        [None] * len(data.eval),
+        "declares learns = False and was fitted on an empty seed set, so it knows no label: it must answer None",
+    )
+    correct_chunks(system, a_few_corrections(data))
+    _correct_a_new_label(system, data)
+    expect_same(
+        system.predict(data.eval),
+        [None] * len(data.eval),
+        "declares learns = False and was fitted on an empty seed set, but answers a label after corrections",
+    )
 
 
 def check_refuses_batches_without_text(subject: Subject, data: CheckData) -> None:

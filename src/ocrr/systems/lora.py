@@ -425,6 +425,8 @@ class LoRA(System):
         return 0 if pad is None else int(pad)
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        if not texts:  # an empty seed set (ocl's upstream=0): the tokenizer fails on an empty list
+            return []
         return self.tokenizer_(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
 
     def _trainable(self) -> list[torch.nn.Parameter]:

@@ -37,6 +37,7 @@ from torch.func import functional_call, grad, vmap
 from ocrr.batch import Batch
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.labels import LabelSpace
 from ocrr.systems.linear import LinearHead
 from ocrr.systems.training import carry_rows, derive_seed, init_linear, train_seed
 
@@ -113,6 +114,12 @@ class FrozenUpstream(UpstreamHead):
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "cmr_frozen")
         super().__init__(**kwargs)
+
+    def fit(self, seed: Batch) -> FrozenUpstream:
+        super().fit(seed)
+        if not len(seed):  # fitted on nothing, the head is untrained: it knows no label and answers None
+            self.space_ = LabelSpace()  # (as static_linear; f_0 never learns one later)
+        return self
 
 
 class RefiningHead(UpstreamHead):
