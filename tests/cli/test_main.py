@@ -22,6 +22,7 @@ def test_version_prints_the_package_version(capsys):
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     """`ocrr ledger export L | head -1`: the reader leaves early; no traceback, exit 0."""
     vectors = np.random.default_rng(0).standard_normal((200, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     with ocrr.open_substrate(tmp_path / "l.db", "substrate") as substrate:
         substrate.correct(vectors, ["a"] * 200, None)  # ~400 KB of export: more than a pipe holds
     proc = subprocess.Popen(

@@ -86,7 +86,8 @@ def test_tiles_are_served_with_their_cache_headers(signed):
 def test_full_tiles_are_immutable_and_cacheable(tmp_path):
     state = open_state(tmp_path / "ledger.db")
     rng = np.random.default_rng(0)
-    state.substrate.correct(rng.standard_normal((300, 64)).astype(np.float32), [f"l{k % 3}" for k in range(300)])
+    vecs = rng.standard_normal((300, 64)).astype(np.float32)
+    state.substrate.correct(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), [f"l{k % 3}" for k in range(300)])
     with running(create_app(state)) as url:
         r = requests.get(f"{url}/tile/0/000")
         assert r.status_code == 200 and len(r.content) == 256 * 32
@@ -219,6 +220,7 @@ def test_go_verifies_the_checkpoint_tiles_and_proofs_of_a_real_ocrr_serve(tmp_pa
         size = 0
         for batch in (200, 200, 200, 5):  # 605 entries: full tiles, a partial one, a level-1 tile
             vecs = rng.standard_normal((batch, 32)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             body = {"vectors": vecs.tolist(), "labels": [f"l{k % 4}" for k in range(batch)]}
             body["texts"] = [f"correction {size + k} é ✓" for k in range(batch)]
             r = requests.post(f"{url}/correct", json=body, headers={"Authorization": f"Bearer {token}"})

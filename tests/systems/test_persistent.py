@@ -124,3 +124,17 @@ def test_predictions_run_while_corrections_commit(tmp_path):
             t.join()
         assert not errors and len(sub) == 200 and sub.verify().ok
         assert sub.predict(vecs) == labels
+
+
+def test_corrections_that_are_not_unit_vectors_are_refused_and_nothing_is_stored(tmp_path):
+    """The ledger keeps what it is given forever, and the vote reads dot products as cosines:
+    a raw (unnormalised) vector is refused with the fix, before anything is written."""
+    rng = np.random.default_rng(0)
+    unit = rng.standard_normal((3, 8)).astype(np.float32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    with ocrr.open_substrate(tmp_path / "l.db", "substrate") as sub:
+        sub.correct(unit, ["a", "b", "a"])
+        raw = unit * np.array([[1.0], [3.0], [1.0]], dtype=np.float32)
+        with pytest.raises(OcrrError, match=r"row 1 has norm 3; .*Divide each row by its L2 norm"):
+            sub.correct(raw, ["a", "b", "c"])
+        assert len(sub.ledger) == 3

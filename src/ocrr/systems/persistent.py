@@ -62,7 +62,7 @@ class PersistentSubstrate:
     # -- learning -------------------------------------------------------------------
     def correct(self, vecs, labels, texts=None) -> range:
         """Append corrections durably, then let the substrate learn them; return entry ids."""
-        vecs = check_vectors(vecs, self.ledger.dim, "correction vectors")
+        vecs = require_unit_rows(check_vectors(vecs, self.ledger.dim, "correction vectors"), "correction vectors")
         return self.ledger.extend(vecs, labels, texts)
 
     # -- inference --------------------------------------------------------------------
@@ -240,3 +240,20 @@ def open_substrate(
 
     ledger = open_store(path, dim=dim, verify=verify, apply=apply)  # a file, or a postgresql:// URL
     return PersistentSubstrate(ledger, system)
+
+
+_UNIT_TOLERANCE = 1e-3  # float32 encoders give norms within ~1e-6 of 1
+
+
+def require_unit_rows(vecs: np.ndarray, what: str) -> np.ndarray:
+    """Refuse rows that are not L2-normalised: the ledger keeps them forever, and the vote's
+    similarities (cosine as a dot product) would be wrong for every later query."""
+    norms = np.linalg.norm(vecs, axis=1)
+    bad = np.flatnonzero(np.abs(norms - 1.0) > _UNIT_TOLERANCE)
+    if len(bad):
+        raise OcrrError(
+            f"{what} row {int(bad[0])} has norm {float(norms[bad[0]]):.4g}; the substrate stores unit vectors "
+            "(cosine similarity). Divide each row by its L2 norm first: vecs / np.linalg.norm(vecs, axis=1, "
+            "keepdims=True) (ocrr's encoders already do)."
+        )
+    return vecs
