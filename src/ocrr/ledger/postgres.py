@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.chain import GENESIS, Chain
+from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
 from ocrr.ledger.postgres_schema import create_schema
@@ -130,26 +130,11 @@ class PostgresLedger(DurableLedger):
         self.broken_at: int | None = None  # the entry that stopped taking in others' entries
         self.follower: Any = None  # the postgres_follow.Follower taking in others' entries, if one runs
         self.memory = None
-        if apply is None:
-            n = len(scan.hashes)
-            self.memory = Chain._from_stored(
-                self.dim,
-                list(range(n)),
-                scan.labels,
-                scan.texts,
-                scan.vectors,
-                [GENESIS, *scan.hashes[:-1]][:n],
-                scan.hashes,
-            )
-            self._apply = self._apply_memory
-        else:
-            self._apply = apply
-            if scan.hashes:
-                try:
-                    self._feed(scan.vectors, scan.labels, scan.texts)
-                except BaseException:
-                    pool.close()
-                    raise
+        try:
+            self._take_in_scan(scan, apply)
+        except BaseException:
+            pool.close()
+            raise
 
     # -- opening ------------------------------------------------------------------------
     @classmethod

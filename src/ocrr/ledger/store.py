@@ -114,7 +114,18 @@ class DurableLedger:
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         self.memory: Chain | None = None
         self._apply: Apply
-        if apply is None:  # a plain Chain mirror, built from the checked columns without rehashing
+        try:
+            self._take_in_scan(scan, apply)
+        except BaseException:
+            conn.close()
+            self._watch.close()
+            os.close(self._writer)
+            raise
+
+    def _take_in_scan(self, scan: _Scan, apply: Apply | None) -> None:
+        """Hand the checked entries to the caller's ``apply``, or (None) keep a plain Chain
+        mirror built from the checked columns without rehashing. Shared by every store."""
+        if apply is None:
             n = len(scan.hashes)
             self.memory = Chain._from_stored(
                 self.dim,
@@ -129,13 +140,7 @@ class DurableLedger:
         else:
             self._apply = apply
             if scan.hashes:
-                try:
-                    self._feed(scan.vectors, scan.labels, scan.texts)
-                except BaseException:
-                    conn.close()
-                    self._watch.close()
-                    os.close(self._writer)
-                    raise
+                self._feed(scan.vectors, scan.labels, scan.texts)
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
