@@ -15,7 +15,7 @@ import numpy as np
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres_schema import FORMAT, VERSION
-from ocrr.ledger.scan import LedgerReport, _check_checkpoint, _Damage, _Scan, check_entry
+from ocrr.ledger.scan import LedgerReport, _check_checkpoint, _Damage, _Scan, check_entry, ok_report
 
 __all__ = ["ROW_COLUMNS", "check_rows", "report_of"]
 
@@ -116,16 +116,7 @@ def report_of(conn, trust_until: int | None) -> tuple[LedgerReport, _Scan | None
                 trusted = conn.execute("SELECT coalesce(max(size), 0) FROM ocrr_checkpoints").fetchone()[0]
     except psycopg.errors.UndefinedTable as e:
         return LedgerReport(False, 0, None, f"the ledger's tables are missing ({e.diag.message_primary})"), None
-    n = len(scan.hashes)
-    return LedgerReport(
-        True,
-        n,
-        None,
-        f"ok: {n} entries, chain and Merkle tree intact",
-        _b64(scan.tree.root()),
-        _b64(scan.hashes[-1] if n else GENESIS),
-        min(int(trusted), n),
-    ), scan
+    return ok_report(scan, trusted), scan
 
 
 def _b64(b: bytes) -> str:

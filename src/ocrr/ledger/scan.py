@@ -318,8 +318,12 @@ def _report_of(conn: sqlite3.Connection, trust_until: int | None) -> tuple[Ledge
         return LedgerReport(False, n, d.first_bad, d.reason), None
     except (sqlite3.Error, TypeError, ValueError) as e:  # tables dropped or columns of the wrong kind
         return LedgerReport(False, 0, None, f"the file's tables are damaged ({e})"), None
+    return ok_report(scan, 0 if trust_until is None else _last_checkpoint(conn)), scan
+
+
+def ok_report(scan: _Scan, trusted: int) -> LedgerReport:
+    """The report of a ledger whose every entry checked out (any store)."""
     n = len(scan.hashes)
-    trusted = 0 if trust_until is None else _last_checkpoint(conn)
     return LedgerReport(
         True,
         n,
@@ -327,8 +331,8 @@ def _report_of(conn: sqlite3.Connection, trust_until: int | None) -> tuple[Ledge
         f"ok: {n} entries, chain and Merkle tree intact",
         _b64(scan.tree.root()),
         _b64(scan.hashes[-1] if n else GENESIS),
-        trusted,
-    ), scan
+        min(int(trusted), n),
+    )
 
 
 def _last_checkpoint(conn: sqlite3.Connection) -> int:
