@@ -101,6 +101,31 @@ def test_scores_reusing_the_prompt_cache_equal_full_forward_passes(demo):
     assert fast == scorer.score(prompt, labels).logprobs  # and bit-for-bit repeatable
 
 
+def test_a_score_does_not_depend_on_the_prompts_scored_before_it():
+    """The examples' key-value cache is reused by the next prompt with the same examples; the
+    score must be the one a scorer that never saw those examples gives, bit for bit, and it
+    must read fewer tokens."""
+    from ocrr.systems.llm_backends import LocalScorer
+    from ocrr.systems.llm_prompt import CONTENT_FREE
+
+    examples = [("my card has not arrived", "card_arrival"), ("I lost my card", "lost_or_stolen_card")]
+    labels = ["card_arrival", "lost_or_stolen_card"]
+    warm = LocalScorer("tiny-random")
+    real = warm.score(render("chat", examples, "where is my new card"), labels)
+    after = warm.score(render("chat", examples, CONTENT_FREE), labels)
+    alone = LocalScorer("tiny-random").score(render("chat", examples, CONTENT_FREE), labels)
+    assert after.logprobs == alone.logprobs
+    assert after.tokens < alone.tokens and real.tokens > after.tokens
+
+
+def test_bf16_is_another_model_to_the_answer_cache():
+    from ocrr.systems.llm_backends import LocalScorer
+
+    assert LocalScorer("tiny-random").identity != LocalScorer("tiny-random", precision="bf16").identity
+    with pytest.raises(OcrrError, match="precision=fp32"):
+        LocalScorer("tiny-random", precision="fp16")
+
+
 def test_rerun_hits_the_cache_and_gives_the_same_answers(demo, tmp_path):
     labels, seed, queries = demo
     path = tmp_path / "answers.sqlite"
