@@ -150,7 +150,7 @@ def load_local_model(ref: ModelRef):
                 str(ref.gguf.parent), gguf_file=ref.gguf.name, dtype=torch.float32
             )
     if ref.precision == "bf16":
-        model = model.to(dtype=torch.bfloat16)
+        model = torch.nn.Module.to(model, torch.bfloat16)
     model.eval()
     return tokenizer, model
 
