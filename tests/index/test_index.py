@@ -13,7 +13,7 @@ from ocrr.systems import Batch, make_system
 faiss = pytest.importorskip("faiss")
 
 DIM = 32
-ALL_KINDS = ["exact", "hnsw", "auto", "exact_sq8", "hnsw_sq8", "auto_sq8", "ivf", "ivf_sq8", "ivf_pq"]
+ALL_KINDS = ["exact", "hnsw", "auto", "exact_sq8", "certified_sq8", "hnsw_sq8", "auto_sq8", "ivf", "ivf_sq8", "ivf_pq"]
 
 
 @pytest.fixture(autouse=True)

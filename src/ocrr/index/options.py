@@ -97,7 +97,7 @@ class IndexOptions:
                 out.update(nlist=self.nlist, nprobe=self.nprobe, rerank=self.rerank, target_recall=self.target_recall)
                 if self.target_agreement:  # recorded only when set: older records stay as they were
                     out["target_agreement"] = self.target_agreement
-            elif self.kind != "exact_sq8":
+            elif self.kind not in ("exact_sq8", "certified_sq8"):
                 out.update(hnsw_m=self.hnsw_m, ef_construction=self.ef_construction, ef_search=self.ef_search)
             if self.kind.startswith("auto"):
                 out["auto_threshold"] = self.auto_threshold

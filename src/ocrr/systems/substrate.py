@@ -12,7 +12,16 @@ from typing import TypeAlias
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.index import KINDS, AutoIndex, ExactIndex, FaissIndex, IVFIndex, exact_search, recall_at_k
+from ocrr.index import (
+    KINDS,
+    AutoIndex,
+    CertifiedSQ8Index,
+    ExactIndex,
+    FaissIndex,
+    IVFIndex,
+    exact_search,
+    recall_at_k,
+)
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.index.vote import VoteRule, vote, vote_margin, vote_rows
@@ -26,7 +35,7 @@ from ocrr.systems.labels import LabelSpace
 _VOTE_ROWS_BELOW = 8
 
 #: What ``IndexOptions.make`` builds (ocrr.index.make_index): a substrate's ``index_``.
-SearchIndex: TypeAlias = ExactIndex | FaissIndex | IVFIndex | AutoIndex
+SearchIndex: TypeAlias = ExactIndex | CertifiedSQ8Index | FaissIndex | IVFIndex | AutoIndex
 
 # The search-backend options of every system that owns a k-NN store (IndexedSystem: the
 # substrates, knn_lm); ocrr.index.options documents what each does.
@@ -62,7 +71,8 @@ class Substrate(IndexedSystem, System):
     (default; numpy brute force reading the ledger's own vector buffer, no second copy),
     ``hnsw`` (FAISS HNSW, M=``hnsw_m``, efConstruction=``ef_construction``,
     efSearch=``ef_search``), ``auto`` (exact until ``auto_threshold`` entries, then HNSW),
-    and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``; ``ivf``, ``ivf_sq8``,
+    and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``, ``certified_sq8`` (an 8-bit
+    scan proven to answer as ``exact``); ``ivf``, ``ivf_sq8``,
     ``ivf_pq`` (FAISS inverted lists re-ranked from the ledger's float32 vectors; ``nlist``,
     ``nprobe``, ``rerank``, ``target_recall``, and ``target_agreement``: tuned until the
     vote over the IVF top-k equals the vote over the exact top-k on held-out stored entries,
