@@ -71,7 +71,7 @@ class CertifiedSQ8Index:
         source: Callable[[], np.ndarray] | None = None,
         min_train: int = 4096,
         sq_range_expand: float = 0.5,
-        probe: int = 64,
+        probe: int = 256,
     ):
         if min_train < 1 or probe < 1 or sq_range_expand < 0:
             raise ValueError("certified_sq8 needs min_train >= 1, probe >= 1 and sq_range_expand >= 0")
