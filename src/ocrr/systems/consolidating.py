@@ -43,6 +43,7 @@ from ocrr.index.vote import band, vote
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors
 from ocrr.systems.labels import LabelSpace
+from ocrr.systems.lean_steps import AdamW, linear_cross_entropy_grads
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
 
@@ -157,7 +158,7 @@ class ConsolidatingMemory(Substrate):
         self.consolidated_upto_ = self.n_seed_  # ledger entries the head has been trained with
         self.consolidations_ = 0
         self.consolidation_seconds_ = 0.0
-        self.opt_: torch.optim.Optimizer | None = None
+        self.opt_: AdamW | None = None
         # (a consolidation's result: (head, space, optimizer, rows trained on, seconds); see _refit)
         self.job_: Future[tuple] | tuple | None = (
             None  # background: the consolidation under way (a Future, or its result once pickled)
@@ -216,13 +217,12 @@ class ConsolidatingMemory(Substrate):
             y_all = torch.from_numpy(space.encode(names)[entry_label])
             draw = self._sampler(y_all, gen)
             if opt is None or not self.keep_optimizer:
-                opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+                opt = AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
             head.train()
             for _ in range(self.refit_steps):
                 idx = draw()
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(head(x_all[idx]), y_all[idx])
-                loss.backward()
+                # torch.optim.AdamW after loss.backward(), the same arithmetic without the graph
+                linear_cross_entropy_grads(head, x_all[idx], y_all[idx])
                 opt.step()
             head.eval()
         return head, space, opt, n, time.perf_counter() - t0

@@ -1,0 +1,101 @@
+"""Training steps for small heads with torch's exact arithmetic, minus its per-step overhead.
+
+A CMR refinement takes thousands of optimiser steps per run on a head of some 60,000
+weights and mini-batches of 16 rows. There ``torch.optim.AdamW.step``,
+``torch.nn.utils.clip_grad_norm_`` and the autograd engine cost more than the arithmetic
+they do: hooks, profiler records, grad-mode switches, state lookups, device grouping and
+graph bookkeeping around a handful of small tensor ops. The functions here make the same
+tensor calls in the same order as torch does (single-tensor AdamW on CPU, not fused, no
+amsgrad; foreach norm and scale; the backward formulas autograd applies to a linear
+layer under a mean cross-entropy), so the parameters come out bit for bit the same
+(tests/systems/test_lean_steps.py checks each against torch, step by step), only sooner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+_MEAN = 1  # torch's enum value of reduction="mean"
+_NO_IGNORED = -100  # cross_entropy's default ignore_index
+_ONE = torch.ones(())  # the gradient autograd seeds a scalar loss with
+
+
+class AdamW:
+    """``torch.optim.AdamW(params, lr, betas, eps, weight_decay)`` for CPU float tensors.
+
+    The state (step count, first and second moments) starts at zero like torch's and is
+    kept per parameter; a parameter without a gradient is skipped, as torch skips it.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        self.params = list(params)
+        self.lr = float(lr)
+        self.weight_decay = float(weight_decay)
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.eps = float(eps)
+        self.steps = [0] * len(self.params)
+        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+
+    def zero_grad(self) -> None:
+        """Drop the gradients (torch's ``zero_grad(set_to_none=True)``)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        lr, beta1, beta2, eps = self.lr, self.beta1, self.beta2, self.eps
+        for i, param in enumerate(self.params):
+            grad = param.grad
+            if grad is None:
+                continue
+            exp_avg, exp_avg_sq = self.exp_avg[i], self.exp_avg_sq[i]
+            self.steps[i] += 1
+            step = float(self.steps[i])  # torch counts in a float32 tensor and reads it back as a float
+            if self.weight_decay != 0:
+                param.mul_(1 - lr * self.weight_decay)  # decoupled weight decay
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step_size = lr / (1 - beta1**step)
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+            param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
+    """Scale the gradients so their joint 2-norm is at most ``max_norm``, as
+    ``torch.nn.utils.clip_grad_norm_(params, max_norm)`` does on CPU: the foreach norm of
+    each, the norm of those, the coefficient ``max_norm / (norm + 1e-6)`` clamped to 1."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    norms = torch._foreach_norm(grads, 2.0)
+    total_norm = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+    clip_coef = float(max_norm) / (total_norm + 1e-6)
+    torch._foreach_mul_(grads, torch.clamp(clip_coef, max=1.0))
+
+
+@torch.no_grad()
+def linear_cross_entropy_grads(head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Set ``head``'s gradients of ``F.cross_entropy(head(x), y)`` (mean over rows), the
+    values and memory layout ``loss.backward()`` leaves after ``zero_grad(set_to_none=True)``,
+    without building a graph: autograd's own formulas (nll_loss_backward,
+    _log_softmax_backward_data, then addmm's: grad^T x for the weight, the column sums for
+    the bias), called directly."""
+    logp = torch.log_softmax(F.linear(x, head.weight, head.bias), 1)
+    _, total_weight = torch.ops.aten.nll_loss_forward(logp, y, None, _MEAN, _NO_IGNORED)
+    grad_logp = torch.ops.aten.nll_loss_backward(_ONE, logp, y, None, _MEAN, _NO_IGNORED, total_weight)
+    grad_logits = torch.ops.aten._log_softmax_backward_data(grad_logp, logp, 1, logp.dtype)
+    head.weight.grad = grad_logits.t().mm(x)
+    head.bias.grad = grad_logits.sum(0)
