@@ -2,6 +2,14 @@
 
 Run: python benchmarks/scale_extrapolation.py results/scale-sigma0.1/scale.csv [more scale.csv ...]
      [--target 10000000] [--dim 384] [--ram-gib 24]
+     python benchmarks/scale_extrapolation.py --limits before/scale.csv after/scale.csv
+
+``--limits`` prints, for every IVF row of each file, its figures beside the limits measured
+in the same run (``limit_lines``): the build beside its FAISS adds alone (assignment,
+encoding, packing: what any build of these lists pays), peak RSS beside the index's own
+bytes (codes, ids, centroids: the floor), the first query after opening the saved index
+(fresh processes; cold and warmed at open) beside the steady single query, with recall@k
+and vote agreement on the same line.
 
 For every backend of the given `ocrr scale` outputs it prints, per decade of N, the growth
 factor of build time (wall and CPU), single-query ms, index bytes per entry and peak RSS,
@@ -43,14 +51,57 @@ def slope(x0: float, y0: float, x1: float, y1: float) -> float:
     return math.log(y1 / y0) / math.log(x1 / x0)
 
 
+def _fmt(row: dict, key: str, spec: str, missing: str = "not measured") -> str:
+    value = row.get(key)
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    return format(float(value), spec)
+
+
+def limit_lines(path: Path, row: dict) -> list[str]:
+    """One IVF row's figures, each beside the limit measured in the same run."""
+    n, k = int(row["scale"]), int(row.get("k", 5))
+    index_mb = float(row["index_bytes_per_entry"]) * n / 1e6
+    build, adds = float(row["build_s"]), float(row.get("add_s", math.nan))
+    peak = float(row["peak_rss_mb"]) * 1.048576  # ru_maxrss KiB / 1024 -> decimal MB
+    return [
+        f"{path} · {row['backend']} · {scale_label(n)} · {row['queries']} queries · nprobe {row.get('nprobe')} "
+        f"rerank {row.get('rerank')}",
+        f"  build {build:.0f} s wall, {float(row['build_cpu_s']):.0f} CPU-s (k-means {_fmt(row, 'kmeans_s', '.0f')} s, "
+        f"codes {_fmt(row, 'train_codes_s', '.0f')} s) | limit: the FAISS adds alone {adds:.0f} s "
+        f"(ratio {build / adds:.2f})",
+        f"  peak RSS {peak:,.0f} MB (anonymous peak {_fmt(row, 'peak_anon_mb', ',.0f')} MiB) | limit: the index's "
+        f"own bytes {index_mb:,.0f} MB ({float(row['index_bytes_per_entry']):.0f} B/entry; "
+        f"ratio {peak / index_mb:.2f})",
+        f"  first query after open: {_fmt(row, 'first_query_ms_open', '.2f')} ms cold, "
+        f"{_fmt(row, 'first_query_ms_warm_open', '.2f')} ms warmed at open "
+        f"(open {_fmt(row, 'open_s_warm_open', '.1f')} s)"
+        f" | limit: the steady single query after the open, p50 {_fmt(row, 'p50_ms_after_warm_open', '.2f')} ms wall",
+        f"  single query (thread CPU, cached) {float(row['ms_per_query']):.2f} ms, wall "
+        f"{float(row.get('ms_per_query_wall', math.nan)):.2f} ms; vector file evicted "
+        f"{_fmt(row, 'ms_per_query_cold_wall', '.2f')} ms wall",
+        f"  recall@{k} {float(row[f'recall@{k}']):.3f}, vote agreement with exact {float(row['agreement']):.3f}, "
+        f"vote accuracy {float(row['acc']):.3f} (exact {float(row['brute_acc']):.3f})",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", type=Path)
+    ap.add_argument("--limits", action="store_true", help="print each IVF row beside its same-run limits")
     ap.add_argument("--target", type=int, default=10_000_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--ram-gib", type=float, default=24.0)
     ap.add_argument("--queries", default="fresh", help="which query set's timings to use (fresh|stored)")
     args = ap.parse_args()
+    if args.limits:
+        for path in args.csv:
+            if not path.exists():
+                sys.exit(f"{path}: not found. Give the scale.csv that `ocrr scale --out DIR` wrote.")
+            for row in read_csv(path):
+                if "nprobe" in row and row.get("nprobe") not in (None, ""):
+                    print("\n".join(limit_lines(path, row)) + "\n")
+        return
 
     # (sigma, backend) -> {scale: row}, merged over the files (a 10M run can sit in a folder of
     # its own); build and memory are per scale, query timings per query set

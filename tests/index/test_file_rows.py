@@ -64,3 +64,15 @@ def test_reading_maps_nothing_into_the_process(stored):
     for lo in range(0, 5000, 7):
         rows[np.arange(lo, min(5000, lo + 3))]
     assert proc_status_mb()["RssFile"] - before < 0.2  # MB
+
+
+def test_a_gather_of_evicted_rows_reads_the_same_rows(stored):
+    """Cold rows (not in the page cache) are announced together, then read: same rows."""
+    x, rows = stored
+    ids = np.array([4000, 12, 13, 14, 2999, 7, 4000, 1])
+    os.fsync(rows.fd)
+    os.posix_fadvise(rows.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    assert np.array_equal(rows[ids], x[ids])
+    assert np.array_equal(rows[ids], x[ids])  # now cached: read without waiting
+    rows._nowait = False  # a file system without RWF_NOWAIT: plain reads
+    assert np.array_equal(rows[ids], x[ids])

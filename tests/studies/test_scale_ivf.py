@@ -50,7 +50,9 @@ def test_run_scale_with_ivf_backends(tmp_path, exact):
     for r in ivf:
         assert r["nlist"] == 16 and 1 <= r["nprobe"] <= 16 and r["rerank"] >= 6
         assert r["target_met"] and r["tuned_recall"] >= 0.95 and r["recall@5"] >= 0.9
-        assert r["agreement"] >= 0.9 and r["build_s"] >= r["kmeans_s"] + r["assign_s"] > 0
+        # fast-scan PQ assigns inside its own adds: the shared assignment is not part of its build
+        shared = 0.0 if r["backend"] == "ivf_pq" else r["assign_s"]
+        assert r["agreement"] >= 0.9 and r["build_s"] >= r["kmeans_s"] + shared and r["build_s"] > 0
         assert r["family"] == "subspace" and r["index_bytes_per_entry"] > 0
     assert list(tmp_path.iterdir()) == []  # the scratch file is gone
     assert ("exact" in {r["backend"] for r in rows}) == (exact == "yes")
@@ -148,7 +150,10 @@ def test_run_scale_tuned_for_vote_agreement_with_memory_split_and_cold_queries(t
         assert r["agreement"] >= 0.9
         assert r["peak_anon_mb"] > 0 and r["peak_file_mb"] >= 0 and r["anon_mb_tuned"] > 0
         assert r["ms_per_query_cold_wall"] > 0 and not r["disk_mb_cold_queries"] < 0
-    assert list(tmp_path.iterdir()) == []
+        # the saved index opened in fresh processes: first query timed cold and warmed at open
+        assert r["first_query_ms_open"] > 0 and r["first_query_ms_warm_open"] > 0
+        assert r["p50_ms_after_warm_open"] > 0 and r["reopen_max_rss_mb_warm_open"] > 0
+    assert list(tmp_path.iterdir()) == []  # the saved index and its queries are removed too
 
 
 def test_cli_refuses_an_agreement_target_it_cannot_certify(tmp_path, capsys):

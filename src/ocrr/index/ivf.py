@@ -18,14 +18,20 @@ row i is the vector of id i, so no second copy exists) or owned (a capacity-doub
 copy, for a datastore without a ledger).
 
 Coarse quantiser. Until ``min_train`` vectors have arrived they are searched exactly
-(a small staging index); then k-means (spherical, FAISS ``Kmeans``, seeded) runs on an
-even spread of at most ``nlist * train_per_list`` of them and everything moves into
-FAISS. ``nlist`` 0 (default) picks the largest power of two <= 4 sqrt(N) at training
-(FAISS's guideline is 4-16 sqrt(N) lists; the lower end keeps k-means affordable on two
-cores: 8192 lists at 10M). From ``hnsw_quantizer_from`` lists (default 4096) the
-centroids are searched with an HNSW graph (M=32) instead of a flat scan, as FAISS
-recommends for 10M+ vectors: assigning 10M vectors to 8192 flat centroids is a 64
-TFLOP matrix product.
+(a small staging index); then k-means (spherical, FAISS ``Kmeans``, seeded; in two levels
+from 1024 lists, ``ocrr.index.kmeans``) runs on an even spread of at most
+``nlist * train_per_list`` of them and everything moves into FAISS. ``nlist`` 0
+(default) picks the largest power of two <= 4 sqrt(N) at training (FAISS's guideline
+is 4-16 sqrt(N) lists; the lower end keeps k-means affordable on two cores: 8192 lists
+at 10M). From ``hnsw_quantizer_from`` lists (default 4096; the
+name is historical) the centroids are searched through an inverted file of their own
+instead of a flat scan: assigning 10M vectors to 8192 flat centroids is a 64 TFLOP matrix
+product. The centroids are grouped by k-means into ``round(sqrt(nlist))`` groups; a vector
+is compared with the group centres, then with the centroids of its nearest groups (two
+when adding, enough for twice ``nprobe`` centroids when searching). Measured here on 8192
+centroids of 384-d clustered data: the exact nearest centroid for 100 % of added vectors
+at 0.11 CPU-s per 20,000, against 93 % at 0.24 s for the HNSW graph (M=32, efSearch 16)
+used before -- the assignment is most of an add.
 
 Retraining trigger. The centroids describe the entries seen at training. When the live
 entries exceed ``retrain_growth`` (default 4) times the training count, lists are on
@@ -44,7 +50,7 @@ when no point meets the target. With a target set, tuning runs after training an
 whenever the index has grown ``retune_growth`` (default 2) times since the last tuning.
 
 Determinism: the same adds with one FAISS thread give the same lists and results
-(k-means and HNSW are seeded; several threads can change float summation order).
+(k-means is seeded; several threads can change float summation order).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import numpy as np
 
 from ocrr.index.exact import ExactIndex, rows_and_ids
 from ocrr.index.ivf_tune import check_targets, tune_ivf
+from ocrr.index.kmeans import ADD_GROUPS, coarse_centroids, groups_to_probe
 from ocrr.index.rerank import rerank
 from ocrr.index.vote import VoteRule
 
@@ -80,7 +87,6 @@ IVF_DEFAULTS = {
     "tune_tolerance": 0.0,
 }
 _ADD_CHUNK = 65_536
-_KMEANS_ITER = 10
 log = logging.getLogger("ocrr.index")
 
 
@@ -237,13 +243,18 @@ class IVFIndex:
         # found 3.6 % of the true top-5 among its top 5 with METRIC_INNER_PRODUCT, 38 % with L2.
         l2 = faiss.METRIC_L2
         nlist = len(centroids)
+        centroids = np.ascontiguousarray(centroids, np.float32)
         if nlist >= self.hnsw_quantizer_from:
-            quantizer = faiss.IndexHNSWFlat(self.dim, 32, l2)
-            quantizer.hnsw.efConstruction = 40
-            quantizer.hnsw.efSearch = 16  # for assigning added vectors; queries pass their own
+            groups = faiss.IndexFlatL2(self.dim)
+            quantizer = faiss.IndexIVFFlat(groups, self.dim, max(2, int(round(math.sqrt(nlist)))), l2)
+            quantizer.own_fields = True
+            groups.this.disown()  # the quantiser's inverted file frees its group centres
+            quantizer.cp.seed = self.seed + 4321
+            quantizer.train(centroids)
+            quantizer.nprobe = ADD_GROUPS  # for assigning added vectors; queries pass their own
         else:
             quantizer = faiss.IndexFlatL2(self.dim)
-        quantizer.add(np.ascontiguousarray(centroids, np.float32))
+        quantizer.add(centroids)
         if self.kind == "ivf":
             index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, l2)
         elif self.kind == "ivf_sq8":
@@ -285,22 +296,12 @@ class IVFIndex:
             self.tune(self.target_recall, self.tune_k)
 
     def kmeans(self, sample: np.ndarray, n: int | None = None) -> np.ndarray:
-        """Spherical k-means centroids for ``nlist`` (or the automatic count for ``n`` entries)."""
-        faiss = _faiss()
+        """Spherical k-means centroids for ``nlist`` (or the automatic count for ``n`` entries):
+        flat, or in two levels from ``TWO_LEVEL_FROM`` lists (``ocrr.index.kmeans``)."""
         nlist = self.nlist_setting or nlist_for(n if n is not None else max(len(self), len(sample)))
         nlist = min(nlist, len(sample))
         take = sample[:: max(1, len(sample) // (nlist * self.train_per_list))]
-        km = faiss.Kmeans(
-            self.dim,
-            nlist,
-            niter=_KMEANS_ITER,
-            seed=self.seed + 1234,
-            spherical=True,
-            max_points_per_centroid=self.train_per_list,
-            min_points_per_centroid=1,
-        )
-        km.train(np.ascontiguousarray(take, np.float32))
-        return km.centroids
+        return coarse_centroids(take, nlist, self.seed + 1234, self.train_per_list)
 
     @property
     def takes_assignments(self) -> bool:
@@ -439,7 +440,7 @@ class IVFIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: list codes and ids, centroids (+ HNSW links), row bookkeeping, and the
+        """Bytes held: list codes and ids, centroids (+ their groups), row bookkeeping, and the
         float32 copy when owned (a borrowed ledger buffer is not counted)."""
         if self._staged is not None:
             return int(self._staged.nbytes)
@@ -455,6 +456,8 @@ class IVFIndex:
         q = faiss.downcast_index(self._index.quantizer)
         if isinstance(q, faiss.IndexHNSWFlat):
             quantizer += q.hnsw.neighbors.size() * 4 + q.hnsw.offsets.size() * 8
+        elif isinstance(q, faiss.IndexIVFFlat):  # the centroids' ids in their groups, the group centres
+            quantizer += self.nlist * 8 + q.nlist * self.dim * 4
         own = 0 if self.borrowed else self._own.nbytes + self._row_ids.nbytes
         return int(codes + sizes.sum() * 8 + quantizer + self._alive.nbytes + own)
 
@@ -468,7 +471,11 @@ class IVFIndex:
         nprobe = min(self.nprobe if nprobe is None else nprobe, self.nlist)
         params = faiss.SearchParametersIVF(nprobe=nprobe)
         qp = None
-        if isinstance(faiss.downcast_index(self._index.quantizer), faiss.IndexHNSWFlat):
+        quantizer = faiss.downcast_index(self._index.quantizer)
+        if isinstance(quantizer, faiss.IndexIVFFlat):
+            qp = faiss.SearchParametersIVF(nprobe=groups_to_probe(nprobe, self.nlist, quantizer.nlist))
+            params.quantizer_params = qp
+        elif isinstance(quantizer, faiss.IndexHNSWFlat):  # an index saved by an older version
             qp = faiss.SearchParametersHNSW(efSearch=max(2 * nprobe, 32))
             params.quantizer_params = qp
         _, rows = self._index.search(np.ascontiguousarray(queries, np.float32), depth, params=params)

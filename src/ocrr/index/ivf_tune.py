@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ocrr.index.exact import exact_search
+from ocrr.index.kmeans import groups_to_probe
 from ocrr.index.recall import recall_at_k
 from ocrr.index.rerank import best_k, score_rows
 from ocrr.index.vote import VoteRule, vote
@@ -186,7 +187,9 @@ def tune_ivf(
     depths = sorted({min(max_rerank, max(k + 1, k * 2**j)) for j in range(12)})
     mean_list = n / index.nlist
     code_bytes = {"ivf": 4 * index.dim, "ivf_sq8": index.dim, "ivf_pq": index.pq_m / 2}[index.kind]
-    hnsw_q = isinstance(faiss.downcast_index(index._index.quantizer), faiss.IndexHNSWFlat)
+    quantizer = faiss.downcast_index(index._index.quantizer)
+    hnsw_q = isinstance(quantizer, faiss.IndexHNSWFlat)  # an index saved by an older version
+    nested = quantizer.nlist if isinstance(quantizer, faiss.IndexIVFFlat) else 0  # groups of centroids
     primary = "agreement_bound" if target_agreement > 0 else "recall_bound"
 
     def meets(p: dict) -> bool:
@@ -200,7 +203,11 @@ def tune_ivf(
     while nprobe <= max_nprobe:
         cand = index.candidates(queries, depths[-1] + 1, nprobe=nprobe)
         all_sims, all_ids = score_rows(queries, cand, matrix, row_ids)  # each candidate row read once
-        coarse = (max(2 * nprobe, 32) * 32 if hnsw_q else index.nlist) * index.dim * 4
+        if nested:  # the group centres, then the centroids of the groups searched
+            scanned = nested + groups_to_probe(nprobe, index.nlist, nested) * index.nlist / nested
+        else:
+            scanned = max(2 * nprobe, 32) * 32 if hnsw_q else index.nlist
+        coarse = scanned * index.dim * 4
         for depth in depths:
             sims, got = drop_self_scored(*best_k(all_sims[:, : depth + 1], all_ids[:, : depth + 1], k + 1), self_ids, k)
             per = recall_at_k(got, truth, per_query=True)

@@ -40,7 +40,8 @@ scale (``isolate=True``; psutil is not installed), so it includes the interprete
 numpy and FAISS (~0.2 GB) and the transient chunk buffers, not just the index; the CSV
 also has the sampled peaks of anonymous and file-backed resident memory separately, and
 both at each phase (``ocrr.studies.scale.memory`` says what each means). With ``cold_queries``
-the IVF kinds are also timed right after the vector file left the page cache.
+the IVF kinds are also timed right after the vector file left the page cache, and the first
+query after opening the saved index is timed in fresh processes (``ocrr.studies.scale.reopen``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import math
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -58,13 +60,14 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ocrr.index import IVF_KINDS, AutoIndex, FaissIndex, IVFIndex, make_index, recall_at_k, top_k
+from ocrr.index import IVF_KINDS, AutoIndex, CertifiedSQ8Index, FaissIndex, IVFIndex, make_index, recall_at_k, top_k
 from ocrr.index.exact import ExactIndex
 from ocrr.index.vote import VoteRule, vote
 from ocrr.studies.scale.config import DEFAULT_SCALES, ScaleConfig
 from ocrr.studies.scale.data import BLOCK, CHUNK_ROWS, FAMILIES, SubspaceStream, SyntheticStream, make_stream
 from ocrr.studies.scale.ivf import IVFBuild, VectorStore, time_cold_queries
 from ocrr.studies.scale.memory import MemorySampler, ledger_bytes_per_entry, proc_status_mb
+from ocrr.studies.scale.reopen import time_first_query_after_open
 from ocrr.studies.scale.report import PAPER, figure, markdown, read_csv, scale_label, write_csv, write_outputs
 from ocrr.studies.scale.timing import time_queries
 
@@ -248,7 +251,7 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
     if exact is not None:  # kept
         assert exact.borrowed  # no second copy of the vectors
         timed = {"exact": exact, **backends}
-    plan: list[tuple[str, ExactIndex | FaissIndex | IVFIndex | AutoIndex, tuple[int, int] | None]]
+    plan: list[tuple[str, ExactIndex | CertifiedSQ8Index | FaissIndex | IVFIndex | AutoIndex, tuple[int, int] | None]]
     plan = [(name, index, None) for name, index in timed.items()]
     plan += [(kind, backends[kind], tuple(setting)) for kind in ivf_kinds for setting in cfg.also_time]
     rows = []
@@ -331,6 +334,16 @@ def _run_scale(n: int, cfg: ScaleConfig, memory: MemorySampler) -> list[dict]:
         for row in rows:
             if row["backend"] in IVF_KINDS:
                 row.update(time_cold_queries(backends[row["backend"]], qsets[row["queries"]][0], cfg.k, vstore))
+        for kind in ivf_kinds:  # a restart: the index saved, opened in fresh processes, first query timed
+            assert vstore.path is not None  # on disk (not kept)
+            _say(started, n, f"{kind}: first query after open (fresh processes)")
+            q_first = next(iter(qsets.values()))[0]
+            after_open = time_first_query_after_open(
+                backends[kind], vstore.path, q_first, cfg.k, cfg.vectors_dir or tempfile.gettempdir()
+            )
+            for row in rows:
+                if row["backend"] == kind:
+                    row.update(after_open)
         memory.mark("cold")
     peak = _peak_rss_mb()
     mem = _proc_status_mb()

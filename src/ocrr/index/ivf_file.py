@@ -1,0 +1,109 @@
+"""An IVF index on disk: ``save_ivf`` after a build, ``open_ivf`` at start-up, warmed.
+
+A 10M-entry ``ivf_pq`` takes minutes to build and a second to read back: a service restarts
+from the file. Two files: ``path`` is the FAISS index (``faiss.write_index``: centroids,
+HNSW links, codes and ids of every list) and ``path + ".npz"`` the bookkeeping around it
+(settings, which rows are live, and in owned mode the float32 rows and their ids). In
+borrowed mode the float32 rows are not saved: the opener passes the same ``source`` (the
+ledger's buffer or its vector file), row i being the vector of id i as before.
+
+Warm start. The first query after an open used to pay for everything done once per
+process: FAISS's search code paged in from its library, its thread pool started, the
+coarse quantiser's graph and the lookup-table buffers touched, numpy's re-rank path.
+``open_ivf(..., warm=True)`` runs one query (a unit vector, at the index's own
+``nprobe`` and ``rerank``) before returning, so that cost is paid at open; the first real
+query then costs what any other does, plus reading its re-ranked rows if they are not
+cached (``ocrr.index.file_rows`` fetches those in parallel).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ocrr.index.ivf import IVFIndex
+
+_SETTINGS = ("dim", "kind", "pq_m", "nprobe", "rerank", "min_train", "train_per_list", "hnsw_quantizer_from", "seed")
+_FORMAT = 1
+
+
+def _faiss() -> Any:
+    import faiss  # imported lazily: only approximate backends need it
+
+    return faiss
+
+
+def save_ivf(index: IVFIndex, path: str | Path) -> None:
+    """Write a trained ``index`` to ``path`` (FAISS) and ``path.npz`` (the rest)."""
+    if not index.trained:
+        raise ValueError("only a trained IVF index can be saved (it still searches its staged entries exactly)")
+    path = Path(path)
+    _faiss().write_index(index._index, str(path))
+    meta = {
+        "format": _FORMAT,
+        **{key: getattr(index, key) for key in _SETTINGS},
+        "nlist": index.nlist,
+        "nlist_setting": index.nlist_setting,
+        "retrain_growth": index.retrain_growth,
+        "retune_growth": index.retune_growth,
+        "trained_on": index.trained_on,
+        "tuned_at": index.tuned_at,
+        "rows": index._rows,
+        "live": index._live,
+        "borrowed": index.borrowed,
+    }
+    arrays: dict[str, Any] = {"alive": index._alive[: index._rows]}
+    if not index.borrowed:
+        arrays.update(own=index._own[: index._rows], row_ids=index._row_ids[: index._rows])
+    with open(f"{path}.npz", "wb") as fh:
+        np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def open_ivf(path: str | Path, source: Callable[[], Any] | None = None, warm: bool = True) -> IVFIndex:
+    """The index ``save_ivf`` wrote to ``path``; ``source``: the float32 rows it re-ranks
+    from, for an index saved in borrowed mode. ``warm``: run one query before returning."""
+    path = Path(path)
+    side = Path(f"{path}.npz")
+    if not path.exists() or not side.exists():
+        raise FileNotFoundError(f"no saved IVF index at {path} (it needs {path.name} and {side.name})")
+    with np.load(side) as saved:
+        meta = json.loads(str(saved["meta"]))
+        arrays = {key: saved[key] for key in saved.files if key != "meta"}
+    if meta.get("format") != _FORMAT:
+        raise ValueError(f"{side}: IVF index file format {meta.get('format')}, this version reads {_FORMAT}")
+    if meta["borrowed"] and source is None:
+        raise ValueError("this IVF index was saved borrowing its vectors: open it with source= the same rows")
+    index = IVFIndex(
+        **{key: meta[key] for key in _SETTINGS},
+        source=source if meta["borrowed"] else None,
+        nlist=meta["nlist_setting"],
+        retrain_growth=meta["retrain_growth"],
+        retune_growth=meta["retune_growth"],
+    )
+    index._index = _faiss().read_index(str(path))
+    index._staged = None
+    index.nlist, index.trained_on, index.tuned_at = meta["nlist"], meta["trained_on"], meta["tuned_at"]
+    rows = meta["rows"]
+    index._grow(rows)
+    index._alive[:rows] = arrays["alive"]
+    index._rows, index._live = rows, meta["live"]
+    if not meta["borrowed"]:
+        index._own[:rows] = arrays["own"]
+        index._row_ids[:rows] = arrays["row_ids"]
+    if warm:
+        warm_up(index)
+    return index
+
+
+def warm_up(index: IVFIndex) -> None:
+    """One search at the index's settings (a unit vector as the query): pays, at
+    open, what a process's first query pays once (see the module docstring)."""
+    if not index.trained or len(index) == 0:
+        return
+    query = np.zeros((1, index.dim), np.float32)
+    query[0, 0] = 1.0  # any unit vector: the paths and structures are the same for every query
+    index.search(query, min(5, len(index)))
