@@ -57,16 +57,26 @@ _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
 # apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
 # feeds committed entries to the in-memory side, which must hash them to the same chain.
 Apply = Callable[[np.ndarray, list, list], bytes]
+# done(ids, error): a submitted append is on disk (ids) or failed (error); called once, by the committing thread.
+Done = Callable[[range | None, BaseException | None], None]
 
 
 class _Pending:
-    __slots__ = ("vecs", "labels", "texts", "ids", "error", "done")
+    __slots__ = ("vecs", "labels", "texts", "ids", "error", "done", "notify", "check")
 
-    def __init__(self, vecs: np.ndarray, labels: list, texts: list):
+    def __init__(
+        self,
+        vecs: np.ndarray,
+        labels: list,
+        texts: list,
+        notify: Done | None = None,
+        check: Callable[[], None] | None = None,
+    ):
         self.vecs, self.labels, self.texts = vecs, labels, texts
         self.ids: range | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.notify, self.check = notify, check  # for ``submit``: whom to tell, what to check first
 
 
 class DurableLedger:
@@ -79,6 +89,10 @@ class DurableLedger:
     is held for writing while the mirror changes; read the mirror under ``lock.read()``.
     Thread-safe.
     """
+
+    # The thread committing what ``submit`` queues, started by the first submit (a class default:
+    # stores built without this __init__, such as PostgresLedger, have none until then too).
+    _committer: threading.Thread | None = None
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: _Scan, report: LedgerReport, apply: Apply | None):
         self.path, self._conn = path, conn
@@ -387,31 +401,88 @@ class DurableLedger:
                     continue
                 if self._closed:
                     raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
-                # Leader: commit everything waiting now, as one transaction, outside the lock.
-                self._committing, batch, self._queue = True, self._queue, []
-                self._cv.release()
-                try:
-                    self._commit_all(batch)
-                finally:
-                    self._cv.acquire()
-                    self._committing = False
-                    self._cv.notify_all()
+                self._lead()  # commit everything waiting now, ours included
         if item.error is not None:
             raise item.error
         assert item.ids is not None  # done without an error: its commit gave it ids
         return item.ids
 
-    def _commit_all(self, batch: list[_Pending]) -> None:
-        """Commit a group; every item ends done, with its ids or an error (never left waiting)."""
+    def submit(
+        self,
+        vectors,
+        labels: Sequence[str],
+        texts: Sequence[str | None] | None,
+        done: Done,
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        """Queue entries for the next group commit and return at once (bad input raises
+        here, as ``extend`` would). ``done(ids, error)`` is called exactly once, by the
+        committing thread, when they are on disk (their ids) or failed (an ``OcrrError``);
+        keep it short. ``check``, if given, is called by the committing thread just before
+        the group is written (once per group for equal checks); an exception it raises
+        fails this item instead. What ``extend`` does, without a thread waiting per call."""
+        vecs = _check_batch(vectors, labels, texts, self.dim)
+        texts = list(texts) if texts is not None else [None] * len(labels)
+        item = _Pending(vecs, list(labels), texts, done, check)
+        if not len(vecs):
+            item.ids, item.done = range(len(self), len(self)), True
+            done(item.ids, None)
+            return
+        with self._cv:
+            if self._closed:
+                raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
+            self._queue.append(item)
+            if self._committer is None:
+                self._committer = threading.Thread(target=self._commit_submitted, name="ocrr-commit", daemon=True)
+                self._committer.start()
+            elif not self._committing:
+                self._cv.notify_all()  # the committer waits for work (nobody else waits while none runs)
+
+    def _commit_submitted(self) -> None:
+        """The committer thread: lead a group commit whenever appends are queued and none is
+        running; on close, fail what is still queued."""
+        with self._cv:
+            while True:
+                if self._queue and not self._committing and not self._closed:
+                    self._lead()
+                elif self._closed:
+                    left, self._queue = self._queue, []
+                    break
+                else:
+                    self._cv.wait()
+        err = OcrrError(f"ledger {self.path} is closed; reopen it to append")
+        for p in left:
+            p.error, p.done = err, True
+        _tell(left)
+
+    def _lead(self) -> None:
+        """With ``_cv`` held and no commit running: commit everything queued as one group,
+        outside the lock, and tell the submitters (and wake the threads waiting in ``extend``)."""
+        self._committing, batch, self._queue = True, self._queue, []
+        self._cv.release()
         try:
+            self._commit_all(batch)
+        finally:
+            self._cv.acquire()
+            self._committing = False
+            self._cv.notify_all()
+
+    def _commit_all(self, batch: list[_Pending]) -> None:
+        """Commit a group; every item ends done, with its ids or an error (never left
+        waiting), and every submitted one is told."""
+        try:
+            ok = _checked(batch)
             if self._broken is not None:
                 raise self._broken
-            self._commit(batch)
+            if ok:
+                self._commit(ok)
         except BaseException as e:
             err = e if isinstance(e, OcrrError) else OcrrError(f"ledger {self.path}: append failed ({e})")
             for p in batch:
                 if not p.done:
                     p.error, p.done = err, True
+        finally:
+            _tell(batch)
 
     def _commit(self, batch: list[_Pending]) -> None:
         conn, n0 = self._conn, None
@@ -620,9 +691,10 @@ class DurableLedger:
         self._write_aside(lambda conn: conn.execute("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?)", row))
 
     def close(self) -> None:
-        """Wait for the commit in flight, then close the file. Idempotent."""
+        """Wait for the commit in flight and what was submitted before, then close the file.
+        Idempotent."""
         with self._cv:
-            while self._committing:
+            while self._committing or (self._queue and self._committer is not None):
                 self._cv.wait()
             if not self._closed:
                 with self._follow:
@@ -637,6 +709,39 @@ class DurableLedger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _checked(batch: list[_Pending]) -> list[_Pending]:
+    """The items of a group whose ``check`` passes (each distinct check is run once); the
+    others end done with the check's error."""
+    passed: list = []
+    failed: list = []  # (check, its error)
+    out = []
+    for p in batch:
+        if p.check is not None and p.check not in passed:
+            err = next((e for c, e in failed if c == p.check), None)
+            if err is None:
+                try:
+                    p.check()
+                    passed.append(p.check)
+                except Exception as e:  # noqa: BLE001 - handed to the item, raised by its submitter
+                    failed.append((p.check, e))
+                    err = e
+            if err is not None:
+                p.error, p.done = err, True
+                continue
+        out.append(p)
+    return out
+
+
+def _tell(batch: list[_Pending]) -> None:
+    """Call the ``done`` of every submitted item of a finished group."""
+    for p in batch:
+        if p.notify is not None:
+            try:
+                p.notify(p.ids if p.error is None else None, p.error)
+            except Exception:  # noqa: BLE001, S110 - a submitter's bug must not keep the others untold
+                pass
 
 
 def _check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:

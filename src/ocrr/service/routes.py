@@ -7,14 +7,15 @@ once the file is found damaged (by ``/verify`` or the background check), it answ
 the reason to ``/predict``, ``/correct``, heads and proofs, and ``/health`` is 503, until an
 operator restarts it on a good file.
 ``/predict`` and ``/correct`` are the hot paths: ``async`` handlers that parse the body
-with pydantic's JSON parser, hand the blocking part (search, encoder, commit) to the
-service's own thread pools in one hop, and answer with JSON bytes made by pydantic-core,
-skipping FastAPI's per-request dependency solving, thread-pool limiter and response
-re-validation (the OpenAPI schema still names both bodies). Encoding, search and the
-fsync of a commit never block the event loop, and corrections that arrive together share
-one commit (the ledger's group commit). The other routes are plain ``def``s in FastAPI's
-worker threads. Every error a client can cause is a 4xx JSON ``{"detail": "<what is
-wrong and what to do>"}``.
+with pydantic's JSON parser, hand the blocking part (a large search, the encoder) to the
+service's own thread pools in one hop, queue corrections for the ledger's committer
+thread (service/commits.py: no thread waits per correction), and answer with JSON bytes
+made by pydantic-core, skipping FastAPI's per-request dependency solving, thread-pool
+limiter and response re-validation (the OpenAPI schema still names both bodies).
+Encoding, large searches and the fsync of a commit never block the event loop, and
+corrections that arrive together share one commit (the ledger's group commit). The other
+routes are plain ``def``s in FastAPI's worker threads. Every error a client can cause is a
+4xx JSON ``{"detail": "<what is wrong and what to do>"}``.
 
 The endpoints are methods (FastAPI takes bound methods as it takes functions); their
 names are the OpenAPI operation names, and a docstring on one becomes its description.
@@ -42,6 +43,7 @@ from pydantic_core import to_json
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import TreeHead
 from ocrr.ledger.store import DurableLedger
+from ocrr.service.commits import Commits
 from ocrr.service.pool import PredictPool
 from ocrr.service.schemas import (
     ERROR_MEANINGS,
@@ -59,7 +61,8 @@ from ocrr.service.schemas import (
 )
 from ocrr.service.state import ServiceState
 from ocrr.service.threads import one_omp_thread
-from ocrr.systems.persistent import POOLED_BELOW
+from ocrr.systems.base import check_vectors
+from ocrr.systems.persistent import POOLED_BELOW, require_unit_rows
 
 # A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: about
 # 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.
@@ -85,9 +88,9 @@ class Routes:
     unless the pass reads at most ``pool_inline_floats`` numbers). A bigger one whose exact
     scan reads at most ``inline_floats`` numbers (queries x entries x dimension) is answered
     on the event loop; larger ones run on ``search_threads`` threads (searches release the GIL
-    in BLAS: one per core). Predicts by text and corrections, which mostly wait (for the
-    encoder, for the group commit's fsync), run on ``wait_threads`` others, so slow texts
-    never hold up a search."""
+    in BLAS: one per core). Texts, which mostly wait for the encoder, are encoded on
+    ``wait_threads`` others, so slow texts never hold up a search. Corrections are queued
+    for the ledger's group commit (``Commits``); their answers come back to the loop."""
 
     def __init__(
         self,
@@ -106,6 +109,7 @@ class Routes:
             state.substrate, self.search_pool, pool_inline_floats, passes=search_threads
         )
         self.pool.warm()
+        self.commits = Commits(state.substrate.ledger)
         one_omp_thread()  # small pooled searches run on this (the event loop's) thread
         self._last_head: tuple[int, dict] | None = None  # (size, signed head) of the latest commit answered
 
@@ -181,9 +185,22 @@ class Routes:
 
     async def correct(self, request: Request) -> Response:
         self._require_token(request)  # here, not as a dependency: the shortcut solves none
-        self._require_intact(fresh=False)  # and again, off the loop, before the commit
+        self._require_intact(fresh=False)  # and again, by the committer, just before the commit
         req = await parse(request, CorrectRequest)
-        return Response(await self._off_loop(self.wait_pool, self._correct_now, req), media_type="application/json")
+        if req.vectors is None and req.vectors_b64 is None:  # texts alone: encode them off the loop
+            vecs = await self._off_loop(self.wait_pool, self._vectors, req)
+        else:
+            vecs = self._vectors(req)
+        if len(req.labels) != len(vecs):
+            raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
+        # PersistentSubstrate.correct's checks, then its ledger's append, queued for the group
+        # commit instead of waiting in a thread: damage any worker recorded in the file is
+        # looked for by the committer, once per group, so nothing is added over it.
+        vecs = require_unit_rows(
+            check_vectors(vecs, self.state.substrate.ledger.dim, "correction vectors"), "correction vectors"
+        )
+        ids = await self.commits.append(vecs, list(req.labels), req.texts, self._require_intact)
+        return Response(self._correct_answer(ids), media_type="application/json")
 
     @staticmethod
     async def _off_loop(pool: ThreadPoolExecutor, fn, *args):
@@ -202,12 +219,8 @@ class Routes:
     def _predict_now(self, req: PredictRequest) -> bytes:
         return _predictions(self.state.substrate.explain(self._vectors(req)))
 
-    def _correct_now(self, req: CorrectRequest) -> bytes:
-        self._require_intact()  # damage any worker recorded in the file: nothing is added over it
-        vecs = self._vectors(req)
-        if len(req.labels) != len(vecs):
-            raise OcrrError(f"got {len(req.labels)} labels for {len(vecs)} items; send one label per item")
-        ids = self.state.substrate.correct(vecs, list(req.labels), req.texts)
+    def _correct_answer(self, ids: range) -> bytes:
+        """The answer to a committed correction: its ids, a signed head and their proofs."""
         size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids)  # one size for all
         proofs = [
             {"index": i, "size": size, "root": b64(root), "leaf_hash": b64(leaf), "proof": _nodes(proof)}
