@@ -92,7 +92,10 @@ def _top_k_one(sims: np.ndarray, ids: np.ndarray | int, kk: int) -> tuple[np.nda
         return _top_k_partition(sims, _id_matrix(ids, 1, len(row)), kk)
     cols = np.flatnonzero(row >= np.partition(stripe_max, len(stripe_max) - kk)[-kk])
     cand_s = row[cols]
-    cand_i = _ids_at(ids, np.zeros_like(cols), cols, sims.shape)
+    if isinstance(ids, (int, np.integer)):  # ids are row numbers from ``ids`` on
+        cand_i = cols + int(ids)
+    else:
+        cand_i = _ids_at(ids, np.zeros_like(cols), cols, sims.shape)
     order = np.lexsort((-cand_i, -cand_s))[:kk]
     return cand_s[order][None], cand_i[order][None]
 
