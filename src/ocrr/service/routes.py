@@ -61,8 +61,7 @@ from ocrr.service.schemas import (
 )
 from ocrr.service.state import ServiceState
 from ocrr.service.threads import one_omp_thread
-from ocrr.systems.base import check_vectors
-from ocrr.systems.persistent import POOLED_BELOW, require_unit_rows
+from ocrr.systems.persistent import POOLED_BELOW
 
 # A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: about
 # 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.
@@ -196,9 +195,7 @@ class Routes:
         # PersistentSubstrate.correct's checks, then its ledger's append, queued for the group
         # commit instead of waiting in a thread: damage any worker recorded in the file is
         # looked for by the committer, once per group, so nothing is added over it.
-        vecs = require_unit_rows(
-            check_vectors(vecs, self.state.substrate.ledger.dim, "correction vectors"), "correction vectors"
-        )
+        vecs = self.state.substrate.checked_corrections(vecs)
         ids = await self.commits.append(vecs, list(req.labels), req.texts, self._require_intact)
         return Response(self._correct_answer(ids), media_type="application/json")
 

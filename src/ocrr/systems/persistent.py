@@ -62,8 +62,13 @@ class PersistentSubstrate:
     # -- learning -------------------------------------------------------------------
     def correct(self, vecs, labels, texts=None) -> range:
         """Append corrections durably, then let the substrate learn them; return entry ids."""
-        vecs = require_unit_rows(check_vectors(vecs, self.ledger.dim, "correction vectors"), "correction vectors")
-        return self.ledger.extend(vecs, labels, texts)
+        return self.ledger.extend(self.checked_corrections(vecs), labels, texts)
+
+    def checked_corrections(self, vecs) -> np.ndarray:
+        """``vecs`` as the ledger takes them (float32 rows of its dimension, unit length), or
+        one error naming the fix: what ``correct`` checks, for a caller queuing its own append
+        (the service hands corrections to the ledger's committer without waiting)."""
+        return require_unit_rows(check_vectors(vecs, self.ledger.dim, "correction vectors"), "correction vectors")
 
     # -- inference --------------------------------------------------------------------
     def _fitted(self) -> Substrate:
