@@ -17,21 +17,20 @@ borrowed (``source=`` a callable returning the ledger's buffer, in RAM or memory
 row i is the vector of id i, so no second copy exists) or owned (a capacity-doubling
 copy, for a datastore without a ledger).
 
-Coarse quantiser. Until ``min_train`` vectors have arrived they are searched exactly
-(a small staging index); then k-means (spherical, FAISS ``Kmeans``, seeded; in two levels
-from 1024 lists, ``ocrr.index.kmeans``) runs on an even spread of at most
-``nlist * train_per_list`` of them and everything moves into FAISS. ``nlist`` 0
-(default) picks the largest power of two <= 4 sqrt(N) at training (FAISS's guideline
-is 4-16 sqrt(N) lists; the lower end keeps k-means affordable on two cores: 8192 lists
-at 10M). From ``hnsw_quantizer_from`` lists (default 4096; the
-name is historical) the centroids are searched through an inverted file of their own
-instead of a flat scan: assigning 10M vectors to 8192 flat centroids is a 64 TFLOP matrix
-product. The centroids are grouped by k-means into ``round(sqrt(nlist))`` groups; a vector
-is compared with the group centres, then with the centroids of its nearest groups (two
-when adding, enough for twice ``nprobe`` centroids when searching). Measured here on 8192
-centroids of 384-d clustered data: the exact nearest centroid for 100 % of added vectors
-at 0.11 CPU-s per 20,000, against 93 % at 0.24 s for the HNSW graph (M=32, efSearch 16)
-used before -- the assignment is most of an add.
+Coarse quantiser. Until ``min_train`` vectors have arrived they are searched exactly (a
+small staging index); then k-means (spherical, FAISS ``Kmeans``, seeded; in two levels
+from 1024 lists, ``ocrr.index.kmeans``) runs on an even spread of at most ``nlist *
+train_per_list`` of them and everything moves into FAISS. ``nlist`` 0 (default) picks the
+largest power of two <= 4 sqrt(N) at training (FAISS's guideline is 4-16 sqrt(N) lists;
+the lower end keeps k-means affordable on two cores: 8192 lists at 10M). From
+``grouped_quantizer_from`` lists (default 4096) the centroids are searched through an
+inverted file of their own instead of a flat scan: assigning 10M vectors to 8192 flat
+centroids is a 64 TFLOP matrix product. The centroids are grouped by k-means into
+``round(sqrt(nlist))`` groups; a vector is compared with the group centres, then with the
+centroids of its nearest groups (two when adding, enough for twice ``nprobe`` centroids
+when searching). Measured here on 8192 centroids of 384-d clustered data: the exact
+nearest centroid for 100 % of added vectors at 0.11 CPU-s per 20,000, against 93 % at 0.24
+s for the HNSW graph (M=32, efSearch 16) used before -- the assignment is most of an add.
 
 Retraining trigger. The centroids describe the entries seen at training. When the live
 entries exceed ``retrain_growth`` (default 4) times the training count, lists are on
@@ -67,6 +66,7 @@ from ocrr.index.ivf_tune import check_targets, tune_ivf
 from ocrr.index.kmeans import ADD_GROUPS, coarse_centroids, groups_to_probe
 from ocrr.index.rerank import rerank
 from ocrr.index.vote import VoteRule
+from ocrr.utils.heap import release_free_heap
 
 KINDS = ("ivf", "ivf_sq8", "ivf_pq")
 IVF_DEFAULTS = {
@@ -76,7 +76,7 @@ IVF_DEFAULTS = {
     "pq_m": 0,
     "min_train": 20_000,
     "train_per_list": 32,
-    "hnsw_quantizer_from": 4096,
+    "grouped_quantizer_from": 4096,
     "retrain_growth": 4.0,
     "retune_growth": 2.0,
     "target_recall": 0.0,
@@ -86,7 +86,9 @@ IVF_DEFAULTS = {
     "tune_queries": 200,
     "tune_tolerance": 0.0,
 }
-_ADD_CHUNK = 65_536
+# Rows per FAISS add: each holds its residuals (4 x dim bytes a row) while it runs. FAISS sorts
+# an add's rows by list with a stable sort, so the lists do not depend on the chunking.
+_ADD_CHUNK = 16_384
 log = logging.getLogger("ocrr.index")
 
 
@@ -122,7 +124,7 @@ class IVFIndex:
         pq_m: int = 0,
         min_train: int = 20_000,
         train_per_list: int = 32,
-        hnsw_quantizer_from: int = 4096,
+        grouped_quantizer_from: int = 4096,
         retrain_growth: float = 4.0,
         retune_growth: float = 2.0,
         target_recall: float = 0.0,
@@ -144,6 +146,7 @@ class IVFIndex:
             ("rerank", rerank),
             ("min_train", min_train),
             ("train_per_list", train_per_list),
+            ("grouped_quantizer_from", grouped_quantizer_from),
             ("tune_k", tune_k),
         ):
             if value < 1:
@@ -159,7 +162,7 @@ class IVFIndex:
         self.nlist_setting, self.nlist = int(nlist), 0
         self.nprobe, self.rerank = int(nprobe), int(rerank)
         self.min_train, self.train_per_list = int(min_train), int(train_per_list)
-        self.hnsw_quantizer_from = int(hnsw_quantizer_from)
+        self.grouped_quantizer_from = int(grouped_quantizer_from)
         self.retrain_growth, self.retune_growth = float(retrain_growth), float(retune_growth)
         self.target_recall, self.tune_k, self.seed = float(target_recall), int(tune_k), int(seed)
         self.target_agreement, self.label_of, self.vote_rule = float(target_agreement), label_of, vote_rule
@@ -244,7 +247,7 @@ class IVFIndex:
         l2 = faiss.METRIC_L2
         nlist = len(centroids)
         centroids = np.ascontiguousarray(centroids, np.float32)
-        if nlist >= self.hnsw_quantizer_from:
+        if nlist >= self.grouped_quantizer_from:
             groups = faiss.IndexFlatL2(self.dim)
             quantizer = faiss.IndexIVFFlat(groups, self.dim, max(2, int(round(math.sqrt(nlist)))), l2)
             quantizer.own_fields = True
@@ -332,6 +335,7 @@ class IVFIndex:
         for lo in range(0, len(ids), _ADD_CHUNK):
             self._add_trained(np.asarray(vecs[lo : lo + _ADD_CHUNK], np.float32), ids[lo : lo + _ADD_CHUNK])
         self.trained_on = max(self.trained_on, len(self))
+        release_free_heap()  # the adds' buffers, freed between the lists' growing codes
         if self.tunes and len(self):
             self.tune(self.target_recall, self.tune_k)
 
@@ -403,6 +407,7 @@ class IVFIndex:
         )
         self.nprobe, self.rerank = self.tuning["nprobe"], self.tuning["rerank"]
         self.tuned_at = len(self)
+        release_free_heap()  # the tuning's scoring buffers: ~90 MB left resident at 4M entries otherwise
         return self.tuning
 
     # -- the index interface --------------------------------------------------------------

@@ -141,9 +141,8 @@ def tune_ivf(
         label_of is not None,
     )
     matrix = index._matrix()
-    live_rows = np.flatnonzero(index._alive[: index._rows])
     row_ids = None if index.borrowed else index._row_ids
-    n = len(live_rows)
+    n = index._live  # (the live rows themselves, 8 bytes each, only when drawing the sample here)
     if n <= k + 1:
         return {
             "nprobe": index.nprobe,
@@ -157,6 +156,7 @@ def tune_ivf(
             "points": [],
         }
     if sample is None:
+        live_rows = np.flatnonzero(index._alive[: index._rows])
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1F0E]))
         pick = np.sort(rng.choice(n, size=min(n_queries, n), replace=False))
         q_rows = live_rows[pick]
