@@ -37,3 +37,11 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+@pytest.mark.parametrize("module", ["ocrr.cli", "ocrr.cli.main"])
+def test_both_module_forms_run_without_a_warning(module):
+    proc = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"ocrr {ocrr.__version__}"
+    assert proc.stderr == "", proc.stderr  # runpy warned here when the package imported ocrr.cli.main
