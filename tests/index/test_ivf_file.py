@@ -52,6 +52,34 @@ def test_opening_needs_the_rows_of_a_borrowing_index_and_the_files(tmp_path):
         open_ivf(tmp_path / "missing.faiss", source=lambda: x)
 
 
+def test_an_index_saved_under_the_option_s_earlier_name_opens(tmp_path):
+    """Indexes saved before ``hnsw_quantizer_from`` became ``grouped_quantizer_from`` keep opening."""
+    import json
+
+    x = _data()
+    index = make_index("ivf_pq", x.shape[1], source=lambda: x, nlist=16, ivf_min_train=1000, grouped_quantizer_from=8)
+    index.add(x, np.arange(len(x), dtype=np.int64))
+    save_ivf(index, tmp_path / "ivf.faiss")
+    side = tmp_path / "ivf.faiss.npz"
+    with np.load(side) as saved:
+        arrays = {key: saved[key] for key in saved.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["hnsw_quantizer_from"] = meta.pop("grouped_quantizer_from")
+    arrays["meta"] = np.array(json.dumps(meta))
+    with open(side, "wb") as fh:
+        np.savez(fh, **arrays)
+    opened = open_ivf(tmp_path / "ivf.faiss", source=lambda: x)
+    assert opened.grouped_quantizer_from == 8
+    assert np.array_equal(opened.search(x[:10], 5)[1], index.search(x[:10], 5)[1])
+
+
+def test_the_option_s_earlier_name_is_refused_with_the_new_one():
+    with pytest.raises(ValueError, match="now called grouped_quantizer_from"):
+        make_index("ivf_pq", 24, hnsw_quantizer_from=8)
+    with pytest.raises(ValueError, match="grouped_quantizer_from must be >= 1"):
+        make_index("ivf_pq", 24, grouped_quantizer_from=0)
+
+
 def _list_contents(index):
     inv = index._index.invlists
     out = []
@@ -70,7 +98,7 @@ def test_chunked_adds_give_the_same_lists_as_one_add(nested):
     and the same packed codes in every list (fast-scan PQ packs 32 codes per block)."""
     faiss.omp_set_num_threads(1)
     x = _data(5000)
-    extra = {"hnsw_quantizer_from": 8} if nested else {}
+    extra = {"grouped_quantizer_from": 8} if nested else {}
     indexes = []
     for chunk in (len(x), 700, 333):
         index = make_index("ivf_pq", x.shape[1], source=lambda: x, nlist=32, ivf_min_train=10**9, seed=0, **extra)
@@ -84,7 +112,7 @@ def test_chunked_adds_give_the_same_lists_as_one_add(nested):
 
 
 def test_the_nested_coarse_quantiser_finds_the_nearest_list():
-    """From hnsw_quantizer_from lists the centroids are searched through groups: an added
+    """From grouped_quantizer_from lists the centroids are searched through groups: an added
     vector still goes to its nearest centroid (as a flat scan finds it), and the answers are
     exact similarities."""
     faiss.omp_set_num_threads(1)
@@ -93,7 +121,7 @@ def test_the_nested_coarse_quantiser_finds_the_nearest_list():
     x = cent[np.arange(6000) % 30] + 0.3 * rng.normal(size=(6000, 32)).astype(np.float32)  # clustered, as embeddings
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     index = make_index(
-        "ivf_pq", 32, source=lambda: x, nlist=64, nprobe=8, rerank=50, ivf_min_train=10**9, hnsw_quantizer_from=64
+        "ivf_pq", 32, source=lambda: x, nlist=64, nprobe=8, rerank=50, ivf_min_train=10**9, grouped_quantizer_from=64
     )
     index.train(x)
     assert isinstance(faiss.downcast_index(index._index.quantizer), faiss.IndexIVFFlat)

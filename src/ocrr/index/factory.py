@@ -27,7 +27,7 @@ parameters: ``nlist`` (0 = automatic), ``nprobe`` (16), ``rerank`` (100), ``pq_m
 ``target_recall`` (0 = no tuning), ``target_agreement`` with ``label_of`` and ``vote_rule``
 (tune for the owner's vote; ocrr.index.ivf_tune), ``tune_queries``, ``tune_tolerance``,
 ``tune_k``, ``ivf_min_train`` (20 000), ``retrain_growth``,
-``retune_growth``, ``train_per_list``, ``hnsw_quantizer_from``, ``seed``; ``switch_to``
+``retune_growth``, ``train_per_list``, ``grouped_quantizer_from``, ``seed``; ``switch_to``
 (auto kinds). Parameters that a kind does not use (e.g. ``ef_search`` for ``exact``) are
 accepted and ignored, so one set of hyperparameters can be passed whatever the kind;
 unknown names raise.
@@ -68,7 +68,7 @@ _IVF_PARAMS = (
     "retrain_growth",
     "retune_growth",
     "train_per_list",
-    "hnsw_quantizer_from",
+    "grouped_quantizer_from",
     "seed",
     "target_agreement",
     "label_of",
@@ -102,6 +102,8 @@ def make_index(
         raise ValueError(f"make_index needs a positive dim, got {dim!r}")
     if "hnsw_m" in params:
         params["m"] = params.pop("hnsw_m")
+    if "hnsw_quantizer_from" in params:
+        raise ValueError("make_index: hnsw_quantizer_from is now called grouped_quantizer_from; rename the parameter")
     unknown = set(params) - set(_FAISS_PARAMS) - set(_IVF_PARAMS)
     if unknown:
         raise ValueError(

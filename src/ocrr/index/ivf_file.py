@@ -27,7 +27,7 @@ import numpy as np
 
 from ocrr.index.ivf import IVFIndex
 
-_SETTINGS = ("dim", "kind", "pq_m", "nprobe", "rerank", "min_train", "train_per_list", "hnsw_quantizer_from", "seed")
+_SETTINGS = ("dim", "kind", "pq_m", "nprobe", "rerank", "min_train", "train_per_list", "grouped_quantizer_from", "seed")
 _FORMAT = 1
 
 
@@ -77,6 +77,8 @@ def open_ivf(path: str | Path, source: Callable[[], Any] | None = None, warm: bo
         raise ValueError(f"{side}: IVF index file format {meta.get('format')}, this version reads {_FORMAT}")
     if meta["borrowed"] and source is None:
         raise ValueError("this IVF index was saved borrowing its vectors: open it with source= the same rows")
+    if "hnsw_quantizer_from" in meta:  # the option's earlier name, in indexes saved before it changed
+        meta["grouped_quantizer_from"] = meta.pop("hnsw_quantizer_from")
     index = IVFIndex(
         **{key: meta[key] for key in _SETTINGS},
         source=source if meta["borrowed"] else None,
