@@ -12,7 +12,7 @@ as they fill, and each growth frees the old copy between live lists, where it ca
 reused whole nor returned. ``map_allocations_from(n)`` serves every allocation of ``n`` bytes
 or more from its own memory map instead: freeing it returns it at once, and capacity never
 written is never resident. At 4M entries this took the built IVF-PQ process from 634 to
-469 MB (the index's own bytes: 433 MB). Neither call moves or changes live data.
+469 MiB (the index's own bytes: 433 MB). Neither call moves or changes live data.
 """
 
 from __future__ import annotations
