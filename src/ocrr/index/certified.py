@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ocrr.index.exact import ExactIndex, rows_and_ids, top_k
+from ocrr.index.faiss_index import sq8_codes
 
 _BLOCK = 16  # rows re-scored together, aligned as in the full product (BLAS sums rows in groups)
 _UNIT_ROUNDOFF = 2.0**-24  # float32
@@ -133,9 +134,7 @@ class CertifiedSQ8Index:
         sample = np.ascontiguousarray(sample, np.float32).reshape(-1, self.dim)
         if len(sample) == 0:
             raise ValueError("train needs at least one vector")
-        index = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-        index.sq.rangestat = faiss.ScalarQuantizer.RS_minmax
-        index.sq.rangestat_arg = self.sq_range_expand
+        index = sq8_codes(self.dim, self.sq_range_expand)  # the codes exact_sq8 scans
         index.train(sample)
         trained = faiss.vector_to_array(index.sq.trained).astype(np.float64)  # vmin per dim, then vdiff
         self._decode_error = 8 * float(np.finfo(np.float32).eps) * float(np.abs(trained).max(initial=0.0))

@@ -59,6 +59,16 @@ def _faiss() -> Any:
     return faiss
 
 
+def sq8_codes(dim: int, range_expand: float) -> Any:
+    """An untrained FAISS flat index of 8-bit codes (QT_8bit, inner product), its per-dimension
+    range widened by ``range_expand`` (``rangestat_arg``) beyond the training sample's."""
+    faiss = _faiss()
+    index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    index.sq.rangestat = faiss.ScalarQuantizer.RS_minmax
+    index.sq.rangestat_arg = range_expand
+    return index
+
+
 class FaissIndex:
     """FAISS-backed index with id mapping, tombstone removal and optional sq8 compression."""
 
@@ -115,11 +125,9 @@ class FaissIndex:
             index = faiss.IndexHNSWFlat(self.dim, self.m, ip)
         elif self.kind == "hnsw_sq8":
             index = faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, self.m, ip)
+            faiss.downcast_index(index.storage).sq.rangestat_arg = self.sq_range_expand
         else:
-            index = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit, ip)
-        if self.compressed:
-            sq = index.sq if self.kind == "exact_sq8" else faiss.downcast_index(index.storage).sq
-            sq.rangestat_arg = self.sq_range_expand
+            index = sq8_codes(self.dim, self.sq_range_expand)
         if self.kind.startswith("hnsw"):
             index.hnsw.efConstruction = self.ef_construction
             index.hnsw.efSearch = self.ef_search
