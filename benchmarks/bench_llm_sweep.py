@@ -26,21 +26,10 @@ from ocrr.engine.sweep.data import prepare_data, vectors
 from ocrr.engine.sweep.grid import Grid
 from ocrr.engine.sweep.store import load_metrics
 from ocrr.policies.basic import make_policy
-from ocrr.systems import llm_icl, make_system
-from ocrr.systems.llm_cache import AnswerCache, default_cache_path
+from ocrr.systems import make_system
+from ocrr.systems.llm_cache import default_cache_path
+from ocrr.systems.llm_icl import shared_cache
 from ocrr.utils.threads import pin_threads
-
-
-class RecordingCache(AnswerCache):
-    """The answer cache, noting every key asked for."""
-
-    def __init__(self, path: str | None):
-        super().__init__(path)
-        self.asked: set[str] = set()
-
-    def get(self, key: str):
-        self.asked.add(key)
-        return super().get(key)
 
 
 def sweep_times(out: Path) -> dict[str, dict]:
@@ -79,14 +68,14 @@ def main() -> None:
         )
         system = make_system(task.system, labels=scenario.labels, seed=scenario.seed_value)
         path = str(default_cache_path()) if system.cache == "user" else system.cache
-        cache = llm_icl._SHARED_CACHES[path] = RecordingCache(path)
+        keys = shared_cache(path).record_keys()  # a fresh set for this task
         output = run_to_output(system, scenario, make_policy(task.policy))
         mine = pd.DataFrame(output.metrics).sort_values(["step", "metric"]).reset_index(drop=True)
         theirs = recorded[(recorded.task_id == task.task_id) & recorded.metric.isin(set(mine.metric))]
         theirs = theirs.sort_values(["step", "metric"]).reset_index(drop=True)
         same = len(mine) == len(theirs) and (mine["value"].to_numpy() == theirs["value"].to_numpy()).all()
         requests += system.stats.hits + system.stats.calls
-        asked |= cache.asked
+        asked |= keys
         t = times[task.task_id]
         print(
             f"{task.dataset:<10} {task.policy:<10} {task.seed:>4}  {t['seconds']:7.0f}  {t['cpu_seconds']:11.0f}"

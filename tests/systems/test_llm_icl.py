@@ -249,6 +249,15 @@ def test_cached_scores_come_back_bit_for_bit(tmp_path):
     assert AnswerCache(path).get("k") == (scores, 7)
 
 
+def test_a_recording_cache_notes_every_key_asked_for_hit_or_miss(tmp_path):
+    cache = AnswerCache(tmp_path / "c.sqlite")
+    cache.put("known", (-1.0,), 3)
+    cache.get("before")  # not recorded: recording starts below
+    keys = cache.record_keys()
+    assert cache.get("known") == ((-1.0,), 3) and cache.get("unknown") is None
+    assert keys == {"known", "unknown"}
+
+
 def test_prompt_budget_drops_the_farthest_examples_first():
     examples = [(f"far example number {i}", f"label{i}") for i in range(6)]  # nearest last
     words = lambda text: len(text.split())  # noqa: E731  (a stand-in tokenizer)

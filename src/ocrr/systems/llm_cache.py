@@ -47,6 +47,13 @@ class AnswerCache:
         self.path = None if path is None else Path(path).expanduser()
         self._memory: dict[str, tuple[tuple[float, ...], int]] = {}
         self._db: sqlite3.Connection | None = None
+        self.asked: set[str] | None = None  # the keys asked for, once ``record_keys`` is called
+
+    def record_keys(self) -> set[str]:
+        """From now on, note every key asked for (a rerun can then tell which answers it used);
+        returns the set, filled as ``get`` is called."""
+        self.asked = set()
+        return self.asked
 
     def _connection(self) -> sqlite3.Connection | None:
         if self.path is None:
@@ -66,6 +73,8 @@ class AnswerCache:
         return self._db
 
     def get(self, key: str) -> tuple[tuple[float, ...], int] | None:
+        if self.asked is not None:
+            self.asked.add(key)
         if key in self._memory:
             return self._memory[key]
         db = self._connection()
