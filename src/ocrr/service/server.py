@@ -24,7 +24,7 @@ from ocrr.service.threads import limit_threads
 # Seconds a stopping server gives the requests in flight (ledger commits take milliseconds).
 # uvicorn otherwise waits for every connection to close, and with TLS an idle keep-alive
 # connection closes only when the client answers the close_notify, or after asyncio's 30 s.
-STOP_GRACE_S = 3.0
+STOP_GRACE_S = 3
 
 
 class _QuietIdleCancel(logging.Filter):

@@ -26,7 +26,7 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
 
 
 @functools.cache
-def _libc():  # glibc, or None (another C library, another system)
+def _libc() -> ctypes.CDLL | None:  # glibc, or None (another C library, another system)
     if not sys.platform.startswith("linux"):
         return None
     try:
