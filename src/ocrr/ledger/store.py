@@ -26,7 +26,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -169,24 +170,37 @@ class DurableLedger:
             raise OcrrError(f"dim must be a positive integer, got {dim!r}")
         if not path.exists() and not path.parent.is_dir():
             raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
+        conn: sqlite3.Connection | None = None
         try:
             conn = _connect(path)
-            conn.execute("BEGIN IMMEDIATE")  # no other writer while we check the file
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if not tables:
-                _schema(conn, dim)
-            elif "meta" not in tables:
-                conn.execute("ROLLBACK")
-                conn.close()
-                raise OcrrError(f"{path} is an SQLite file but not an ocrr ledger (no meta table); pass another path")
-            elif "nodes" not in tables:  # written by Ledger.save / Ledger.open: add the tree
-                _adopt_v1(conn)
-            report, scan = _report_of(conn, None if verify == "full" else 0)
-            conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
+            with _writers_turn(path):  # queue with the writers (see _writers_turn)
+                try:
+                    conn.execute("BEGIN IMMEDIATE")  # no other writer while we check the file
+                    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                    if not tables:
+                        _schema(conn, dim)
+                    elif "meta" not in tables:
+                        raise OcrrError(
+                            f"{path} is an SQLite file but not an ocrr ledger (no meta table); pass another path"
+                        )
+                    elif "nodes" not in tables:  # written by Ledger.save / Ledger.open: add the tree
+                        _adopt_v1(conn)
+                    report, scan = _report_of(conn, None if verify == "full" else 0)
+                    conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")  # before the writers' lock goes: they may begin at once
+                    raise
         except sqlite3.Error as e:
+            if conn is not None:
+                conn.close()
             raise OcrrError(
                 f"cannot open ledger {path} ({e}); check that it is an ocrr ledger file and that its folder is writable"
             ) from e
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         if not report:
             conn.close()
             where = "" if report.first_bad is None else f" at entry {report.first_bad}"
@@ -201,7 +215,11 @@ class DurableLedger:
         scan.dim = scan.dim or dim
         ledger = cls(path, conn, scan, report, apply)
         if verify == "full":
-            ledger._record_checkpoint()
+            try:
+                ledger._record_checkpoint()  # (written in line with the writers: _write_aside)
+            except BaseException:
+                ledger.close()
+                raise
         return ledger
 
     # -- reading ------------------------------------------------------------------------
@@ -286,14 +304,18 @@ class DurableLedger:
                 self._cv.wait()
             if self._closed:
                 return
-            with self._follow:
-                self._watch.execute("BEGIN IMMEDIATE")
-                try:
-                    write(self._watch)
-                    self._watch.execute("COMMIT")
-                except BaseException:
-                    self._watch.execute("ROLLBACK")
-                    raise
+            fcntl.flock(self._writer, fcntl.LOCK_EX)  # in line with the writers, as _commit is
+            try:
+                with self._follow:
+                    self._watch.execute("BEGIN IMMEDIATE")
+                    try:
+                        write(self._watch)
+                        self._watch.execute("COMMIT")
+                    except BaseException:
+                        self._watch.execute("ROLLBACK")
+                        raise
+            finally:
+                fcntl.flock(self._writer, fcntl.LOCK_UN)
 
     def data_version(self) -> int | None:
         """SQLite's ``PRAGMA data_version`` of the file as this process sees it: it changes
@@ -709,6 +731,35 @@ class DurableLedger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def _writers_turn(path: Path) -> Iterator[None]:
+    """Hold the file's writer lock, the one every commit takes before its ``BEGIN IMMEDIATE``
+    (``_commit``), for an open's own transaction. Waiting in SQLite's busy handler instead, which
+    polls with sleeps, an open can be starved past the busy timeout ("database is locked") by
+    writers that hand this lock to one another; and a writer waiting there on a long check
+    fails the same way."""
+    try:
+        fd: int | None = os.open(f"{path}-writer", os.O_RDWR)
+    except FileNotFoundError:
+        # Every DurableLedger creates the lock file and it stays: none has opened this file yet,
+        # so no writer to queue with, and a file refused now is left as it was (no lock file).
+        fd = None
+    except OSError as e:
+        raise OcrrError(
+            f"cannot open ledger {path} for writing ({e}); its folder must be writable (a copy "
+            f"in a writable folder will do; `ocrr ledger verify` only reads)"
+        ) from e
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)  # not left to close: a forked child may still hold the descriptor
+        os.close(fd)
 
 
 def _checked(batch: list[_Pending]) -> list[_Pending]:
