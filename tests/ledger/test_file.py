@@ -173,3 +173,23 @@ def test_old_import_paths_still_work():
 
     assert ocrr.audit.store is ocrr.ledger.store and ocrr.audit.Ledger is Ledger
     assert ocrr.audit.DurableLedger is DurableLedger
+
+
+def test_refusing_a_file_that_is_not_a_database_leaves_no_descriptor_open(tmp_path):
+    """The refused open closes its SQLite connection itself (not left to the garbage collector)."""
+    import gc
+    import os
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not an SQLite file " * 200)
+    gc.collect()
+    gc.disable()  # a connection left in a reference cycle would stay open until a collection
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(10):
+            with pytest.raises(OcrrError, match="cannot open ledger"):
+                DurableLedger.open(junk)
+        left = len(os.listdir("/proc/self/fd")) - before
+    finally:
+        gc.enable()
+    assert left == 0, f"{left} descriptors left open by 10 refused opens"

@@ -281,8 +281,12 @@ def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
     else:
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)  # explicit BEGIN/COMMIT
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")  # WAL fsync on every commit: acknowledged = on disk
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")  # WAL fsync on every commit: acknowledged = on disk
+        except sqlite3.Error:
+            conn.close()  # (not a database, or not writable): the caller says so; the file stays closed
+            raise
     return conn
 
 

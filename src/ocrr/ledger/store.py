@@ -122,10 +122,7 @@ class DurableLedger:
             conn.close()
             if hasattr(self, "_watch"):
                 self._watch.close()
-            raise OcrrError(
-                f"cannot open ledger {path} for writing ({e}); its folder must be writable (a copy "
-                f"in a writable folder will do; `ocrr ledger verify` only reads)"
-            ) from e
+            raise _not_writable(path, e) from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         self.memory: Chain | None = None
         self._apply: Apply
@@ -733,6 +730,13 @@ class DurableLedger:
         self.close()
 
 
+def _not_writable(path: Path, err: BaseException) -> OcrrError:
+    return OcrrError(
+        f"cannot open ledger {path} for writing ({err}); its folder must be writable (a copy "
+        f"in a writable folder will do; `ocrr ledger verify` only reads)"
+    )
+
+
 @contextmanager
 def _writers_turn(path: Path) -> Iterator[None]:
     """Hold the file's writer lock, the one every commit takes before its ``BEGIN IMMEDIATE``
@@ -747,10 +751,7 @@ def _writers_turn(path: Path) -> Iterator[None]:
         # so no writer to queue with, and a file refused now is left as it was (no lock file).
         fd = None
     except OSError as e:
-        raise OcrrError(
-            f"cannot open ledger {path} for writing ({e}); its folder must be writable (a copy "
-            f"in a writable folder will do; `ocrr ledger verify` only reads)"
-        ) from e
+        raise _not_writable(path, e) from e
     if fd is None:
         yield
         return
