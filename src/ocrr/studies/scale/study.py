@@ -402,7 +402,7 @@ def _child_main(argv: list[str]) -> None:
     raw["also_time"] = tuple(tuple(x) for x in raw.get("also_time", ()))
     # This process is the scale's own. FAISS's inverted lists grow by doubling; mapped, the
     # copies they outgrow leave no holes in the heap (ocrr.utils.heap: a built 4M IVF-PQ
-    # held 634 MB, 469 MB mapped).
+    # held 634 MiB, 469 MiB mapped).
     map_allocations_from(64 << 10)
     print(json.dumps(run_scale(n, ScaleConfig(**raw))))
 
