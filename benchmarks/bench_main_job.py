@@ -4,7 +4,9 @@ Target: under 5 s on a 2-core machine (`make run` the second time). Needs the Ba
 (OCRR_DATA_DIR or --data-dir); encodes once if the cache is empty, and does not count that.
 
 Prints, for the whole command, the best of --repeat runs: wall time and the CPU seconds the
-command used (its processes, children included), and beside them, measured in the same run,
+command's own process used (the runs themselves go to worker processes of multiprocessing's
+fork server, which the command does not wait for, so their CPU is not counted), and beside
+them, measured in the same run,
 the start-up floor: a bare Python importing what the command must import (ocrr's run command,
 torch for the linear systems). On a shared machine CPU seconds move less than wall time;
 the load average is printed too.
@@ -71,7 +73,11 @@ def main() -> None:
     print(
         f"  wall time   {wall:6.1f} s   (best of {len(runs)}: {', '.join(f'{w:.1f}' for w, _ in runs)})   target ≤ 5 s"
     )
-    print(f"  CPU time    {cpu:6.1f} s   (best of {len(runs)}: {', '.join(f'{c:.1f}' for _, c in runs)})")
+    print(
+        f"  CPU time    {cpu:6.1f} s   (best of {len(runs)}: {', '.join(f'{c:.1f}' for _, c in runs)}; "
+        "the command's own process: the runs go to the workers of multiprocessing's fork server, which "
+        "outlives it by a moment and is not counted)"
+    )
     print(f"  limit: start-up imports alone {floor_wall:.1f} s wall, {floor_cpu:.1f} s CPU  ({FLOOR})")
     load = os.getloadavg()[0]
     print(f"  load average {load:.1f} on {os.cpu_count()} cores (above the core count: the machine was shared)")

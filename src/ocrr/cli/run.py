@@ -14,6 +14,7 @@ from ocrr.cli.hints import data_hints, fallback_demo_hint, grid_hints
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.progress import RunProgress
 from ocrr.engine.experiment import plan_experiment, run_experiment, write_outputs
+from ocrr.engine.sweep.executors import available_cores, start_fork_server
 from ocrr.errors import OcrrError
 
 
@@ -47,11 +48,22 @@ def add_parser(sub) -> None:
         action="store_true",
         help="if the dataset cannot be found or downloaded, run on the bundled demo set instead",
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes for the runs (default: one per core; 1: every run in this process)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise OcrrError(f"--jobs must be at least 1 (1: every run in this process), got {args.jobs}")
+    jobs = args.jobs or available_cores()
+    if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
+        start_fork_server()
     screen = console()
     exp = experiment_from_args(
         args, policy=args.policy, seeds=args.seeds, protocol=args.protocol, **heldout_shortcuts(args)
@@ -72,7 +84,11 @@ def run(args) -> int:
     started = time.perf_counter()
     with RunProgress(screen, args.quiet) as progress:
         result = run_experiment(
-            plan, dataset, embed_progress=progress.embedding, on_checkpoint=progress.checkpoints(len(plan.tasks))
+            plan,
+            dataset,
+            embed_progress=progress.embedding,
+            on_checkpoint=progress.checkpoints(len(plan.tasks)),
+            jobs=jobs,
         )
     paths = write_outputs(result, out)
     _print_table(screen, result)

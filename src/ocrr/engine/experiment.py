@@ -1,5 +1,6 @@
 """One experiment cell end to end, as ``ocrr run`` runs it: a one-cell grid of ``ocrr sweep``
-(same tasks, same execution code), run by the serial executor, written as a run folder.
+(same tasks, same execution code), run in this process or on worker processes (``jobs``),
+written as a run folder.
 
 Reusable from Python::
 
@@ -36,7 +37,8 @@ from ocrr.engine.results import (
 )
 from ocrr.engine.sweep import Grid, Task, prepare_data
 from ocrr.engine.sweep.execute import task_frames
-from ocrr.engine.sweep.executors import SerialExecutor
+from ocrr.engine.sweep.executors import LocalExecutor, SerialExecutor
+from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
 from ocrr.protocols.base import Protocol
 from ocrr.protocols.summary import FOOTPRINT_COLUMNS
@@ -131,21 +133,33 @@ def run_experiment(
     dataset: Dataset | None = None,
     embed_progress=None,
     on_checkpoint: Callable | None = None,
+    jobs: int = 1,
 ) -> ExperimentResult:
-    """Run every (seed, system) of the cell in this process; ``on_checkpoint(task, cp)``
-    hears every checkpoint. The first failing run raises its error. Give the plan
+    """Run every (seed, system) of the cell: in this process, or with ``jobs`` > 1 on that
+    many worker processes (the same numbers: ``ocrr.engine.sweep.executors``).
+    ``on_checkpoint(task, cp)`` hears every checkpoint in this process, and only each run's
+    last one from workers. The first failing run raises its error. Give the plan
     (``plan_experiment``) when you already have it, so its grid is not built again."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise OcrrError(f"jobs must be a whole number of worker processes, at least 1; got {jobs!r}")
     plan = exp if isinstance(exp, ExperimentPlan) else plan_experiment(exp)
     exp, tasks, systems = plan.experiment, plan.tasks, plan.systems
     loaded = {exp.dataset: dataset} if dataset else None
     data = prepare_data(tasks, exp.data_dir, embed_progress, loaded=loaded)
     shared = data[tasks[0].data_key]
     protocol = tasks[0].protocol_object
-    frames: dict[str, list] = {"metrics": [], "timings": [], "predictions": [], "footprints": []}
-    hyper = {}
-    for task, output in SerialExecutor(on_checkpoint).run(tasks, data):
+    outputs = {}
+    executor = SerialExecutor(on_checkpoint) if jobs == 1 or len(tasks) == 1 else LocalExecutor(jobs)
+    for task, output in executor.run(tasks, data):
         if isinstance(output, BaseException):
             raise output
+        outputs[task.task_id] = output
+        if on_checkpoint and executor.name != "serial":
+            on_checkpoint(task, _RunDone(max((m["step"] for m in output["metrics"]), default=0)))
+    frames: dict[str, list] = {"metrics": [], "timings": [], "predictions": [], "footprints": []}
+    hyper = {}
+    for task in tasks:  # in the order asked for, however the runs finished
+        output = outputs[task.task_id]
         keys = {
             "dataset": shared.dataset.name,
             "encoder": shared.encoder_id,
@@ -182,6 +196,14 @@ def run_experiment(
         protocol,
         shared.encoder_id,
     )
+
+
+@dataclass(frozen=True)
+class _RunDone:
+    """What ``on_checkpoint`` hears of a run that finished in a worker: its last checkpoint."""
+
+    step: int
+    last: bool = True
 
 
 def order_like(summary: pd.DataFrame, systems: list[str]) -> pd.DataFrame:

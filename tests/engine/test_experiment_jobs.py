@@ -1,0 +1,44 @@
+"""``ocrr run`` on worker processes writes the same run folder as in one process: the runs are
+the same tasks, and their tables are assembled in the order asked for, whichever finished first."""
+
+from __future__ import annotations
+
+import pytest
+
+from ocrr.cli.main import main
+from ocrr.engine.experiment import Experiment, plan_experiment, run_experiment
+from ocrr.errors import OcrrError
+
+SYSTEMS = ["substrate", "static_knn", "online_linear"]
+
+
+def _tables(result) -> dict:
+    """Everything but the timings (wall times differ from one run to the next)."""
+    names = ("per_checkpoint", "metrics", "footprints", "predictions", "summary")
+    return {name: getattr(result, name) for name in names}
+
+
+def test_two_workers_give_the_tables_of_one_process():
+    exp = Experiment(dataset="demo", seeds=[0, 1], systems=SYSTEMS)
+    heard = []
+    plan = plan_experiment(exp)
+    serial = run_experiment(plan, jobs=1)
+    parallel = run_experiment(plan, jobs=2, on_checkpoint=lambda task, cp: heard.append((task.task_id, cp.last)))
+    for name, table in _tables(serial).items():
+        assert len(table) and table.equals(_tables(parallel)[name]), name
+    assert serial.config == parallel.config
+    # from workers: each run's last checkpoint only, once per run
+    assert sorted(task_id for task_id, _ in heard) == sorted(t.task_id for t in plan.tasks)
+    assert all(last for _, last in heard)
+
+
+@pytest.mark.parametrize("jobs", [0, -1, True, 1.5])
+def test_jobs_below_one_or_not_whole_are_refused(jobs):
+    with pytest.raises(OcrrError, match="jobs must be a whole number of worker processes"):
+        run_experiment(Experiment(dataset="demo", seeds=[0], systems=["static_knn"]), jobs=jobs)
+
+
+def test_the_command_refuses_jobs_0_naming_the_fix(capsys, tmp_path):
+    assert main(["run", "--dataset", "demo", "--jobs", "0", "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs must be at least 1" in err and "Traceback" not in err
