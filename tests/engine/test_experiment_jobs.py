@@ -42,3 +42,35 @@ def test_the_command_refuses_jobs_0_naming_the_fix(capsys, tmp_path):
     assert main(["run", "--dataset", "demo", "--jobs", "0", "--out", str(tmp_path / "r"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--jobs must be at least 1" in err and "Traceback" not in err
+
+
+def test_workers_see_the_environment_of_now_not_of_the_fork_server_s_start(tmp_path):
+    """The fork server keeps the environment it started with; a pool hands its workers the
+    owner's current one, as spawned workers would have. (In a subprocess: it changes the
+    process's environment.)"""
+    import subprocess
+    import sys
+
+    code = """
+import os
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing as mp
+from ocrr.engine.sweep.executors import _init_worker, start_fork_server
+
+def mark():
+    return os.environ.get("OCRR_TEST_MARK")
+
+if __name__ == "__main__":
+    os.environ["OCRR_TEST_MARK"] = "at the server's start"
+    assert start_fork_server()
+    os.environ["OCRR_TEST_MARK"] = "now"
+    ctx = mp.get_context("forkserver")
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker, initargs=({}, {}, dict(os.environ))) as pool:
+        print(pool.submit(mark).result())
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:  # without the owner's environment
+        print(pool.submit(mark).result())
+"""
+    script = tmp_path / "env_check.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.splitlines() == ["now", "at the server's start"], out.stdout + out.stderr

@@ -11,6 +11,7 @@ from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
 from ocrr.cli.progress import SweepProgress
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
+from ocrr.engine.sweep.executors import start_fork_server
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
 from ocrr.studies import encoder_swap
@@ -121,6 +122,8 @@ def run(args) -> int:
     )
     out = args.out or Path(config.get("out") or Path("results") / f"sweep-{preset or 'custom'}")
     executor = args.executor or config.get("executor", "local")
+    if executor == "local" and not args.dry_run:  # the workers' imports load in the fork server meanwhile
+        start_fork_server()
     jobs = args.jobs if args.jobs is not None else config.get("jobs")
     address = args.address or config.get("address")
     screen = console()

@@ -107,7 +107,10 @@ def start_fork_server() -> bool:
     return True
 
 
-def _init_worker(data: dict[str, SharedData], found: dict) -> None:
+def _init_worker(data: dict[str, SharedData], found: dict, environ: dict[str, str] | None = None) -> None:
+    if environ is not None:  # the environment of the pool's owner now, not the fork server's at its start
+        os.environ.clear()
+        os.environ.update(environ)
     _WORKER_DATA.update(data)
     register_plugins(found)
     pin_threads(1)
@@ -130,7 +133,10 @@ class LocalExecutor:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         workers = min(self.workers, len(tasks)) or 1
         pool = ProcessPoolExecutor(
-            workers, mp_context=mp.get_context(method), initializer=_init_worker, initargs=(data, plugins(tasks))
+            workers,
+            mp_context=mp.get_context(method),
+            initializer=_init_worker,
+            initargs=(data, plugins(tasks), dict(os.environ)),
         )
         try:
             # Submit a bounded window so an interrupt cancels cheaply and order stays predictable;
