@@ -301,18 +301,14 @@ class DurableLedger:
                 self._cv.wait()
             if self._closed:
                 return
-            fcntl.flock(self._writer, fcntl.LOCK_EX)  # in line with the writers, as _commit is
-            try:
-                with self._follow:
-                    self._watch.execute("BEGIN IMMEDIATE")
-                    try:
-                        write(self._watch)
-                        self._watch.execute("COMMIT")
-                    except BaseException:
-                        self._watch.execute("ROLLBACK")
-                        raise
-            finally:
-                fcntl.flock(self._writer, fcntl.LOCK_UN)
+            with _writer_lock(self._writer), self._follow:  # in line with the writers, as _commit is
+                self._watch.execute("BEGIN IMMEDIATE")
+                try:
+                    write(self._watch)
+                    self._watch.execute("COMMIT")
+                except BaseException:
+                    self._watch.execute("ROLLBACK")
+                    raise
 
     def data_version(self) -> int | None:
         """SQLite's ``PRAGMA data_version`` of the file as this process sees it: it changes
@@ -506,31 +502,29 @@ class DurableLedger:
     def _commit(self, batch: list[_Pending]) -> None:
         conn, n0 = self._conn, None
         try:
-            fcntl.flock(self._writer, fcntl.LOCK_EX)  # wait here, woken as soon as the other writer is done
-            try:
-                conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
-                with self._follow:
-                    # Entries other processes committed come first; none can come now (we hold the lock).
-                    self._take_in(conn)
-                    ok, dim = self._same_dim(batch)
-                    if not ok:
+            with _writer_lock(self._writer):  # wait here, woken as soon as the other writer is done
+                try:
+                    conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
+                    with self._follow:
+                        # Entries other processes committed come first; none can come now (we hold the lock).
+                        self._take_in(conn)
+                        ok, dim = self._same_dim(batch)
+                        if not ok:
+                            conn.execute("ROLLBACK")
+                            return
+                        rows, nodes, digests, n0 = self._rows_of(ok)
+                        self._own = (n0, n0 + len(rows))
+                    conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
+                    conn.executemany(
+                        "UPDATE meta SET value = ? WHERE key = ?",
+                        [(n0 + len(rows), "size"), (digests[-1], "chain_head"), (dim, "dim")],
+                    )
+                    conn.execute("COMMIT")  # returns once the WAL is fsynced (synchronous=FULL)
+                except BaseException:
+                    if conn.in_transaction:
                         conn.execute("ROLLBACK")
-                        return
-                    rows, nodes, digests, n0 = self._rows_of(ok)
-                    self._own = (n0, n0 + len(rows))
-                conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
-                conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
-                conn.executemany(
-                    "UPDATE meta SET value = ? WHERE key = ?",
-                    [(n0 + len(rows), "size"), (digests[-1], "chain_head"), (dim, "dim")],
-                )
-                conn.execute("COMMIT")  # returns once the WAL is fsynced (synchronous=FULL)
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            finally:
-                fcntl.flock(self._writer, fcntl.LOCK_UN)
+                    raise
         except BaseException as e:
             with self._follow:
                 if n0 is not None:
@@ -756,11 +750,22 @@ def _writers_turn(path: Path) -> Iterator[None]:
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        with _writer_lock(fd):
+            yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _writer_lock(fd: int) -> Iterator[None]:
+    """The file's writer lock (``{path}-writer``, open as ``fd``), taken by every transaction
+    that writes the file before its ``BEGIN IMMEDIATE``: the writers of every process queue
+    here and are woken as soon as the one before is done."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)  # not left to close: a forked child may still hold the descriptor
-        os.close(fd)
 
 
 def _checked(batch: list[_Pending]) -> list[_Pending]:

@@ -107,10 +107,9 @@ def start_fork_server() -> bool:
     return True
 
 
-def _init_worker(data: dict[str, SharedData], found: dict, environ: dict[str, str] | None = None) -> None:
-    if environ is not None:  # the environment of the pool's owner now, not the fork server's at its start
-        os.environ.clear()
-        os.environ.update(environ)
+def _init_worker(data: dict[str, SharedData], found: dict, environ: dict[str, str]) -> None:
+    os.environ.clear()  # the environment of the pool's owner now, not the fork server's at its start
+    os.environ.update(environ)
     _WORKER_DATA.update(data)
     register_plugins(found)
     pin_threads(1)
@@ -130,7 +129,8 @@ class LocalExecutor:
         self.workers = max(1, int(jobs or available_cores()))
 
     def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
-        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        # (started earlier by the command, so that its imports overlapped with the command's own)
+        method = "forkserver" if start_fork_server() else "spawn"
         workers = min(self.workers, len(tasks)) or 1
         pool = ProcessPoolExecutor(
             workers,
