@@ -74,3 +74,25 @@ if __name__ == "__main__":
     script.write_text(code)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.splitlines() == ["now", "at the server's start"], out.stdout + out.stderr
+
+
+def test_planning_the_main_job_leaves_torch_to_the_workers():
+    """The command that hands its runs to workers names the linear systems (their settings go
+    into the run's config) without importing torch: its workers' fork server loads it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from ocrr.engine.experiment import Experiment, plan_experiment\n"
+        "from ocrr.engine.sweep.executors import WORKER_MODULES\n"
+        "plan = plan_experiment(Experiment(dataset='demo', seeds=[0], systems=["
+        "'substrate', 'static_knn', 'static_linear', 'online_linear']))\n"
+        "hyper = {t.system: t.hyperparameters for t in plan.tasks}\n"
+        "assert '\"lr\":0.05' in hyper['online_linear'], hyper\n"
+        "assert 'torch' in WORKER_MODULES\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

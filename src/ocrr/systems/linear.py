@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ocrr.batch import Batch
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
+
+if TYPE_CHECKING:  # torch is imported where a head is built or run: naming a system (a sweep's
+    import torch  # plan, `ocrr systems`) must not cost torch's second of imports
 
 # The seed training of every head (ocrr.systems.training.SeedTraining), declared once.
 SEED_OPTIONS = {
@@ -45,6 +48,8 @@ class HeadSystem(System):
     def _seed_tensors(self, seed: Batch, over_all_labels: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Check the seed set, set ``dim_`` and ``space_`` (the declared labels too, unless
         ``over_all_labels`` is False), and return it as (vectors, label indices) tensors."""
+        import torch
+
         labels = require_labels(seed, self.name)
         vecs = check_vectors(seed.vecs, None, "seed vectors")
         self.dim_ = vecs.shape[1]
@@ -66,6 +71,8 @@ class HeadSystem(System):
         raise NotImplementedError
 
     def predict(self, batch: Batch) -> list[str | None]:
+        import torch
+
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         if not len(self.space_):  # fitted on nothing: no label to give until one is learned
@@ -76,6 +83,8 @@ class HeadSystem(System):
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
         """Per item, 1 - the head's top softmax probability: higher means less sure."""
+        import torch
+
         self._require_fitted()
         vecs = check_vectors(batch.vecs, self.dim_, "query vectors")
         if not len(self.space_):  # no label at all: wholly unsure
@@ -117,6 +126,8 @@ class LinearHead(HeadSystem, System):
         self.head_ = None
 
     def fit(self, seed: Batch) -> LinearHead:
+        import torch
+
         x, y = self._seed_tensors(seed, self.over_all_labels)
         self.generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name))
         with warnings.catch_warnings():
@@ -167,6 +178,8 @@ class OnlineLinear(LinearHead):
         self.lr = lr
 
     def correct(self, batch: Batch) -> None:
+        import torch
+
         vecs, ys = self._correction_arrays(batch)
         for i in range(len(ys)):  # one step per correction, in stream order
             x = torch.from_numpy(vecs[i : i + 1])
@@ -179,6 +192,8 @@ class OnlineLinear(LinearHead):
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One SGD step on this correction's loss."""
+        import torch
+
         head = self._fitted_head()
         head.zero_grad(set_to_none=True)
         self._correction_loss(x, y).backward()
@@ -188,6 +203,8 @@ class OnlineLinear(LinearHead):
                 p.add_(p.grad, alpha=-self.lr)
 
     def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        import torch
+
         return torch.nn.functional.cross_entropy(self._fitted_head()(x), y)
 
     def _grow_head(self) -> None:

@@ -15,11 +15,14 @@ import hashlib
 import zlib
 from collections import OrderedDict
 from dataclasses import astuple, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ocrr.systems.fit_cache import cached_fit
+
+if TYPE_CHECKING:  # imported where a head is built: ``derive_seed``'s users need no torch
+    import torch
 
 
 def derive_seed(seed: int, key: str) -> int:
@@ -39,6 +42,8 @@ class SeedTraining:
 def carry_rows(old: torch.nn.Linear, new: torch.nn.Linear) -> torch.nn.Linear:
     """``new`` (more output rows) with ``old``'s rows copied over its first ones: a head grown
     for labels first met in a correction keeps everything it learned."""
+    import torch
+
     with torch.no_grad():
         new.weight[: old.out_features] = old.weight
         new.bias[: old.out_features] = old.bias
@@ -47,6 +52,8 @@ def carry_rows(old: torch.nn.Linear, new: torch.nn.Linear) -> torch.nn.Linear:
 
 def init_linear(n_in: int, n_out: int, generator: torch.Generator) -> torch.nn.Linear:
     """nn.Linear with PyTorch's default init, drawn from our generator, not the global RNG."""
+    import torch
+
     head = torch.nn.Linear(n_in, n_out)
     bound = 1.0 / np.sqrt(n_in)
     with torch.no_grad():
@@ -59,6 +66,8 @@ def train_seed(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: SeedTraining, generator: torch.Generator
 ) -> None:
     """Mini-batch cross-entropy training of ``model`` on the seed set."""
+    import torch
+
     if len(y) == 0 or cfg.epochs <= 0:
         return
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
@@ -81,6 +90,8 @@ _SEED_HEADS_KEPT = 4
 
 def seed_head(x: torch.Tensor, y: torch.Tensor, n_out: int, cfg: SeedTraining, seed: int) -> torch.nn.Linear:
     """A fresh copy of the upstream linear head for this seed set (trained on first request)."""
+    import torch
+
     key = hashlib.blake2b(x.numpy().tobytes(), digest_size=16)
     key.update(y.numpy().tobytes())
     key.update(repr((tuple(x.shape), n_out, astuple(cfg), int(seed))).encode())
