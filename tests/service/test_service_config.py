@@ -101,3 +101,27 @@ def test_without_a_token_the_state_gets_a_random_one(tmp_path):
     finally:
         for s in states:
             s.close()
+
+
+def test_a_serving_process_freezes_its_start_up_heap_and_an_embedding_one_does_not(tmp_path):
+    """``ocrr serve``'s processes move what start-up loaded out of the collector's reach (a
+    full collection of it pauses every request); an app made in a process that goes on with
+    other work (these tests, a notebook) leaves that process's collector alone."""
+    pytest.importorskip("fastapi")
+    probe = (
+        "import gc, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from service_helpers import TOKEN, running\n"
+        "from ocrr.service.app import create_app\n"
+        "from ocrr.service.config import ServiceConfig\n"
+        "for name, freeze in (('plain', False), ('serving', True)):\n"
+        "    app = create_app(ServiceConfig(ledger=sys.argv[2] + name, token=TOKEN), freeze_heap=freeze)\n"
+        "    with running(app):\n"
+        "        print(name, gc.get_freeze_count() > 0)\n"
+    )
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, here, str(tmp_path / "l")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["plain", "False", "serving", "True"]

@@ -71,7 +71,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     state.close = close_and_say
     # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
     uvicorn.run(
-        BodyLimit(create_app(state)),
+        BodyLimit(create_app(state, freeze_heap=True)),
         host=config.host,
         port=config.port,
         log_level="warning",
@@ -128,7 +128,7 @@ def worker_main(config: ServiceConfig, slot: int, workers: int, table, damage_af
         raise
     state.slot, state.workers, state.shared = slot, workers, table
     limit_threads()
-    app = BodyLimit(create_app(state))
+    app = BodyLimit(create_app(state, freeze_heap=True))
     server = uvicorn.Server(
         uvicorn.Config(
             app,
