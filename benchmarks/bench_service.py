@@ -6,7 +6,8 @@ process, then runs ``--clients`` concurrent keep-alive clients for ``--seconds``
 mixing predicts by vector, predicts by text and single-item corrections; then, for
 ``--burst`` seconds, the same clients sending corrections only. Prints requests/s,
 p50/p90/p99/max latency per kind, durable corrections/s (acknowledged ones, each fsynced
-before its answer) and corrections per commit, the CPU used by the server and by the load
+before its answer) and corrections per commit, how many connections each worker holds (the
+kernel hands each to one worker, which keeps it), the CPU used by the server and by the load
 generator, and the load average around each phase (on a shared box, latency follows it);
 then stops the server with SIGTERM, reopens the ledger, checks it fully and checks that
 every acknowledged correction is in it. With ``--rate R1,R2,...`` the mixed load runs
@@ -53,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +190,7 @@ class Load:
         self.pending: list[tuple[bytes, str, str]] = []  # correction answers, read after the clock stops
         self.errors: list[str] = []
         self.n = 0
+        self.worker: int | None = None  # the worker process this client's connection reached
 
     def next(self) -> tuple[str, bytes, tuple]:
         kind = KINDS[self.rng.choice(len(KINDS), p=self.mix)]
@@ -230,6 +233,10 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
     """One keep-alive connection sending ``load``'s requests: as soon as the last is answered,
     or every ``interval`` seconds (latency then counted from when each request was due)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    # Which worker serves this connection (before the clock: the kernel hands each connection
+    # to one worker's socket, and keeps it there).
+    writer.write(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+    load.worker = json.loads((await _read_response(reader))[1]).get("worker")
     clock = time.perf_counter
     due = clock() + load.rng.uniform(0, interval)  # paced clients start spread out
     try:
@@ -532,6 +539,12 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
             f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
             f"shortlist): {full:.0f}"
         )
+    per_worker = Counter(c.worker for c in loads)
+    print(
+        "  connections per worker: "
+        + ", ".join(f"{n} on worker {w}" for w, n in sorted(per_worker.items(), key=lambda wn: str(wn[0])))
+        + " (each keeps the worker it first reached)"
+    )
     user, system = cpu[0]
     per_request = 1000 * (user + system) / max(total, 1)
     print(
