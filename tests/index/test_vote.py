@@ -1,10 +1,11 @@
 """The substrate's vote rule on hand-built neighbours (paper 4.3 and the 5.6 ablations)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocrr.index.vote import VoteRule, vote, vote_rows
+from ocrr.index.vote import VoteRule, vote, vote_one, vote_rows
 
 A, B = 0, 1  # label ranks: A sorts before B
 
@@ -85,7 +86,7 @@ def test_rows_are_independent():
     recency=st.booleans(),
 )
 def test_the_row_by_row_vote_picks_what_the_array_vote_picks(data, k, rows, margin, maxsim, recency):
-    """vote_rows (the served predict's fast path) against vote, on rows full of ties: few
+    """vote_rows and vote_one (the served predict's fast paths) against vote, on rows full of ties: few
     labels, similarities from a handful of float32 values (so band edges and max-similarity
     ties are common), repeated ids, and padding (-1) anywhere."""
     grid = np.float32([0.9, 0.85, 0.8, 0.5, 0.05, -0.2])
@@ -106,5 +107,13 @@ def test_the_row_by_row_vote_picks_what_the_array_vote_picks(data, k, rows, marg
     ids = np.where(labels >= 0, ids, -1)
     rule = VoteRule(k=k, margin=margin, tiebreak_maxsim=maxsim, tiebreak_recency=recency)
     assert vote_rows(sims, ids, labels, rule).tolist() == vote(sims, ids, labels, rule).tolist()
+    assert [vote_one(sims[r], ids[r], labels[r], rule) for r in range(rows)] == vote(sims, ids, labels, rule).tolist()
     summed = VoteRule(k=k, margin=margin, weighting="sumsim")
     assert vote_rows(sims, ids, labels, summed).tolist() == vote(sims, ids, labels, summed).tolist()
+
+
+def test_vote_one_refuses_the_sumsim_weighting_and_answers_minus_one_without_neighbours():
+    empty = np.empty(0)
+    assert vote_one(empty.astype(np.float32), empty.astype(np.int64), empty.astype(np.int64), VoteRule()) == -1
+    with pytest.raises(ValueError, match="sumsim"):
+        vote_one(np.float32([0.9]), np.int64([0]), np.int64([0]), VoteRule(weighting="sumsim"))

@@ -86,6 +86,14 @@ def vote_rows(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rul
     )
 
 
+def vote_one(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: VoteRule) -> int:
+    """``vote_rows`` for one row of (k,) arrays, the winner as an int: a served predict's vote.
+    The ``count`` weighting only (``vote_rows`` sends ``sumsim`` to ``vote``)."""
+    if rule.weighting != "count":
+        raise ValueError("vote_one counts votes; the sumsim weighting goes to vote")
+    return _vote_row(sims.tolist(), nbr_ids.tolist(), nbr_labels.tolist(), rule) if len(sims) else -1
+
+
 def _vote_row(sims: list[float], ids: list[int], labels: list[int], rule: VoteRule) -> int:
     floor = None
     if rule.margin is not None:

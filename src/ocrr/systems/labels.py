@@ -73,3 +73,7 @@ class LabelSpace:
 
     def decode_ranks(self, ranks: np.ndarray) -> list[str | None]:
         return [self.names[self._rank_to_index[r]] if r >= 0 else None for r in ranks.tolist()]
+
+    def decode_rank(self, rank: int) -> str | None:
+        """``decode_ranks`` of one rank."""
+        return self.names[self._rank_to_index[rank]] if rank >= 0 else None

@@ -24,7 +24,7 @@ from ocrr.index import (
 )
 from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
-from ocrr.index.vote import VoteRule, vote, vote_margin, vote_rows
+from ocrr.index.vote import VoteRule, vote, vote_margin, vote_one, vote_rows
 from ocrr.ledger import Ledger, VerifyResult
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
@@ -293,6 +293,8 @@ class Substrate(IndexedSystem, System):
         ledger, _ = self._fitted()
         queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
         sims, ids = self.search_.search(queries, self.k)
+        if len(sims) == 1 and self.rule_.weighting == "count":  # one served query: no arrays around its vote
+            return [self.space_.decode_rank(vote_one(sims[0], ids[0], self._neighbour_ranks(ids)[0], self.rule_))]
         by = vote_rows if len(sims) < _VOTE_ROWS_BELOW else vote  # the same winners (tests/index/test_vote.py)
         winners = by(sims, ids, self._neighbour_ranks(ids), self.rule_)
         return self.space_.decode_ranks(winners)
