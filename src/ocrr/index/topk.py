@@ -89,23 +89,17 @@ def _top_k_one(sims: np.ndarray, ids: np.ndarray | int, kk: int) -> tuple[np.nda
     right after the matrix-vector product each distinct call finds its code and data evicted
     from the caches by the scanned rows, so the calls, not the elements, are the cost."""
     row = sims[0]
-    m = len(row)
-    g = min(m // 4, max(_STRIPES, 4 * kk))
-    blocks = m // g
-    stripe_max = row[: blocks * g].reshape(blocks, g).max(axis=0)
-    if m > blocks * g:
-        np.maximum(stripe_max[: m - blocks * g], row[blocks * g :], out=stripe_max[: m - blocks * g])
+    g = min(len(row) // 4, max(_STRIPES, 4 * kk))
     # The bound, and in the last place the maximum: NaN if the row holds one (NaN sorts last).
-    part = np.partition(stripe_max, (g - kk, g - 1))
+    part = np.partition(_stripe_maxima(sims, g)[0], (g - kk, g - 1))
     if part[-1] != part[-1]:  # the plain partition decides where a NaN is
-        return _top_k_partition(sims, _id_matrix(ids, 1, m), kk)
+        return _top_k_partition(sims, _id_matrix(ids, 1, len(row)), kk)
     cols = np.flatnonzero(row >= part[g - kk])
     cand_s = row[cols]
     if isinstance(ids, (int, np.integer)):  # ids are row numbers from ``ids`` on
-        cand_i = cols + int(ids) if ids else cols
+        cand_i = cols + int(ids)
     else:
-        ids = np.asarray(ids)
-        cand_i = (ids if ids.ndim == 1 else ids[0])[cols]
+        cand_i = _ids_at(ids, np.zeros_like(cols), cols, sims.shape)
     order = np.lexsort((-cand_i, -cand_s))[:kk]
     return cand_s[order][None], cand_i[order][None]
 
