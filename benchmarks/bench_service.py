@@ -92,7 +92,7 @@ def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
     float32 matrix-vector product over the same rows."""
     from threadpoolctl import threadpool_limits
 
-    from ocrr.service.shortlist import Shortlist
+    from ocrr.index.shortlist import Shortlist
     from ocrr.service.threads import one_omp_thread
     from ocrr.systems.persistent import open_substrate
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from ocrr.service.shortlist import Shortlist
+from ocrr.index.shortlist import Shortlist
 from ocrr.systems.persistent import open_substrate
 
 pytest.importorskip("faiss")
@@ -188,3 +188,20 @@ def test_concurrent_searches_and_appends_answer_as_a_full_scan_of_their_snapshot
     with ThreadPoolExecutor(3) as pool:  # searches of growing snapshots, in any order, each copying rows in
         assert all(pool.map(search, sizes[::-1] + sizes))
     assert len(shortlist) == max(sizes)
+
+
+@pytest.mark.parametrize("system", ["substrate", "bounded_fifo_500"])
+def test_the_pool_shares_the_substrates_float16_copy_only_when_its_rows_are_the_ledgers(tmp_path, system):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ocrr.service.pool import PredictPool
+
+    sub, _, queries = _ledger(tmp_path, 900, system=system)
+    with ThreadPoolExecutor(1) as executor:
+        pool = PredictPool(sub, executor, inline_floats=10**9)
+        pool.warm()
+    index = sub.system.index_
+    assert pool.shortlist is not None and len(pool.shortlist) == len(sub.ledger)
+    assert (pool.shortlist is index.shortlist()) == (system == "substrate")  # one copy per process
+    if system != "substrate":  # the index's own copy (of its 500 live rows) was left alone
+        assert len(index.shortlist()) == 0

@@ -7,16 +7,21 @@ does not depend on how the work was chunked (``ocrr.index.topk``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
 
+from ocrr.index.shortlist import Shortlist
 from ocrr.index.topk import top_k
 
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
 _BLOCK_ELEMENTS = 16_000_000
 # Below this many queries, one matrix-vector product per query beats one matrix product.
 _GEMV_BELOW = 8
+# From this many rows, such queries are searched through a float16 shortlist (the same
+# answer from half the bytes, index/shortlist.py); below it the rows sit in cache anyway.
+SHORTLIST_FROM = 4096
 
 
 def exact_search(
@@ -68,13 +73,16 @@ class ExactIndex:
     exact = True  # results equal brute-force float32 search: recall 1.0
     supports_start = True  # search(..., start=r) scans only rows r: (used by IncrementalSearch)
 
-    def __init__(self, dim: int, source: Callable[[], np.ndarray] | None = None):
+    def __init__(self, dim: int, source: Callable[[], np.ndarray] | None = None, shortlist: bool = True):
         self.dim = dim
         self._source = source
         self._vecs = np.empty((0, dim), np.float32)
         self._ids = np.empty(0, np.int64)
         self._n = 0
         self.epoch = 0  # bumped whenever rows are removed: cached partial results become stale
+        self.use_shortlist = shortlist  # False: every search scans the float32 rows
+        self._shortlist: Shortlist | None = None  # made by the first few-query search over many rows
+        self._making = threading.Lock()
 
     def __len__(self) -> int:
         return self._n
@@ -155,12 +163,31 @@ class ExactIndex:
         self._ids[:kept] = self._ids[: self._n][keep]
         self._n = kept
         self.epoch += 1
+        self._shortlist = None  # its rows moved: the next search that wants one copies them again
 
     @property
     def ids(self) -> np.ndarray:
         if self.borrowed:
             return np.arange(self._n, dtype=np.int64)
         return self._ids[: self._n]
+
+    def __getstate__(self) -> dict:
+        # the shortlist is a cache of the rows (and holds locks): a copy makes its own when asked
+        state = self.__dict__.copy()
+        state["_shortlist"] = state["_making"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._making = threading.Lock()
+
+    def shortlist(self) -> Shortlist:
+        """The float16 copy of the rows that searches of a few queries go through (made on
+        first use; the service's pooled predicts share it)."""
+        with self._making:
+            if self._shortlist is None:
+                self._shortlist = Shortlist(self.dim)
+            return self._shortlist
 
     @property
     def vectors(self) -> np.ndarray:
@@ -189,8 +216,10 @@ class ExactIndex:
         if n_q < _GEMV_BELOW:
             # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
             # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
-            sims = (vecs @ queries[0])[None] if n_q == 1 else np.stack([vecs @ q for q in queries])
-            return top_k(sims, ids, kk)
+            if start == 0 and n_rows >= SHORTLIST_FROM and self.use_shortlist:
+                row_ids = None if isinstance(ids, int) else ids
+                return self.shortlist().search(vecs, queries, kk, lambda m, q, k: _scan_few(m, ids, q, k), row_ids)
+            return _scan_few(vecs, ids, queries, kk)
         out_s = np.empty((n_q, kk), np.float32)
         out_i = np.empty((n_q, kk), np.int64)
         rows_per_block = max(1, _BLOCK_ELEMENTS // max(1, n_rows))
@@ -199,6 +228,12 @@ class ExactIndex:
             sims = queries[lo:hi] @ vecs.T
             out_s[lo:hi], out_i[lo:hi] = top_k(sims, ids, kk)
         return out_s, out_i
+
+
+def _scan_few(vecs: np.ndarray, ids: np.ndarray | int, queries: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of a few queries, one matrix-vector product each (what the shortlist reproduces)."""
+    sims = (vecs @ queries[0])[None] if len(queries) == 1 else np.stack([vecs @ q for q in queries])
+    return top_k(sims, ids, kk)
 
 
 def rows_and_ids(vecs: np.ndarray, ids: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:

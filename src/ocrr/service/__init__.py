@@ -7,7 +7,7 @@ package needs no service extra; serving does (``pip install 'ocrr[service]'``).
 Modules: ``config`` (the options), ``state`` (what is served, opened from a config),
 ``app`` (the factory), ``routes`` and ``schemas`` (the HTTP API), ``limits``, ``metrics``,
 ``server`` and ``supervisor`` (one process or N workers), and the hot path's helpers
-``pool``, ``shortlist``, ``shortcut``, ``encoder`` and ``threads``.
+``pool`` (over ``ocrr.index.shortlist``), ``shortcut``, ``encoder`` and ``threads``.
 """
 
 from __future__ import annotations

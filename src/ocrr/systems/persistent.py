@@ -112,7 +112,7 @@ class PersistentSubstrate:
         block, each query's products over a block computed while the block is still in cache.
         A row's product does not depend on the block it is in (the same BLAS kernel per row),
         so similarities and neighbours are the same bits as the index's own. ``shortlist``
-        (a ``service.shortlist.Shortlist``, used by one caller at a time) finds the same
+        (a ``index.shortlist.Shortlist``, used by one caller at a time) finds the same
         neighbours reading half the bytes.
 
         The pass reads the first n rows without the lock (n taken under it): rows are

@@ -1,11 +1,11 @@
 """Exact top-k from a half-size copy of the vectors: a float16 shortlist, then float32 scores.
 
-A predict's exact search reads every stored float32 vector; on a small shared box that
-memory traffic, not arithmetic, is its cost (a 16k x 384 ledger is 25 MB, beyond what the
-cache keeps), and it grows with every correction. The shortlist keeps a float16 copy of
-the vectors in a FAISS scalar-quantizer index (half the bytes; the scan releases the
-GIL), finds each query's best candidates there, and scores only those with the exact
-float32 product. The answer is the exact search's, not an approximation of it:
+A few queries' exact search reads every stored float32 vector, one matrix-vector product
+per query; beyond a few thousand rows that memory traffic, not arithmetic, is its cost,
+and it grows with every correction. The shortlist keeps a float16 copy of the vectors in
+a FAISS scalar-quantizer index (half the bytes; the scan releases the GIL), finds each
+query's best candidates there, and scores only those with the exact float32 product. The
+answer is the exact search's, not an approximation of it:
 
 * every stored row's float16 rounding error ``r = ||v - fp16(v)||`` is known, so a
   float16 score is within ``E = ||q|| (r_max + g (2 |v|_max + r_max))`` of the exact
@@ -13,22 +13,24 @@ float32 product. The answer is the exact search's, not an approximation of it:
 * the k-th best float16 score minus E is a floor the exact k-th best score cannot be
   under, so any row that can be in the exact top-k has a float16 score within 2E of the
   k-th best: those rows are the candidates;
-* their exact scores are the same bits as the full scan's: a BLAS matrix-vector product
-  works through the rows in small aligned groups (a row alone at the end takes another
-  kernel, which can round differently), so each candidate is scored inside its aligned
-  group of ``_GROUP`` rows, cut at the end of the matrix as the full scan is; the best k
-  of those rows (by similarity, then id, descending: ``top_k``'s order) are then the full
-  scan's answer, ties included;
-* a query whose candidates might reach past the shortlist's ``depth`` best (many exact
+* their exact scores are the same bits as a one-thread full scan's: a BLAS
+  matrix-vector product works through the rows in small aligned groups (a row alone at
+  the end takes another kernel, which can round differently), so each candidate is
+  scored inside its aligned group of ``_GROUP`` rows, cut at the end of the matrix as
+  the full scan is; the best k of those rows (by similarity, then id, descending:
+  ``top_k``'s order) are then the full scan's answer, ties included;
+* a query whose candidates might reach past the shortlist's depth (many exact
   duplicates), or whose scores are not finite, is scanned in full instead.
 
-Thread-safe: searches run concurrently (FAISS releases the GIL), each on the rows its own
-matrix holds; copying in new rows waits for the searches in flight.
+Used by ``ExactIndex`` for searches of a few queries over many rows, and by the service's
+pooled predicts. Thread-safe: searches run concurrently (FAISS releases the GIL), each on
+the rows its own matrix holds; copying in new rows waits for the searches in flight.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,14 +38,19 @@ from ocrr.utils.rwlock import RWLock
 
 _U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once (4 or 8)
+# A float32 norm of a 384-term difference is within ~1e-5 (relative) of the true one; the
+# margin covers that many times over, so the rounding bound stays a bound.
+_NORM_MARGIN = 1 + 1e-3
+
+FullScan = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 class Shortlist:
     """``search(matrix, queries, k, full_scan)`` = ``full_scan(matrix, queries, k)``, usually cheaper.
 
-    ``matrix`` is the append-only (n, d) float32 array of stored vectors (row = id); rows
-    added since the last call are copied in first. ``depth``: candidates taken from the
-    float16 scan per query."""
+    ``matrix`` is the append-only (n, d) float32 array of stored vectors; rows added since
+    the last call are copied in first. ``depth``: candidates taken from the float16 scan
+    per query (at least twice k)."""
 
     def __init__(self, dim: int, depth: int = 64):
         import faiss
@@ -60,6 +67,11 @@ class Shortlist:
     def __len__(self) -> int:
         return self.index.ntotal
 
+    @property
+    def nbytes(self) -> int:
+        """The float16 codes held: 2 bytes per stored value."""
+        return 2 * self.dim * len(self)
+
     def catch_up(self, matrix: np.ndarray) -> None:
         """Copy in the rows of ``matrix`` added since the last call."""
         if len(matrix) <= len(self):
@@ -69,35 +81,43 @@ class Shortlist:
                 self._add(np.ascontiguousarray(matrix[len(self) :], np.float32))
 
     def _add(self, rows: np.ndarray) -> None:
-        codes = self.index.sa_encode(rows)
-        decoded = self.index.sa_decode(codes).astype(np.float64)  # FAISS's own rounding, not a guess at it
-        with np.errstate(over="ignore", invalid="ignore"):  # a row beyond float16's range: infinite error
-            err = np.linalg.norm(rows - decoded, axis=1)
+        # numpy rounds to nearest even; FAISS decodes a float16 code exactly, so the error of
+        # each row is measured on the very values the scan will read.
+        with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float16's range: infinite error
+            half = rows.astype(np.float16)
+            err = np.linalg.norm(rows - half.astype(np.float32), axis=1) * _NORM_MARGIN
+            norms = np.linalg.norm(rows, axis=1) * _NORM_MARGIN
         self.err_max = max(self.err_max, float(np.max(np.where(np.isfinite(err), err, np.inf))))
-        self.norm_max = max(self.norm_max, float(np.linalg.norm(rows.astype(np.float64), axis=1).max()))
-        self.index.add_sa_codes(codes)
+        self.norm_max = max(self.norm_max, float(np.max(np.where(np.isfinite(norms), norms, np.inf))))
+        self.index.add_sa_codes(half.view(np.uint8).reshape(len(rows), -1))
 
     def _counted(self, queries: int, fallbacks: int) -> None:
         with self._count:
             self.queries += queries
             self.fallbacks += fallbacks
 
-    def search(self, matrix: np.ndarray, queries: np.ndarray, k: int, full_scan) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, matrix: np.ndarray, queries: np.ndarray, k: int, full_scan: FullScan, ids: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k of each query over the rows of ``matrix``: (sims, ids), best first.
+
+        ``ids``: the id of each row (ties go to the higher id), None for row numbers.
+        ``full_scan(matrix, queries, k)`` answers the queries the shortlist cannot settle,
+        with the same ids."""
         self.catch_up(matrix)
         n, kk = len(matrix), min(k, len(matrix))
-        depth = min(self.depth, n)
+        depth = min(max(self.depth, 2 * kk), n)
         with self._rows.read():
             # The index may hold rows past this matrix (a concurrent search copied in newer
             # ones): ask for as many more as it holds beyond n, then drop them.
             extra = len(self) - n
             err_max, norm_max = self.err_max, self.norm_max  # never shrink: bounds for every row below n
-            if kk == 0 or depth <= kk or not np.isfinite(err_max) or extra < 0:
+            if kk == 0 or depth <= kk or not np.isfinite(err_max + norm_max) or extra < 0:
                 self._counted(len(queries), len(queries))
                 return full_scan(matrix, queries, k)
             approx, rows = self.index.search(queries, depth + extra)
         if extra:
             approx, rows = _below(approx, rows, n, depth)
-        self._counted(len(queries), 0)
         slack = err_max + self.gamma * (2 * norm_max + err_max)
         bound = np.linalg.norm(queries.astype(np.float64), axis=1) * slack * (1 + 1e-6) + 1e-30
         approx = approx.astype(np.float64)
@@ -105,20 +125,21 @@ class Shortlist:
         # Rows past the shortlist scored at most its last entry: safe only if that is below the floor.
         ok = np.isfinite(approx).all(axis=1) & np.isfinite(bound) & ((approx[:, -1] < floor) | (depth == n))
         sims = np.empty((len(queries), kk), np.float32)
-        ids = np.empty((len(queries), kk), np.int64)
+        out = np.empty((len(queries), kk), np.int64)
         for j in np.flatnonzero(ok).tolist():
             near = rows[j][approx[j] >= floor[j]].tolist()  # a few dozen at most: a set beats np.unique
             groups = np.array(sorted({r // _GROUP for r in near}), np.int64) * _GROUP
             cand = (groups[:, None] + np.arange(_GROUP)).ravel()
             cand = cand[cand < n]  # only the last group can be cut, and it stays last
             exact = matrix[cand] @ queries[j]
-            best = np.lexsort((-cand, -exact))[:kk]  # top_k's order: similarity, then id, descending
-            sims[j], ids[j] = exact[best], cand[best]
+            cand_ids = cand if ids is None else ids[cand]
+            best = np.lexsort((-cand_ids, -exact))[:kk]  # top_k's order: similarity, then id, descending
+            sims[j], out[j] = exact[best], cand_ids[best]
         redo = np.flatnonzero(~ok)
+        self._counted(len(queries), len(redo))
         if len(redo):
-            self._counted(0, len(redo))
-            sims[redo], ids[redo] = full_scan(matrix, queries[redo], k)
-        return sims, ids
+            sims[redo], out[redo] = full_scan(matrix, queries[redo], k)
+        return sims, out
 
 
 def _below(approx: np.ndarray, rows: np.ndarray, n: int, depth: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,138 @@
+"""ExactIndex searches of a few queries over many rows go through a float16 shortlist
+(ocrr.index.shortlist): every answer must be the plain scan's, bit for bit, ties included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ocrr.index.exact import SHORTLIST_FROM, ExactIndex
+from ocrr.utils.threads import pinned_threads
+
+pytest.importorskip("faiss")
+
+DIM = 24
+
+
+def tie_heavy_rows(n: int, seed: int) -> np.ndarray:
+    """Unit rows on a coarse lattice (many exact ties) with runs of exact duplicates."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal((n, DIM)) * 2) / 2
+    x[np.all(x == 0, axis=1), 0] = 1.0
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    for start in rng.choice(n - 8, size=n // 200, replace=False):
+        x[start : start + rng.integers(2, 8)] = x[start]
+    return x
+
+
+def queries_from(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    near = x[rng.choice(len(x), n)] + 0.01 * rng.standard_normal((n, DIM)).astype(np.float32)
+    exact_rows = x[rng.choice(len(x), n)]  # a query equal to a stored row: its duplicates tie at the top
+    return np.concatenate([near, exact_rows]).astype(np.float32)
+
+
+def pair(x: np.ndarray, borrowed: bool, ids: np.ndarray | None = None) -> tuple[ExactIndex, ExactIndex]:
+    """The same rows in an index with the shortlist and in one without it."""
+    out = []
+    for shortlist in (True, False):
+        if borrowed:
+            index = ExactIndex(DIM, source=lambda: x, shortlist=shortlist)
+            index.add_from_source(x, np.arange(len(x)))
+        else:
+            index = ExactIndex(DIM, shortlist=shortlist)
+            index.add(x, np.arange(len(x)) if ids is None else ids)
+        out.append(index)
+    return out[0], out[1]
+
+
+def assert_same_answers(fast: ExactIndex, plain: ExactIndex, queries: np.ndarray, k: int) -> None:
+    for width in (1, 3, 7):  # every request size below the matrix-product path
+        for lo in range(0, len(queries) - width + 1, width):
+            q = queries[lo : lo + width]
+            got_s, got_i = fast.search(q, k)
+            want_s, want_i = plain.search(q, k)
+            assert np.array_equal(got_i, want_i), (width, lo)
+            assert np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32)), (width, lo)
+
+
+@pytest.mark.parametrize("borrowed", [True, False], ids=["borrowed", "owned"])
+@pytest.mark.parametrize("k", [1, 10, 40])
+def test_shortlisted_search_is_the_plain_scan_bit_for_bit(borrowed, k):
+    x = tie_heavy_rows(SHORTLIST_FROM + 333, seed=k)
+    fast, plain = pair(x, borrowed)
+    with pinned_threads(1):  # the shortlist reproduces a one-thread scan (see index/shortlist.py)
+        assert_same_answers(fast, plain, queries_from(x, 30, seed=k), k)
+    shortlist = fast.shortlist()
+    assert shortlist.queries > 0 and shortlist.fallbacks < shortlist.queries  # it answered, not only the fallback
+
+
+def test_ties_go_to_the_higher_id_when_ids_are_not_in_row_order():
+    x = tie_heavy_rows(SHORTLIST_FROM + 100, seed=5)
+    ids = np.random.default_rng(5).permutation(len(x)).astype(np.int64) * 3
+    fast, plain = pair(x, borrowed=False, ids=ids)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, queries_from(x, 20, seed=6), 10)
+
+
+def test_rows_added_after_the_shortlist_and_removals_are_seen():
+    x = tie_heavy_rows(SHORTLIST_FROM + 500, seed=7)
+    base, later = x[: SHORTLIST_FROM + 100], x[SHORTLIST_FROM + 100 :]
+    fast, plain = pair(base, borrowed=False)
+    queries = queries_from(x, 15, seed=8)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, queries, 10)
+        for index in (fast, plain):  # one row at a time, as corrections arrive
+            for i, row in enumerate(later[:50]):
+                index.add(row[None], np.array([len(base) + i]))
+        assert_same_answers(fast, plain, queries, 10)
+        assert len(fast.shortlist()) == len(fast)
+        gone = np.arange(0, len(fast), 50)
+        fast.remove(gone)
+        plain.remove(gone)
+        assert fast._shortlist is None  # its rows moved
+        assert_same_answers(fast, plain, queries, 10)
+        assert fast._shortlist is not None and len(fast._shortlist) == len(fast)  # made again from the rows left
+
+
+def test_duplicates_beyond_the_depth_are_scanned_in_full():
+    x = tie_heavy_rows(SHORTLIST_FROM + 10, seed=9)
+    x[:200] = x[0]  # 200 copies: more than the shortlist's depth
+    fast, plain = pair(x, borrowed=True)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, x[:1].copy(), 10)
+    assert fast.shortlist().fallbacks >= 1
+
+
+def test_vectors_float16_cannot_hold_are_scanned_in_full():
+    x = tie_heavy_rows(SHORTLIST_FROM, seed=10)
+    x[17, 3] = 1e6  # beyond float16's range: its rounding error is unbounded
+    fast, plain = pair(x, borrowed=True)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, queries_from(x, 5, seed=11), 10)
+    assert fast.shortlist().fallbacks == fast.shortlist().queries
+
+
+def test_small_indexes_and_start_offsets_do_not_build_a_shortlist():
+    x = tie_heavy_rows(SHORTLIST_FROM - 1, seed=12)
+    fast, _ = pair(x, borrowed=True)
+    fast.search(x[:1], 5)
+    assert fast._shortlist is None
+    y = tie_heavy_rows(SHORTLIST_FROM + 50, seed=13)
+    fast, _ = pair(y, borrowed=True)
+    fast.search(y[:1], 5, start=10)  # IncrementalSearch's "new rows only" scan
+    assert fast._shortlist is None
+
+
+def test_a_pickled_index_leaves_its_shortlist_behind_and_makes_its_own():
+    import pickle
+
+    x = tie_heavy_rows(SHORTLIST_FROM + 20, seed=14)
+    fast, plain = pair(x, borrowed=False)
+    queries = queries_from(x, 5, seed=15)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, queries, 10)
+        copy = pickle.loads(pickle.dumps(fast))
+        assert copy._shortlist is None
+        assert_same_answers(copy, plain, queries, 10)
+        assert copy.shortlist() is not fast.shortlist() and copy.shortlist().queries > 0
