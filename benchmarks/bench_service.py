@@ -27,8 +27,9 @@ from the send to the last byte of the answer. ``--b64`` sends vectors as base64 
 
 Each run also prints, in the same conditions, the limits the service is measured against:
 the bare cost of one predict in this process (the substrate's own search and vote over the
-same ledger, without HTTP; exact, and through the float16 shortlist the service uses, at
-the ledger's size before and after the load), and a plain SQLite insert loop with the
+same ledger, without HTTP, alone and pooled as the service runs it, beside the bare float32
+matrix-vector product, at the ledger's size before and after the load), and a plain SQLite
+insert loop with the
 service's durability (WAL, synchronous=FULL, rows of the same size, one commit per group
 of as many rows as the service's group commit reached in that phase).
 
@@ -87,12 +88,12 @@ def build_ledger(path: Path, entries: int, encoder: str) -> tuple[np.ndarray, li
 
 def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
     """The limit of a predict by vector: the substrate's own search and vote of one query over
-    the ledger at ``path``, in this process, no HTTP (best and median of ``repeats``): exact
-    (``explain``), through the service's float16 shortlist (``explain_each``), and the bare
-    float32 matrix-vector product over the same rows."""
+    the ledger at ``path``, in this process, no HTTP (best and median of ``repeats``): alone
+    (``explain``) and pooled as the service runs it (``explain_each``), both exact through
+    the index's float16 shortlist, and the bare float32 matrix-vector product over the same rows."""
     from threadpoolctl import threadpool_limits
 
-    from ocrr.index.shortlist import Shortlist
+    from ocrr.index.exact import ExactIndex
     from ocrr.service.threads import one_omp_thread
     from ocrr.systems.persistent import open_substrate
 
@@ -100,15 +101,17 @@ def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
     queries = base[rng.integers(len(base), size=repeats)] + rng.normal(0, 0.02, (repeats, base.shape[1]))
     queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
     with threadpool_limits(1), open_substrate(path, verify="checkpoint") as sub:
-        shortlist = Shortlist(base.shape[1])  # imports FAISS, whose OpenMP pool one_omp_thread then limits
+        index = sub.system.index_
+        assert isinstance(index, ExactIndex)
+        shortlist = index.shortlist()  # imports FAISS, whose OpenMP pool one_omp_thread then limits
         one_omp_thread()  # as the service runs it: one BLAS / OpenMP thread
         with sub.ledger.lock.read():
             matrix = sub.system.ledger_.vectors[: len(sub)]
             shortlist.catch_up(matrix)
         timed = {}
         for name, one in (
-            ("exact", lambda q: sub.explain(q)),
-            ("shortlist", lambda q: sub.explain_each([q], shortlist)),
+            ("alone", lambda q: sub.explain(q)),
+            ("pooled", lambda q: sub.explain_each([q], shortlist)),
             ("matvec", lambda q: matrix @ q[0]),
         ):
             one(queries[:1])  # warm

@@ -6,12 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ocrr.index.exact import SHORTLIST_FROM, ExactIndex
+from ocrr.index import exact
+from ocrr.index.exact import ExactIndex
 from ocrr.utils.threads import pinned_threads
 
 pytest.importorskip("faiss")
 
 DIM = 24
+SHORTLIST_FROM = 4096  # rows of DIM numbers: the threshold these tests set (16 MB by default)
+
+
+@pytest.fixture(autouse=True)
+def small_threshold(monkeypatch):
+    monkeypatch.setattr(exact, "SHORTLIST_FROM_FLOATS", SHORTLIST_FROM * DIM)
 
 
 def tie_heavy_rows(n: int, seed: int) -> np.ndarray:

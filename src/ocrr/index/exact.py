@@ -19,9 +19,11 @@ from ocrr.index.topk import top_k
 _BLOCK_ELEMENTS = 16_000_000
 # Below this many queries, one matrix-vector product per query beats one matrix product.
 _GEMV_BELOW = 8
-# From this many rows, such queries are searched through a float16 shortlist (the same
-# answer from half the bytes, index/shortlist.py); below it the rows sit in cache anyway.
-SHORTLIST_FROM = 4096
+# From this many stored numbers (16 MB of float32: 10.9k rows of 384), such queries are
+# searched through a float16 shortlist (the same answer from half the bytes,
+# index/shortlist.py). Below it the rows stay in a 32 MB cache and the float32 scan is
+# sooner; above it, and whenever another process shares the cache, the shortlist is.
+SHORTLIST_FROM_FLOATS = 1 << 22
 
 
 def exact_search(
@@ -216,7 +218,7 @@ class ExactIndex:
         if n_q < _GEMV_BELOW:
             # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
             # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
-            if start == 0 and n_rows >= SHORTLIST_FROM and self.use_shortlist:
+            if start == 0 and n_rows * self.dim >= SHORTLIST_FROM_FLOATS and self.use_shortlist:
                 row_ids = None if isinstance(ids, int) else ids
                 return self.shortlist().search(vecs, queries, kk, lambda m, q, k: _scan_few(m, ids, q, k), row_ids)
             return _scan_few(vecs, ids, queries, kk)
