@@ -143,3 +143,14 @@ def test_a_pickled_index_leaves_its_shortlist_behind_and_makes_its_own():
         assert copy._shortlist is None
         assert_same_answers(copy, plain, queries, 10)
         assert copy.shortlist() is not fast.shortlist() and copy.shortlist().queries > 0
+
+
+def test_rows_copied_in_slices_answer_as_rows_copied_at_once(monkeypatch):
+    from ocrr.index import shortlist as shortlist_module
+
+    monkeypatch.setattr(shortlist_module, "_ADD_ROWS", 1000)  # a first copy of 4,396 rows in 5 slices
+    x = tie_heavy_rows(SHORTLIST_FROM + 300, seed=16)
+    fast, plain = pair(x, borrowed=True)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, queries_from(x, 10, seed=17), 10)
+    assert len(fast.shortlist()) == len(x) and fast.shortlist().fallbacks < fast.shortlist().queries

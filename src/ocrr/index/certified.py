@@ -78,7 +78,9 @@ class CertifiedSQ8Index:
             raise ValueError("certified_sq8 needs min_train >= 1, probe >= 1 and sq_range_expand >= 0")
         self.dim = dim
         self.min_train, self.sq_range_expand, self.probe = int(min_train), float(sq_range_expand), int(probe)
-        self.floats = ExactIndex(dim, source=source)  # rows in order: row i is FAISS position i
+        # rows in order: row i is FAISS position i; the full scan a proof falls back to stays
+        # float32 (this index is already the compressed scan)
+        self.floats = ExactIndex(dim, source=source, shortlist=False)
         self._codes: Any = None  # the FAISS IndexScalarQuantizer, once trained
         self._bound = np.empty(0, np.float64)  # per coded row, |approx - exact| / |q| at most
         self._max_bound = 0.0

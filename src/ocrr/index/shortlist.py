@@ -41,6 +41,7 @@ _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once 
 # A float32 norm of a 384-term difference is within ~1e-5 (relative) of the true one; the
 # margin covers that many times over, so the rounding bound stays a bound.
 _NORM_MARGIN = 1 + 1e-3
+_ADD_ROWS = 1 << 16  # rows copied in per slice
 
 FullScan = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
@@ -77,8 +78,10 @@ class Shortlist:
         if len(matrix) <= len(self):
             return
         with self._rows.write():
-            if len(matrix) > len(self):  # another search may have copied them meanwhile
-                self._add(np.ascontiguousarray(matrix[len(self) :], np.float32))
+            # (another search may have copied them meanwhile); in slices, so the temporaries
+            # of a large first copy stay small
+            for lo in range(len(self), len(matrix), _ADD_ROWS):
+                self._add(np.ascontiguousarray(matrix[lo : lo + _ADD_ROWS], np.float32))
 
     def _add(self, rows: np.ndarray) -> None:
         # numpy rounds to nearest even; FAISS decodes a float16 code exactly, so the error of

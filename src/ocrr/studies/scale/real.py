@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from ocrr.data import load_dataset
 from ocrr.encoders import DEFAULT_ENCODER, embed_dataset
-from ocrr.index import exact_search, make_index, recall_at_k
+from ocrr.index import AutoIndex, CertifiedSQ8Index, ExactIndex, exact_search, make_index, recall_at_k
 from ocrr.index.faiss_index import FaissIndex
 from ocrr.index.ivf import IVFIndex
 from ocrr.index.vote import VoteRule, vote
@@ -84,8 +84,9 @@ def run_real(
     with threadpool_limits(threads):
         for kind in backends:
             t0 = time.perf_counter()
+            index: ExactIndex | CertifiedSQ8Index | FaissIndex | IVFIndex | AutoIndex
             if kind == "exact":
-                index = make_index("exact", x.shape[1], source=lambda: x)
+                index = ExactIndex(x.shape[1], source=lambda: x, shortlist=False)  # the float32 scan, as study.py
                 index.add(x, ids)
             elif kind.startswith("ivf") and target_agreement > 0:
                 index = IVFIndex(
