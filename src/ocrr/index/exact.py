@@ -69,6 +69,11 @@ class ExactIndex:
       Anything that breaks "ids are 0..n-1 in order" (a removal, an out-of-order add,
       vectors that differ from the source's rows) first copies the live rows into an
       owned buffer (``borrowed`` becomes False), so behaviour never depends on the mode.
+
+    A search of fewer than ``_GEMV_BELOW`` queries over ``SHORTLIST_FROM_FLOATS`` stored
+    numbers or more reads a float16 copy of the rows first (``shortlist()``, made on first
+    use, 2 bytes per number; ``shortlist=False`` never makes one): the answer is the
+    float32 scan's, bit for bit (index/shortlist.py).
     """
 
     name = "exact"
