@@ -12,7 +12,8 @@ generator, and the load average around each phase (on a shared box, latency foll
 then stops the server with SIGTERM, reopens the ledger, checks it fully and checks that
 every acknowledged correction is in it. With ``--rate R1,R2,...`` the mixed load runs
 again at each rate, the clients paced to R requests/s in all (latency then counted from
-when each request was due), each on a fresh server and ledger of ``--entries`` entries
+when each request was due; how late this client itself sent them, its timer and its turn on
+a core, is printed beside), each on a fresh server and ledger of ``--entries`` entries
 (so every rate starts from the same ledger size): latency below saturation, and the
 highest rate that still meets a latency target.
 
@@ -28,10 +29,11 @@ from the send to the last byte of the answer. ``--b64`` sends vectors as base64 
 Each run also prints, in the same conditions, the limits the service is measured against:
 the bare cost of one predict in this process (the substrate's own search and vote over the
 same ledger, without HTTP, alone and pooled as the service runs it, beside the bare float32
-matrix-vector product, at the ledger's size before and after the load), and a plain SQLite
-insert loop with the
-service's durability (WAL, synchronous=FULL, rows of the same size, one commit per group
-of as many rows as the service's group commit reached in that phase).
+matrix-vector product, at the ledger's size before and after the load), one predict over
+HTTP with nothing else running, back to back and after 20 ms idle (the latency floor: on a
+virtual machine an idle core halts and its caches go cold), and a plain SQLite insert loop
+with the service's durability (WAL, synchronous=FULL, rows of the same size, one commit per
+group of as many rows as the service's group commit reached in that phase).
 
 Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
 [--repeat 4]
@@ -162,6 +164,35 @@ def sqlite_limit(folder: Path, dim: int, per_commit: int, seconds: float = LIMIT
     )
 
 
+def round_trips(port: int, base: np.ndarray, n: int = 100, idle_s: float = 0.02) -> str:
+    """The floor of a predict's latency over HTTP: one connection, one request at a time, back
+    to back and after ``idle_s`` of nothing (on a virtual machine an idle core halts, and the
+    caches go cold: waking costs far more than the work)."""
+    vec = base[0] + 0.01
+    request = _post("/predict", json.dumps({"vectors": [(vec / np.linalg.norm(vec)).round(6).tolist()]}))
+    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as answers:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        medians = []
+        for pause in (0.0, idle_s):
+            took = []
+            for _ in range(n):
+                if pause:
+                    time.sleep(pause)
+                t0 = time.perf_counter()
+                sock.sendall(request)
+                length = 0
+                while (line := answers.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                answers.read(length)
+                took.append(time.perf_counter() - t0)
+            medians.append(1000 * float(np.median(took[n // 10 :])))
+    return (
+        f"one predict over HTTP, one request at a time (median of {n}): {medians[0]:.2f} ms back to back, "
+        f"{medians[1]:.2f} ms after {1000 * idle_s:.0f} ms idle"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -192,6 +223,7 @@ class Load:
         self.acked: list[tuple[int, str, str]] = []  # (entry id, label, text) of each acknowledged correction
         self.pending: list[tuple[bytes, str, str]] = []  # correction answers, read after the clock stops
         self.errors: list[str] = []
+        self.late: list[float] = []  # paced: how long after it could go each request was sent
         self.n = 0
         self.worker: int | None = None  # the worker process this client's connection reached
 
@@ -242,6 +274,7 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
     load.worker = json.loads((await _read_response(reader))[1]).get("worker")
     clock = time.perf_counter
     due = clock() + load.rng.uniform(0, interval)  # paced clients start spread out
+    answered = clock()  # when the previous answer arrived
     try:
         while clock() < until:
             kind, request, meta = load.next()
@@ -249,10 +282,12 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
                 await asyncio.sleep(max(0.0, due - clock()))
             t0 = clock()
             if interval:  # a late send counts as waiting
+                load.late.append(max(0.0, t0 - max(due, answered)))
                 t0, due = min(t0, due), max(due, t0 - interval) + interval
             writer.write(request)
             status, data = await _read_response(reader)
-            dt = clock() - t0
+            answered = clock()
+            dt = answered - t0
             if status != 200:
                 load.errors.append(f"{kind} {status} {data[:120]!r}")
                 continue
@@ -428,6 +463,7 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
                 f"server up in {time.perf_counter() - t0:.1f} s (pid {server.pid}, port {port}, "
                 f"{args.workers} worker process{'es' if args.workers > 1 else ''})"
             )
+            print(round_trips(port, base))
             acked = []
             group_sizes = []  # (phase, corrections per commit reached), for the SQLite limit
             ok = True
@@ -541,6 +577,12 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
             f"  predicts by vector: {pooled:.0f} answered by {searches:.0f} shared searches "
             f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
             f"shortlist): {full:.0f}"
+        )
+    late = np.array([x for c in loads for x in c.late]) * 1000
+    if len(late):
+        print(
+            f"  this client's own lateness (sent after it could go, included above): p50 "
+            f"{np.percentile(late, 50):.2f} ms, p99 {np.percentile(late, 99):.2f} ms"
         )
     per_worker = Counter(c.worker for c in loads)
     print(
