@@ -97,9 +97,10 @@ def test_rows_added_after_the_shortlist_and_removals_are_seen():
         gone = np.arange(0, len(fast), 50)
         fast.remove(gone)
         plain.remove(gone)
-        assert fast._shortlist is None  # its rows moved
+        copy = fast._shortlist
+        assert copy is not None and len(copy) == len(fast)  # the removal was applied to it, not re-encoded
         assert_same_answers(fast, plain, queries, 10)
-        assert fast._shortlist is not None and len(fast._shortlist) == len(fast)  # made again from the rows left
+        assert fast._shortlist is copy and len(fast._shortlist) == len(fast)
 
 
 def test_duplicates_beyond_the_depth_are_scanned_in_full():
@@ -154,3 +155,24 @@ def test_rows_copied_in_slices_answer_as_rows_copied_at_once(monkeypatch):
     with pinned_threads(1):
         assert_same_answers(fast, plain, queries_from(x, 10, seed=17), 10)
     assert len(fast.shortlist()) == len(x) and fast.shortlist().fallbacks < fast.shortlist().queries
+
+
+def test_an_index_that_evicts_at_every_step_keeps_one_copy_in_step():
+    """A bounded substrate removes an entry for each one it adds: the float16 copy follows
+    both, in the index's row order, and is never made again."""
+    x = tie_heavy_rows(SHORTLIST_FROM + 400, seed=18)
+    fast, plain = pair(x[: SHORTLIST_FROM + 100], borrowed=False)
+    queries = queries_from(x, 6, seed=19)
+    with pinned_threads(1):
+        fast.search(queries[:1], 10)
+        copy = fast.shortlist()
+        for i, row in enumerate(x[SHORTLIST_FROM + 100 : SHORTLIST_FROM + 160]):
+            new_id = SHORTLIST_FROM + 100 + i
+            for index in (fast, plain):
+                index.remove(np.array([i * 7]))  # out of the middle, like a reservoir
+                index.add(row[None], np.array([new_id]))
+            got_s, got_i = fast.search(queries[i % len(queries)][None], 10)
+            want_s, want_i = plain.search(queries[i % len(queries)][None], 10)
+            assert np.array_equal(got_i, want_i) and np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32))
+        assert fast.shortlist() is copy and len(copy) == len(fast)
+        assert copy.fallbacks < copy.queries

@@ -72,8 +72,8 @@ class ExactIndex:
 
     A search of fewer than ``_GEMV_BELOW`` queries over ``SHORTLIST_FROM_FLOATS`` stored
     numbers or more reads a float16 copy of the rows first (``shortlist()``, made on first
-    use, 2 bytes per number; ``shortlist=False`` never makes one): the answer is the
-    float32 scan's, bit for bit (index/shortlist.py).
+    use, kept in step with appends and removals, 2 bytes per number; ``shortlist=False``
+    never makes one): the answer is the float32 scan's, bit for bit (index/shortlist.py).
     """
 
     name = "exact"
@@ -170,7 +170,8 @@ class ExactIndex:
         self._ids[:kept] = self._ids[: self._n][keep]
         self._n = kept
         self.epoch += 1
-        self._shortlist = None  # its rows moved: the next search that wants one copies them again
+        if self._shortlist is not None:  # the float16 copy follows (a bounded index evicts at every step)
+            self._shortlist.remove_rows(np.flatnonzero(~keep))
 
     @property
     def ids(self) -> np.ndarray:

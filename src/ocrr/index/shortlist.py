@@ -83,6 +83,18 @@ class Shortlist:
             for lo in range(len(self), len(matrix), _ADD_ROWS):
                 self._add(np.ascontiguousarray(matrix[lo : lo + _ADD_ROWS], np.float32))
 
+    def remove_rows(self, rows: np.ndarray) -> None:
+        """Drop the rows at these positions; the rest keep their order, as the matrix's rows do
+        when an index removes entries (FAISS compacts its codes in place: no re-encoding). The
+        error bounds stay bounds: they never shrink."""
+        import faiss
+
+        with self._rows.write():
+            rows = np.ascontiguousarray(rows, np.int64)
+            rows = rows[rows < len(self)]  # rows not copied in yet are not here
+            if len(rows):  # (as ivf.py removes: a batch selector over the positions)
+                self.index.remove_ids(faiss.IDSelectorBatch(len(rows), faiss.swig_ptr(rows)))
+
     def _add(self, rows: np.ndarray) -> None:
         # numpy rounds to nearest even; FAISS decodes a float16 code exactly, so the error of
         # each row is measured on the very values the scan will read.

@@ -72,8 +72,8 @@ class LabelSpace:
         return [self.names[i] if i >= 0 else None for i in indices.tolist()]
 
     def decode_ranks(self, ranks: np.ndarray) -> list[str | None]:
-        return [self.names[self._rank_to_index[r]] if r >= 0 else None for r in ranks.tolist()]
+        return [self.decode_rank(r) for r in ranks.tolist()]
 
     def decode_rank(self, rank: int) -> str | None:
-        """``decode_ranks`` of one rank."""
+        """The label of one rank (None for -1: no neighbour to vote)."""
         return self.names[self._rank_to_index[rank]] if rank >= 0 else None
