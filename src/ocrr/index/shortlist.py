@@ -31,10 +31,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ocrr.utils import grow_ahead
 from ocrr.utils.rwlock import RWLock
+
+if TYPE_CHECKING:
+    import faiss
 
 _U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once (4 or 8)
@@ -64,6 +69,25 @@ class Shortlist:
         self.queries = self.fallbacks = 0  # for /metrics: queries searched, and those scanned in full
         self._rows = RWLock()  # read: a search of the index; write: rows copied in
         self._count = threading.Lock()  # the counters above
+        # grow_ahead(): the next, bigger index is made in the background (see _make_ahead):
+        # (that index, the rows it has room for, removals seen then)
+        self._grow_ahead = False
+        self._ahead: tuple[faiss.IndexScalarQuantizer, int, int] | None = None
+        self._ahead_busy = False
+        self._room = 0  # rows the current index holds without reallocating (0: not known)
+        self._removals = 0
+        self._ahead_thread: threading.Thread | None = None
+
+    def grow_ahead(self) -> None:
+        """From now on, make each bigger copy in a background thread before this one fills, so
+        copying in new rows never waits for fresh memory (``ocrr.utils.grow_ahead``: FAISS
+        keeps the codes in one growing array). For a long-lived index that answers requests."""
+        self._grow_ahead = True
+
+    def join_ahead(self) -> None:
+        """Wait for the next copy being made in the background, if any (tests)."""
+        if self._ahead_thread is not None:
+            self._ahead_thread.join()
 
     def __len__(self) -> int:
         return self.index.ntotal
@@ -80,8 +104,56 @@ class Shortlist:
         with self._rows.write():
             # (another search may have copied them meanwhile); in slices, so the temporaries
             # of a large first copy stay small
+            if self._ahead is not None and len(matrix) > self._room:
+                self._adopt_ahead()
             for lo in range(len(self), len(matrix), _ADD_ROWS):
                 self._add(np.ascontiguousarray(matrix[lo : lo + _ADD_ROWS], np.float32))
+            n = len(self)
+            if (
+                self._grow_ahead
+                and not self._ahead_busy
+                and self._ahead is None
+                and 4 * n >= 3 * self._room
+                and 2 * self.dim * n >= grow_ahead.MIN_BYTES
+            ):
+                self._ahead_busy = True
+                self._ahead_thread = threading.Thread(
+                    target=self._make_ahead, args=(2 * n,), name="ocrr-grow-ahead", daemon=True
+                )
+                self._ahead_thread.start()
+
+    def _make_ahead(self, rows: int) -> None:
+        """A new index whose code array has room for ``rows`` rows, its memory backed now,
+        holding the codes of the rows copied in so far."""
+        import faiss
+
+        try:
+            ahead = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+            ahead.codes.resize(rows * 2 * self.dim)  # allocates and zero-fills: the slow part, without the GIL
+            ahead.codes.resize(0)  # a vector keeps its capacity
+            with self._rows.read():  # searches go on; only copying in new rows waits
+                n, removals = len(self), self._removals
+                if n:
+                    ahead.add_sa_codes(self._codes(0, n))
+            self._ahead = (ahead, rows, removals)
+        finally:
+            self._ahead_busy = False
+
+    def _adopt_ahead(self) -> None:
+        """Under the write lock: switch to the index made ahead, if still current. The rows
+        added since it was made are then copied in by ``catch_up``, as new rows are."""
+        assert self._ahead is not None
+        (ahead, room, removals), self._ahead = self._ahead, None
+        if removals == self._removals:  # else rows were removed since: it no longer mirrors this one
+            self.index, self._room = ahead, room
+
+    def _codes(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``[lo, hi)`` of the float16 codes, as a view (read them under a lock)."""
+        import faiss
+
+        width = 2 * self.dim
+        flat = faiss.rev_swig_ptr(self.index.codes.data(), len(self) * width)
+        return flat.reshape(-1, width)[lo:hi]
 
     def remove_rows(self, rows: np.ndarray) -> None:
         """Drop the rows at these positions; the rest keep their order, as the matrix's rows do
@@ -94,6 +166,7 @@ class Shortlist:
             rows = rows[rows < len(self)]  # rows not copied in yet are not here
             if len(rows):  # (as ivf.py removes: a batch selector over the positions)
                 self.index.remove_ids(faiss.IDSelectorBatch(len(rows), faiss.swig_ptr(rows)))
+                self._removals += 1
 
     def _add(self, rows: np.ndarray) -> None:
         # numpy rounds to nearest even; FAISS decodes a float16 code exactly, so the error of

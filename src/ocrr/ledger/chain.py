@@ -29,6 +29,7 @@ from typing import IO
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.utils.grow_ahead import GrowAhead
 
 __all__ = ["GENESIS", "Chain", "Entry", "VerifyResult", "entry_digest"]
 
@@ -138,6 +139,7 @@ class Chain:
         # but are stored so verify() can see ids a file or caller rewrote.
         self._buf: np.ndarray | None = None
         self._ro: np.ndarray | None = None  # read-only view of _buf, handed out to callers
+        self._ahead: GrowAhead | None = None  # set by grow_ahead()
         if self._dim is not None:
             self._set_buffer(self._allocate(_INITIAL_CAPACITY, self._dim))
         self._ids: list[int] = []
@@ -170,6 +172,7 @@ class Chain:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_ro"] = None
+        state["_ahead"] = None  # its thread and spare buffer stay behind
         if self._vec_file is not None:  # the copy holds its vectors in memory
             state["_vec_file"] = None
             if self._buf is not None:  # None: no dim yet, so no vectors to copy
@@ -178,6 +181,7 @@ class Chain:
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("_vec_file", None)
+        state.setdefault("_ahead", None)
         self.__dict__.update(state)
         if self._buf is not None:
             self._set_buffer(self._buf)
@@ -310,14 +314,28 @@ class Chain:
         need = self._n + extra
         cap = buf.shape[0]
         if need > cap:
-            while cap < need:
-                cap *= 2
-            grown = self._allocate(cap, self._dim)
-            if self._vec_file is None:  # a file-backed buffer grows in place: its rows are already there
-                grown[: self._n] = buf[: self._n]
+            grown = self._ahead.take(buf, self._n, need) if self._ahead is not None else None
+            if grown is None:
+                while cap < need:
+                    cap *= 2
+                grown = self._allocate(cap, self._dim)
+                if self._vec_file is None:  # a file-backed buffer grows in place: its rows are already there
+                    grown[: self._n] = buf[: self._n]
             self._set_buffer(grown)  # old views keep the old buffer alive; its rows never change
             buf = grown
+        if self._ahead is not None:
+            self._ahead.watch(buf, self._n)
         return buf
+
+    def grow_ahead(self) -> None:
+        """From now on, make each bigger vector buffer in a background thread before this one
+        fills (``ocrr.utils.grow_ahead``), so an append never waits for fresh memory: for a
+        long-lived ledger that answers requests while it grows (``ocrr serve``). Capacities
+        and contents are those of growing in place. A no-op for vectors on disk."""
+        if self._vec_file is None and self._ahead is None:
+            self._ahead = GrowAhead()
+            if self._buf is not None:
+                self._ahead.watch(self._buf, self._n)
 
     def _allocate(self, rows: int, dim: int) -> np.ndarray:
         """An uninitialised (rows, dim) buffer: in RAM, or the whole scratch file re-mapped

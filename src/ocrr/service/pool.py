@@ -84,6 +84,7 @@ class PredictPool:
                 self.shortlist = index.shortlist()
             else:
                 self.shortlist = Shortlist(dim)
+            self.shortlist.grow_ahead()  # the service keeps taking in rows while it answers
         if self.shortlist is not None and len(self.substrate):
             with self.substrate.ledger.lock.read():
                 ledger = self.substrate.system.ledger_

@@ -243,7 +243,9 @@ def build_state(
     if config.token is None and config.on_database:
         config.token_path  # noqa: B018 - refuses, naming the fix, before the database is opened
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
-        sub = opened.enter_context(open_substrate(config.ledger, config.system, seed=config.seed, verify=config.verify))
+        sub = opened.enter_context(
+            open_substrate(config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True)
+        )
         if encoder is not None:
             encoder = SerialEncoder(encoder)
         elif config.encoder is not None:  # a spec: the model runs in its own process (see service/encoder.py)

@@ -207,13 +207,16 @@ def open_substrate(
     dim: int | None = None,
     verify: str = "full",
     seed: int = 0,
+    grow_ahead: bool = False,
 ) -> PersistentSubstrate:
     """Open (or create) a substrate persisted in the ledger file ``path``.
 
     ``system``: a substrate spec (``substrate``, ``bounded_fifo_1000``,
     ``substrate:k=3``...) or an unfitted Substrate. The file is checked
     (``verify="full"``, or ``"checkpoint"`` to rehash only what follows its last
-    checkpoint) and a damaged one is refused with the first bad entry.
+    checkpoint) and a damaged one is refused with the first bad entry. ``grow_ahead``:
+    make each bigger vector buffer in the background before the current one fills
+    (``Chain.grow_ahead``), for a process that answers requests while the ledger grows.
     """
     if isinstance(system, str):
         system = make_system(system, seed=seed)
@@ -239,6 +242,8 @@ def open_substrate(
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
             system.fit(batch)  # the stored entries are the substrate's history
+            if grow_ahead:
+                system._fitted_ledger().grow_ahead()
         else:
             system.correct(batch)
         return system._fitted_ledger().head
