@@ -47,6 +47,7 @@ _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once 
 # margin covers that many times over, so the rounding bound stays a bound.
 _NORM_MARGIN = 1 + 1e-3
 _ADD_ROWS = 1 << 16  # rows copied in per slice
+_AHEAD_ROWS = 1 << 12  # rows copied into the next copy per hold of the read lock (~1 ms)
 
 FullScan = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
@@ -109,6 +110,8 @@ class Shortlist:
             for lo in range(len(self), len(matrix), _ADD_ROWS):
                 self._add(np.ascontiguousarray(matrix[lo : lo + _ADD_ROWS], np.float32))
             n = len(self)
+            if self._ahead is not None and self._ahead[0].ntotal < n:  # keep the next copy complete
+                self._ahead[0].add_sa_codes(self._codes(self._ahead[0].ntotal, n))
             if (
                 self._grow_ahead
                 and not self._ahead_busy
@@ -131,17 +134,25 @@ class Shortlist:
             ahead = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
             ahead.codes.resize(rows * 2 * self.dim)  # allocates and zero-fills: the slow part, without the GIL
             ahead.codes.resize(0)  # a vector keeps its capacity
-            with self._rows.read():  # searches go on; only copying in new rows waits
-                n, removals = len(self), self._removals
-                if n:
-                    ahead.add_sa_codes(self._codes(0, n))
-            self._ahead = (ahead, rows, removals)
+            removals, done = self._removals, 0
+            while True:  # in slices, each under the read lock: searches go on, new rows wait for one slice
+                with self._rows.read():
+                    if removals != self._removals:
+                        return  # rows were removed meanwhile: what was copied no longer lines up
+                    n = len(self)
+                    hi = min(n, done + _AHEAD_ROWS)
+                    if done < hi:
+                        ahead.add_sa_codes(self._codes(done, hi))
+                        done = hi
+                    if done == n:  # no new rows can come while the lock is held: it is complete
+                        self._ahead = (ahead, rows, removals)
+                        return
         finally:
             self._ahead_busy = False
 
     def _adopt_ahead(self) -> None:
-        """Under the write lock: switch to the index made ahead, if still current. The rows
-        added since it was made are then copied in by ``catch_up``, as new rows are."""
+        """Under the write lock: switch to the index made ahead (which ``catch_up`` keeps
+        complete), if no rows were removed since it was made."""
         assert self._ahead is not None
         (ahead, room, removals), self._ahead = self._ahead, None
         if removals == self._removals:  # else rows were removed since: it no longer mirrors this one
@@ -166,7 +177,8 @@ class Shortlist:
             rows = rows[rows < len(self)]  # rows not copied in yet are not here
             if len(rows):  # (as ivf.py removes: a batch selector over the positions)
                 self.index.remove_ids(faiss.IDSelectorBatch(len(rows), faiss.swig_ptr(rows)))
-                self._removals += 1
+                self._removals += 1  # a next copy made before no longer mirrors this one
+                self._ahead = None
 
     def _add(self, rows: np.ndarray) -> None:
         # numpy rounds to nearest even; FAISS decodes a float16 code exactly, so the error of
