@@ -13,7 +13,8 @@ full it allocates the next one (twice the capacity, as the append would), has th
 back all of its pages (``populate``), and copies the rows present then (rows of an
 append-only buffer never change). When the buffer does fill, the append takes that buffer
 and copies only the rows added since. The capacities, and so everything a caller sees,
-are those of growing in place; only when the work happens changes.
+are those of growing in place; only when the work happens changes. The price is memory:
+from three quarters full until the switch, the next buffer is held beside the current one.
 """
 
 from __future__ import annotations
