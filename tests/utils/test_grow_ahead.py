@@ -53,7 +53,9 @@ def test_grow_ahead_hands_over_the_rows_written_meanwhile(small_buffers):
     buf = np.zeros((64, DIM), np.float32)
     buf[:48] = 1.0
     ahead = _made_ahead(buf, 48)
-    buf[48:60] = 2.0  # rows written after the copy began
+    buf[48:55] = 2.0  # rows written after the copy began, seen by the next watch
+    ahead.watch(buf, 55)
+    buf[55:60] = 3.0  # and rows no watch has seen yet
     grown = ahead.take(buf, 60, 65)
     assert grown is not None and grown.shape == (128, DIM)
     assert np.array_equal(grown[:60], buf[:60])

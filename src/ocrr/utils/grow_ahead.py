@@ -11,10 +11,11 @@ where the buffer lies in huge pages.
 ``GrowAhead`` moves that work to a background thread: once a buffer is three quarters
 full it allocates the next one (twice the capacity, as the append would), has the kernel
 back all of its pages (``populate``), and copies the rows present then (rows of an
-append-only buffer never change). When the buffer does fill, the append takes that buffer
-and copies only the rows added since. The capacities, and so everything a caller sees,
-are those of growing in place; only when the work happens changes. The price is memory:
-from three quarters full until the switch, the next buffer is held beside the current one.
+append-only buffer never change); later appends copy their rows into it too. When the
+buffer does fill, the append takes that buffer over, with nothing left to copy. The
+capacities, and so everything a caller sees, are those of growing in place; only when the
+work happens changes. The price is memory: from three quarters full until the switch, the
+next buffer is held beside the current one.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class GrowAhead:
 
     The owner calls ``watch(buf, n)`` after it reserves room (``n``: rows written so far) and
     ``take(buf, n, need)`` when ``need`` rows no longer fit: the grown buffer with rows
-    ``[0, n)`` in place, or None (not ready, or too small: grow in place). Both run on the
+    ``[0, n)`` in place (``watch`` copies the rows written since it was made, a few at a
+    time), or None (not ready, or too small: grow in place). Both run on the
     owner's appending thread, under whatever lock guards its appends."""
 
     def __init__(self) -> None:
@@ -79,6 +81,10 @@ class GrowAhead:
         self._thread: threading.Thread | None = None
 
     def watch(self, buf: np.ndarray, n: int) -> None:
+        ready = self._ready
+        if ready is not None and ready[0] is buf and ready[2] < n:  # keep it complete: taking it copies nothing
+            ready[1][ready[2] : n] = buf[ready[2] : n]
+            self._ready = (buf, ready[1], n)
         if buf.nbytes < MIN_BYTES or self._busy:
             return
         if self._populated != id(buf):  # back the tail that appends will write
