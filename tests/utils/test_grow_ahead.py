@@ -68,6 +68,14 @@ def test_grow_ahead_gives_nothing_too_small_or_for_another_buffer(small_buffers)
     assert _made_ahead(buf, 48).take(buf.copy(), 48, 65) is None  # not this buffer's successor
 
 
+def test_grow_ahead_lets_go_of_a_buffer_made_for_one_since_grown_in_place(small_buffers):
+    buf = np.ones((64, DIM), np.float32)
+    ahead = _made_ahead(buf, 48)
+    ahead.watch(np.ones((128, DIM), np.float32), 70)  # the owner grew in place meanwhile
+    assert ahead._ready is None  # its memory is not held on to
+    assert ahead.take(buf, 48, 65) is None
+
+
 def test_grow_ahead_leaves_small_buffers_alone():
     ahead = GrowAhead()
     ahead.watch(np.zeros((64, DIM), np.float32), 60)

@@ -60,10 +60,8 @@ class Shortlist:
     per query (at least twice k)."""
 
     def __init__(self, dim: int, depth: int = 64):
-        import faiss
-
         self.dim, self.depth = dim, depth
-        self.index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        self.index = self._new_index()
         self.err_max = 0.0  # the largest ||v - fp16(v)|| of any row
         self.norm_max = 0.0  # the largest ||v||
         self.gamma = dim * _U32 / (1 - dim * _U32)  # |fl(sum of dim products) - sum| <= gamma * sum of |products|
@@ -116,8 +114,7 @@ class Shortlist:
                 self._grow_ahead
                 and not self._ahead_busy
                 and self._ahead is None
-                and 4 * n >= 3 * self._room
-                and 2 * self.dim * n >= grow_ahead.MIN_BYTES
+                and grow_ahead.due(n, self._room, 2 * self.dim * n)
             ):
                 self._ahead_busy = True
                 self._ahead_thread = threading.Thread(
@@ -128,10 +125,8 @@ class Shortlist:
     def _make_ahead(self, rows: int) -> None:
         """A new index whose code array has room for ``rows`` rows, its memory backed now,
         holding the codes of the rows copied in so far."""
-        import faiss
-
         try:
-            ahead = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+            ahead = self._new_index()
             ahead.codes.resize(rows * 2 * self.dim)  # allocates and zero-fills: the slow part, without the GIL
             ahead.codes.resize(0)  # a vector keeps its capacity
             removals, done = self._removals, 0
@@ -149,6 +144,11 @@ class Shortlist:
                         return
         finally:
             self._ahead_busy = False
+
+    def _new_index(self) -> faiss.IndexScalarQuantizer:
+        import faiss
+
+        return faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
 
     def _adopt_ahead(self) -> None:
         """Under the write lock: switch to the index made ahead (which ``catch_up`` keeps

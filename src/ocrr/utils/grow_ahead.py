@@ -43,6 +43,12 @@ if sys.platform.startswith("linux"):
         _madvise = None
 
 
+def due(rows: int, room: int, nbytes: int) -> bool:
+    """Time to make the next buffer: ``rows`` fill three quarters of ``room`` (rows it holds;
+    0 when not known), and the buffer is big enough (``nbytes``) for its growth to stall."""
+    return nbytes >= MIN_BYTES and 4 * rows >= 3 * room
+
+
 def populate(array: np.ndarray) -> bool:
     """Have the kernel back every whole page of ``array``'s memory now, leaving its bytes as
     they are (so another thread may be writing rows of it meanwhile). Returns False where
@@ -82,7 +88,9 @@ class GrowAhead:
 
     def watch(self, buf: np.ndarray, n: int) -> None:
         ready = self._ready
-        if ready is not None and ready[0] is buf and ready[2] < n:  # keep it complete: taking it copies nothing
+        if ready is not None and ready[0] is not buf:  # made for a buffer since grown in place: let it go
+            ready = self._ready = None
+        if ready is not None and ready[2] < n:  # keep it complete: taking it copies nothing
             ready[1][ready[2] : n] = buf[ready[2] : n]
             self._ready = (buf, ready[1], n)
         if buf.nbytes < MIN_BYTES or self._busy:
@@ -90,7 +98,7 @@ class GrowAhead:
         if self._populated != id(buf):  # back the tail that appends will write
             self._populated = id(buf)
             self._start(self._populate_tail, buf, n)
-        elif 4 * n >= 3 * len(buf) and (self._ready is None or self._ready[0] is not buf):
+        elif ready is None and due(n, len(buf), buf.nbytes):
             self._start(self._make, buf, n)
 
     def take(self, buf: np.ndarray, n: int, need: int) -> np.ndarray | None:
