@@ -220,8 +220,11 @@ def test_verify_health_metrics_and_page(server):
     assert v["ok"] and "intact" in v["reason"]
     assert requests.get(f"{url}/corrections/recent", headers=AUTH).json()["last_verify"] == v  # kept in the file
     assert requests.get(f"{url}/health").json()["status"] == "ok"
+    unit = [1.0] + [0.0] * (DIM - 1)
+    assert requests.post(f"{url}/predict", json={"vectors": [unit]}).status_code == 200  # a hot route
     text = requests.get(f"{url}/metrics").text
     assert "# TYPE ocrr_requests_total counter" in text and "ocrr_ledger_entries " in text
+    assert 'ocrr_requests_total{path="/predict",status="200"}' in text  # timed by the shortcut too
     for line in text.splitlines():
         if line and not line.startswith("#"):
             assert math.isfinite(float(line.rsplit(" ", 1)[1]))

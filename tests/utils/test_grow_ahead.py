@@ -39,6 +39,27 @@ def test_populate_of_nothing_is_a_no_op():
     assert populate(np.empty(0, np.float32)) is False
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
+def test_populate_rests_after_every_slice():
+    data = np.empty(5 * grow_ahead._POPULATE_SLICE, np.uint8)  # 5 slices, or 6 when not page-aligned
+    took: list[float] = []
+    assert populate(data, took.append)
+    assert len(took) in (5, 6) and all(t >= 0 for t in took)
+
+
+def test_background_work_rests_while_the_buffer_has_room_and_hurries_when_nearly_full(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(grow_ahead.time, "sleep", slept.append)
+    ahead = GrowAhead()
+    buf = np.empty((64, DIM), np.float32)  # under MIN_BYTES: watch starts no work of its own
+    ahead.watch(buf, 48)  # three quarters full: rests four times as long as a slice took
+    ahead._pace(0.002)
+    assert slept == [pytest.approx(4 * 0.002)]
+    ahead.watch(buf, 56)  # seven eighths full: the next buffer is needed soon
+    ahead._pace(0.002)
+    assert slept == [pytest.approx(4 * 0.002)]
+
+
 def _made_ahead(buf: np.ndarray, n: int) -> GrowAhead:
     ahead = GrowAhead()
     ahead.watch(buf, n)  # first sight of this buffer: backs its tail

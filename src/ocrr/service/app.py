@@ -17,7 +17,7 @@ from ocrr.service.audit_routes import AuditRoutes
 from ocrr.service.config import ServiceConfig
 from ocrr.service.metrics import MAX_ROUTES, Counters, TimeRequests
 from ocrr.service.routes import HOT, INLINE_FLOATS, POOL_INLINE_FLOATS, Routes
-from ocrr.service.shortcut import Shortcut
+from ocrr.service.shortcut import Shortcut, ShortcutApp
 from ocrr.service.state import ServiceState, build_state
 
 
@@ -35,7 +35,7 @@ def create_app(
     (``build_state``). The app closes the state when it shuts down.
 
     The thread pools and the size thresholds that decide where a search runs are explained
-    in ``routes.Routes``. ``shortcut``: route /predict and /correct around FastAPI's routing
+    in ``routes.Routes``. ``shortcut``: answer /predict and /correct before FastAPI's own layers
     (service/shortcut.py). ``freeze_heap``: at start-up, move every object alive to the
     collector's permanent generation (``gc.freeze``); for a process that only serves, as
     ``ocrr serve``'s are, not for one that goes on to do other work."""
@@ -77,7 +77,7 @@ def create_app(
         # Waits for the commit in flight (acknowledged corrections are on disk already).
         (state.close or state.substrate.close)()
 
-    app = FastAPI(
+    app = ShortcutApp(
         title="ocrr substrate",
         version="1",
         lifespan=lifespan,
@@ -87,7 +87,7 @@ def create_app(
     AuditRoutes(state).add_to(app)  # /checkpoint, /tile/..., /verifier-key, proofs with entries
     paths = [r.path for r in app.routes if isinstance(r, Route)]  # the HTTP routes (APIRoute is one too)
     state.counters = Counters(paths, state.workers, state.slot, state.shared, routes=MAX_ROUTES)
-    if shortcut:
-        app.add_middleware(Shortcut, fastapi_app=app, hot=HOT)
     app.add_middleware(TimeRequests, record=state.record_request)
+    if shortcut:
+        app.shortcut = Shortcut(app, HOT, state.record_request)
     return app
