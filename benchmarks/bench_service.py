@@ -21,9 +21,10 @@ The load generator must not be what is measured: a Python client with one thread
 connection spends its own milliseconds under its own GIL (json.dumps of a 384-float
 vector alone is ~0.25 ms) and counts them as the server's. So every client is a raw
 HTTP/1.1 keep-alive connection in one asyncio loop (uvloop when installed), request
-bodies are built before each send's clock starts (vectors serialised once, into a pool),
-answers are parsed only as far as their length until the run is over, and latency runs
-from the send to the last byte of the answer. ``--b64`` sends vectors as base64 float32
+bodies are built before the clock starts (vectors serialised once, into a pool; a paced
+run's requests all made before it begins, since the generator shares the cores), answers
+are parsed only as far as their length until the run is over, and latency runs from the
+send to the last byte of the answer. ``--b64`` sends vectors as base64 float32
 (``vectors_b64``) instead of JSON lists.
 
 Each run also prints, in the same conditions, the limits the service is measured against:
@@ -57,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
 import numpy as np
@@ -226,8 +227,18 @@ class Load:
         self.late: dict[str, list[float]] = {name: [] for name in KINDS}  # paced: sent how long after it could go
         self.n = 0
         self.worker: int | None = None  # the worker process this client's connection reached
+        self.ready: deque[tuple[str, bytes, tuple]] = deque()
+
+    def prepare(self, count: int) -> None:
+        """Make the next ``count`` requests now, before the clock starts (the same requests,
+        in the same order, as making each just before its send): the load generator shares
+        the box's two cores with the server, and its own work during the run delays it."""
+        self.ready.extend(self._make() for _ in range(count))
 
     def next(self) -> tuple[str, bytes, tuple]:
+        return self.ready.popleft() if self.ready else self._make()
+
+    def _make(self) -> tuple[str, bytes, tuple]:
         kind = KINDS[self.rng.choice(len(KINDS), p=self.mix)]
         i, field = self.pool[int(self.rng.integers(len(self.pool)))]
         if kind == "predict_vector":
@@ -529,6 +540,9 @@ def cpu_seconds(pid: int) -> np.ndarray:
 
 def run_phase(port, n_clients, seconds, mix, tag, base, texts, labels, pid, interval=0.0, b64=False):
     loads = [Load(k, tag, base, texts, labels, mix, b64) for k in range(n_clients)]
+    if interval:  # paced: each client sends one request per interval
+        for load in loads:
+            load.prepare(int(seconds / interval) + 2)
     before = _metrics(port)
     cpu0, own0, load0 = cpu_seconds(pid), time.process_time(), os.getloadavg()[0]
     wall = run_load(port, loads, seconds, interval)
