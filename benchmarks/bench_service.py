@@ -6,9 +6,10 @@ process, then runs ``--clients`` concurrent keep-alive clients for ``--seconds``
 mixing predicts by vector, predicts by text and single-item corrections; then, for
 ``--burst`` seconds, the same clients sending corrections only. Prints requests/s,
 p50/p90/p99/max latency per kind, durable corrections/s (acknowledged ones, each fsynced
-before its answer) and corrections per commit, how many connections each worker holds (the
-kernel hands each to one worker, which keeps it), the CPU used by the server and by the load
-generator, and the load average around each phase (on a shared box, latency follows it);
+before its answer) and corrections per commit, the service's own timing of /predict (from
+its /metrics: what share of the time is spent inside the app), how many connections each
+worker holds (the kernel hands each to one worker, which keeps it), the CPU used by the
+server and by the load generator, and the load average around each phase (on a shared box, latency follows it);
 then stops the server with SIGTERM, reopens the ledger, checks it fully and checks that
 every acknowledged correction is in it. With ``--rate R1,R2,...`` the mixed load runs
 again at each rate, the clients paced to R requests/s in all (latency then counted from
@@ -557,6 +558,10 @@ _COUNTERS = (
     "ocrr_predict_pooled_total",
     "ocrr_ledger_entries",
     "ocrr_predict_full_scans_total",
+    # the service's own timing of /predict (cumulative histogram buckets, all workers)
+    'ocrr_request_seconds_bucket{path="/predict",le="0.0025"}',
+    'ocrr_request_seconds_bucket{path="/predict",le="0.005"}',
+    'ocrr_request_seconds_count{path="/predict"}',
 )
 
 
@@ -566,7 +571,7 @@ def _metrics(port: int) -> np.ndarray:
 
 
 def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
-    commits, searches, pooled, grown, full = counters
+    commits, searches, pooled, grown, full, within_2_5, within_5, timed = counters
     errors = [e for c in loads for e in c.errors]
     acked = [a for c in loads for a in c.acked]
     total = sum(len(v) for c in loads for v in c.lat.values())
@@ -601,6 +606,13 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
             f"  this client's own lateness, included above (sent after it could go: its timer, its turn on "
             f"a core): p50 {np.percentile(late, 50):.2f} ms, p99 {np.percentile(late, 99):.2f} ms; predict_vector "
             f"without it: p50 {np.percentile(lat - late, 50):.2f} ms, p99 {np.percentile(lat - late, 99):.2f} ms"
+        )
+    if timed:
+        print(
+            f"  the service's own timing of /predict (from the app's entry to its last byte handed to the "
+            f"server): {100 * within_2_5 / timed:.1f} % within 2.5 ms, {100 * within_5 / timed:.2f} % within 5 ms; "
+            "the rest of a slow request's time is before the app reads it or after it answers (its worker "
+            "busy or off a core, this client's turn on a core)"
         )
     per_worker = Counter(c.worker for c in loads)
     print(
