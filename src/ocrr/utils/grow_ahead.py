@@ -21,8 +21,8 @@ The background work is paced: after each slice it rests four times as long as th
 took, so it takes at most a fifth of a core while the buffer has room to spare, and runs
 flat out only once the buffer is seven eighths full. Done at full speed it took a core for
 about 0.2 s per doubling (50 MB at 16k entries), and in a service every worker follows
-the same ledger, so every worker did it at once: measured, 60 of the 136 predicts answered
-during that window took over 5 ms.
+the same ledger, so every worker did it at once: measured, 60-80 of the ~130 predicts
+answered during that window took over 5 ms.
 """
 
 from __future__ import annotations
@@ -99,7 +99,6 @@ class GrowAhead:
         self.made = 0  # buffers made ahead (for tests and benchmarks)
         self._thread: threading.Thread | None = None
         self._fill = 0.0  # how full the owner's buffer was at the last watch (read by the pacing)
-        self.rest = _REST
 
     def watch(self, buf: np.ndarray, n: int) -> None:
         self._fill = n / len(buf) if len(buf) else 1.0
@@ -139,7 +138,7 @@ class GrowAhead:
     def _pace(self, took: float) -> None:
         """Rest after a slice of background work, unless the buffer is nearly full."""
         if self._fill < 0.875:
-            time.sleep(self.rest * took)
+            time.sleep(_REST * took)
 
     def _populate_tail(self, buf: np.ndarray, n: int) -> None:
         try:
