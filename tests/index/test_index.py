@@ -145,6 +145,34 @@ def test_removal_hides_entries_for_every_backend(kind):
     assert len(index) == len(x) - len(gone)
 
 
+@pytest.mark.parametrize("pattern", ["first", "last", "a_run", "scattered", "all", "none", "first_and_last"])
+def test_exact_removal_leaves_the_buffers_as_a_gather_would(pattern):
+    """ExactIndex.remove closes the gaps in place; its buffers (capacity included, the rows
+    past the new length too) are byte for byte what the plain masked copy gives."""
+    rng = np.random.default_rng(7)
+    n = 300
+    x = rng.standard_normal((n, DIM)).astype(np.float32)
+    ids = np.arange(1000, 1000 + n, dtype=np.int64)
+    gone = {
+        "first": ids[:1],
+        "last": ids[-1:],
+        "a_run": ids[40:90],
+        "scattered": rng.choice(ids, 60, replace=False),
+        "all": ids,
+        "none": np.array([7], np.int64),
+        "first_and_last": ids[[0, -1]],
+    }[pattern]
+    index = ExactIndex(DIM, shortlist=False)
+    index.add(x, ids)
+    vecs, held = index._vecs.copy(), index._ids.copy()
+    keep = ~np.isin(held[:n], gone)
+    kept = int(keep.sum())
+    vecs[:kept], held[:kept] = vecs[:n][keep], held[:n][keep]  # the plain masked copy
+    index.remove(gone)
+    assert len(index) == kept and np.array_equal(index.ids, ids[keep])
+    assert index._vecs.tobytes() == vecs.tobytes() and index._ids.tobytes() == held.tobytes()
+
+
 @pytest.mark.parametrize("kind", ["hnsw", "hnsw_sq8", "exact_sq8"])
 def test_tombstones_compact_past_the_rebuild_fraction(kind):
     x, _, q = clustered(n_classes=10, per_class=60)

@@ -7,6 +7,7 @@ does not depend on how the work was chunked (``ocrr.index.topk``).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable
 
@@ -54,6 +55,22 @@ def exact_search(
         s, i = top_k(queries @ block.T, ids, k)
         best_s, best_i = top_k(np.concatenate([best_s, s], axis=1), np.concatenate([best_i, i], axis=1), k)
     return best_s, best_i
+
+
+def _close_gaps(buf: np.ndarray, n: int, gone: np.ndarray) -> int:
+    """Drop the rows at positions ``gone`` (ascending, below ``n``) of the C-contiguous
+    ``buf`` in place, the others keeping their order; return how many rows remain. Each run
+    of kept rows moves once, with memmove: numpy's assignment between overlapping slices
+    goes through a temporary copy (a bounded index evicting one of 20k rows of 384: 1.0 ms
+    against 4.8 ms). Rows from the new length on are left as they were, as before."""
+    if not buf.flags.c_contiguous:
+        raise ValueError("_close_gaps needs a C-contiguous buffer")
+    row, base, dst = buf.strides[0], buf.ctypes.data, int(gone[0])
+    for lo, hi in zip(gone.tolist(), [*gone[1:].tolist(), n]):
+        if hi - lo > 1:  # the kept rows lo + 1 .. hi - 1
+            ctypes.memmove(base + dst * row, base + (lo + 1) * row, (hi - lo - 1) * row)
+            dst += hi - lo - 1
+    return dst
 
 
 class ExactIndex:
@@ -164,14 +181,13 @@ class ExactIndex:
         """Drop entries by id (used by bounded variants); order of the rest is kept."""
         if self.borrowed:
             self._own()
-        keep = ~np.isin(self._ids[: self._n], np.asarray(ids, np.int64))
-        kept = int(keep.sum())
-        self._vecs[:kept] = self._vecs[: self._n][keep]
-        self._ids[:kept] = self._ids[: self._n][keep]
-        self._n = kept
+        gone = np.flatnonzero(np.isin(self._ids[: self._n], np.asarray(ids, np.int64)))
+        if len(gone):
+            _close_gaps(self._vecs, self._n, gone)
+            self._n = _close_gaps(self._ids, self._n, gone)
         self.epoch += 1
         if self._shortlist is not None:  # the float16 copy follows (a bounded index evicts at every step)
-            self._shortlist.remove_rows(np.flatnonzero(~keep))
+            self._shortlist.remove_rows(gone)
 
     @property
     def ids(self) -> np.ndarray:
