@@ -2,7 +2,7 @@
 
 A capacity-doubling buffer copies its rows into fresh memory when it fills. The copy is
 cheap; the fresh memory is not: the first write to each page makes the kernel (and, on a
-virtual machine, the host) back it. Measured on the 2-core VM: 1.8 ms per MB, so a ledger
+virtual machine, the host) back it. Measured on the 2-core VM: 1.8-3 ms per MB, so a ledger
 of 16k entries of 384 floats that doubles stalls its appender for 45-60 ms, and every
 request waiting on that thread (a service's predicts, which take in new entries first)
 waits with it. Appends into a buffer's untouched tail pay the same price, 2 MB at a time
