@@ -94,10 +94,12 @@ def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
     """The limit of a predict by vector: the substrate's own search and vote of one query over
     the ledger at ``path``, in this process, no HTTP (best and median of ``repeats``): alone
     (``explain``) and pooled as the service runs it (``explain_each``), both exact through
-    the index's float16 shortlist, and the bare float32 matrix-vector product over the same rows."""
+    the index's shortlist with the service's code, and the bare float32 matrix-vector product
+    over the same rows."""
     from threadpoolctl import threadpool_limits
 
     from ocrr.index.exact import ExactIndex
+    from ocrr.service.pool import SHORTLIST_CODE
     from ocrr.service.threads import one_omp_thread
     from ocrr.systems.persistent import open_substrate
 
@@ -107,7 +109,7 @@ def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
     with threadpool_limits(1), open_substrate(path, verify="checkpoint") as sub:
         index = sub.system.index_
         assert isinstance(index, ExactIndex)
-        shortlist = index.shortlist()  # imports FAISS, whose OpenMP pool one_omp_thread then limits
+        shortlist = index.shortlist(SHORTLIST_CODE)  # imports FAISS, whose OpenMP pool one_omp_thread then limits
         one_omp_thread()  # as the service runs it: one BLAS / OpenMP thread
         with sub.ledger.lock.read():
             matrix = sub.system.ledger_.vectors[: len(sub)]
@@ -126,8 +128,11 @@ def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
                 times.append(time.perf_counter() - t0)
             timed[name] = (1000 * min(times), 1000 * float(np.median(times)))
         n = len(sub)
-    return f"bare predict in-process at {n} entries (ms, best / median of {repeats}): " + ", ".join(
-        f"{name} {best:.3f} / {median:.3f}" for name, (best, median) in timed.items()
+    return (
+        f"bare predict in-process at {n} entries (ms, best / median of {repeats}): "
+        + ", ".join(f"{name} {best:.3f} / {median:.3f}" for name, (best, median) in timed.items())
+        + f"; the shortlist read: {SHORTLIST_CODE} codes, {shortlist.nbytes / 1e6:.1f} MB "
+        f"(the float32 rows: {matrix.nbytes / 1e6:.1f} MB)"
     )
 
 
@@ -596,7 +601,7 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
     if searches:
         print(
             f"  predicts by vector: {pooled:.0f} answered by {searches:.0f} shared searches "
-            f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the float16 "
+            f"({pooled / searches:.2f} per search); queries scanned in full (not settled by the "
             f"shortlist): {full:.0f}"
         )
     late = np.array([x for c in loads for x in c.late["predict_vector"]]) * 1000

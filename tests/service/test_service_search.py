@@ -1,4 +1,4 @@
-"""The service's predict search: pooled scans and the float16 shortlist give exactly the
+"""The service's predict search: pooled scans and the coded shortlists (float16, 8-bit) give exactly the
 answers of the substrate's own search (same neighbours, same similarity bits, same label),
 on ledgers full of near-ties and exact duplicates, and across threads over a real socket."""
 
@@ -41,11 +41,15 @@ def _ledger(tmp_path, n: int, dim: int = 48, system: str = "substrate", seed: in
     return sub, vecs, [np.ascontiguousarray(q, np.float32) for q in queries]
 
 
+CODES = ["fp16", "sq8"]
+
+
+@pytest.mark.parametrize("code", CODES)
 @pytest.mark.parametrize("n", [5, 70, 1000, 2053])
-def test_pooled_and_shortlisted_answers_are_the_search_bits(tmp_path, n):
+def test_pooled_and_shortlisted_answers_are_the_search_bits(tmp_path, n, code):
     sub, _, queries = _ledger(tmp_path, n)
     alone = [sub.explain(q) for q in queries]
-    shortlist = Shortlist(sub.ledger.dim, depth=32)
+    shortlist = Shortlist(sub.ledger.dim, depth=32, code=code)
     assert sub.explain_each(queries) == alone  # Explanation equality: ids, labels, float similarities
     assert sub.explain_each(queries, shortlist) == alone
     assert shortlist.queries > 0
@@ -65,6 +69,80 @@ def test_vectors_float16_cannot_hold_are_scanned_in_full(tmp_path):
     assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
     assert shortlist.fallbacks == shortlist.queries
     sub.close()
+
+
+def test_rows_beyond_the_8bit_range_are_scored_exactly_until_enough_widen_it(tmp_path, monkeypatch):
+    import faiss
+
+    from ocrr.index import shortlist as module
+
+    monkeypatch.setattr(module, "_MAX_OUTSIDE", 3)
+    sub, vecs, queries = _ledger(tmp_path, 1500)
+    shortlist = Shortlist(sub.ledger.dim, code="sq8")
+    assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
+    first, err = shortlist._range, shortlist.err_max
+    assert first is not None and shortlist.fallbacks < shortlist.queries / 2
+
+    def axis(d: int) -> np.ndarray:  # a unit row along one axis: a value far past every stored one
+        row = np.zeros((1, sub.ledger.dim), np.float32)
+        row[0, d] = 1.0
+        return row
+
+    for d in range(3):  # within the allowance: kept as they are, scored exactly by every search
+        sub.correct(axis(d), [f"axis{d}"])
+        queries.append(axis(d))
+        assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
+        assert sub.explain(axis(d))[0].label == f"axis{d}"  # its own nearest neighbour, found
+    assert shortlist._range == first and shortlist.err_max == err  # not re-coded, bound unchanged
+    assert shortlist._outside.tolist() == [1500, 1501, 1502]
+    sub.correct(axis(3), ["axis3"])  # one past the allowance: wider range, every row coded again
+    queries.append(axis(3))
+    assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
+    start, width = shortlist._range
+    assert start + width >= 1.0 > first[0] + first[1] and len(shortlist._outside) == 0
+    assert np.allclose(faiss.vector_to_array(shortlist.index.sq.trained), (start, width))  # coded with it
+    matrix = sub.system.ledger_.vectors[: len(sub)]
+    assert np.array_equal(shortlist._codes(0, len(shortlist)), shortlist.index.sa_encode(matrix))
+    assert shortlist.err_max < 0.1  # none clipped (a clipped axis row would be off by ~0.4)
+    sub.close()
+
+
+def test_rows_beyond_the_8bit_range_keep_their_place_when_others_are_removed():
+    from ocrr.systems.persistent import _pooled_scan
+
+    rng = np.random.default_rng(8)
+    vecs = rng.normal(size=(2000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    shortlist = Shortlist(32, depth=16, code="sq8")
+    shortlist.catch_up(vecs[:1000])
+    far = [1100, 1500, 1900]
+    vecs[far] *= 4  # past the range fitted to the first 1,000
+    shortlist.catch_up(vecs)
+    assert shortlist._outside.tolist() == far
+    gone = np.array([3, 1100, 1200, 1950])  # one of them among the removed
+    shortlist.remove_rows(gone)
+    matrix = np.delete(vecs, gone, axis=0)
+    assert shortlist._outside.tolist() == [1500 - 3, 1900 - 3]
+    queries = np.ascontiguousarray(matrix[[1497, 1897, 10, 700]] + 0.01, np.float32)
+    got = shortlist.search(matrix, queries, 5, _pooled_scan)
+    want = _pooled_scan(matrix, queries, 5)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert shortlist.fallbacks == 0
+
+
+def test_a_shortlist_names_its_codes():
+    with pytest.raises(ValueError, match="fp16.*sq8"):
+        Shortlist(8, code="int4")
+
+
+def test_an_index_replaces_its_shortlist_when_asked_for_another_code():
+    from ocrr.index.exact import ExactIndex
+
+    index = ExactIndex(8)
+    half = index.shortlist()
+    assert half.code == "fp16" and index.shortlist() is half and index.shortlist("fp16") is half
+    eight = index.shortlist("sq8")
+    assert eight.code == "sq8" and index.shortlist() is eight
 
 
 def test_a_bounded_substrate_is_searched_by_its_own_index(tmp_path):
@@ -151,7 +229,8 @@ def test_searches_during_commits_answer_from_a_consistent_ledger(tmp_path):
     sub.close()
 
 
-def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix():
+@pytest.mark.parametrize("code", CODES)
+def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix(code):
     """Two searches run at once: one may copy in rows that the other's (older, shorter)
     matrix does not hold. The older search must answer for its own rows only, exactly."""
     from ocrr.systems.persistent import _pooled_scan
@@ -160,7 +239,7 @@ def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix():
     vecs = rng.normal(size=(1500, 32)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     queries = vecs[rng.integers(1000, 1500, 20)] + rng.normal(0, 0.01, (20, 32)).astype(np.float32)  # near new rows
-    shortlist = Shortlist(32, depth=16)
+    shortlist = Shortlist(32, depth=16, code=code)
     shortlist.catch_up(vecs)  # the newer matrix
     older = vecs[:1000]
     sims, ids = shortlist.search(older, queries, 5, _pooled_scan)
@@ -170,14 +249,16 @@ def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix():
     assert shortlist.fallbacks < shortlist.queries  # answered from the shortlist, not by full scans
 
 
-def test_concurrent_searches_and_appends_answer_as_a_full_scan_of_their_snapshot():
+@pytest.mark.parametrize("code", CODES)
+def test_concurrent_searches_and_appends_answer_as_a_full_scan_of_their_snapshot(code):
     from ocrr.systems.persistent import _pooled_scan
 
     rng = np.random.default_rng(4)
     vecs = rng.normal(size=(3000, 32)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     queries = vecs[rng.integers(0, 3000, 6)] + rng.normal(0, 0.01, (6, 32)).astype(np.float32)
-    shortlist = Shortlist(32, depth=16)
+    vecs[2500:2600] *= 2  # past the 8-bit range: scored exactly, then all re-coded, while others search
+    shortlist = Shortlist(32, depth=16, code=code)
 
     def search(n: int):
         got = shortlist.search(vecs[:n], queries, 5, _pooled_scan)

@@ -148,15 +148,17 @@ def _same(a, b):
     return np.array_equal(a[0].view(np.int32), b[0].view(np.int32)) and np.array_equal(a[1], b[1])
 
 
-def test_a_shortlist_growing_ahead_answers_as_the_full_scan(small_buffers, monkeypatch):
+@pytest.mark.parametrize("code", ["fp16", "sq8"])
+def test_a_shortlist_growing_ahead_answers_as_the_full_scan(small_buffers, monkeypatch, code):
     from ocrr.index import shortlist
 
     monkeypatch.setattr(shortlist, "_AHEAD_ROWS", 7)  # codes copied into the next copy in many slices
     rng = np.random.default_rng(7)
     rows = _unit_rows(rng, 3000)
     rows[1000:1040] = rows[999]  # exact duplicates: ties across the copies' boundaries
+    rows[2000:2070] *= 1.5  # sq8: past the range, so every row is re-coded while copies are made ahead
     queries = _unit_rows(rng, 5)
-    short = Shortlist(DIM)
+    short = Shortlist(DIM, code=code)
     short.grow_ahead()
     swaps = 0
     n = 100
@@ -169,15 +171,19 @@ def test_a_shortlist_growing_ahead_answers_as_the_full_scan(small_buffers, monke
         swaps += short.index is not before
         n += int(rng.integers(1, 90))
     assert swaps >= 3  # copies made ahead were taken (100 rows -> 3000)
-    held = short._codes(0, len(short))  # the float16 copy is every row's, in order, once
-    assert np.array_equal(held, rows[: len(short)].astype(np.float16).view(np.uint8))
+    held = short._codes(0, len(short))  # the coded copy is every row's, in order, once
+    if code == "fp16":
+        assert np.array_equal(held, rows[: len(short)].astype(np.float16).view(np.uint8))
+    else:
+        assert np.array_equal(held, short.index.sa_encode(rows[: len(short)]))
 
 
-def test_a_shortlist_drops_a_copy_made_before_a_removal(small_buffers):
+@pytest.mark.parametrize("code", ["fp16", "sq8"])
+def test_a_shortlist_drops_a_copy_made_before_a_removal(small_buffers, code):
     rng = np.random.default_rng(3)
     rows = _unit_rows(rng, 600)
     queries = _unit_rows(rng, 3)
-    short = Shortlist(DIM)
+    short = Shortlist(DIM, code=code)
     short.grow_ahead()
     short.catch_up(rows[:300])
     short.join_ahead()
@@ -189,3 +195,19 @@ def test_a_shortlist_drops_a_copy_made_before_a_removal(small_buffers):
     got = short.search(matrix, queries, 10, _full_scan())
     assert _same(got, _scan_few(matrix, 0, queries, 10))
     assert short._room == 0  # the copy made before the removal was not taken
+
+
+def test_an_8bit_shortlist_drops_a_copy_made_before_its_rows_were_recoded(small_buffers):
+    rng = np.random.default_rng(5)
+    rows = _unit_rows(rng, 600)
+    queries = _unit_rows(rng, 3)
+    short = Shortlist(DIM, code="sq8")
+    short.grow_ahead()
+    short.catch_up(rows[:300])
+    short.join_ahead()
+    assert short._ahead is not None
+    rows[300:400] *= 3  # past the range: every row re-coded, so the copy made ahead no longer lines up
+    got = short.search(rows, queries, 10, _full_scan())
+    assert _same(got, _scan_few(rows, 0, queries, 10))
+    assert short._ahead is None or short._ahead[2] == short._removals
+    assert np.array_equal(short._codes(0, len(short)), short.index.sa_encode(rows))

@@ -205,12 +205,13 @@ class ExactIndex:
         self.__dict__.update(state)
         self._making = threading.Lock()
 
-    def shortlist(self) -> Shortlist:
-        """The float16 copy of the rows that searches of a few queries go through (made on
-        first use; the service's pooled predicts share it)."""
+    def shortlist(self, code: str | None = None) -> Shortlist:
+        """The coded copy of the rows that searches of a few queries go through (made on
+        first use, float16 unless ``code`` says otherwise: index/shortlist.py; the service's
+        pooled predicts share it). Asking for another ``code`` replaces it."""
         with self._making:
-            if self._shortlist is None:
-                self._shortlist = Shortlist(self.dim)
+            if self._shortlist is None or (code is not None and code != self._shortlist.code):
+                self._shortlist = Shortlist(self.dim, code=code or "fp16")
             return self._shortlist
 
     @property

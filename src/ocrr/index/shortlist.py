@@ -1,17 +1,22 @@
-"""Exact top-k from a half-size copy of the vectors: a float16 shortlist, then float32 scores.
+"""Exact top-k from a smaller copy of the vectors: a coded shortlist, then float32 scores.
 
 A few queries' exact search reads every stored float32 vector, one matrix-vector product
 per query; beyond a few thousand rows that memory traffic, not arithmetic, is its cost,
-and it grows with every correction. The shortlist keeps a float16 copy of the vectors in
-a FAISS scalar-quantizer index (half the bytes; the scan releases the GIL), finds each
-query's best candidates there, and scores only those with the exact float32 product. The
-answer is the exact search's, not an approximation of it:
+and it grows with every correction. The shortlist keeps a coded copy of the vectors in a
+FAISS scalar-quantizer index (the scan releases the GIL), finds each query's best
+candidates there, and scores only those with the exact float32 product. The copy is
+float16 (``code="fp16"``, half the bytes) or 8-bit (``code="sq8"``, a quarter: one
+range for every component, fitted to the rows; a row with a value outside it is scored
+exactly by every search, and once more than ``_MAX_OUTSIDE`` are, the range is widened
+and every row coded again). The answer is the exact search's, not an approximation of it:
 
-* every stored row's float16 rounding error ``r = ||v - fp16(v)||`` is known, so a
-  float16 score is within ``E = ||q|| (r_max + g (2 |v|_max + r_max))`` of the exact
-  one (``g``: the float32 rounding bound of a 384-term sum, for both sums);
-* the k-th best float16 score minus E is a floor the exact k-th best score cannot be
-  under, so any row that can be in the exact top-k has a float16 score within 2E of the
+* every stored row's coding error ``r = ||v - decode(code(v))||`` is known, so a coded
+  score is within ``E = ||q|| (r_max + g (2 |v|_max + r_max) + sqrt(d) e)`` of the exact
+  one (``g``: the float32 rounding bound of a 384-term sum, for both sums; ``e``: how far
+  FAISS's vectorised decoding of one component can be from its own ``sa_decode``, 0 for
+  float16, which decodes exactly);
+* the k-th best coded score minus E is a floor the exact k-th best score cannot be
+  under, so any row that can be in the exact top-k has a coded score within 2E of the
   k-th best: those rows are the candidates;
 * their exact scores are the same bits as a one-thread full scan's: a BLAS
   matrix-vector product works through the rows in small aligned groups (a row alone at
@@ -19,6 +24,8 @@ answer is the exact search's, not an approximation of it:
   scored inside its aligned group of ``_GROUP`` rows, cut at the end of the matrix as
   the full scan is; the best k of those rows (by similarity, then id, descending:
   ``top_k``'s order) are then the full scan's answer, ties included;
+* a row coded outside the 8-bit range (clipped: its error is not bounded by ``r_max``) is
+  a candidate of every query, and never sets the k-th best coded score;
 * a query whose candidates might reach past the shortlist's depth (many exact
   duplicates), or whose scores are not finite, is scanned in full instead.
 
@@ -47,6 +54,15 @@ _GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once 
 # margin covers that many times over, so the rounding bound stays a bound.
 _NORM_MARGIN = 1 + 1e-3
 _ADD_ROWS = 1 << 16  # rows copied in per slice
+CODES = ("fp16", "sq8")
+# An 8-bit range is widened by this share of its width on each side, so that rows a little
+# beyond the ones it was fitted to stay inside it.
+_WIDEN = 0.125
+# Rows outside the 8-bit range that searches score exactly before every row is coded again
+# with a wider range (a stall: 20k rows of 384 take ~40 ms). MiniLM embeddings rarely step
+# outside: none of the 11k-19k later rows of banking77 or clinc150 left a range fitted to
+# their first 2,000 (2 of clinc150's left one fitted to its first 500).
+_MAX_OUTSIDE = 64
 _AHEAD_ROWS = 1 << 12  # rows copied into the next copy per hold of the read lock (~1 ms)
 
 FullScan = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
@@ -56,13 +72,20 @@ class Shortlist:
     """``search(matrix, queries, k, full_scan)`` = ``full_scan(matrix, queries, k)``, usually cheaper.
 
     ``matrix`` is the append-only (n, d) float32 array of stored vectors; rows added since
-    the last call are copied in first. ``depth``: candidates taken from the float16 scan
-    per query (at least twice k)."""
+    the last call are copied in first. ``depth``: candidates taken from the coded scan per
+    query (at least twice k). ``code``: "fp16" (2 bytes per number) or "sq8" (1 byte; more
+    candidates to re-score, a quarter of the float32 bytes to scan)."""
 
-    def __init__(self, dim: int, depth: int = 64):
-        self.dim, self.depth = dim, depth
+    def __init__(self, dim: int, depth: int = 64, code: str = "fp16"):
+        if code not in CODES:
+            raise ValueError(f"code must be one of {CODES}, got {code!r}")
+        self.dim, self.depth, self.code = dim, depth, code
+        self.code_size = 2 * dim if code == "fp16" else dim  # bytes per row
+        self._range: tuple[float, float] | None = None  # sq8: (lowest value, width) coded
+        self._decode_err = 0.0  # e above (sq8)
+        self._outside = np.empty(0, np.int64)  # sq8: positions of rows past the range, ascending
         self.index = self._new_index()
-        self.err_max = 0.0  # the largest ||v - fp16(v)|| of any row
+        self.err_max = 0.0  # the largest ||v - decode(code(v))|| of any row
         self.norm_max = 0.0  # the largest ||v||
         self.gamma = dim * _U32 / (1 - dim * _U32)  # |fl(sum of dim products) - sum| <= gamma * sum of |products|
         self.queries = self.fallbacks = 0  # for /metrics: queries searched, and those scanned in full
@@ -93,8 +116,8 @@ class Shortlist:
 
     @property
     def nbytes(self) -> int:
-        """The float16 codes held: 2 bytes per stored value."""
-        return 2 * self.dim * len(self)
+        """The codes held: 2 bytes per stored value (fp16), or 1 (sq8)."""
+        return self.code_size * len(self)
 
     def catch_up(self, matrix: np.ndarray) -> None:
         """Copy in the rows of ``matrix`` added since the last call."""
@@ -103,6 +126,8 @@ class Shortlist:
         with self._rows.write():
             # (another search may have copied them meanwhile); in slices, so the temporaries
             # of a large first copy stay small
+            if self.code == "sq8":
+                self._cover(matrix)
             if self._ahead is not None and len(matrix) > self._room:
                 self._adopt_ahead()
             for lo in range(len(self), len(matrix), _ADD_ROWS):
@@ -114,7 +139,7 @@ class Shortlist:
                 self._grow_ahead
                 and not self._ahead_busy
                 and self._ahead is None
-                and grow_ahead.due(n, self._room, 2 * self.dim * n)
+                and grow_ahead.due(n, self._room, self.code_size * n)
             ):
                 self._ahead_busy = True
                 self._ahead_thread = threading.Thread(
@@ -126,10 +151,11 @@ class Shortlist:
         """A new index whose code array has room for ``rows`` rows, its memory backed now,
         holding the codes of the rows copied in so far."""
         try:
+            removals = self._removals  # first: a re-coding after this is seen below
             ahead = self._new_index()
-            ahead.codes.resize(rows * 2 * self.dim)  # allocates and zero-fills: the slow part, without the GIL
+            ahead.codes.resize(rows * self.code_size)  # allocates and zero-fills: the slow part, without the GIL
             ahead.codes.resize(0)  # a vector keeps its capacity
-            removals, done = self._removals, 0
+            done = 0
             while True:  # in slices, each under the read lock: searches go on, new rows wait for one slice
                 with self._rows.read():
                     if removals != self._removals:
@@ -148,7 +174,45 @@ class Shortlist:
     def _new_index(self) -> faiss.IndexScalarQuantizer:
         import faiss
 
-        return faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        if self.code == "fp16":
+            return faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_8bit_uniform, faiss.METRIC_INNER_PRODUCT)
+        if self._range is not None:  # FAISS's uniform 8-bit code: x = lo + width * (c + 0.5) / 255
+            faiss.copy_array_to_vector(np.array(self._range, np.float32), index.sq.trained)
+            index.is_trained = True
+        return index
+
+    def _cover(self, matrix: np.ndarray) -> None:
+        """sq8, under catch_up's write lock: make the range hold every value of ``matrix``;
+        when it must widen, start an empty index with it (catch_up then codes every row
+        again, and their bounds start afresh)."""
+        new = matrix[len(self) :]
+        if not len(new):  # another search copied them in meanwhile
+            return
+        with np.errstate(invalid="ignore"):
+            lo, hi = float(np.min(new)), float(np.max(new))
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            return  # a row that is not finite: the bound is infinite and every search falls back
+        if self._range is not None:
+            start, width = self._range
+            if start <= lo and hi <= start + width:
+                return
+            beyond = int(np.count_nonzero(((new < start) | (new > start + width)).any(axis=1)))
+            if len(self._outside) + beyond <= _MAX_OUTSIDE:
+                return  # _add records them, and searches score them exactly
+            old = matrix[: len(self)]
+            lo, hi = min(lo, float(np.min(old, initial=lo))), max(hi, float(np.max(old, initial=hi)))
+        pad = _WIDEN * max(hi - lo, 1e-6)
+        self._range = (lo - pad, (hi - lo) + 2 * pad)
+        # FAISS's vectorised decoding computes lo + width * (c + 0.5) / 255 in float32, its own
+        # sa_decode the same in another order: a few roundings of the largest value apart.
+        self._decode_err = 8 * float(np.finfo(np.float32).eps) * max(abs(lo - pad), abs(hi + pad))
+        self.index = self._new_index()  # empty: catch_up copies every row in again
+        self.err_max = self.norm_max = 0.0
+        self._outside = np.empty(0, np.int64)
+        self._removals += 1  # a next copy made before uses the old range
+        self._ahead = None
+        self._room = 0
 
     def _adopt_ahead(self) -> None:
         """Under the write lock: switch to the index made ahead (which ``catch_up`` keeps
@@ -159,10 +223,10 @@ class Shortlist:
             self.index, self._room = ahead, room
 
     def _codes(self, lo: int, hi: int) -> np.ndarray:
-        """Rows ``[lo, hi)`` of the float16 codes, as a view (read them under a lock)."""
+        """Rows ``[lo, hi)`` of the codes, as a view (read them under a lock)."""
         import faiss
 
-        width = 2 * self.dim
+        width = self.code_size
         flat = faiss.rev_swig_ptr(self.index.codes.data(), len(self) * width)
         return flat.reshape(-1, width)[lo:hi]
 
@@ -177,19 +241,38 @@ class Shortlist:
             rows = rows[rows < len(self)]  # rows not copied in yet are not here
             if len(rows):  # (as ivf.py removes: a batch selector over the positions)
                 self.index.remove_ids(faiss.IDSelectorBatch(len(rows), faiss.swig_ptr(rows)))
+                if len(self._outside):  # the rows past the 8-bit range move down as the others do
+                    gone = np.unique(rows)
+                    left = self._outside[~np.isin(self._outside, gone)]
+                    self._outside = left - np.searchsorted(gone, left)
                 self._removals += 1  # a next copy made before no longer mirrors this one
                 self._ahead = None
 
     def _add(self, rows: np.ndarray) -> None:
-        # numpy rounds to nearest even; FAISS decodes a float16 code exactly, so the error of
-        # each row is measured on the very values the scan will read.
+        # fp16: numpy rounds to nearest even and FAISS decodes a float16 code exactly, so the
+        # error of each row is measured on the very values the scan will read. sq8: FAISS codes
+        # and decodes (the scan's decoding differs by at most _decode_err per component).
         with np.errstate(over="ignore", invalid="ignore"):  # a value beyond float16's range: infinite error
-            half = rows.astype(np.float16)
-            err = np.linalg.norm(rows - half.astype(np.float32), axis=1) * _NORM_MARGIN
+            codes: np.ndarray
+            if self.code == "fp16":
+                half = rows.astype(np.float16)
+                err = np.linalg.norm(rows - half.astype(np.float32), axis=1) * _NORM_MARGIN
+                codes = half.view(np.uint8).reshape(len(rows), -1)
+            elif self._range is None:  # values that are not finite: no range can hold them
+                codes, err = np.zeros((len(rows), self.code_size), np.uint8), np.full(len(rows), np.inf)
+            else:
+                codes = self.index.sa_encode(rows)
+                decoded = self.index.sa_decode(codes).astype(np.float64)
+                err = np.linalg.norm(rows - decoded, axis=1) * _NORM_MARGIN
+                start, width = self._range
+                beyond = ((rows < start) | (rows > start + width)).any(axis=1)
+                if beyond.any():  # clipped: no bound of their own; every search scores them exactly
+                    self._outside = np.concatenate([self._outside, len(self) + np.flatnonzero(beyond)])
+                    err = np.where(beyond, 0.0, err)
             norms = np.linalg.norm(rows, axis=1) * _NORM_MARGIN
         self.err_max = max(self.err_max, float(np.max(np.where(np.isfinite(err), err, np.inf))))
         self.norm_max = max(self.norm_max, float(np.max(np.where(np.isfinite(norms), norms, np.inf))))
-        self.index.add_sa_codes(half.view(np.uint8).reshape(len(rows), -1))
+        self.index.add_sa_codes(codes)
 
     def _counted(self, queries: int, fallbacks: int) -> None:
         with self._count:
@@ -211,23 +294,32 @@ class Shortlist:
             # The index may hold rows past this matrix (a concurrent search copied in newer
             # ones): ask for as many more as it holds beyond n, then drop them.
             extra = len(self) - n
-            err_max, norm_max = self.err_max, self.norm_max  # never shrink: bounds for every row below n
+            # bounds for every row below n (they never shrink while the codes stay; re-coding
+            # the rows, under the write lock, starts them afresh)
+            err_max, norm_max, decode_err = self.err_max, self.norm_max, self._decode_err
+            outside = self._outside
             if kk == 0 or depth <= kk or not np.isfinite(err_max + norm_max) or extra < 0:
                 self._counted(len(queries), len(queries))
                 return full_scan(matrix, queries, k)
             approx, rows = self.index.search(queries, depth + extra)
         if extra:
             approx, rows = _below(approx, rows, n, depth)
-        slack = err_max + self.gamma * (2 * norm_max + err_max)
+        slack = err_max + self.gamma * (2 * norm_max + err_max) + np.sqrt(self.dim) * decode_err
         bound = np.linalg.norm(queries.astype(np.float64), axis=1) * slack * (1 + 1e-6) + 1e-30
         approx = approx.astype(np.float64)
-        floor = approx[:, kk - 1] - 2 * bound  # a candidate's float16 score is at least this
+        outside = outside[outside < n].tolist()  # no bound: always candidates, never the k-th best
+        if outside:
+            inside = np.where(np.isin(rows, outside), -np.inf, approx)
+            floor = np.sort(inside, axis=1)[:, -kk] - 2 * bound  # -inf: fewer than kk listed inside
+        else:
+            inside = approx
+            floor = approx[:, kk - 1] - 2 * bound  # a candidate's coded score is at least this
         # Rows past the shortlist scored at most its last entry: safe only if that is below the floor.
-        ok = np.isfinite(approx).all(axis=1) & np.isfinite(bound) & ((approx[:, -1] < floor) | (depth == n))
+        ok = np.isfinite(approx).all(axis=1) & np.isfinite(floor) & ((approx[:, -1] < floor) | (depth == n))
         sims = np.empty((len(queries), kk), np.float32)
         out = np.empty((len(queries), kk), np.int64)
         for j in np.flatnonzero(ok).tolist():
-            near = rows[j][approx[j] >= floor[j]].tolist()  # a few dozen at most: a set beats np.unique
+            near = rows[j][inside[j] >= floor[j]].tolist() + outside  # a few dozen at most: a set beats np.unique
             groups = np.array(sorted({r // _GROUP for r in near}), np.int64) * _GROUP
             cand = (groups[:, None] + np.arange(_GROUP)).ravel()
             cand = cand[cand < n]  # only the last group can be cut, and it stays last

@@ -166,7 +166,7 @@ def prometheus_text(totals: dict, entries: int, workers: int, uptime: float) -> 
         "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
         "# TYPE ocrr_predict_pooled_total counter",
         f"ocrr_predict_pooled_total {totals['pooled']}",
-        "# HELP ocrr_predict_full_scans_total Pooled queries the float16 shortlist could not settle (scanned in full).",
+        "# HELP ocrr_predict_full_scans_total Pooled queries the shortlist could not settle (scanned in full).",
         "# TYPE ocrr_predict_full_scans_total counter",
         f"ocrr_predict_full_scans_total {totals['full_scans']}",
         "# HELP ocrr_workers Processes answering requests (ocrr serve --workers).",

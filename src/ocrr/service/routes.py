@@ -67,7 +67,7 @@ from ocrr.systems.persistent import POOLED_BELOW
 # 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.
 INLINE_FLOATS = 8_000_000
 # A pooled search (predicts of fewer than 8 vectors, service/pool.py) runs on the event loop
-# up to this many entries x dimension (~20k entries of 384: a float16 pass of 0.5-1 ms that
+# up to this many entries x dimension (~20k entries of 384: a shortlist pass of 0.3-1 ms that
 # releases the GIL), beyond it on a search thread. Measured on the 2-core box (8 clients, the
 # issue's mix, 4 runs each): by-vector p99 8.0-8.6 ms on the loop, 10.7-11.4 ms through a
 # thread, whose two hand-offs each wait for a busy core to be scheduled.
@@ -83,7 +83,7 @@ class Routes:
     """The endpoints over ``state``, and the thread pools they hand blocking work to.
 
     A predict of fewer than 8 vectors joins the pooled search (service/pool.py: one pass,
-    through the float16 shortlist, for the predicts that arrive together; on a search thread
+    through the 8-bit shortlist, for the predicts that arrive together; on a search thread
     unless the pass reads at most ``pool_inline_floats`` numbers). A bigger one whose exact
     scan reads at most ``inline_floats`` numbers (queries x entries x dimension) is answered
     on the event loop; larger ones run on ``search_threads`` threads (searches release the GIL
