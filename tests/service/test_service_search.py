@@ -272,7 +272,7 @@ def test_concurrent_searches_and_appends_answer_as_a_full_scan_of_their_snapshot
 
 
 @pytest.mark.parametrize("system", ["substrate", "bounded_fifo_500"])
-def test_the_pool_shares_the_substrates_float16_copy_only_when_its_rows_are_the_ledgers(tmp_path, system):
+def test_the_pool_shares_the_substrates_coded_copy_only_when_its_rows_are_the_ledgers(tmp_path, system):
     from concurrent.futures import ThreadPoolExecutor
 
     from ocrr.service.pool import PredictPool
@@ -283,6 +283,7 @@ def test_the_pool_shares_the_substrates_float16_copy_only_when_its_rows_are_the_
         pool.warm()
     index = sub.system.index_
     assert pool.shortlist is not None and len(pool.shortlist) == len(sub.ledger)
+    assert pool.shortlist.code == "sq8"  # a quarter of the float32 bytes to scan
     assert (pool.shortlist is index.shortlist()) == (system == "substrate")  # one copy per process
     if system != "substrate":  # the index's own copy (of its 500 live rows) was left alone
         assert len(index.shortlist()) == 0
