@@ -209,5 +209,5 @@ def test_an_8bit_shortlist_drops_a_copy_made_before_its_rows_were_recoded(small_
     rows[300:400] *= 3  # past the range: every row re-coded, so the copy made ahead no longer lines up
     got = short.search(rows, queries, 10, _full_scan())
     assert _same(got, _scan_few(rows, 0, queries, 10))
-    assert short._ahead is None or short._ahead[2] == short._removals
+    assert short._ahead is None or short._ahead[2] == short._epoch
     assert np.array_equal(short._codes(0, len(short)), short.index.sa_encode(rows))

@@ -186,7 +186,7 @@ class ExactIndex:
             _close_gaps(self._vecs, self._n, gone)
             self._n = _close_gaps(self._ids, self._n, gone)
         self.epoch += 1
-        if self._shortlist is not None:  # the float16 copy follows (a bounded index evicts at every step)
+        if self._shortlist is not None:  # the coded copy follows (a bounded index evicts at every step)
             self._shortlist.remove_rows(gone)
 
     @property

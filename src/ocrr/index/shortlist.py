@@ -92,12 +92,12 @@ class Shortlist:
         self._rows = RWLock()  # read: a search of the index; write: rows copied in
         self._count = threading.Lock()  # the counters above
         # grow_ahead(): the next, bigger index is made in the background (see _make_ahead):
-        # (that index, the rows it has room for, removals seen then)
+        # (that index, the rows it has room for, the epoch it mirrors)
         self._grow_ahead = False
         self._ahead: tuple[faiss.IndexScalarQuantizer, int, int] | None = None
         self._ahead_busy = False
         self._room = 0  # rows the current index holds without reallocating (0: not known)
-        self._removals = 0
+        self._epoch = 0  # bumped when rows are removed or re-coded: a copy made ahead before is stale
         self._ahead_thread: threading.Thread | None = None
 
     def grow_ahead(self) -> None:
@@ -151,14 +151,14 @@ class Shortlist:
         """A new index whose code array has room for ``rows`` rows, its memory backed now,
         holding the codes of the rows copied in so far."""
         try:
-            removals = self._removals  # first: a re-coding after this is seen below
+            epoch = self._epoch  # first: a re-coding after this is seen below
             ahead = self._new_index()
             ahead.codes.resize(rows * self.code_size)  # allocates and zero-fills: the slow part, without the GIL
             ahead.codes.resize(0)  # a vector keeps its capacity
             done = 0
             while True:  # in slices, each under the read lock: searches go on, new rows wait for one slice
                 with self._rows.read():
-                    if removals != self._removals:
+                    if epoch != self._epoch:
                         return  # rows were removed meanwhile: what was copied no longer lines up
                     n = len(self)
                     hi = min(n, done + _AHEAD_ROWS)
@@ -166,7 +166,7 @@ class Shortlist:
                         ahead.add_sa_codes(self._codes(done, hi))
                         done = hi
                     if done == n:  # no new rows can come while the lock is held: it is complete
-                        self._ahead = (ahead, rows, removals)
+                        self._ahead = (ahead, rows, epoch)
                         return
         finally:
             self._ahead_busy = False
@@ -197,7 +197,7 @@ class Shortlist:
             start, width = self._range
             if start <= lo and hi <= start + width:
                 return
-            beyond = int(np.count_nonzero(((new < start) | (new > start + width)).any(axis=1)))
+            beyond = int(np.count_nonzero(self._past_range(new)))
             if len(self._outside) + beyond <= _MAX_OUTSIDE:
                 return  # _add records them, and searches score them exactly
             old = matrix[: len(self)]
@@ -210,16 +210,22 @@ class Shortlist:
         self.index = self._new_index()  # empty: catch_up copies every row in again
         self.err_max = self.norm_max = 0.0
         self._outside = np.empty(0, np.int64)
-        self._removals += 1  # a next copy made before uses the old range
+        self._epoch += 1  # a next copy made before uses the old range
         self._ahead = None
         self._room = 0
 
+    def _past_range(self, rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` hold a value outside the 8-bit range (their codes are clipped)."""
+        assert self._range is not None
+        start, width = self._range
+        return np.asarray(((rows < start) | (rows > start + width)).any(axis=1))
+
     def _adopt_ahead(self) -> None:
         """Under the write lock: switch to the index made ahead (which ``catch_up`` keeps
-        complete), if no rows were removed since it was made."""
+        complete), if no rows were removed or re-coded since it was made."""
         assert self._ahead is not None
-        (ahead, room, removals), self._ahead = self._ahead, None
-        if removals == self._removals:  # else rows were removed since: it no longer mirrors this one
+        (ahead, room, epoch), self._ahead = self._ahead, None
+        if epoch == self._epoch:  # else rows were removed or re-coded since: it no longer mirrors this one
             self.index, self._room = ahead, room
 
     def _codes(self, lo: int, hi: int) -> np.ndarray:
@@ -245,7 +251,7 @@ class Shortlist:
                     gone = np.unique(rows)
                     left = self._outside[~np.isin(self._outside, gone)]
                     self._outside = left - np.searchsorted(gone, left)
-                self._removals += 1  # a next copy made before no longer mirrors this one
+                self._epoch += 1
                 self._ahead = None
 
     def _add(self, rows: np.ndarray) -> None:
@@ -264,8 +270,7 @@ class Shortlist:
                 codes = self.index.sa_encode(rows)
                 decoded = self.index.sa_decode(codes).astype(np.float64)
                 err = np.linalg.norm(rows - decoded, axis=1) * _NORM_MARGIN
-                start, width = self._range
-                beyond = ((rows < start) | (rows > start + width)).any(axis=1)
+                beyond = self._past_range(rows)
                 if beyond.any():  # clipped: no bound of their own; every search scores them exactly
                     self._outside = np.concatenate([self._outside, len(self) + np.flatnonzero(beyond)])
                     err = np.where(beyond, 0.0, err)
