@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -76,3 +79,55 @@ def running(app):
         server.should_exit = True
         thread.join(timeout=20)
         sock.close()
+
+
+# -- `ocrr serve --workers N` in a subprocess ------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_workers(path, port, *extra, workers: int = 2):
+    """``ocrr serve --workers`` on ``path`` and ``port`` (stderr piped, text)."""
+    command = ["serve", "--ledger", str(path), "--port", str(port), "--workers", str(workers), *extra]
+    return subprocess.Popen(
+        [sys.executable, "-m", "ocrr.cli", *command],
+        env={**os.environ, "OCRR_TOKEN": TOKEN},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_workers(url, proc, workers, deadline, exclude_pids=()):
+    """{worker slot: pid} once every slot answered /health (each request a new connection)."""
+    import requests
+
+    seen: dict[int, int] = {}
+    while len(seen) < workers:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, f"workers {sorted(seen)} of {workers} answered"
+        try:
+            h = requests.get(f"{url}/health", timeout=2, headers={"Authorization": f"Bearer {TOKEN}"}).json()
+            if h["pid"] not in exclude_pids:
+                seen[h["worker"]] = h["pid"]
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    return seen
+
+
+def session_on(url, slot, deadline):
+    """A keep-alive session whose connection is served by worker ``slot``."""
+    import requests
+
+    while time.monotonic() < deadline:
+        s = requests.Session()
+        try:
+            if s.get(f"{url}/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=2).json()["worker"] == slot:
+                return s
+        except requests.ConnectionError:
+            time.sleep(0.1)
+        s.close()
+    raise AssertionError(f"no connection reached worker {slot}")

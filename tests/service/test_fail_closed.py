@@ -4,11 +4,7 @@ that disagrees with the file, /health 503 naming the first bad entry) until rest
 
 from __future__ import annotations
 
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,7 +13,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 requests = pytest.importorskip("requests")
 
-from service_helpers import TOKEN, open_state, running, seed  # noqa: E402
+from service_helpers import TOKEN, free_port, open_state, running, seed, serve_workers, session_on  # noqa: E402
 
 from ocrr.ledger.heads import Signer  # noqa: E402
 from ocrr.ledger.scan import scan_file  # noqa: E402
@@ -125,46 +121,6 @@ def test_an_intact_file_keeps_serving(tmp_path):
 # -- shared damage, old entries, a changed file, small fixes ----------
 
 
-def _serve_workers(path, port, *extra):
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ocrr.cli",
-            "serve",
-            "--ledger",
-            str(path),
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            *extra,
-        ],
-        env={**os.environ, "OCRR_TOKEN": TOKEN},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _session_on(url, slot, deadline):
-    """A keep-alive session whose connection is served by worker ``slot``."""
-    while time.monotonic() < deadline:
-        s = requests.Session()
-        try:
-            if s.get(f"{url}/health", headers=AUTH, timeout=2).json().get("worker") == slot:
-                return s
-        except requests.ConnectionError:
-            time.sleep(0.1)
-        s.close()
-    raise AssertionError(f"no connection reached worker {slot}")
-
-
 def test_damage_found_by_one_worker_stops_every_worker(tmp_path):
     """/verify answered by one worker: every /health after it is 503, whichever worker answers,
     and /correct is refused by both (the damage is recorded in the file, where each looks)."""
@@ -172,12 +128,12 @@ def test_damage_found_by_one_worker_stops_every_worker(tmp_path):
     state = open_state(path, check_every=0)
     seed(state)
     state.close()
-    port = _free_port()
-    proc = _serve_workers(path, port, "--check-every", "0")
+    port = free_port()
+    proc = serve_workers(path, port, "--check-every", "0")
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
-        on = [_session_on(url, 0, deadline), _session_on(url, 1, deadline)]
+        on = [session_on(url, 0, deadline), session_on(url, 1, deadline)]
         assert all(s.get(f"{url}/health").status_code == 200 for s in on)
         _tamper(path, "UPDATE entries SET label = 'transfer' WHERE id = 4")
         v = on[0].get(f"{url}/verify", headers=AUTH).json()
@@ -278,7 +234,7 @@ def test_the_startup_line_says_https_with_tls(tmp_path, monkeypatch):
     seed_state.close()
     monkeypatch.setattr(server.uvicorn, "run", lambda *a, **k: None)
     lines: list[str] = []
-    config = ServiceConfig(ledger=path, token=TOKEN, port=_free_port(), tls_cert="c.pem", tls_key="k.pem")
+    config = ServiceConfig(ledger=path, token=TOKEN, port=free_port(), tls_cert="c.pem", tls_key="k.pem")
     assert server.serve(config, log=lines.append) == 0
     page = [line for line in lines if "review page" in line]
     assert page and page[0].startswith("review page: https://") and "API: https://" in page[0]

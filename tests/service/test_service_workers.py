@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 requests = pytest.importorskip("requests")
 
-from service_helpers import TOKEN  # noqa: E402
+from service_helpers import TOKEN, session_on, wait_for_workers  # noqa: E402
 
 from ocrr.ledger.store import DurableLedger  # noqa: E402
 from ocrr.systems.persistent import open_substrate  # noqa: E402
@@ -28,31 +28,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def _vecs(rng, m, d=16):
     v = rng.normal(size=(m, d)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def _wait_for_workers(url, proc, workers, deadline, exclude_pids=()):
-    """{worker slot: pid} once every slot answered /health (each request a new connection)."""
-    seen = {}
-    while len(seen) < workers:
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, f"workers {sorted(seen)} of {workers} answered"
-        try:
-            h = requests.get(f"{url}/health", timeout=2, headers=AUTH).json()
-            if h["pid"] not in exclude_pids:
-                seen[h["worker"]] = h["pid"]
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    return seen
-
-
-def _session_on(url, slot, deadline):
-    """A keep-alive session whose connection is served by worker ``slot``."""
-    while time.monotonic() < deadline:
-        s = requests.Session()
-        if s.get(f"{url}/health", headers=AUTH, timeout=2).json()["worker"] == slot:
-            return s
-        s.close()
-    raise AssertionError(f"no connection reached worker {slot}")
 
 
 def test_workers_answer_for_each_other_and_stop_cleanly(tmp_path):
@@ -73,8 +48,8 @@ def test_workers_answer_for_each_other_and_stop_cleanly(tmp_path):
     acked = []
     try:
         deadline = time.monotonic() + 120
-        pids = _wait_for_workers(url, proc, 2, deadline)
-        on = [_session_on(url, 0, deadline), _session_on(url, 1, deadline)]
+        pids = wait_for_workers(url, proc, 2, deadline)
+        on = [session_on(url, 0, deadline), session_on(url, 1, deadline)]
         for k in range(6):  # correct through one worker, predict at once through the other
             writer, reader = on[k % 2], on[1 - k % 2]
             q = _vecs(rng, 1)
@@ -96,7 +71,7 @@ def test_workers_answer_for_each_other_and_stop_cleanly(tmp_path):
         assert verified["ok"] and on[1].get(f"{url}/corrections/recent", headers=AUTH).json()["last_verify"] == verified
 
         os.kill(pids[1], signal.SIGKILL)  # a worker dies: the supervisor starts another in its slot
-        _wait_for_workers(url, proc, 2, time.monotonic() + 120, exclude_pids={pids[1]})
+        wait_for_workers(url, proc, 2, time.monotonic() + 120, exclude_pids={pids[1]})
     finally:
         proc.send_signal(signal.SIGTERM)
         status = proc.wait(timeout=60)

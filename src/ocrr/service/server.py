@@ -3,6 +3,7 @@ worker processes under a supervisor (``supervisor.py``), until SIGTERM / SIGINT.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -15,6 +16,7 @@ import uvicorn
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import display, scan_location
 from ocrr.service.app import create_app
+from ocrr.service.balance import Balancer, Mesh, balanced_protocol
 from ocrr.service.config import ServiceConfig
 from ocrr.service.limits import BodyLimit
 from ocrr.service.state import build_state
@@ -101,14 +103,24 @@ def _serve_workers(config: ServiceConfig, log: Callable[[str], None], damage_aft
     worker = dataclasses.replace(config, port=port, fit=None, data_dir=None, quick_open=True)
     base = _base_url(config, port)
     log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
-    status = supervise(config.workers, sock, functools.partial(worker_main, damage_after=damage_after), worker, log)
+    status = supervise(
+        config.workers,
+        sock,
+        functools.partial(worker_main, damage_after=damage_after),
+        worker,
+        log,
+        balanced=not config.tls_cert,  # a TLS connection cannot move once its handshake is done
+    )
     log(f"stopped: {config.workers} workers, ledger {display(config.ledger)} closed")
     return status
 
 
-def worker_main(config: ServiceConfig, slot: int, workers: int, table, damage_after: int = -1) -> None:
+def worker_main(
+    config: ServiceConfig, slot: int, workers: int, table, mesh: Mesh | None = None, damage_after: int = -1
+) -> None:
     """One worker: open the ledger (from the supervisor's checkpoint), build the app, and
-    serve on its own socket of the shared port until SIGTERM. ``damage_after``: the latest
+    serve on its own socket of the shared port until SIGTERM. ``mesh``: connections are
+    balanced over the workers through it (``balance.py``). ``damage_after``: the latest
     verification record when the service started (damage recorded after it is honoured)."""
     log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
@@ -129,14 +141,38 @@ def worker_main(config: ServiceConfig, slot: int, workers: int, table, damage_af
     state.slot, state.workers, state.shared = slot, workers, table
     limit_threads()
     app = BodyLimit(create_app(state, freeze_heap=True))
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            ssl_certfile=config.tls_cert,
-            ssl_keyfile=config.tls_key,
-            timeout_graceful_shutdown=STOP_GRACE_S,
-        )
+    uv = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=config.tls_cert,
+        ssl_keyfile=config.tls_key,
+        timeout_graceful_shutdown=STOP_GRACE_S,
     )
+    server = uvicorn.Server(uv) if mesh is None else _BalancedServer(uv, Balancer(mesh, slot))
     server.run(sockets=[bind(config.host, config.port, listen=True)])
+
+
+class _BalancedServer(uvicorn.Server):
+    """uvicorn's server, its connections balanced over the workers (``balance.py``)."""
+
+    def __init__(self, config: uvicorn.Config, balancer: Balancer):
+        config.load()  # resolves the HTTP protocol class, which is then wrapped
+        self.protocol = balanced_protocol(config.http_protocol_class, balancer)
+        config.http_protocol_class = self.protocol
+        super().__init__(config)
+        self.balancer = balancer
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.balancer.serve(
+                asyncio.get_running_loop(),
+                lambda sender: self.protocol(
+                    config=self.config, server_state=self.server_state, app_state=self.lifespan.state, sender=sender
+                ),
+            )
+
+    async def shutdown(self, sockets=None) -> None:
+        self.balancer.stop()
+        await super().shutdown(sockets=sockets)

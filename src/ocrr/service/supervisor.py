@@ -4,7 +4,8 @@ One Python process answers at most what one GIL allows (measured: ~700 requests/
 predicts and corrections, a core and a half), so on a box with more cores the service
 runs N workers, each a full copy of the app with its own substrate and its own SQLite
 connection to the same ledger file. The kernel hands each new connection to one of them
-(each listens on its own socket of that port). They agree on the ledger: a worker's commit
+(each listens on its own socket of that port), and a worker holding more than its share
+hands it on to the least-loaded one (``balance.py``). They agree on the ledger: a worker's commit
 first takes in, checked, what the others committed, and every predict, head and proof
 first takes in what is new (``DurableLedger.refresh``), so any worker answers for every
 correction acknowledged before the request arrived, whichever worker acknowledged it.
@@ -46,6 +47,7 @@ from typing import Any
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import is_database_url
+from ocrr.service.balance import Mesh
 from ocrr.service.metrics import MAX_ROUTES, Counters
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -55,9 +57,10 @@ ORPHAN_GRACE = 5.0  # seconds a worker whose supervisor died has to stop gracefu
 def bind(host: str, port: int, listen: bool) -> socket.socket:
     """A socket on (host, port) that other sockets of this user may share (SO_REUSEPORT).
     The supervisor binds one without listening, to claim the port; each worker listens on
-    its own, and the kernel spreads new connections over the listening ones evenly (one
-    shared socket would hand most of them to whichever worker wakes first). Call ``claim``
-    first: it makes sure no other process is on the port."""
+    its own, and the kernel spreads new connections over the listening ones by a hash of
+    their addresses (one shared socket would hand most of them to whichever worker wakes
+    first; ``balance.py`` evens out what the hash leaves uneven). Call ``claim`` first: it
+    makes sure no other process is on the port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -219,13 +222,16 @@ def supervise(
     config: Any,
     log: Callable[[str], None],
     backoff: Backoff | None = None,
+    balanced: bool = False,
 ) -> int:
     """Run ``target(config, slot, workers, table)`` in ``workers`` processes until a
-    signal asks to stop; restart any that dies meanwhile (``backoff``). Returns the exit
-    status: 0 when stopped by a signal, 1 when a worker kept failing."""
+    signal asks to stop; restart any that dies meanwhile (``backoff``). ``balanced``: the
+    target also gets a ``balance.Mesh`` (connections balanced over the workers). Returns
+    the exit status: 0 when stopped by a signal, 1 when a worker kept failing."""
     backoff = backoff or Backoff()
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads or locks
     table = ctx.RawArray("d", workers * Counters.width(MAX_ROUTES))
+    mesh = Mesh.create(ctx, workers) if balanced else None
     watch, alive = ctx.Pipe(duplex=False)  # nothing is written to `alive`: its end tells a worker we died
     errors_in, errors = ctx.Pipe(duplex=False)  # a failing worker's one-line error
     procs: dict[int, SpawnProcess] = {}
@@ -239,7 +245,7 @@ def supervise(
     def start(slot: int) -> None:
         proc = ctx.Process(
             target=_worker_main,
-            args=(target, watch, errors, me, config, slot, workers, table),
+            args=(target, watch, errors, me, config, slot, workers, table, *([mesh] if mesh else [])),
             name=f"ocrr-worker-{slot}",
         )
         proc.start()
@@ -264,6 +270,8 @@ def supervise(
                 if proc.exitcode is None or stopping:
                     continue
                 del procs[slot]
+                if mesh is not None:
+                    mesh.gone(slot)
                 if now - started[slot] >= backoff.steady:
                     failures[slot] = 0
                 failures[slot] += 1
@@ -294,6 +302,8 @@ def supervise(
             signal.signal(s, handler)
         for conn in (watch, alive, errors_in, errors):
             conn.close()
+        if mesh is not None:
+            mesh.close()
         sock.close()
     return 1 if stopping and stopping[0] == 0 else 0
 
