@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ocrr.index import exact
+from ocrr.index import shortlist as shortlist_module
 from ocrr.index.exact import ExactIndex
 from ocrr.utils.threads import pinned_threads
 
@@ -176,3 +177,39 @@ def test_an_index_that_evicts_at_every_step_keeps_one_copy_in_step():
             assert np.array_equal(got_i, want_i) and np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32))
         assert fast.shortlist() is copy and len(copy) == len(fast)
         assert copy.fallbacks < copy.queries
+
+
+@pytest.mark.parametrize("dim", [24, 384])
+def test_candidates_scored_in_the_probed_group_are_the_full_scans_bits(dim):
+    group = shortlist_module.aligned_group(dim)
+    assert group in shortlist_module._GROUPS  # this machine's BLAS has one
+    rng = np.random.default_rng(dim)
+    rows = rng.standard_normal((5003, dim)).astype(np.float32)
+    with pinned_threads(1):
+        for _ in range(40):  # random candidate sets, gathered group by group as a search does
+            q = rng.standard_normal(dim).astype(np.float32)
+            picks = np.unique(rng.choice(len(rows) // group + 1, size=rng.integers(1, 30)))
+            cand = (picks[:, None] * group + np.arange(group)).ravel()
+            cand = cand[cand < len(rows)]
+            assert np.array_equal((rows[cand] @ q).view(np.uint32), (rows @ q)[cand].view(np.uint32))
+
+
+def test_the_probe_refuses_groups_too_small_for_the_blas_kernel(monkeypatch):
+    # a single row (or two) is scored by another kernel than the rows around it in a full scan
+    monkeypatch.setattr(shortlist_module, "_GROUPS", (1, 2, 4, 8, 16))
+    shortlist_module.aligned_group.cache_clear()
+    try:
+        assert shortlist_module.aligned_group(DIM) not in (1, 2)
+    finally:
+        shortlist_module.aligned_group.cache_clear()
+
+
+def test_without_a_group_that_reproduces_the_scan_every_search_is_a_full_scan(monkeypatch):
+    monkeypatch.setattr(shortlist_module, "aligned_group", lambda dim: None)
+    x = tie_heavy_rows(SHORTLIST_FROM + 50, seed=12)
+    fast, plain = pair(x, borrowed=True)
+    queries = queries_from(x, 5, seed=13)
+    with pinned_threads(1):
+        assert_same_answers(fast, plain, queries, 10)
+    copy = fast.shortlist()
+    assert copy.group is None and copy.queries > 0 and copy.fallbacks == copy.queries

@@ -21,8 +21,10 @@ and every row coded again). The answer is the exact search's, not an approximati
 * their exact scores are the same bits as a one-thread full scan's: a BLAS
   matrix-vector product works through the rows in small aligned groups (a row alone at
   the end takes another kernel, which can round differently), so each candidate is
-  scored inside its aligned group of ``_GROUP`` rows, cut at the end of the matrix as
-  the full scan is; the best k of those rows (by similarity, then id, descending:
+  scored inside its aligned group of rows, cut at the end of the matrix as the full
+  scan is (the group: the smallest of 4, 8, 16 rows that reproduces a one-thread full
+  scan with this BLAS and dimension, ``aligned_group``; none does: every search is a full
+  scan); the best k of those rows (by similarity, then id, descending:
   ``top_k``'s order) are then the full scan's answer, ties included;
 * a row coded outside the 8-bit range (clipped: its error is not bounded by ``r_max``) is
   a candidate of every query, and never sets the k-th best coded score;
@@ -36,6 +38,7 @@ the rows its own matrix holds; copying in new rows waits for the searches in fli
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -49,7 +52,9 @@ if TYPE_CHECKING:
     import faiss
 
 _U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
-_GROUP = 16  # a multiple of the rows a BLAS matrix-vector kernel takes at once (4 or 8)
+# Group sizes tried, smallest first (a BLAS matrix-vector kernel takes 4 or 8 rows at once):
+# the smallest that reproduces the full scan here is used (``aligned_group``).
+_GROUPS = (4, 8, 16)
 # A float32 norm of a 384-term difference is within ~1e-5 (relative) of the true one; the
 # margin covers that many times over, so the rounding bound stays a bound.
 _NORM_MARGIN = 1 + 1e-3
@@ -80,6 +85,7 @@ class Shortlist:
         if code not in CODES:
             raise ValueError(f"code must be one of {CODES}, got {code!r}")
         self.dim, self.depth, self.code = dim, depth, code
+        self.group = aligned_group(dim)  # rows scored together (None: no group reproduces the scan)
         self.code_size = 2 * dim if code == "fp16" else dim  # bytes per row
         self._range: tuple[float, float] | None = None  # sq8: (lowest value, width) coded
         self._decode_err = 0.0  # e above (sq8)
@@ -303,7 +309,7 @@ class Shortlist:
             # the rows, under the write lock, starts them afresh)
             err_max, norm_max, decode_err = self.err_max, self.norm_max, self._decode_err
             outside = self._outside
-            if kk == 0 or depth <= kk or not np.isfinite(err_max + norm_max) or extra < 0:
+            if kk == 0 or depth <= kk or not np.isfinite(err_max + norm_max) or extra < 0 or not self.group:
                 self._counted(len(queries), len(queries))
                 return full_scan(matrix, queries, k)
             approx, rows = self.index.search(queries, depth + extra)
@@ -323,10 +329,11 @@ class Shortlist:
         ok = np.isfinite(approx).all(axis=1) & np.isfinite(floor) & ((approx[:, -1] < floor) | (depth == n))
         sims = np.empty((len(queries), kk), np.float32)
         out = np.empty((len(queries), kk), np.int64)
+        group = self.group
         for j in np.flatnonzero(ok).tolist():
             near = rows[j][inside[j] >= floor[j]].tolist() + outside  # a few dozen at most: a set beats np.unique
-            groups = np.array(sorted({r // _GROUP for r in near}), np.int64) * _GROUP
-            cand = (groups[:, None] + np.arange(_GROUP)).ravel()
+            groups = np.array(sorted({r // group for r in near}), np.int64) * group
+            cand = (groups[:, None] + np.arange(group)).ravel()
             cand = cand[cand < n]  # only the last group can be cut, and it stays last
             exact = matrix[cand] @ queries[j]
             cand_ids = cand if ids is None else ids[cand]
@@ -337,6 +344,36 @@ class Shortlist:
         if len(redo):
             sims[redo], out[redo] = full_scan(matrix, queries[redo], k)
         return sims, out
+
+
+@functools.cache
+def aligned_group(dim: int) -> int | None:
+    """The smallest number of rows (of ``_GROUPS``) whose aligned groups, gathered as
+    ``search`` gathers its candidates' and multiplied by a vector, give the same bits as one
+    matrix-vector product over all the rows on one thread, the last group cut short where the
+    matrix ends: tried with this BLAS on random rows of ``dim`` (a kernel that takes more rows
+    at once sums some of them in another order, which shows at once). None: no size does, and
+    the shortlist cannot be exact."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((16 * 24 + 11, dim)).astype(np.float32)  # the last group is cut short
+    queries = rng.standard_normal((4, dim)).astype(np.float32)
+    with threadpool_limits(1):
+        full = [rows @ q for q in queries]
+        for group in _GROUPS:
+            last = (len(rows) - 1) // group  # cut short
+            # groups gathered as a search might: one alone, a few, every second or third, the last
+            picks = [[0], [3], [last], [1, 2, 5], [0, last], list(range(0, last, 2)), list(range(1, last + 1, 3))]
+            if all(_same_bits(rows, queries, full, group, np.array(p)) for p in picks):
+                return group
+    return None
+
+
+def _same_bits(rows: np.ndarray, queries: np.ndarray, full: list[np.ndarray], group: int, picks: np.ndarray) -> bool:
+    cand = (picks[:, None] * group + np.arange(group)).ravel()
+    cand = cand[cand < len(rows)]
+    return all(np.array_equal(rows[cand] @ q, f[cand]) for q, f in zip(queries, full, strict=True))
 
 
 def _below(approx: np.ndarray, rows: np.ndarray, n: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
