@@ -90,7 +90,10 @@ class ExactIndex:
     A search of fewer than ``_GEMV_BELOW`` queries over ``SHORTLIST_FROM_FLOATS`` stored
     numbers or more reads a float16 copy of the rows first (``shortlist()``, made on first
     use, kept in step with appends and removals, 2 bytes per number; ``shortlist=False``
-    never makes one): the answer is the float32 scan's, bit for bit (index/shortlist.py).
+    never makes one): the answer is the float32 scan's, bit for bit (index/shortlist.py),
+    as a scan on one BLAS thread computes it. With BLAS on more threads, a plain scan can
+    round a few rows (where the threads' shares meet) differently; ``ocrr run``, ``ocrr
+    sweep`` and the service pin BLAS to one thread.
     """
 
     name = "exact"
