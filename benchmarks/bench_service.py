@@ -8,7 +8,7 @@ mixing predicts by vector, predicts by text and single-item corrections; then, f
 p50/p90/p99/max latency per kind, durable corrections/s (acknowledged ones, each fsynced
 before its answer) and corrections per commit, the service's own timing of /predict (from
 its /metrics: what share of the time is spent inside the app), how many connections each
-worker holds (the kernel hands each to one worker, which keeps it), the CPU used by the
+worker holds (each stays with the worker that serves its first request), the CPU used by the
 server and by the load generator, and the load average around each phase (on a shared box, latency follows it);
 then stops the server with SIGTERM, reopens the ledger, checks it fully and checks that
 every acknowledged correction is in it. With ``--rate R1,R2,...`` the mixed load runs
@@ -286,7 +286,7 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
     or every ``interval`` seconds (latency then counted from when each request was due)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     # Which worker serves this connection (before the clock: the kernel hands each connection
-    # to one worker's socket, and keeps it there).
+    # to one worker, which keeps it or hands it on to a less loaded one before reading it).
     writer.write(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
     load.worker = json.loads((await _read_response(reader))[1]).get("worker")
     clock = time.perf_counter
@@ -623,7 +623,7 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
     print(
         "  connections per worker: "
         + ", ".join(f"{n} on worker {w}" for w, n in sorted(per_worker.items(), key=lambda wn: str(wn[0])))
-        + " (each keeps the worker it first reached)"
+        + " (each stays with the worker that served its first request)"
     )
     user, system = cpu[0]
     per_request = 1000 * (user + system) / max(total, 1)
