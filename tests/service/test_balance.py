@@ -109,7 +109,9 @@ def test_what_is_not_a_workers_handover_is_dropped(mesh):
         os.set_blocking(w, False)  # a read end kept open would take 64 KB, then refuse: no hang
         socket.send_fds(out, [bytes([7])], [r])  # a sender that does not exist, and not a socket
         os.close(r)
-        b1._take_in(loop, taken.append)
+        b1.serve(loop, taken.append)
+        b1._take_in()
+        b1.stop()
         assert taken == [] and not b1._tasks
         with pytest.raises(BrokenPipeError):  # the received read end was closed, not kept
             os.write(w, b"x")
@@ -118,7 +120,7 @@ def test_what_is_not_a_workers_handover_is_dropped(mesh):
         loop.close()
 
 
-def _worker_of_each_request(port, conns, rounds):
+def _worker_of_each_request(conns, rounds):
     """Per connection, the workers that answered its requests (one keep-alive connection each)."""
     seen = collections.defaultdict(set)
     for _ in range(rounds):
@@ -151,9 +153,9 @@ def test_connections_opened_one_by_one_split_evenly_and_stay_put(two_workers):
     try:
         for _ in range(16):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            _worker_of_each_request(port, [c], 1)  # served before the next one opens
+            _worker_of_each_request([c], 1)  # served before the next one opens
             conns.append(c)
-        seen = _worker_of_each_request(port, conns, 3)
+        seen = _worker_of_each_request(conns, 3)
         assert all(len(w) == 1 for w in seen.values())  # each connection keeps one worker
         per_worker = collections.Counter(next(iter(w)) for w in seen.values())
         assert per_worker == {0: 8, 1: 8}
@@ -168,7 +170,7 @@ def test_a_burst_of_connections_is_spread_and_every_request_answered(two_workers
     try:
         for c in conns:
             c.connect()  # all queued at the kernel before the workers accept them
-        seen = _worker_of_each_request(port, conns, 2)
+        seen = _worker_of_each_request(conns, 2)
         per_worker = collections.Counter(next(iter(w)) for w in seen.values())
         assert all(len(w) == 1 for w in seen.values()) and sum(per_worker.values()) == 32
         assert abs(per_worker[0] - per_worker[1]) <= 2, per_worker

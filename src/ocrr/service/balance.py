@@ -79,7 +79,8 @@ class Balancer:
         self._handed = _FIXED  # column of "handed to worker 0"
         self._taken = _FIXED + self.workers  # column of "taken from worker 0"
         self._tasks: set[asyncio.Task] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # while serving (``serve``)
+        self._protocol: Callable[[int], asyncio.Protocol] | None = None
         self.cells[slot, _OPEN] = 0  # a restarted worker holds none of its predecessor's connections
 
     def load(self, slot: int) -> int:
@@ -125,8 +126,8 @@ class Balancer:
     def serve(self, loop: asyncio.AbstractEventLoop, protocol: Callable[[int], asyncio.Protocol]) -> None:
         """Take in the connections other workers hand over (``protocol(sender)`` serves one),
         and tell them this worker is serving."""
-        self._loop = loop
-        loop.add_reader(self.inbox.fileno(), self._take_in, loop, protocol)
+        self._loop, self._protocol = loop, protocol
+        loop.add_reader(self.inbox.fileno(), self._take_in)
         self.cells[self.slot, _READY] = 1
 
     def stop(self) -> None:
@@ -137,7 +138,8 @@ class Balancer:
             self._loop.remove_reader(self.inbox.fileno())
             self._loop = None
 
-    def _take_in(self, loop: asyncio.AbstractEventLoop, protocol: Callable[[int], asyncio.Protocol]) -> None:
+    def _take_in(self) -> None:
+        assert self._loop is not None  # a reader of the serving loop
         while True:
             try:
                 msg, fds, _, _ = socket.recv_fds(self.inbox, 16, 4)
@@ -151,13 +153,15 @@ class Balancer:
                         s.close()
                 continue
             sender = msg[0]
-            task = loop.create_task(self._adopt(loop, sock, sender, protocol))
+            task = self._loop.create_task(self._adopt(sock, sender))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _adopt(self, loop, sock: socket.socket, sender: int, protocol) -> None:
+    async def _adopt(self, sock: socket.socket, sender: int) -> None:
+        assert self._loop is not None and self._protocol is not None
+        protocol = self._protocol
         try:
-            await loop.connect_accepted_socket(lambda: protocol(sender), sock)
+            await self._loop.connect_accepted_socket(lambda: protocol(sender), sock)
         except OSError:  # the client went away meanwhile
             self.cells[self.slot, self._taken + sender] += 1  # taken, then lost: not in flight any more
             sock.close()
