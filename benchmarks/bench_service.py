@@ -35,7 +35,10 @@ matrix-vector product, at the ledger's size before and after the load), one pred
 HTTP with nothing else running, back to back and after 20 ms idle (the latency floor: on a
 virtual machine an idle core halts and its caches go cold), and a plain SQLite insert loop
 with the service's durability (WAL, synchronous=FULL, rows of the same size, one commit per
-group of as many rows as the service's group commit reached in that phase).
+group of as many rows as the service's group commit reached in that phase); after a paced
+phase, the same paced load on ideal servers (``ideal_server.py``, one process per worker)
+that spend the service's CPU per request and do nothing else: the p99 that much CPU allows
+on this box when every request is alike.
 
 Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
 [--repeat 4]
@@ -168,6 +171,59 @@ def sqlite_limit(folder: Path, dim: int, per_commit: int, seconds: float = LIMIT
     return (
         f"limit: plain SQLite insert loop (WAL, synchronous=FULL, {per_commit} rows per commit, one "
         f"thread): {n / wall:.0f} rows/s, {commits / wall:.0f} commits/s"
+    )
+
+
+def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base, texts, labels) -> tuple[str, float]:
+    """The latency limit at this load: the same paced requests (``tag``'s, made alike) on
+    ``ideal_server.py``, one process per worker, each request spending the service's CPU per
+    request (``cpu_ms``) on the event loop: first 2 s without spinning, for the ideal server's
+    own HTTP cost, then ``args.seconds`` spinning the difference. Returns the line to print
+    and the p99."""
+
+    def run(spin_ms: float, seconds: float) -> tuple[np.ndarray, float]:
+        ports = [free_port() for _ in range(args.workers)]
+        env = {**os.environ, "IDEAL_SPIN_MS": f"{spin_ms:.6f}"}
+        here = str(Path(__file__).resolve().parent)
+        servers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "ideal_server:app", "--app-dir", here, "--port", str(p)]
+                + ["--log-level", "warning", "--no-access-log"],
+                env=env,
+            )
+            for p in ports
+        ]
+        try:
+            for p in ports:
+                for _ in range(200):
+                    try:
+                        socket.create_connection(("127.0.0.1", p)).close()
+                        break
+                    except OSError:
+                        time.sleep(0.05)
+            loads = [Load(k, tag, base, texts, labels, mix, args.b64) for k in range(args.clients)]
+            for load in loads:
+                load.prepare(int(seconds / interval) + 2)
+            cpu0 = sum(cpu_seconds(s.pid) for s in servers)
+            run_load(ports, loads, seconds, interval)
+            cpu = float(np.sum(sum(cpu_seconds(s.pid) for s in servers) - cpu0))
+        finally:
+            for s in servers:
+                s.terminate()
+                s.wait(timeout=30)
+        lat = np.array([x for c in loads for v in c.lat.values() for x in v]) * 1000
+        return lat, 1000 * cpu / max(len(lat), 1)
+
+    _, http_ms = run(0.0, 2.0)
+    spin = max(0.0, cpu_ms - http_ms)
+    lat, ideal_ms = run(spin, args.seconds)
+    p50, p99 = np.percentile(lat, [50, 99])
+    return (
+        f"limit: the same paced load on {args.workers} ideal server process{'es' if args.workers > 1 else ''} "
+        f"(benchmarks/ideal_server.py: uvicorn, connections split evenly, every request the same {spin:.2f} ms "
+        f"of CPU on its event loop, {ideal_ms:.2f} ms per request in all against the service's {cpu_ms:.2f}; no "
+        f"threads, locks or disk): p50 {p50:.2f} ms, p99 {p99:.2f} ms over {len(lat)} requests",
+        float(p99),
     )
 
 
@@ -317,12 +373,16 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
         writer.close()
 
 
-def run_load(port: int, loads: list, seconds: float, interval: float) -> float:
-    """All clients in this process's one asyncio loop (uvloop when installed); returns the wall time."""
+def run_load(port: int | list[int], loads: list, seconds: float, interval: float) -> float:
+    """All clients in this process's one asyncio loop (uvloop when installed); returns the wall
+    time. A list of ports: client k connects to the (k mod n)-th."""
+    ports = port if isinstance(port, list) else [port]
 
     async def main() -> float:
         t0 = time.perf_counter()
-        await asyncio.gather(*(_drive(load, port, t0 + seconds, interval) for load in loads))
+        await asyncio.gather(
+            *(_drive(load, ports[k % len(ports)], t0 + seconds, interval) for k, load in enumerate(loads))
+        )
         return time.perf_counter() - t0
 
     try:
@@ -485,6 +545,7 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
             print(round_trips(port, base))
             acked = []
             group_sizes = []  # (phase, corrections per commit reached), for the SQLite limit
+            paced = []  # (phase, its pacing, the server's CPU ms per request), for the ideal server's limit
             ok = True
             print(
                 f"load: {args.clients} keep-alive HTTP/1.1 connections from this process (pid {os.getpid()}), "
@@ -502,6 +563,9 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
                 n_acked, commits = sum(len(c.acked) for c in loads), measured[1][0]
                 if n_acked:
                     group_sizes.append((tag, max(1, round(n_acked / max(commits, 1)))))
+                if interval:
+                    answered = sum(len(v) for c in loads for v in c.lat.values())
+                    paced.append((tag, mix, interval, 1000 * float(np.sum(measured[2][0])) / max(answered, 1)))
         finally:
             server.send_signal(signal.SIGTERM)  # clean shutdown: waits for requests in flight
             try:
@@ -522,6 +586,10 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
         print(bare_predict(path, base))
         for tag, per_commit in group_sizes:
             print(f"{tag}: {sqlite_limit(Path(tmp), base.shape[1], per_commit)}")
+        for tag, mix, interval, cpu_ms in paced:
+            line, p99 = ideal_limit(args, tag, mix, interval, cpu_ms, base, texts, labels)
+            print(f"{tag}: {line}")
+            p99s.setdefault(f"{tag}, the ideal server (every request)", []).append(p99)
         return not missing and ok
 
 
