@@ -43,7 +43,7 @@ on this box when every request is alike.
 Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
 [--repeat 4]
 Targets on the 2-core box (issue 28): predict by vector p99 <= 5 ms at 1,000 requests/s offered
-(--no-text --workers 2 --paced-only --rate 1000); >= 2,000 durable corrections/s.
+(--no-text --workers 2 --paced-only --rate 1000, and with --pin-workers); >= 2,000 durable corrections/s.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def sqlite_limit(folder: Path, dim: int, per_commit: int, seconds: float = LIMIT
 
 def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base, texts, labels) -> tuple[str, float]:
     """The latency limit at this load: the same paced requests (``tag``'s, made alike) on
-    ``ideal_server.py``, one process per worker, each request spending the service's CPU per
+    ``ideal_server.py``, one process per worker (pinned as the workers are), each request spending the service's CPU per
     request (``cpu_ms``) on the event loop: first 2 s without spinning, for the ideal server's
     own HTTP cost, then ``args.seconds`` spinning the difference. Returns the line to print
     and the p99."""
@@ -201,6 +201,11 @@ def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base
                         break
                     except OSError:
                         time.sleep(0.05)
+            if args.pin_workers:  # as ocrr serve --pin-workers: the k-th on the k-th core (every thread)
+                cores = sorted(os.sched_getaffinity(0))
+                for k, server in enumerate(servers):
+                    for tid in os.listdir(f"/proc/{server.pid}/task"):
+                        os.sched_setaffinity(int(tid), {cores[k % len(cores)]})
             loads = [Load(k, tag, base, texts, labels, mix, args.b64) for k in range(args.clients)]
             for load in loads:
                 load.prepare(int(seconds / interval) + 2)
@@ -428,6 +433,11 @@ def main() -> int:
     )
     ap.add_argument("--workers", type=int, default=1, help="pass --workers N to ocrr serve (default 1)")
     ap.add_argument(
+        "--pin-workers",
+        action="store_true",
+        help="pass --pin-workers to ocrr serve (each worker on its own core); the ideal servers are pinned alike",
+    )
+    ap.add_argument(
         "--paced-only",
         action="store_true",
         help="run only the --rate phases (no load as fast as answered, no corrections-only burst)",
@@ -458,6 +468,8 @@ def main() -> int:
             "--rate values, --clients, --entries, --workers and --repeat must be positive; --seconds and --burst "
             "not negative"
         )
+    if args.pin_workers and args.workers < 2:
+        ap.error("--pin-workers spreads several workers over the cores: add --workers 2 or more")
     if args.predict_share is not None and not 0.0 <= args.predict_share <= 1.0:
         ap.error("--predict-share must be between 0 and 1")
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()} ({os.cpu_count()} cores)")
@@ -521,6 +533,7 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
                 str(port),
                 "--workers",
                 str(args.workers),
+                *(["--pin-workers"] if args.pin_workers else []),
             ],
             env=env,
             stderr=log,

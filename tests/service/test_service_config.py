@@ -27,6 +27,8 @@ from ocrr.service import ServiceConfig
         ("encoder_nice", 25, "--encoder-nice 25: give a niceness 0-19, or 'idle'"),
         ("encoder_nice", "low", "--encoder-nice 'low'"),
         ("token", "  ", "the service token is empty"),
+        ("pin_workers", "yes", "--pin-workers is on or off"),
+        ("pin_workers", True, "with one worker there is nothing to spread: add --workers N"),
     ],
 )
 def test_a_bad_option_is_refused_with_its_name_and_the_fix(tmp_path, option, value, words):

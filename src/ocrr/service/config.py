@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ class ServiceConfig:
     origin: str | None = None  # the log's name in signed heads (default ocrr.invalid/<file>)
     quick_open: bool = False  # on open, rehash only the entries after the last checkpoint
     workers: int = 1  # processes answering on one port, over one ledger file
+    pin_workers: bool = False  # keep each worker on its own core (Linux; --workers 2 or more)
     check_every: float = 60.0  # seconds between background checks of the file (0: none)
     verify_every: float = 30.0  # /verify rehashes the file at most this often; others get the last result
     tls_cert: Path | None = None  # PEM certificate (uvicorn's ssl_certfile); with tls_key
@@ -56,6 +58,15 @@ class ServiceConfig:
             raise OcrrError(
                 f"--workers takes 1 to {MAX_WORKERS} processes, got {self.workers!r}; one per core is the usual choice"
             )
+        if not isinstance(self.pin_workers, bool):
+            raise OcrrError(f"--pin-workers is on or off (True or False), got {self.pin_workers!r}")
+        if self.pin_workers and self.workers < 2:
+            raise OcrrError(
+                "--pin-workers keeps each of several workers on its own core; with one worker there is "
+                "nothing to spread: add --workers N (one per core), or drop --pin-workers"
+            )
+        if self.pin_workers and not hasattr(os, "sched_setaffinity"):
+            raise OcrrError("--pin-workers needs Linux (it sets each worker's CPU affinity); drop it here")
         if not _is_int(self.port) or not 0 <= self.port <= 65535:
             raise OcrrError(f"--port takes 0 to 65535 (0: any free port), got {self.port!r}; pick another --port")
         if not isinstance(self.host, str) or not self.host:

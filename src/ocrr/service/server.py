@@ -21,7 +21,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.limits import BodyLimit
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
-from ocrr.service.threads import limit_threads
+from ocrr.service.threads import limit_threads, pin_to_core
 
 # Seconds a stopping server gives the requests in flight (ledger commits take milliseconds).
 # uvicorn otherwise waits for every connection to close, and with TLS an idle keep-alive
@@ -139,6 +139,8 @@ def worker_main(
             ) from None
         raise
     state.slot, state.workers, state.shared = slot, workers, table
+    if config.pin_workers:  # before the request threads start: they inherit the core (the encoder, started, does not)
+        log(f"on core {pin_to_core(slot)}")
     limit_threads()
     app = BodyLimit(create_app(state, freeze_heap=True))
     uv = uvicorn.Config(

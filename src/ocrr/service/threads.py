@@ -1,4 +1,5 @@
-"""The service's thread settings: one BLAS / OpenMP / torch thread per request thread.
+"""The service's thread settings: one BLAS / OpenMP / torch thread per request thread, and
+(``--pin-workers``) one core per worker.
 
 Requests run in parallel threads (the service's own pools), so each library's own thread
 pool would only fight them over the cores.
@@ -6,6 +7,7 @@ pool would only fight them over the cores.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from threadpoolctl import threadpool_limits
@@ -35,3 +37,15 @@ def one_omp_thread() -> None:
     faiss = sys.modules.get("faiss")
     if faiss is not None:
         faiss.omp_set_num_threads(1)
+
+
+def pin_to_core(slot: int) -> int:
+    """Keep this thread, and every thread it starts from now on, on one core: the
+    ``slot``-th of the cores this process may use (round the list again past its end).
+    Returns that core. A worker that stays on its core finds its own data in that core's
+    caches (10k rows of 384 as 8-bit codes are 3.8 MB; a core's L2 here holds 4 MB) rather
+    than what another worker left there. Linux only (``ServiceConfig`` refuses it elsewhere)."""
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[slot % len(cores)]
+    os.sched_setaffinity(0, {core})  # 0: this thread; threads started later inherit its mask
+    return core
