@@ -493,7 +493,7 @@ def main() -> int:
             if phases:
                 ok &= serve_and_load(args, phases, p99s)
     if args.repeat > 1:
-        print(f"\npredict by vector, p99 over {args.repeat} runs (target: <= {TARGET_P99_MS:g} ms):")
+        print(f"\np99 over {args.repeat} runs (target for predicts by vector: <= {TARGET_P99_MS:g} ms):")
         for tag, values in p99s.items():
             met = sum(v <= TARGET_P99_MS for v in values)
             print(
@@ -602,7 +602,7 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
         for tag, mix, interval, cpu_ms in paced:
             line, p99 = ideal_limit(args, tag, mix, interval, cpu_ms, base, texts, labels)
             print(f"{tag}: {line}")
-            p99s.setdefault(f"{tag}, the ideal server (every request)", []).append(p99)
+            p99s.setdefault(f"{tag}, the ideal server, every request", []).append(p99)
         return not missing and ok
 
 
@@ -673,7 +673,7 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
             target = f"  (p99 target <= {TARGET_P99_MS:g} ms)" if name == "predict_vector" else ""
             print(f"  {name:<16}{len(lat):>8}{p50:>9.2f}{p90:>9.2f}{p99:>9.2f}{lat.max():>9.2f}{target}")
             if name == "predict_vector":
-                p99s.setdefault(tag, []).append(float(p99))
+                p99s.setdefault(f"{tag}, predicts by vector", []).append(float(p99))
     print(
         f"  durable corrections: {len(acked) / wall:.0f}/s ({len(acked)} acknowledged, {commits:.0f} commits, "
         f"{len(acked) / max(commits, 1):.1f} corrections per fsync; target >= {TARGET_CORRECTIONS}/s); the ledger "
