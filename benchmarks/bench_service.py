@@ -201,6 +201,8 @@ def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base
                         break
                     except OSError:
                         time.sleep(0.05)
+                else:
+                    raise RuntimeError(f"the ideal server on port {p} did not start in 10 s (is uvicorn installed?)")
             if args.pin_workers:  # as ocrr serve --pin-workers: the k-th on the k-th core (every thread)
                 cores = sorted(os.sched_getaffinity(0))
                 for k, server in enumerate(servers):
@@ -577,8 +579,7 @@ def serve_and_load(args, phases, p99s: dict) -> bool:
                 if n_acked:
                     group_sizes.append((tag, max(1, round(n_acked / max(commits, 1)))))
                 if interval:
-                    answered = sum(len(v) for c in loads for v in c.lat.values())
-                    paced.append((tag, mix, interval, 1000 * float(np.sum(measured[2][0])) / max(answered, 1)))
+                    paced.append((tag, mix, interval, cpu_per_request(loads, measured[2][0])))
         finally:
             server.send_signal(signal.SIGTERM)  # clean shutdown: waits for requests in flight
             try:
@@ -707,7 +708,7 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
         + " (each stays with the worker that served its first request)"
     )
     user, system = cpu[0]
-    per_request = 1000 * (user + system) / max(total, 1)
+    per_request = cpu_per_request(loads, cpu[0])
     print(
         f"  CPU: server (all its processes) {user:.1f} s user + {system:.1f} s system ({per_request:.2f} ms "
         f"per request), load generator {cpu[1]:.1f} s ({1000 * cpu[1] / max(total, 1):.2f} ms per request), "
@@ -718,6 +719,12 @@ def report(tag, loads, wall, counters, cpu, loadavg, p99s: dict) -> bool:
         f"(/proc/loadavg: {Path('/proc/loadavg').read_text().strip()})"
     )
     return not errors
+
+
+def cpu_per_request(loads, server_cpu) -> float:
+    """The server's CPU ms (user + system) per request answered."""
+    answered = sum(len(v) for c in loads for v in c.lat.values())
+    return 1000 * float(np.sum(server_cpu)) / max(answered, 1)
 
 
 def _metric(text: str, name: str) -> float:
