@@ -42,7 +42,7 @@ on this box when every request is alike.
 
 Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
 [--repeat 4]
-Targets on the 2-core box (issue 28): predict by vector p99 <= 5 ms at 1,000 requests/s offered
+Targets on a 2-core box: predict by vector p99 <= 5 ms at 1,000 requests/s offered
 (--no-text --workers 2 --paced-only --rate 1000, and with --pin-workers); >= 2,000 durable corrections/s.
 """
 
@@ -71,8 +71,8 @@ TOKEN = "bench-token-0123456789abcdef"
 KINDS = ("predict_vector", "predict_text", "correct")
 MIXED = (0.45, 0.10, 0.45)
 CORRECTIONS_ONLY = (0.0, 0.0, 1.0)
-TARGET_P99_MS = 5.0  # issue 28's target for predicts by vector (at 1,000 requests/s offered)
-TARGET_CORRECTIONS = 2000  # issue 28's target: durable corrections per second
+TARGET_P99_MS = 5.0  # the target for predicts by vector (at 1,000 requests/s offered, 2 workers)
+TARGET_CORRECTIONS = 2000  # the target: durable corrections per second
 LIMIT_SECONDS = 2.0  # how long the plain SQLite insert loop runs
 
 
@@ -181,6 +181,8 @@ def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base
     own HTTP cost, then ``args.seconds`` spinning the difference. Returns the line to print
     and the p99."""
 
+    from ocrr.service.threads import core_for_slot
+
     def run(spin_ms: float, seconds: float) -> tuple[np.ndarray, float]:
         ports = [free_port() for _ in range(args.workers)]
         env = {**os.environ, "IDEAL_SPIN_MS": f"{spin_ms:.6f}"}
@@ -204,10 +206,9 @@ def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base
                 else:
                     raise RuntimeError(f"the ideal server on port {p} did not start in 10 s (is uvicorn installed?)")
             if args.pin_workers:  # as ocrr serve --pin-workers: the k-th on the k-th core (every thread)
-                cores = sorted(os.sched_getaffinity(0))
                 for k, server in enumerate(servers):
                     for tid in os.listdir(f"/proc/{server.pid}/task"):
-                        os.sched_setaffinity(int(tid), {cores[k % len(cores)]})
+                        os.sched_setaffinity(int(tid), {core_for_slot(k)})
             loads = [Load(k, tag, base, texts, labels, mix, args.b64) for k in range(args.clients)]
             for load in loads:
                 load.prepare(int(seconds / interval) + 2)

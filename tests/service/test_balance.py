@@ -197,3 +197,44 @@ def test_no_connection_waits_for_a_worker_that_died(two_workers):
         for c in conns:
             c.close()
     wait_for_workers(f"http://127.0.0.1:{port}", proc, 2, time.monotonic() + 120, exclude_pids={pids[1]})
+
+
+@pytest.mark.parametrize("error", [ConnectionResetError, RuntimeError])
+def test_a_connection_lost_while_being_taken_in_stops_counting_for_the_receiver(mesh, error):
+    b1 = Balancer(mesh, 1)
+    loop = asyncio.new_event_loop()
+    a, b = socket.socketpair()
+
+    def protocol(sender):
+        raise error("lost")
+
+    try:
+        b1.serve(loop, protocol)
+        mesh.cells()[0, 2 + 1] = 1  # worker 0 handed one connection to worker 1
+        assert b1.load(1) == 1
+        if error is RuntimeError:  # a bug, not a client gone: it is raised, after the count
+            with pytest.raises(RuntimeError, match="lost"):
+                loop.run_until_complete(b1._adopt(a, 0))
+        else:
+            loop.run_until_complete(b1._adopt(a, 0))
+        assert b1.load(1) == 0 and a.fileno() == -1  # taken in (then lost), and closed
+        b1.stop()
+    finally:
+        a.close()
+        b.close()
+        loop.close()
+
+
+def test_handover_is_used_only_with_a_uvicorn_protocol_made_as_it_expects():
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from ocrr.service.server import can_hand_over
+
+    assert can_hand_over(HttpToolsProtocol) and can_hand_over(H11Protocol)  # the uvicorn installed
+
+    class Renamed(asyncio.Protocol):  # a uvicorn whose protocol takes other keywords
+        def __init__(self, config, server_state, lifespan_state):
+            pass
+
+    assert not can_hand_over(Renamed)

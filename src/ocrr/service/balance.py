@@ -162,9 +162,11 @@ class Balancer:
         protocol = self._protocol
         try:
             await self._loop.connect_accepted_socket(lambda: protocol(sender), sock)
-        except OSError:  # the client went away meanwhile
-            self.cells[self.slot, self._taken + sender] += 1  # taken, then lost: not in flight any more
+        except BaseException as e:  # taken, then lost: not in flight any more, whatever the cause
+            self.cells[self.slot, self._taken + sender] += 1
             sock.close()
+            if not isinstance(e, OSError):  # OSError: the client went away meanwhile; anything else is a bug
+                raise
 
 
 def _socket(fd: int) -> socket.socket | None:

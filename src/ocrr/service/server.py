@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import inspect
 import logging
 import os
 import sys
@@ -151,15 +152,34 @@ def worker_main(
         ssl_keyfile=config.tls_key,
         timeout_graceful_shutdown=STOP_GRACE_S,
     )
+    if mesh is not None:
+        uv.load()  # resolves the HTTP protocol class, which _BalancedServer wraps
+        if not can_hand_over(uv.http_protocol_class):
+            log(
+                f"uvicorn {uvicorn.__version__}'s HTTP protocol does not take the arguments this ocrr "
+                "passes to serve a handed-over connection: connections keep the kernel's spread "
+                "(install the uvicorn version ocrr's tests ran with to balance them)"
+            )
+            mesh = None
     server = uvicorn.Server(uv) if mesh is None else _BalancedServer(uv, Balancer(mesh, slot))
     server.run(sockets=[bind(config.host, config.port, listen=True)])
+
+
+def can_hand_over(protocol_class: type) -> bool:
+    """Whether uvicorn's HTTP protocol class is made as ``_BalancedServer`` makes one for a
+    handed-over connection: uvicorn makes it internally, with keywords that are not a
+    public API, so another uvicorn may change them."""
+    try:
+        params = inspect.signature(protocol_class).parameters  # the class: its __init__ without self
+    except (TypeError, ValueError):
+        return False
+    return {"config", "server_state", "app_state"} <= params.keys()
 
 
 class _BalancedServer(uvicorn.Server):
     """uvicorn's server, its connections balanced over the workers (``balance.py``)."""
 
     def __init__(self, config: uvicorn.Config, balancer: Balancer):
-        config.load()  # resolves the HTTP protocol class, which is then wrapped
         self.protocol = balanced_protocol(config.http_protocol_class, balancer)
         config.http_protocol_class = self.protocol
         super().__init__(config)

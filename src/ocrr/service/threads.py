@@ -45,7 +45,13 @@ def pin_to_core(slot: int) -> int:
     Returns that core. A worker that stays on its core finds its own data in that core's
     caches (10k rows of 384 as 8-bit codes are 3.8 MB; a core's L2 here holds 4 MB) rather
     than what another worker left there. Linux only (``ServiceConfig`` refuses it elsewhere)."""
-    cores = sorted(os.sched_getaffinity(0))
-    core = cores[slot % len(cores)]
+    core = core_for_slot(slot)
     os.sched_setaffinity(0, {core})  # 0: this thread; threads started later inherit its mask
     return core
+
+
+def core_for_slot(slot: int) -> int:
+    """The core worker ``slot`` is pinned to: the ``slot``-th of the cores this process may
+    use, rounding the list again past its end."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[slot % len(cores)]
