@@ -207,8 +207,9 @@ def ideal_limit(args, tag: str, mix: tuple, interval: float, cpu_ms: float, base
                     raise RuntimeError(f"the ideal server on port {p} did not start in 10 s (is uvicorn installed?)")
             if args.pin_workers:  # as ocrr serve --pin-workers: the k-th on the k-th core (every thread)
                 for k, server in enumerate(servers):
+                    core = {core_for_slot(k)}
                     for tid in os.listdir(f"/proc/{server.pid}/task"):
-                        os.sched_setaffinity(int(tid), {core_for_slot(k)})
+                        os.sched_setaffinity(int(tid), core)
             loads = [Load(k, tag, base, texts, labels, mix, args.b64) for k in range(args.clients)]
             for load in loads:
                 load.prepare(int(seconds / interval) + 2)

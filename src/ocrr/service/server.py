@@ -180,6 +180,8 @@ class _BalancedServer(uvicorn.Server):
     """uvicorn's server, its connections balanced over the workers (``balance.py``)."""
 
     def __init__(self, config: uvicorn.Config, balancer: Balancer):
+        if not config.loaded:  # resolves the HTTP protocol class, which is then wrapped
+            config.load()
         self.protocol = balanced_protocol(config.http_protocol_class, balancer)
         config.http_protocol_class = self.protocol
         super().__init__(config)
