@@ -35,11 +35,12 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.group_commit import Pending
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
 from ocrr.ledger.postgres_schema import create_schema
 from ocrr.ledger.scan import LedgerReport, _Damage, _Scan
-from ocrr.ledger.store import Apply, DurableLedger, _Pending
+from ocrr.ledger.store import Apply, DurableLedger
 from ocrr.utils.rwlock import RWLock
 
 __all__ = ["PostgresLedger", "is_database_url", "redact", "connect"]
@@ -117,12 +118,7 @@ class PostgresLedger(DurableLedger):
         self._hashes = scan.hashes
         self.report = report
         self.lock = RWLock()
-        self._cv = threading.Condition()
-        self._queue = []
-        self._committing = False
-        self._closed = False
-        self._broken = None
-        self.commits = 0
+        self._start_group_commits()
         self.followed = 0
         self._follow = threading.Condition()
         self._own = None
@@ -218,14 +214,14 @@ class PostgresLedger(DurableLedger):
             ) from e
 
     # -- appending ----------------------------------------------------------------------
-    def _commit_all(self, batch: list[_Pending]) -> None:
+    def _commit_all(self, batch: list[Pending]) -> None:
         if self.gather and len(batch) == 1:  # alone: let concurrent requests join for a few ms
             time.sleep(self.gather)
             with self._cv:
                 batch, self._queue = batch + self._queue, []
         super()._commit_all(batch)
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[Pending]) -> None:
         n0: list[int] = []
         state: dict = {}
 

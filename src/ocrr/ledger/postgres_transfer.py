@@ -18,10 +18,10 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.group_commit import check_batch
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres import PostgresLedger, connect, redact
 from ocrr.ledger.postgres_schema import create_schema
-from ocrr.ledger.store import _check_batch
 from ocrr.ledger.transfer import _FORMAT, _b64, _entry, _expectations, _parse
 from ocrr.ledger.verify import entry_bytes
 
@@ -118,7 +118,7 @@ def _insert(conn, batch: list, tree: MerkleTree, prev: bytes, n: int, src: Path,
     except ValueError:
         raise OcrrError(f"{src}: entries {n}..{n + len(batch) - 1} have vectors of different sizes") from None
     labels, texts = [b[1] for b in batch], [b[2] for b in batch]
-    vecs = _check_batch(vecs, labels, texts, dim)
+    vecs = check_batch(vecs, labels, texts, dim)
     cols: list[list] = [[] for _ in range(7)]
     for j, (vec, label, text) in enumerate(zip(vecs, labels, texts)):
         raw = vec.astype("<f4").tobytes()

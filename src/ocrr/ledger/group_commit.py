@@ -1,0 +1,254 @@
+"""Group commit: appends queued by many threads, written by one thread in groups.
+
+A durable store acknowledges an append only once it is on disk, and each commit pays a
+flush (an fsync of SQLite's WAL, or PostgreSQL's WAL flush). ``GroupCommit`` queues the
+appends that arrive while a commit runs and writes them together in the next one: one
+flush for all of them. ``extend`` waits for its entries' commit in the calling thread (the
+first waiting caller leads the next group); ``submit`` queues them and returns at once, and
+a committer thread started by the first submit leads the groups and tells each submitter
+when its entries are on disk (the service's corrections, which must not hold a thread each
+while they wait).
+
+A store subclasses ``GroupCommit``, calls ``_start_group_commits()`` when it is made and
+writes one group in ``_commit(batch)``: it gives every item its ids, or leaves it to fail.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+
+__all__ = ["Done", "GroupCommit", "Pending", "check_batch"]
+
+# done(ids, error): a submitted append is on disk (ids) or failed (error); called once, by the committing thread.
+Done = Callable[[range | None, BaseException | None], None]
+
+
+class Pending:
+    """One queued append: its rows; once ``done``, its ``ids`` or its ``error``."""
+
+    __slots__ = ("vecs", "labels", "texts", "ids", "error", "done", "notify", "check")
+
+    def __init__(
+        self,
+        vecs: np.ndarray,
+        labels: list,
+        texts: list,
+        notify: Done | None = None,
+        check: Callable[[], None] | None = None,
+    ):
+        self.vecs, self.labels, self.texts = vecs, labels, texts
+        self.ids: range | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.notify, self.check = notify, check  # for ``submit``: whom to tell, what to check first
+
+
+class GroupCommit:
+    """Appends queued and committed in groups; the subclass writes a group (``_commit``).
+
+    Expects ``path`` (shown in errors), ``dim`` (None until the first entry) and ``__len__``
+    of the store. ``_broken``: once set, every later group fails with it (a store whose
+    copy in memory no longer matches what it wrote)."""
+
+    # The thread committing what ``submit`` queues, started by the first submit.
+    _committer: threading.Thread | None = None
+    path: object
+    dim: int | None
+
+    def _start_group_commits(self) -> None:
+        self._cv = threading.Condition()
+        self._queue: list[Pending] = []
+        self._committing = False
+        self._closed = False
+        self._broken: BaseException | None = None
+        self.commits = 0  # transactions, for the group-commit figures
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _commit(self, batch: list[Pending]) -> None:
+        """Write ``batch`` (the items whose checks passed) in one transaction: each item gets
+        its ids and ``done``, or an ``error`` and ``done``."""
+        raise NotImplementedError
+
+    def append(self, vector, label: str, text: str | None = None) -> int:
+        """Append one entry; return its id once it is on disk."""
+        try:
+            vec = np.asarray(vector, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise OcrrError(f"vector is not numeric ({e}); pass an array of floats") from e
+        if vec.ndim != 1:
+            raise OcrrError(f"append takes one vector of shape (d,), got shape {vec.shape}; use extend() for several")
+        return self.extend(vec.reshape(1, -1), [label], [text])[0]
+
+    def extend(self, vectors, labels: Sequence[str], texts: Sequence[str | None] | None = None) -> range:
+        """Append entries atomically (all or none); return their ids once on disk."""
+        vecs = check_batch(vectors, labels, texts, self.dim)
+        texts = list(texts) if texts is not None else [None] * len(labels)
+        if not len(vecs):
+            return range(len(self), len(self))
+        item = Pending(vecs, list(labels), texts)
+        with self._cv:
+            self._queue.append(item)
+            while not item.done:
+                if self._committing:
+                    self._cv.wait()
+                    continue
+                if self._closed:
+                    raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
+                self._lead()  # commit everything waiting now, ours included
+        if item.error is not None:
+            raise item.error
+        assert item.ids is not None  # done without an error: its commit gave it ids
+        return item.ids
+
+    def submit(
+        self,
+        vectors,
+        labels: Sequence[str],
+        texts: Sequence[str | None] | None,
+        done: Done,
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        """Queue entries for the next group commit and return at once (bad input raises
+        here, as ``extend`` would). ``done(ids, error)`` is called exactly once, by the
+        committing thread, when they are on disk (their ids) or failed (an ``OcrrError``);
+        keep it short. ``check``, if given, is called by the committing thread just before
+        the group is written (once per group for equal checks); an exception it raises
+        fails this item instead. What ``extend`` does, without a thread waiting per call."""
+        vecs = check_batch(vectors, labels, texts, self.dim)
+        texts = list(texts) if texts is not None else [None] * len(labels)
+        item = Pending(vecs, list(labels), texts, done, check)
+        if not len(vecs):
+            item.ids, item.done = range(len(self), len(self)), True
+            done(item.ids, None)
+            return
+        with self._cv:
+            if self._closed:
+                raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
+            self._queue.append(item)
+            if self._committer is None:
+                self._committer = threading.Thread(target=self._commit_submitted, name="ocrr-commit", daemon=True)
+                self._committer.start()
+            elif not self._committing:
+                self._cv.notify_all()  # the committer waits for work (nobody else waits while none runs)
+
+    def _commit_submitted(self) -> None:
+        """The committer thread: lead a group commit whenever appends are queued and none is
+        running; on close, fail what is still queued."""
+        with self._cv:
+            while True:
+                if self._queue and not self._committing and not self._closed:
+                    self._lead()
+                elif self._closed:
+                    left, self._queue = self._queue, []
+                    break
+                else:
+                    self._cv.wait()
+        err = OcrrError(f"ledger {self.path} is closed; reopen it to append")
+        for p in left:
+            p.error, p.done = err, True
+        _tell(left)
+
+    def _lead(self) -> None:
+        """With ``_cv`` held and no commit running: commit everything queued as one group,
+        outside the lock, and tell the submitters (and wake the threads waiting in ``extend``)."""
+        self._committing, batch, self._queue = True, self._queue, []
+        self._cv.release()
+        try:
+            self._commit_all(batch)
+        finally:
+            self._cv.acquire()
+            self._committing = False
+            self._cv.notify_all()
+
+    def _commit_all(self, batch: list[Pending]) -> None:
+        """Commit a group; every item ends done, with its ids or an error (never left
+        waiting), and every submitted one is told."""
+        try:
+            ok = _checked(batch)
+            if self._broken is not None:
+                raise self._broken
+            if ok:
+                self._commit(ok)
+        except BaseException as e:
+            err = e if isinstance(e, OcrrError) else OcrrError(f"ledger {self.path}: append failed ({e})")
+            for p in batch:
+                if not p.done:
+                    p.error, p.done = err, True
+        finally:
+            _tell(batch)
+
+
+def _checked(batch: list[Pending]) -> list[Pending]:
+    """The items of a group whose ``check`` passes (each distinct check is run once); the
+    others end done with the check's error."""
+    passed: list = []
+    failed: list = []  # (check, its error)
+    out = []
+    for p in batch:
+        if p.check is not None and p.check not in passed:
+            err = next((e for c, e in failed if c == p.check), None)
+            if err is None:
+                try:
+                    p.check()
+                    passed.append(p.check)
+                except Exception as e:  # noqa: BLE001 - handed to the item, raised by its submitter
+                    failed.append((p.check, e))
+                    err = e
+            if err is not None:
+                p.error, p.done = err, True
+                continue
+        out.append(p)
+    return out
+
+
+def _tell(batch: list[Pending]) -> None:
+    """Call the ``done`` of every submitted item of a finished group."""
+    for p in batch:
+        if p.notify is not None:
+            try:
+                p.notify(p.ids if p.error is None else None, p.error)
+            except Exception:  # noqa: BLE001, S110 - a submitter's bug must not keep the others untold
+                pass
+
+
+def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
+    """The rows of an append as (m, ``dim``) float32, or one error naming the fix: numeric,
+    finite, one non-empty label (and at most one text) per row, valid Unicode."""
+    try:
+        vecs = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise OcrrError(f"vectors are not numeric ({e}); pass an array of floats") from e
+    if vecs.ndim != 2:
+        raise OcrrError(f"vectors must have shape (m, d), got {vecs.shape}")
+    if dim is not None and vecs.shape[1] != dim:
+        raise OcrrError(
+            f"vectors have dimension {vecs.shape[1]}, the ledger holds {dim}; encode with the ledger's encoder"
+        )
+    if vecs.shape[1] < 1:
+        raise OcrrError("vectors must have at least one component")
+    if not np.isfinite(vecs).all():
+        raise OcrrError("a vector contains NaN or infinity; check the encoder output")
+    if len(labels) != len(vecs) or (texts is not None and len(texts) != len(vecs)):
+        raise OcrrError(
+            f"got {len(vecs)} vectors but {len(labels)} labels"
+            + ("" if texts is None else f" and {len(texts)} texts")
+            + "; pass one per vector"
+        )
+    for label, text in zip(labels, texts if texts is not None else [None] * len(labels)):
+        if not isinstance(label, str) or not label:
+            raise OcrrError(f"label must be a non-empty string, got {label!r}")
+        if text is not None and not isinstance(text, str):
+            raise OcrrError(f"text must be a string or None, got {type(text).__name__}")
+        try:
+            label.encode("utf-8")
+            text is None or text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise OcrrError(f"label or text is not valid Unicode ({e.reason}); remove lone surrogates") from None
+    return np.ascontiguousarray(vecs)
