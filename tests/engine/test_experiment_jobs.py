@@ -85,7 +85,7 @@ def test_planning_the_main_job_leaves_torch_to_the_workers():
     probe = (
         "import sys\n"
         "from ocrr.engine.experiment import Experiment, plan_experiment\n"
-        "from ocrr.engine.sweep.executors import WORKER_MODULES\n"
+        "from ocrr.engine.fork_server import WORKER_MODULES\n"
         "plan = plan_experiment(Experiment(dataset='demo', seeds=[0], systems=["
         "'substrate', 'static_knn', 'static_linear', 'online_linear']))\n"
         "hyper = {t.system: t.hyperparameters for t in plan.tasks}\n"

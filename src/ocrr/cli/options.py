@@ -4,12 +4,14 @@ experiment they describe."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ocrr.encoders import encoder_names
-from ocrr.engine.experiment import MAIN_SYSTEMS, Experiment
-from ocrr.engine.sweep.grid import EMBEDDING_ONLY
 from ocrr.errors import OcrrError
 from ocrr.specs import parse_assignments
+
+if TYPE_CHECKING:  # imported where used: ``ocrr run`` starts its fork server before the engine loads
+    from ocrr.engine.experiment import Experiment
 
 
 def add_data_options(p: argparse.ArgumentParser) -> None:
@@ -75,6 +77,9 @@ def parse_data_options(items: list[str], example: str = "n_classes=50") -> dict:
 
 def experiment_from_args(args: argparse.Namespace, **extra) -> Experiment:
     """The experiment cell that the data options (and, for ``ocrr run``, ``--systems``) describe."""
+    from ocrr.engine.experiment import MAIN_SYSTEMS, Experiment
+    from ocrr.engine.sweep.grid import EMBEDDING_ONLY
+
     options = parse_data_options(args.data_option)
     for key in ("text_col", "label_col", "test_fraction"):
         if getattr(args, key) is not None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ocrr.engine.fork_server import available_cores, start_fork_server
 from ocrr.engine.sweep.data import SharedData
 from ocrr.engine.sweep.execute import execute_task
 from ocrr.engine.sweep.grid import Task
@@ -77,35 +78,6 @@ class SerialExecutor:
 
 
 _WORKER_DATA: dict[str, SharedData] = {}
-
-#: What a worker imports to run any task. The fork server imports them once, and every worker
-#: forked from it starts with them loaded (torch alone is over a second on two cores; the
-#: systems import it only when a head is built, so it is named here).
-WORKER_MODULES = ("ocrr.engine.sweep.execute", "ocrr.systems", "ocrr.systems.linear", "torch", "ocrr.protocols")
-_PINNED_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def start_fork_server() -> bool:
-    """Start the fork server now, importing ``WORKER_MODULES``, so that it loads them while
-    this process does its own imports. Its thread pools are pinned to one thread from the
-    start (the workers pin theirs again), so nothing forked from it holds an idle pool.
-    False where there is no fork server (the workers are then spawned as before)."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return False
-    from multiprocessing import forkserver
-
-    mp.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
-    saved = {key: os.environ.get(key) for key in _PINNED_ENV}
-    os.environ.update(dict.fromkeys(_PINNED_ENV, "1"))
-    try:
-        forkserver.ensure_running()  # the server inherits this environment
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return True
 
 
 def _init_worker(data: dict[str, SharedData], found: dict, environ: dict[str, str]) -> None:
@@ -243,13 +215,6 @@ class RayExecutor:
         finally:
             if started:
                 ray.shutdown()
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def make_executor(name: str, jobs: int | None = None, address: str | None = None):
