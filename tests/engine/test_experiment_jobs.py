@@ -55,7 +55,8 @@ def test_workers_see_the_environment_of_now_not_of_the_fork_server_s_start(tmp_p
 import os
 from concurrent.futures import ProcessPoolExecutor
 import multiprocessing as mp
-from ocrr.engine.sweep.executors import _init_worker, start_fork_server
+from ocrr.engine.fork_server import start_fork_server
+from ocrr.engine.sweep.executors import _init_worker
 
 def mark():
     return os.environ.get("OCRR_TEST_MARK")

@@ -10,8 +10,8 @@ from ocrr.cli.common import console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
 from ocrr.cli.progress import SweepProgress
+from ocrr.engine.fork_server import start_fork_server
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
-from ocrr.engine.sweep.executors import start_fork_server
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
 from ocrr.studies import encoder_swap
