@@ -25,7 +25,6 @@ psycopg 3 and psycopg_pool are imported inside functions: they are the optional 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +40,6 @@ from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
 from ocrr.ledger.postgres_schema import create_schema
 from ocrr.ledger.scan import LedgerReport, _Damage, _Scan
 from ocrr.ledger.store import Apply, DurableLedger
-from ocrr.utils.rwlock import RWLock
 
 __all__ = ["PostgresLedger", "is_database_url", "redact", "connect"]
 
@@ -113,19 +111,10 @@ class PostgresLedger(DurableLedger):
         # DurableLedger's state, without its SQLite file (its methods that need the file are overridden here).
         self.url, self.schema, self._pool = url, schema, pool
         self.path = redact(url)  # type: ignore[assignment]  # a URL, not a file: shown in messages
-        self.dim = scan.dim
-        self.tree = scan.tree
-        self._hashes = scan.hashes
-        self.report = report
-        self.lock = RWLock()
-        self._start_group_commits()
-        self.followed = 0
-        self._follow = threading.Condition()
-        self._own = None
+        self._start_mirror(scan, report)
         self.gather = gather
         self.broken_at: int | None = None  # the entry that stopped taking in others' entries
         self.follower: Any = None  # the postgres_follow.Follower taking in others' entries, if one runs
-        self.memory = None
         try:
             self._take_in_scan(scan, apply)
         except BaseException:

@@ -77,17 +77,7 @@ class DurableLedger(GroupCommit):
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: _Scan, report: LedgerReport, apply: Apply | None):
         self.path, self._conn = path, conn
-        self.dim: int | None = scan.dim
-        self.tree = scan.tree
-        self._hashes: list[bytes] = scan.hashes
-        self.report = report
-        self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
-        self._start_group_commits()
-        self.followed = 0  # entries other processes committed, taken in by this one
-        # Taking in other processes' entries and feeding our own commits to the mirror happen
-        # in id order under _follow; _own: the ids our commit in flight will add (fed by it).
-        self._follow = threading.Condition()
-        self._own: tuple[int, int] | None = None
+        self._start_mirror(scan, report)
         try:
             self._watch = _connect(path)  # reads the file's size for refresh, beside the writing connection
             # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
@@ -99,8 +89,6 @@ class DurableLedger(GroupCommit):
                 self._watch.close()
             raise _not_writable(path, e) from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
-        self.memory: Chain | None = None
-        self._apply: Apply
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
@@ -108,6 +96,23 @@ class DurableLedger(GroupCommit):
             self._watch.close()
             os.close(self._writer)
             raise
+
+    def _start_mirror(self, scan: _Scan, report: LedgerReport) -> None:
+        """The state every store keeps beside its storage: the checked entries' tree and chain,
+        the lock over the mirror, the group-commit queue. Shared by every store."""
+        self.dim: int | None = scan.dim
+        self.tree = scan.tree
+        self._hashes: list[bytes] = scan.hashes
+        self.report = report
+        self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
+        self._start_group_commits()
+        self.followed = 0  # entries other processes committed, taken in by this one
+        # Taking in other processes' entries and feeding our own commits to the mirror happen
+        # in id order under _follow; _own: the ids our commit in flight will add (fed by it).
+        self._follow = threading.Condition()
+        self._own: tuple[int, int] | None = None
+        self.memory: Chain | None = None
+        self._apply: Apply
 
     def _take_in_scan(self, scan: _Scan, apply: Apply | None) -> None:
         """Hand the checked entries to the caller's ``apply``, or (None) keep a plain Chain
