@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.index import exact_answers
+from tests.index.exact_answers import assert_same_answers, queries_from
 
 from ocrr.index import exact
 from ocrr.index import shortlist as shortlist_module
@@ -23,21 +25,7 @@ def small_threshold(monkeypatch):
 
 
 def tie_heavy_rows(n: int, seed: int) -> np.ndarray:
-    """Unit rows on a coarse lattice (many exact ties) with runs of exact duplicates."""
-    rng = np.random.default_rng(seed)
-    x = np.round(rng.standard_normal((n, DIM)) * 2) / 2
-    x[np.all(x == 0, axis=1), 0] = 1.0
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-    for start in rng.choice(n - 8, size=n // 200, replace=False):
-        x[start : start + rng.integers(2, 8)] = x[start]
-    return x
-
-
-def queries_from(x: np.ndarray, n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    near = x[rng.choice(len(x), n)] + 0.01 * rng.standard_normal((n, DIM)).astype(np.float32)
-    exact_rows = x[rng.choice(len(x), n)]  # a query equal to a stored row: its duplicates tie at the top
-    return np.concatenate([near, exact_rows]).astype(np.float32)
+    return exact_answers.tie_heavy_rows(n, DIM, seed)
 
 
 def pair(x: np.ndarray, borrowed: bool, ids: np.ndarray | None = None) -> tuple[ExactIndex, ExactIndex]:
@@ -52,16 +40,6 @@ def pair(x: np.ndarray, borrowed: bool, ids: np.ndarray | None = None) -> tuple[
             index.add(x, np.arange(len(x)) if ids is None else ids)
         out.append(index)
     return out[0], out[1]
-
-
-def assert_same_answers(fast: ExactIndex, plain: ExactIndex, queries: np.ndarray, k: int) -> None:
-    for width in (1, 3, 7):  # every request size below the matrix-product path
-        for lo in range(0, len(queries) - width + 1, width):
-            q = queries[lo : lo + width]
-            got_s, got_i = fast.search(q, k)
-            want_s, want_i = plain.search(q, k)
-            assert np.array_equal(got_i, want_i), (width, lo)
-            assert np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32)), (width, lo)
 
 
 @pytest.mark.parametrize("borrowed", [True, False], ids=["borrowed", "owned"])

@@ -105,6 +105,8 @@ def yield_checks(system: Checkable | Subject) -> Iterator[Check]:
         if subject.capability("reads_text", False)
         else suite.check_works_without_texts
     )
+    if subject.anticipates():
+        chosen.append(suite.check_anticipate_changes_no_prediction)
     for fn in chosen:
         yield Check(fn.__name__, fn)
 

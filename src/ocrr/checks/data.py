@@ -159,5 +159,15 @@ class Subject:
         except Exception:  # unavailable or broken: the checks themselves will say so
             return bool(getattr(self.factory, name, default))
 
+    def anticipates(self) -> bool:
+        """Whether the system has an ``anticipate`` hint of its own (not ``System``'s no-op)."""
+        from ocrr.systems.base import System
+
+        try:
+            method = getattr(type(self.build(["a", "b"])), "anticipate", None)
+        except Exception:  # unavailable or broken: the checks themselves will say so
+            method = getattr(self.factory, "anticipate", None)
+        return callable(method) and method is not System.anticipate
+
     def _unavailable(self, err: Exception) -> SystemUnavailable:
         return SystemUnavailable(f"{self.name} needs an optional extra that is not installed: {err}")

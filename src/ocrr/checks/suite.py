@@ -195,6 +195,33 @@ def check_batched_predict_equals_one_by_one(subject: Subject, data: CheckData) -
     )
 
 
+def check_anticipate_changes_no_prediction(subject: Subject, data: CheckData) -> None:
+    """anticipate(stream), the runner's speed hint, leaves every prediction as it was: the
+    stream walked one item (or a few) at a time, with corrections between, and the eval set
+    after it, against a twin that had no hint."""
+    hinted, plain = subject.fitted(data), subject.fitted(data)
+    stream = data.stream
+    expect(hinted.anticipate(stream) is None, "anticipate() must return None")
+    i, step = 0, 1
+    while i < len(stream):
+        part = stream[i : i + step]
+        expect_same(
+            hinted.predict(part),
+            plain.predict(part),
+            f"after anticipate(stream), predicting stream items {i}..{i + len(part) - 1} differs from a "
+            "system that had no hint",
+        )
+        if i % 3 == 0:  # a correction between predictions, as an error would bring
+            hinted.correct(part)
+            plain.correct(part)
+        i, step = i + len(part), step % 4 + 1
+    expect_same(
+        hinted.predict(data.eval),
+        plain.predict(data.eval),
+        "after anticipate(stream) and the stream's corrections, the eval set is predicted differently",
+    )
+
+
 def check_same_seed_same_predictions(subject: Subject, data: CheckData) -> None:
     runs = []
     for _ in range(2):

@@ -136,6 +136,13 @@ def run(
 
     yield checkpoint(0)
     step_through = _one_item_episodes if scenario.episode_bounds is None else _episodes
+    if step_through is _one_item_episodes and (getattr(system, "learns", True) or not lookahead):
+        # items come one by one (a static system's come in growing windows: one matrix product each)
+        anticipate = getattr(system, "anticipate", None)
+        if anticipate is not None:
+            t = time.perf_counter()
+            anticipate(stream)
+            clock.predict += time.perf_counter() - t
     walk = _Walk(
         system, stream, bounds, feedback, trace, clock, counts, lookahead, int(points[1]) if len(points) > 1 else 1
     )

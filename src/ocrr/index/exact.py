@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ocrr.index.anticipated import Anticipated
 from ocrr.index.shortlist import Shortlist
 from ocrr.index.topk import top_k
 
@@ -110,6 +111,7 @@ class ExactIndex:
         self.use_shortlist = shortlist  # False: every search scans the float32 rows
         self._shortlist: Shortlist | None = None  # made by the first few-query search over many rows
         self._making = threading.Lock()
+        self._anticipated: Anticipated | None = None  # candidates of queries known in advance
 
     def __len__(self) -> int:
         return self._n
@@ -189,6 +191,7 @@ class ExactIndex:
             _close_gaps(self._vecs, self._n, gone)
             self._n = _close_gaps(self._ids, self._n, gone)
         self.epoch += 1
+        self._anticipated = None  # its candidates were chosen among rows that moved
         if self._shortlist is not None:  # the coded copy follows (a bounded index evicts at every step)
             self._shortlist.remove_rows(gone)
 
@@ -201,7 +204,7 @@ class ExactIndex:
     def __getstate__(self) -> dict:
         # the shortlist is a cache of the rows (and holds locks): a copy makes its own when asked
         state = self.__dict__.copy()
-        state["_shortlist"] = state["_making"] = None
+        state["_shortlist"] = state["_making"] = state["_anticipated"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -216,6 +219,14 @@ class ExactIndex:
             if self._shortlist is None or (code is not None and code != self._shortlist.code):
                 self._shortlist = Shortlist(self.dim, code=code or "fp16")
             return self._shortlist
+
+    def anticipate(self, queries: np.ndarray, k: int) -> None:
+        """These queries will be searched for their top ``k`` a few at a time: score them
+        against the rows held now in one matrix product, so that each such search later
+        scores only its candidates and the rows added since (index/anticipated.py; the
+        same answers, bit for bit). Replaces what was anticipated before."""
+        queries = np.asarray(queries, np.float32).reshape(-1, self.dim)
+        self._anticipated = Anticipated(self.vectors, queries, k)
 
     @property
     def vectors(self) -> np.ndarray:
@@ -242,6 +253,10 @@ class ExactIndex:
         if kk == 0 or n_q == 0:
             return np.empty((n_q, kk), np.float32), np.empty((n_q, kk), np.int64)
         if n_q < _GEMV_BELOW:
+            if start == 0 and self._anticipated is not None:
+                known = self._anticipated.search(vecs, ids, queries, kk)
+                if known is not None:
+                    return known
             # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
             # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
             if start == 0 and n_rows * self.dim >= SHORTLIST_FROM_FLOATS and self.use_shortlist:

@@ -63,6 +63,8 @@ class System(ABC):
       less sure, with no side effects (selective feedback, ``budget=f:uncertainty``, ranks
       reveals by it). The default, None, means "not offered": the budget is then spent by the
       seeded random score, i.e. like ``budget=f:random``.
+    * ``anticipate(batch)``: optional, a speed hint with the stream's items before they are
+      predicted one by one; predictions must not change (``ocrr.checks`` compares them).
     """
 
     name: str
@@ -94,6 +96,13 @@ class System(ABC):
 
     def uncertainty(self, batch: Batch) -> np.ndarray | None:
         """Per item, how unsure the prediction is (higher: less sure); None: not offered."""
+        return None
+
+    def anticipate(self, batch: Batch) -> None:
+        """A hint, before a stream is walked: these items will be predicted, a few at a
+        time, in this order, each by the state it arrives to. A system may prepare for them
+        (the substrate pre-scores them against its seed entries) but must predict exactly as
+        without the hint, and learn nothing from it. The default does nothing."""
         return None
 
     def hyperparameters(self) -> dict:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ocrr.batch import Batch
 from ocrr.ledger.chain import VerifyResult
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint
@@ -59,6 +60,10 @@ class BoundedSubstrate(Substrate):
 
     def hyperparameters(self) -> dict:
         return {"budget": self.budget, **super().hyperparameters()}  # the class names the eviction
+
+    def anticipate(self, batch: Batch) -> None:
+        """Nothing: once full, every correction evicts an entry, and the index drops what was
+        anticipated whenever one leaves."""
 
     def fit(self, seed):
         self._reset_live()  # before super().fit, which offers the seed set to _index_new

@@ -299,6 +299,16 @@ class Substrate(IndexedSystem, System):
         winners = by(sims, ids, self._neighbour_ranks(ids), self.rule_)
         return self.space_.decode_ranks(winners)
 
+    def anticipate(self, batch: Batch) -> None:
+        """Score the stream's queries against the entries held now in one matrix product
+        (``ExactIndex.anticipate``): each one-item predict then scores only its few candidates
+        and the entries appended since. The same predictions, bit for bit; other backends
+        ignore it."""
+        ledger, index = self._fitted()
+        anticipate = getattr(index, "anticipate", None)
+        if anticipate is not None and len(batch):
+            anticipate(check_vectors(batch.vecs, ledger.dim, "query vectors"), self.k)
+
     def uncertainty(self, batch: Batch) -> np.ndarray:
         """Per item, minus the vote margin (``vote_margin``): higher means less sure."""
         ledger, _ = self._fitted()
