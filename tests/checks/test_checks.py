@@ -74,6 +74,13 @@ class MemorisesPredictions(NearestNeighbour):
         return preds
 
 
+class LearnsFromTheHint(NearestNeighbour):
+    """Broken: anticipate() stores the stream it is shown, labelled with today's guesses."""
+
+    def anticipate(self, batch: Batch) -> None:
+        self.correct(Batch(batch.vecs, None, self.predict(batch)))
+
+
 class ClaimsNotToLearn(NearestNeighbour):
     """Broken: declares learns = False, but corrections change its predictions."""
 
@@ -225,6 +232,14 @@ def test_a_learner_that_never_starts_after_an_empty_seed_set_fails():
         check_system(StuckAfterAnEmptySeedSet)
     assert info.value.check == "check_learns_after_an_empty_seed_set"
     assert "answers None for each of them" in str(info.value)
+
+
+def test_a_hint_that_changes_predictions_fails_the_anticipate_check():
+    assert "check_anticipate_changes_no_prediction" not in [c.name for c in yield_checks(NearestNeighbour)]
+    with pytest.raises(CheckFailed) as info:
+        check_system(LearnsFromTheHint)
+    assert info.value.check == "check_anticipate_changes_no_prediction"
+    assert "differs from a system that had no hint" in str(info.value)
 
 
 def test_text_capability_chooses_the_text_checks():

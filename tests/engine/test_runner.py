@@ -47,6 +47,36 @@ def test_lookahead_batching_equals_item_by_item(spec, policy, scenario):
     assert trace(spec, scenario, policy, True) == trace(spec, scenario, policy, False)
 
 
+@pytest.mark.parametrize(
+    "spec, lookahead, hinted",
+    [
+        ("substrate", True, True),
+        ("substrate", False, True),
+        ("knn_lm", True, True),
+        ("static_knn", True, False),  # predicted in growing windows: one matrix product each
+        ("static_knn", False, True),
+    ],
+)
+def test_a_one_item_stream_is_anticipated_once_and_changes_nothing(spec, lookahead, hinted, scenario):
+    def walk(hint: bool) -> tuple[list, list]:
+        system = make_system(spec, labels=scenario.labels, seed=1)
+        calls: list[int] = []
+        original = system.anticipate
+
+        def spy(batch: Batch) -> None:
+            calls.append(len(batch))
+            if hint:
+                original(batch)
+
+        system.anticipate = spy
+        cps = list(run(system, scenario, make_policy("oracle"), lookahead=lookahead))
+        return [(cp.step, cp.corrections, cp.accuracy) for cp in cps], calls
+
+    with_hint, calls = walk(True)
+    assert calls == ([len(scenario.stream)] if hinted else [])
+    assert with_hint == walk(False)[0]
+
+
 def test_checkpoints_and_correction_rule(scenario):
     points = trace("substrate", scenario, "oracle", True, every=20)
     steps = [p[0] for p in points]

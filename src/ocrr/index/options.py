@@ -179,6 +179,14 @@ class IndexedSystem:
         self.target_agreement = target_agreement
         self.index_options.check(self.name)
 
+    @staticmethod
+    def _anticipate_search(index: object, queries: np.ndarray, k: int) -> None:
+        """Hand a stream's queries to an index that can pre-score them (``ExactIndex.anticipate``:
+        the same answers, sooner); other backends have nothing to gain and ignore the hint."""
+        anticipate = getattr(index, "anticipate", None)
+        if anticipate is not None and len(queries):
+            anticipate(queries, k)
+
     @property
     def index_options(self) -> IndexOptions:
         return IndexOptions(

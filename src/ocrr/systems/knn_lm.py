@@ -106,6 +106,13 @@ class KNNLM(IndexedSystem, LinearHead):
         a k-NN vote over the entries, the datastore's side of kNN-LM)."""
         return self.entry_label_[ids]
 
+    def anticipate(self, batch: Batch) -> None:
+        """Pre-score the stream's queries against the datastore held now (the substrate's
+        ``anticipate``): the same neighbours, from a few rows per one-item predict."""
+        self._require_fitted()
+        if self.knn_lambda > 0 and len(batch):
+            self._anticipate_search(self.index_, check_vectors(batch.vecs, self.dim_, "query vectors"), self.k)
+
     def head_proba(self, vecs: np.ndarray) -> np.ndarray:
         """p_head over the current label space (n, C); labels newer than the head get 0."""
         logits = vecs.astype(np.float64) @ self.w64_.T + self.b64_

@@ -305,9 +305,8 @@ class Substrate(IndexedSystem, System):
         and the entries appended since. The same predictions, bit for bit; other backends
         ignore it."""
         ledger, index = self._fitted()
-        anticipate = getattr(index, "anticipate", None)
-        if anticipate is not None and len(batch):
-            anticipate(check_vectors(batch.vecs, ledger.dim, "query vectors"), self.k)
+        if len(batch):
+            self._anticipate_search(index, check_vectors(batch.vecs, ledger.dim, "query vectors"), self.k)
 
     def uncertainty(self, batch: Batch) -> np.ndarray:
         """Per item, minus the vote margin (``vote_margin``): higher means less sure."""
