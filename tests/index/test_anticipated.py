@@ -72,11 +72,11 @@ def test_the_matrix_product_rounds_some_scores_otherwise_so_the_bound_is_needed(
 
 
 @pytest.mark.parametrize("borrowed", [True, False], ids=["borrowed", "owned"])
-def test_rows_added_after_anticipating_are_searched_without_a_full_scan(borrowed, plain_scan):
+@pytest.mark.parametrize("start", [1801, 101], ids=["most-rows-anticipated", "most-rows-added"])
+def test_rows_added_after_anticipating_are_searched_without_a_full_scan(borrowed, start, plain_scan):
     dim = 384
     x = smooth_rows(3000, dim, seed=5)
-    queries = queries_from(x, 25, seed=6)
-    start = 1801  # not on a group boundary
+    queries = queries_from(x, 25, seed=6)  # (start: not on a group boundary)
     grown = np.empty_like(x)
     grown[:start] = x[:start]
     count = [start]

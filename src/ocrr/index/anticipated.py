@@ -89,14 +89,17 @@ class Anticipated:
         found = [self._position.get(q.tobytes()) for q in queries]
         if None in found:
             return None
-        tail = np.arange(self.tail_from, len(vecs))
+        first = self.tail_from
+        tail = vecs[first:]  # scored in place, not gathered: it can grow to most of the rows
+        tail_ids = ids + first if isinstance(ids, int) else ids[first:]
         sims = np.empty((len(queries), k), np.float32)
         out = np.empty((len(queries), k), np.int64)
         for j, position in enumerate(found):
             assert position is not None  # (checked above)
-            rows = np.concatenate([self._candidates[position], tail])
-            exact = vecs[rows] @ queries[j]
-            row_ids = rows + ids if isinstance(ids, int) else ids[rows]
-            best = np.lexsort((-row_ids, -exact))[:k]  # top_k's order: similarity, then id, descending
-            sims[j], out[j] = exact[best], row_ids[best]
+            rows = self._candidates[position]
+            tail_s, tail_i = top_k((tail @ queries[j])[None], tail_ids, k)
+            cand_s = np.concatenate([vecs[rows] @ queries[j], tail_s[0]])
+            cand_i = np.concatenate([rows + ids if isinstance(ids, int) else ids[rows], tail_i[0]])
+            best = np.lexsort((-cand_i, -cand_s))[:k]  # top_k's order: similarity, then id, descending
+            sims[j], out[j] = cand_s[best], cand_i[best]
         return sims, out
