@@ -121,6 +121,10 @@ def test_what_cannot_be_known_is_scanned():
         assert_same_answers(fast, plain, other, 10)  # never anticipated
         assert_same_answers(fast, plain, np.concatenate([queries[:2], other[:1]]), 10)  # one of three unknown
         assert_same_answers(fast, plain, queries, 5)  # another k
+        nan = np.full((1, 24), np.nan, np.float32)  # a row added since that is not finite
+        fast.add(nan, np.array([len(x)]))
+        plain.add(nan, np.array([len(x)]))
+        assert_same_answers(fast, plain, queries, 10)
         gone = np.arange(0, len(x), 40)
         fast.remove(gone)
         plain.remove(gone)
