@@ -8,7 +8,11 @@ Prints, one thread:
   copy and scores its candidates in float32, index/shortlist.py), and the copy's size;
 - one evaluation of 800 fresh queries (cold: nothing cached), beside the bare 800 x 12k x 384
   matrix product and, for scale, ``np.argpartition`` over its 800 x 12k scores;
-- the same evaluation after 50 appends (the runner's checkpoints: only new rows scanned).
+- the same evaluation after 50 appends (the runner's checkpoints: only new rows scanned);
+- a stream of 1,200 queries handed to ``anticipate`` first, as the runner does (one matrix
+  product), then predicted one at a time with a correction after every fourth: ms per
+  predict beside the bare matrix-vector product over the rows at the end, and the hint's
+  one-off cost.
 
 The machine may be shared, so every figure is the best of several rounds, and each round
 times the substrate and its limit back to back; the ratio is what to read. Every answer is
@@ -30,7 +34,7 @@ from ocrr.index.vote import vote
 from ocrr.systems import Batch, make_system
 from ocrr.utils.threads import pin_threads
 
-DIM, N, CORRECTIONS, CLASSES, EVAL = 384, 10_000, 2_000, 77, 800
+DIM, N, CORRECTIONS, CLASSES, EVAL, STREAM = 384, 10_000, 2_000, 77, 800, 1_200
 
 
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -126,6 +130,21 @@ def main() -> None:
         sub.predict(evalset)
         warm = min(warm, time.perf_counter() - t)
     warm_ok = sum(a == b for a, b in zip(sub.predict(evalset), plain_scan(sub, fresh[0])))
+
+    stream, appended = unit(rng, STREAM), unit(rng, STREAM // 4)
+    t = time.perf_counter()
+    sub.anticipate(Batch(stream))
+    hint_s = time.perf_counter() - t
+    streamed, stream_ok = 0.0, 0
+    for i in range(STREAM):
+        t = time.perf_counter()
+        guess = sub.predict(Batch(stream[i : i + 1]))[0]
+        streamed += time.perf_counter() - t
+        stream_ok += guess == plain_scan(sub, stream[i : i + 1])[0]
+        if i % 4 == 3:  # a correction: the entries grow between predicts
+            sub.correct(Batch(appended[i // 4 : i // 4 + 1], None, ["c03"]))
+    rows_now = sub.ledger_.vectors
+    stream_matvec = best_of(args.rounds, {"matvec": lambda i: rows_now @ stream[i]}, per_round=per_round // 4)["matvec"]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     print(f"substrate at {N:,} entries + {CORRECTIONS:,} corrections = {n_rows:,} rows, d={DIM}, one thread")
@@ -150,6 +169,15 @@ def main() -> None:
     print(
         f"  evaluate {EVAL}, after 50 adds   {warm * 1e3:8.1f} ms       (incremental: only new rows scanned)   "
         f"exact: {warm_ok}/{EVAL} equal the plain scan"
+    )
+    print(
+        f"  stream predict, anticipated   {streamed / STREAM * 1e6:8.1f} µs/item  limit: bare matvec "
+        f"{stream_matvec * 1e6:6.1f} µs   ratio {streamed / STREAM / stream_matvec:.2f}x   "
+        f"exact: {stream_ok}/{STREAM} equal the plain scan"
+    )
+    print(
+        f"      (anticipate({STREAM:,} queries), once before the stream: {hint_s * 1e3:.1f} ms; "
+        f"with it, {(streamed + hint_s) / STREAM * 1e6:.1f} µs/item; {STREAM // 4} corrections between the predicts)"
     )
     print(f"  peak RSS of this process      {peak_mb:8.0f} MB  (ledger vectors: {rows.nbytes / 1e6:.0f} MB)")
 
