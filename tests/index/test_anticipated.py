@@ -61,6 +61,19 @@ def test_anticipated_search_is_the_plain_scan_bit_for_bit(dim, rows, borrowed, k
         assert_same_answers(fast, plain, queries, k, widths=(1, 2, 7))
 
 
+def test_many_anticipated_queries_at_once_answer_as_one_query_searches():
+    x = smooth_rows(2003, 384, seed=21)
+    queries = queries_from(x, 30, seed=22)
+    fast, plain = index_of(x, borrowed=True), index_of(x, borrowed=True)
+    with pinned_threads(1):
+        fast.anticipate(queries, 10)
+        for lo, hi in [(0, 8), (3, 40), (0, 60)]:  # the matrix-product path's sizes, without the hint
+            got_s, got_i = fast.search(queries[lo:hi], 10)
+            one = [plain.search(q[None], 10) for q in queries[lo:hi]]
+            assert np.array_equal(got_i, np.concatenate([i for _, i in one]))
+            assert np.array_equal(got_s.view(np.uint32), np.concatenate([s for s, _ in one]).view(np.uint32))
+
+
 def test_the_matrix_product_rounds_some_scores_otherwise_so_the_bound_is_needed():
     # Were both products always the same bits, the test above would not test the bound.
     x = smooth_rows(2003, 384, seed=3)

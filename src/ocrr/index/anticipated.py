@@ -99,16 +99,18 @@ class Anticipated:
         when an int, else one per row), or None if a query was not anticipated."""
         if k != self.k or len(vecs) < self.tail_from or self.group is None:
             return None
-        found = [self._position.get(_digest(q)) for q in queries]
-        if None in found:
-            return None
+        found = []
+        for q in queries:  # an evaluation set is not anticipated: its first query says so
+            position = self._position.get(_digest(q))
+            if position is None:
+                return None
+            found.append(position)
         first, within = self.tail_from, np.arange(self.group)
         tail = vecs[first:]  # scored in place, not gathered: it can grow to most of the rows
         tail_ids = np.arange(first, len(vecs)) + ids if isinstance(ids, int) else ids[first:]
         sims = np.empty((len(queries), k), np.float32)
         out = np.empty((len(queries), k), np.int64)
         for j, position in enumerate(found):
-            assert position is not None  # (checked above)
             groups = self._groups[self._offsets[position] : self._offsets[position + 1]].astype(np.int64)
             rows = (groups[:, None] * self.group + within).ravel()
             s = np.concatenate([vecs[rows] @ queries[j], tail @ queries[j]])

@@ -221,10 +221,12 @@ class ExactIndex:
             return self._shortlist
 
     def anticipate(self, queries: np.ndarray, k: int) -> None:
-        """These queries will be searched for their top ``k`` a few at a time: score them
-        against the rows held now in one matrix product, so that each such search later
-        scores only its candidates and the rows added since (index/anticipated.py; the
-        same answers, bit for bit). Replaces what was anticipated before."""
+        """These queries will be searched for their top ``k``, as a stream asks them: score
+        them against the rows held now in one matrix product, so that each later search of
+        them scores only their candidates and the rows added since (index/anticipated.py).
+        However many come at once, each answer is a one-query search's, bit for bit (without
+        the hint, eight or more at once go through a matrix product, which can round a
+        similarity differently). Replaces what was anticipated before."""
         queries = np.asarray(queries, np.float32).reshape(-1, self.dim)
         self._anticipated = Anticipated(self.vectors, queries, k)
 
@@ -252,11 +254,13 @@ class ExactIndex:
         kk = min(k, n_rows)
         if kk == 0 or n_q == 0:
             return np.empty((n_q, kk), np.float32), np.empty((n_q, kk), np.int64)
+        if start == 0 and self._anticipated is not None:
+            # queries known in advance, however many at once: their candidates, scored as a
+            # one-by-one scan scores them (a stream's answers do not depend on how it is batched)
+            known = self._anticipated.search(vecs, ids, queries, kk)
+            if known is not None:
+                return known
         if n_q < _GEMV_BELOW:
-            if start == 0 and self._anticipated is not None:
-                known = self._anticipated.search(vecs, ids, queries, kk)
-                if known is not None:
-                    return known
             # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
             # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
             if start == 0 and n_rows * self.dim >= SHORTLIST_FROM_FLOATS and self.use_shortlist:

@@ -64,7 +64,8 @@ class System(ABC):
       reveals by it). The default, None, means "not offered": the budget is then spent by the
       seeded random score, i.e. like ``budget=f:random``.
     * ``anticipate(batch)``: optional, a speed hint with the stream's items before they are
-      predicted one by one; predictions must not change (``ocrr.checks`` compares them).
+      predicted; each prediction must be the one made of that item alone without the hint
+      (``ocrr.checks`` compares them).
     """
 
     name: str
@@ -99,10 +100,11 @@ class System(ABC):
         return None
 
     def anticipate(self, batch: Batch) -> None:
-        """A hint, before a stream is walked: these items will be predicted, a few at a
-        time, in this order, each by the state it arrives to. A system may prepare for them
-        (the substrate pre-scores them against its seed entries) but must predict exactly as
-        without the hint, and learn nothing from it. The default does nothing."""
+        """A hint, before a stream is walked: these items will be predicted, one or a few at
+        a time, in this order, each by the state it arrives to. A system may prepare for them
+        (the substrate pre-scores them against its seed entries) but must predict each item
+        exactly as it predicts it alone without the hint, and learn nothing from it. The
+        default does nothing."""
         return None
 
     def hyperparameters(self) -> dict:
