@@ -180,6 +180,9 @@ class LLMICL(Substrate):
             )
 
     # -- inference ------------------------------------------------------------------------------
+    def anticipate(self, batch: Batch) -> None:
+        """Nothing: each answer costs model calls, next to which the retrieval is free."""
+
     def predict(self, batch: Batch) -> list[str | None]:
         ledger, _ = self._fitted()
         queries = check_vectors(batch.vecs, ledger.dim, "query vectors")
