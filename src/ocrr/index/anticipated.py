@@ -5,8 +5,9 @@ with the rows it holds when the query arrives, one or a few at a time: a matrix-
 product over every row per query, the substrate's largest cost in a run. Most of those rows
 (the seed set) are there from the start. ``Anticipated`` scores every expected query
 against them in one matrix product and keeps, per query, only the rows that can be in its
-top k; when the query comes, those candidates and the rows added since are scored with
-the matrix-vector product, and their best k is the full scan's answer, bit for bit:
+top k; when the query comes, alone or with others, its candidates and the rows added since
+are scored with the matrix-vector product, and their best k is the answer of a full scan for
+that query alone, bit for bit:
 
 * a float32 product of ``d`` terms, in any order, is within ``g ||q|| ||v||`` of the exact
   one (``g``: the rounding bound of a ``d``-term sum), so the matrix product's and the
