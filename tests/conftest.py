@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -55,6 +57,14 @@ def isolated_cache(tmp_path_factory, monkeypatch):
 def user_cache():
     """The real user cache, for tests that should share its embeddings across runs."""
     return USER_CACHE
+
+
+def python_output(code: str) -> str:
+    """What a fresh Python prints running ``code`` (which must succeed): what a module
+    loads can only be seen in a process that has loaded nothing yet."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
 
 
 def clustered_dataset(n_classes=12, dim=16, n_train=30, n_test=10, noise=0.05, seed=0, name="toy"):

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from tests.conftest import python_output
 
 import ocrr
 from ocrr.cli.main import main
@@ -57,6 +58,4 @@ def test_ocrr_run_can_start_its_fork_server_before_the_engine_loads():
         "heavy = ('pandas', 'torch', 'ocrr.engine.experiment', 'ocrr.engine.sweep')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+    assert python_output(probe) == "[]"

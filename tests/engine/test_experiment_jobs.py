@@ -4,6 +4,7 @@ the same tasks, and their tables are assembled in the order asked for, whichever
 from __future__ import annotations
 
 import pytest
+from tests.conftest import python_output
 
 from ocrr.cli.main import main
 from ocrr.engine.experiment import Experiment, plan_experiment, run_experiment
@@ -80,8 +81,6 @@ if __name__ == "__main__":
 def test_planning_the_main_job_leaves_torch_to_the_workers():
     """The command that hands its runs to workers names the linear systems (their settings go
     into the run's config) without importing torch: its workers' fork server loads it."""
-    import subprocess
-    import sys
 
     probe = (
         "import sys\n"
@@ -94,6 +93,4 @@ def test_planning_the_main_job_leaves_torch_to_the_workers():
         "assert 'torch' in WORKER_MODULES\n"
         "print('torch' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "False"
+    assert python_output(probe) == "False"

@@ -27,6 +27,18 @@ def queries_from(x: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.concatenate([near, same]).astype(np.float32)
 
 
+def index_of(x: np.ndarray, borrowed: bool, ids: np.ndarray | None = None, shortlist: bool = False) -> ExactIndex:
+    """An exact index over the rows ``x``: borrowing them (ids: row numbers) or owning a copy."""
+    dim = x.shape[1]
+    if borrowed:
+        index = ExactIndex(dim, source=lambda: x, shortlist=shortlist)
+        index.add_from_source(x, np.arange(len(x)))
+    else:
+        index = ExactIndex(dim, shortlist=shortlist)
+        index.add(x, np.arange(len(x)) if ids is None else ids)
+    return index
+
+
 def assert_same_answers(
     fast: ExactIndex, plain: ExactIndex, queries: np.ndarray, k: int, widths: tuple[int, ...] = (1, 3, 7)
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.index.exact_answers import assert_same_answers, queries_from, tie_heavy_rows
+from tests.index.exact_answers import assert_same_answers, index_of, queries_from, tie_heavy_rows
 
 from ocrr.index import exact
 from ocrr.index.exact import ExactIndex
@@ -21,17 +21,6 @@ def smooth_rows(n: int, dim: int, seed: int) -> np.ndarray:
     centres = rng.standard_normal((8, dim))
     x = centres[rng.integers(0, 8, n)] + 0.02 * rng.standard_normal((n, dim))
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def index_of(x: np.ndarray, borrowed: bool, ids: np.ndarray | None = None) -> ExactIndex:
-    dim = x.shape[1]
-    if borrowed:
-        index = ExactIndex(dim, source=lambda: x, shortlist=False)
-        index.add_from_source(x, np.arange(len(x)))
-    else:
-        index = ExactIndex(dim, shortlist=False)
-        index.add(x, np.arange(len(x)) if ids is None else ids)
-    return index
 
 
 @pytest.fixture

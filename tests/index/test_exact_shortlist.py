@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tests.index import exact_answers
-from tests.index.exact_answers import assert_same_answers, queries_from
+from tests.index.exact_answers import assert_same_answers, index_of, queries_from
 
 from ocrr.index import exact
 from ocrr.index import shortlist as shortlist_module
@@ -30,16 +30,7 @@ def tie_heavy_rows(n: int, seed: int) -> np.ndarray:
 
 def pair(x: np.ndarray, borrowed: bool, ids: np.ndarray | None = None) -> tuple[ExactIndex, ExactIndex]:
     """The same rows in an index with the shortlist and in one without it."""
-    out = []
-    for shortlist in (True, False):
-        if borrowed:
-            index = ExactIndex(DIM, source=lambda: x, shortlist=shortlist)
-            index.add_from_source(x, np.arange(len(x)))
-        else:
-            index = ExactIndex(DIM, shortlist=shortlist)
-            index.add(x, np.arange(len(x)) if ids is None else ids)
-        out.append(index)
-    return out[0], out[1]
+    return index_of(x, borrowed, ids, shortlist=True), index_of(x, borrowed, ids, shortlist=False)
 
 
 @pytest.mark.parametrize("borrowed", [True, False], ids=["borrowed", "owned"])

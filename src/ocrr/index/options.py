@@ -184,7 +184,7 @@ class IndexedSystem:
         """Hand a stream's queries to an index that can pre-score them (``ExactIndex.anticipate``:
         the same answers, sooner); other backends have nothing to gain and ignore the hint."""
         anticipate = getattr(index, "anticipate", None)
-        if anticipate is not None and len(queries):
+        if anticipate is not None:
             anticipate(queries, k)
 
     @property

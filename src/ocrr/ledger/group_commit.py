@@ -78,21 +78,16 @@ class GroupCommit:
 
     def append(self, vector, label: str, text: str | None = None) -> int:
         """Append one entry; return its id once it is on disk."""
-        try:
-            vec = np.asarray(vector, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise OcrrError(f"vector is not numeric ({e}); pass an array of floats") from e
+        vec = _floats(vector, "vector is")
         if vec.ndim != 1:
             raise OcrrError(f"append takes one vector of shape (d,), got shape {vec.shape}; use extend() for several")
         return self.extend(vec.reshape(1, -1), [label], [text])[0]
 
     def extend(self, vectors, labels: Sequence[str], texts: Sequence[str | None] | None = None) -> range:
         """Append entries atomically (all or none); return their ids once on disk."""
-        vecs = check_batch(vectors, labels, texts, self.dim)
-        texts = list(texts) if texts is not None else [None] * len(labels)
-        if not len(vecs):
+        item = self._pending(vectors, labels, texts)
+        if not len(item.vecs):
             return range(len(self), len(self))
-        item = Pending(vecs, list(labels), texts)
         with self._cv:
             self._queue.append(item)
             while not item.done:
@@ -121,10 +116,8 @@ class GroupCommit:
         keep it short. ``check``, if given, is called by the committing thread just before
         the group is written (once per group for equal checks); an exception it raises
         fails this item instead. What ``extend`` does, without a thread waiting per call."""
-        vecs = check_batch(vectors, labels, texts, self.dim)
-        texts = list(texts) if texts is not None else [None] * len(labels)
-        item = Pending(vecs, list(labels), texts, done, check)
-        if not len(vecs):
+        item = self._pending(vectors, labels, texts, done, check)
+        if not len(item.vecs):
             item.ids, item.done = range(len(self), len(self)), True
             done(item.ids, None)
             return
@@ -137,6 +130,13 @@ class GroupCommit:
                 self._committer.start()
             elif not self._committing:
                 self._cv.notify_all()  # the committer waits for work (nobody else waits while none runs)
+
+    def _pending(
+        self, vectors, labels, texts, done: Done | None = None, check: Callable[[], None] | None = None
+    ) -> Pending:
+        """An append checked at the door (``check_batch``), ready to queue."""
+        vecs = check_batch(vectors, labels, texts, self.dim)
+        return Pending(vecs, list(labels), list(texts) if texts is not None else [None] * len(labels), done, check)
 
     def _commit_submitted(self) -> None:
         """The committer thread: lead a group commit whenever appends are queued and none is
@@ -221,10 +221,7 @@ def _tell(batch: list[Pending]) -> None:
 def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
     """The rows of an append as (m, ``dim``) float32, or one error naming the fix: numeric,
     finite, one non-empty label (and at most one text) per row, valid Unicode."""
-    try:
-        vecs = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError) as e:
-        raise OcrrError(f"vectors are not numeric ({e}); pass an array of floats") from e
+    vecs = _floats(vectors, "vectors are")
     if vecs.ndim != 2:
         raise OcrrError(f"vectors must have shape (m, d), got {vecs.shape}")
     if dim is not None and vecs.shape[1] != dim:
@@ -252,3 +249,11 @@ def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
         except UnicodeEncodeError as e:
             raise OcrrError(f"label or text is not valid Unicode ({e.reason}); remove lone surrogates") from None
     return np.ascontiguousarray(vecs)
+
+
+def _floats(values, what: str) -> np.ndarray:
+    """``values`` as float32, or the error naming the fix (``what``: "vector is", "vectors are")."""
+    try:
+        return np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise OcrrError(f"{what} not numeric ({e}); pass an array of floats") from e

@@ -301,9 +301,9 @@ class Substrate(IndexedSystem, System):
 
     def anticipate(self, batch: Batch) -> None:
         """Score the stream's queries against the entries held now in one matrix product
-        (``ExactIndex.anticipate``): each one-item predict then scores only its few candidates
-        and the entries appended since. The same predictions, bit for bit; other backends
-        ignore it."""
+        (``ExactIndex.anticipate``): each predict of them then scores only their few candidates
+        and the entries appended since, each query as it is scored alone, bit for bit; other
+        backends ignore it."""
         ledger, index = self._fitted()
         if len(batch):
             self._anticipate_search(index, check_vectors(batch.vecs, ledger.dim, "query vectors"), self.k)
