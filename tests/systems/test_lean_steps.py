@@ -7,11 +7,13 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from tests.conftest import python_output
 
 from ocrr.checks.data import check_data
-from ocrr.systems.lean_steps import AdamW, clip_grad_norm, linear_cross_entropy_grads
+from ocrr.systems.lean_steps import AdamW, FusedAdamW, clip_grad_norm, linear_cross_entropy_grads
 from ocrr.systems.refine import RefiningHead
 from ocrr.systems.registry import make_system
+from ocrr.systems.training import SeedTraining, init_linear, train_seed
 from ocrr.utils.threads import pinned_threads
 
 
@@ -163,3 +165,76 @@ def test_refining_systems_equal_their_torch_training(spec, monkeypatch):
     for a, b in zip(ours.head_.parameters(), theirs.head_.parameters()):
         assert torch.equal(a, b)
     assert ours.predict(data.stream) == theirs.predict(data.stream)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-4, 1e-2])
+def test_fused_adamw_equals_torchs_fused_optimiser(weight_decay):
+    """Gradients that change sign and size, and a parameter that has none on odd steps."""
+    a, b = torch.nn.Parameter(torch.linspace(-1, 1, 12).reshape(3, 4)), torch.nn.Parameter(torch.ones(3))
+    a2, b2 = copy.deepcopy(a), copy.deepcopy(b)
+    theirs = torch.optim.AdamW([a, b], lr=0.05, weight_decay=weight_decay, fused=True)
+    ours = FusedAdamW([a2, b2], lr=0.05, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(3)
+    for step in range(9):
+        grad = torch.randn(3, 4, generator=gen) * 10.0 ** (step % 3 - 1)
+        a.grad, a2.grad = grad.clone(), grad.clone()
+        b.grad = b2.grad = None
+        if step % 2 == 0:
+            b.grad, b2.grad = torch.full((3,), step - 4.0), torch.full((3,), step - 4.0)
+        theirs.step()
+        ours.step()
+        assert torch.equal(a, a2) and torch.equal(b, b2), step
+    assert [float(s) for s in ours.steps] == [9.0, 5.0]
+
+
+def _torch_train_seed(model, x, y, cfg, generator):
+    """train_seed as it is written with torch's fused AdamW and autograd (its generic path)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    for _ in range(cfg.epochs):
+        order = torch.randperm(len(y), generator=generator)
+        for lo in range(0, len(y), cfg.batch_size):
+            idx = order[lo : lo + cfg.batch_size]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+
+
+@pytest.mark.parametrize(
+    ("n", "classes", "cfg"),
+    [
+        (300, 9, SeedTraining(epochs=4, batch_size=64)),  # a partial last batch
+        (90, 40, SeedTraining(epochs=3, batch_size=32, weight_decay=0.0)),  # more labels than rows in a batch
+        (256, 5, SeedTraining(epochs=2)),  # one whole batch per epoch
+    ],
+)
+def test_linear_seed_training_equals_torchs(n, classes, cfg):
+    """A linear head's seed training (the lean path) leaves the weights, the bias and the last
+    batch's gradients exactly as torch's optimiser and autograd do."""
+    x, y = _data(n=n, classes=classes)
+    heads, gens = [], []
+    for _ in range(2):
+        gen = torch.Generator().manual_seed(11)
+        heads.append(init_linear(24, classes, gen))
+        gens.append(gen)
+    with pinned_threads(1):
+        train_seed(heads[0], x, y, cfg, gens[0])
+        _torch_train_seed(heads[1], x, y, cfg, gens[1])
+    ours, theirs = heads
+    for name in ("weight", "bias"):
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+        assert torch.equal(getattr(ours, name).grad, getattr(theirs, name).grad), name
+    assert torch.equal(gens[0].get_state(), gens[1].get_state())  # the same draws, in order
+    assert not ours.training
+
+
+def test_seed_training_of_a_linear_head_builds_no_torch_optimiser():
+    """The first torch optimiser in a process imports torch._dynamo (about 0.9 s in each
+    sweep worker); training a seed head must not."""
+    code = (
+        "import sys, torch\n"
+        "from ocrr.systems.training import SeedTraining, init_linear, train_seed\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "train_seed(init_linear(8, 3, g), torch.randn(40, 8), torch.arange(40) % 3, SeedTraining(epochs=2), g)\n"
+        "print('torch._dynamo' in sys.modules)"
+    )
+    assert python_output(code) == "False"
