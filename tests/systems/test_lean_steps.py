@@ -238,3 +238,43 @@ def test_seed_training_of_a_linear_head_builds_no_torch_optimiser():
         "print('torch._dynamo' in sys.modules)"
     )
     assert python_output(code) == "False"
+
+
+def _autograd_correction_grads(self, x, y):
+    """OnlineLinear._correction_grads as written with autograd for every loss."""
+    self._fitted_head().zero_grad(set_to_none=True)
+    self._correction_loss(x, y).backward()
+
+
+def _autograd_flat_grad(self, x, y):
+    """AGEM._flat_grad as written with torch.autograd.grad."""
+    head = self._fitted_head()
+    loss = F.cross_entropy(head(x), y)
+    return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(head.parameters()))])
+
+
+@pytest.mark.parametrize("spec", ["online_linear", "ewc", "ewc:ewc_lambda=50", "a_gem", "a_gem:memory_batch=5", "lwf"])
+def test_correction_steps_equal_their_autograd_steps(spec, monkeypatch):
+    """Whole systems: a correction's step without the graph leaves the same head, hence the
+    same answers, as autograd's."""
+    from ocrr.systems.continual import AGEM
+    from ocrr.systems.linear import OnlineLinear
+
+    data = check_data()
+    stream = data.stream[:60]
+
+    def run(corrected=True):
+        system = make_system(spec, labels=data.labels, seed=2).fit(data.seed)
+        for lo in range(0, len(stream) if corrected else 0, 7):
+            system.correct(stream[lo : lo + 7])
+        return system
+
+    with pinned_threads(1):
+        seeded, ours = run(corrected=False), run()
+        monkeypatch.setattr(OnlineLinear, "_correction_grads", _autograd_correction_grads)
+        monkeypatch.setattr(AGEM, "_flat_grad", _autograd_flat_grad)
+        theirs = run()
+    assert not torch.equal(seeded.head_.weight, ours.head_.weight)  # the corrections moved it
+    for a, b in zip(ours.head_.parameters(), theirs.head_.parameters()):
+        assert torch.equal(a, b)
+    assert ours.predict(data.stream) == theirs.predict(data.stream)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint
+from ocrr.systems.lean_steps import linear_cross_entropy_gradients
 from ocrr.systems.linear import OnlineLinear
 from ocrr.systems.training import derive_seed
 
@@ -84,8 +85,7 @@ class EWC(OnlineLinear):
         plain SGD overshoots where lr * lambda * F > 1 and diverges beyond 2 (small or
         unconverged seed sets at lambda 1000); below the cap this is exactly plain SGD."""
         head = self._fitted_head()
-        head.zero_grad(set_to_none=True)
-        self._correction_loss(x, y).backward()
+        self._correction_grads(x, y)
         with torch.no_grad():
             for p, fisher, anchor in (
                 (head.weight, self.fisher_w_, self.anchor_w_),
@@ -172,10 +172,10 @@ class AGEM(OnlineLinear):
         self.batch_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, self.name + "/batches"))
 
     def _flat_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        head = self._fitted_head()
-        params = list(head.parameters())
-        loss = F.cross_entropy(head(x), y)
-        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+        """The mean cross-entropy's gradient over weight then bias, flat: autograd's values,
+        from its formulas without the graph (lean_steps)."""
+        weight_grad, bias_grad = linear_cross_entropy_gradients(self._fitted_head(), x, y)
+        return torch.cat([weight_grad.reshape(-1), bias_grad])
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         g = self._flat_grad(x, y)

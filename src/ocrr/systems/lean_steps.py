@@ -129,15 +129,22 @@ def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
 
 
 @torch.no_grad()
-def linear_cross_entropy_grads(head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor) -> None:
-    """Set ``head``'s gradients of ``F.cross_entropy(head(x), y)`` (mean over rows), the
-    values and memory layout ``loss.backward()`` leaves after ``zero_grad(set_to_none=True)``,
-    without building a graph: autograd's own formulas (nll_loss_backward,
-    _log_softmax_backward_data, then addmm's: grad^T x for the weight, the column sums for
-    the bias), called directly."""
+def linear_cross_entropy_gradients(
+    head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``F.cross_entropy(head(x), y)`` (mean over rows) with respect to
+    ``head``'s weight and bias, the values and memory layout ``loss.backward()`` leaves after
+    ``zero_grad(set_to_none=True)``, without building a graph: autograd's own formulas
+    (nll_loss_backward, _log_softmax_backward_data, then addmm's: grad^T x for the weight,
+    the column sums for the bias), called directly."""
     logp = torch.log_softmax(F.linear(x, head.weight, head.bias), 1)
     _, total_weight = torch.ops.aten.nll_loss_forward(logp, y, None, _MEAN, _NO_IGNORED)
     grad_logp = torch.ops.aten.nll_loss_backward(_ONE, logp, y, None, _MEAN, _NO_IGNORED, total_weight)
     grad_logits = torch.ops.aten._log_softmax_backward_data(grad_logp, logp, 1, logp.dtype)
-    head.weight.grad = grad_logits.t().mm(x)
-    head.bias.grad = grad_logits.sum(0)
+    return grad_logits.t().mm(x), grad_logits.sum(0)
+
+
+def linear_cross_entropy_grads(head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Set ``head``'s gradients to ``linear_cross_entropy_gradients``: what
+    ``zero_grad(set_to_none=True)`` then ``loss.backward()`` leave on it."""
+    head.weight.grad, head.bias.grad = linear_cross_entropy_gradients(head, x, y)

@@ -195,8 +195,7 @@ class OnlineLinear(LinearHead):
         import torch
 
         head = self._fitted_head()
-        head.zero_grad(set_to_none=True)
-        self._correction_loss(x, y).backward()
+        self._correction_grads(x, y)
         with torch.no_grad():
             for p in head.parameters():
                 assert p.grad is not None  # the loss reaches every weight and bias
@@ -206,6 +205,19 @@ class OnlineLinear(LinearHead):
         import torch
 
         return torch.nn.functional.cross_entropy(self._fitted_head()(x), y)
+
+    def _correction_grads(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Leave the correction loss's gradients on the head, as ``zero_grad(set_to_none=True)``
+        and ``backward()`` leave them. This class's loss, plain cross-entropy, takes autograd's
+        formulas without the graph (lean_steps: the same bits, about half the time)."""
+        head = self._fitted_head()
+        if type(self)._correction_loss is OnlineLinear._correction_loss:
+            from ocrr.systems.lean_steps import linear_cross_entropy_grads
+
+            linear_cross_entropy_grads(head, x, y)
+            return
+        head.zero_grad(set_to_none=True)
+        self._correction_loss(x, y).backward()
 
     def _grow_head(self) -> None:
         self.head_ = carry_rows(self._fitted_head(), init_linear(self.dim_, len(self.space_), self.generator_))
