@@ -35,6 +35,7 @@ def trace(spec, scenario, policy, lookahead, every=20):
     [
         "substrate",
         "static_knn",
+        "static_linear",
         "online_linear",
         "knn_lm",
         "a_gem",
@@ -75,6 +76,35 @@ def test_a_one_item_stream_is_anticipated_once_and_changes_nothing(spec, lookahe
     with_hint, calls = walk(True)
     assert calls == ([len(scenario.stream)] if hinted else [])
     assert with_hint == walk(False)[0]
+
+
+@pytest.mark.parametrize(
+    "spec, lookahead, scored_once",
+    [
+        ("static_knn", True, True),
+        ("static_linear", True, True),
+        ("static_knn", False, False),
+        ("substrate", True, False),
+    ],
+)
+def test_a_static_system_answers_its_eval_sets_once(spec, lookahead, scored_once, scenario):
+    """learns = False: the fixed eval sets are scored at the first checkpoint and those scores
+    repeated (item by item, without lookahead, every checkpoint scores them again)."""
+    system = make_system(spec, labels=scenario.labels, seed=1)
+    eval_ids = {id(batch): name for name, batch in scenario.eval_sets.items()}
+    scored: list[str] = []
+    original = system.predict
+
+    def spy(batch: Batch):
+        if id(batch) in eval_ids:
+            scored.append(eval_ids[id(batch)])
+        return original(batch)
+
+    system.predict = spy
+    cps = list(run(system, scenario, make_policy("oracle"), lookahead=lookahead))
+    times = 1 if scored_once else len(cps)
+    assert sorted(scored) == sorted(list(scenario.eval_sets) * times)
+    assert len(cps) > 2
 
 
 def test_checkpoints_and_correction_rule(scenario):
