@@ -253,28 +253,46 @@ def _autograd_flat_grad(self, x, y):
     return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(head.parameters()))])
 
 
-@pytest.mark.parametrize("spec", ["online_linear", "ewc", "ewc:ewc_lambda=50", "a_gem", "a_gem:memory_batch=5", "lwf"])
-def test_correction_steps_equal_their_autograd_steps(spec, monkeypatch):
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "online_linear",
+        "ewc",
+        "ewc:ewc_lambda=50",
+        "a_gem",
+        "a_gem:memory_batch=5",
+        "lwf",
+        "lwf:lwf_lambda=0.3:temperature=3",
+        "lwf:lwf_lambda=0",
+    ],
+)
+@pytest.mark.parametrize("label_list", ["every label", "the seed's labels"])
+def test_correction_steps_equal_their_autograd_steps(spec, label_list, monkeypatch):
     """Whole systems: a correction's step without the graph leaves the same head, hence the
-    same answers, as autograd's."""
-    from ocrr.systems.continual import AGEM
+    same answers, as autograd's. Given only the seed's labels, the head grows for each label
+    first met in a correction (LwF then distils into its first rows only)."""
+    from ocrr.systems.continual import AGEM, LwF
     from ocrr.systems.linear import OnlineLinear
 
     data = check_data()
     stream = data.stream[:60]
+    labels = data.labels if label_list == "every label" else sorted(set(data.seed.labels))
 
     def run(corrected=True):
-        system = make_system(spec, labels=data.labels, seed=2).fit(data.seed)
+        system = make_system(spec, labels=labels, seed=2).fit(data.seed)
         for lo in range(0, len(stream) if corrected else 0, 7):
             system.correct(stream[lo : lo + 7])
         return system
 
     with pinned_threads(1):
         seeded, ours = run(corrected=False), run()
-        monkeypatch.setattr(OnlineLinear, "_correction_grads", _autograd_correction_grads)
+        for cls in (OnlineLinear, LwF):
+            monkeypatch.setattr(cls, "_correction_grads", _autograd_correction_grads)
         monkeypatch.setattr(AGEM, "_flat_grad", _autograd_flat_grad)
         theirs = run()
     assert not torch.equal(seeded.head_.weight, ours.head_.weight)  # the corrections moved it
+    if label_list != "every label":
+        assert ours.head_.out_features > seeded.head_.out_features  # it grew
     for a, b in zip(ours.head_.parameters(), theirs.head_.parameters()):
         assert torch.equal(a, b)
     assert ours.predict(data.stream) == theirs.predict(data.stream)

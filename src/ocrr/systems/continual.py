@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint
-from ocrr.systems.lean_steps import linear_cross_entropy_gradients
+from ocrr.systems.lean_steps import linear_cross_entropy_gradients, linear_lwf_grads
 from ocrr.systems.linear import OnlineLinear
 from ocrr.systems.training import derive_seed
 
@@ -229,6 +229,15 @@ class LwF(OnlineLinear):
 
     def _correction_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return super()._correction_loss(x, y) + self.lwf_lambda * self.distillation_loss(x)
+
+    def _correction_grads(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """``_correction_loss``'s gradients without the graph (lean_steps: the same bits)."""
+        if type(self)._correction_loss is not LwF._correction_loss:
+            super()._correction_grads(x, y)  # a subclass's own loss: autograd
+            return
+        with torch.no_grad():
+            log_teacher = F.log_softmax(self.teacher_(x) / self.temperature, dim=1)
+        linear_lwf_grads(self._fitted_head(), x, y, log_teacher, self.lwf_lambda, self.temperature)
 
     def footprint(self) -> Footprint:
         fp = super().footprint()

@@ -137,10 +137,19 @@ def linear_cross_entropy_gradients(
     ``zero_grad(set_to_none=True)``, without building a graph: autograd's own formulas
     (nll_loss_backward, _log_softmax_backward_data, then addmm's: grad^T x for the weight,
     the column sums for the bias), called directly."""
-    logp = torch.log_softmax(F.linear(x, head.weight, head.bias), 1)
+    return _head_gradients(_cross_entropy_logit_grads(F.linear(x, head.weight, head.bias), y), x)
+
+
+def _cross_entropy_logit_grads(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy's gradient with respect to the logits, by autograd's formulas."""
+    logp = torch.log_softmax(logits, 1)
     _, total_weight = torch.ops.aten.nll_loss_forward(logp, y, None, _MEAN, _NO_IGNORED)
     grad_logp = torch.ops.aten.nll_loss_backward(_ONE, logp, y, None, _MEAN, _NO_IGNORED, total_weight)
-    grad_logits = torch.ops.aten._log_softmax_backward_data(grad_logp, logp, 1, logp.dtype)
+    return torch.ops.aten._log_softmax_backward_data(grad_logp, logp, 1, logp.dtype)
+
+
+def _head_gradients(grad_logits: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A linear layer's weight and bias gradients from its logits' (addmm's backward)."""
     return grad_logits.t().mm(x), grad_logits.sum(0)
 
 
@@ -148,3 +157,32 @@ def linear_cross_entropy_grads(head: torch.nn.Linear, x: torch.Tensor, y: torch.
     """Set ``head``'s gradients to ``linear_cross_entropy_gradients``: what
     ``zero_grad(set_to_none=True)`` then ``loss.backward()`` leave on it."""
     head.weight.grad, head.bias.grad = linear_cross_entropy_gradients(head, x, y)
+
+
+@torch.no_grad()
+def linear_lwf_grads(
+    head: torch.nn.Linear,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    log_teacher: torch.Tensor,
+    lwf_lambda: float,
+    temperature: float,
+) -> None:
+    """Set ``head``'s gradients of LwF's loss, ``cross_entropy(head(x), y) + lwf_lambda * T^2 *
+    kl_div(log_softmax(head(x)[:, :c] / T), log_teacher, "batchmean", log_target=True)``
+    (c the teacher's classes), as ``zero_grad(set_to_none=True)`` and ``backward()`` leave
+    them: each of the loss's two passes through the head gets its own weight and bias
+    gradient, summed at the end as autograd sums a leaf's; the distillation's backward is
+    autograd's, node by node (the two scalings, the batch mean, the sum, ``exp(target) *
+    (target - input)``, log-softmax, the temperature, the slice)."""
+    t, n, c = temperature, len(x), log_teacher.shape[1]
+    logits = F.linear(x, head.weight, head.bias)  # both passes compute these same values
+    ce_weight, ce_bias = _head_gradients(_cross_entropy_logit_grads(logits, y), x)
+    student = torch.log_softmax(logits[:, :c] / t, 1)
+    scale = _ONE * lwf_lambda * (t * t) / n
+    grad_student = -(scale.expand(n, c) * torch.exp(log_teacher))
+    grad_scaled = torch.ops.aten._log_softmax_backward_data(grad_student, student, 1, student.dtype) / t
+    grad_logits = logits.new_zeros(logits.shape)
+    grad_logits[:, :c] = grad_scaled
+    kd_weight, kd_bias = _head_gradients(grad_logits, x)
+    head.weight.grad, head.bias.grad = ce_weight + kd_weight, ce_bias + kd_bias
