@@ -213,7 +213,7 @@ class ConsolidatingMemory(Substrate):
             opt = None  # its moments belong to the old parameters
         if self.refit_steps and n > 0:
             gen = torch.Generator().manual_seed(self._refit_seed(number))
-            x_all = torch.from_numpy(np.array(vecs))  # a writable copy for torch
+            rows = np.asarray(vecs)  # each batch gathered from it, a copy for torch (not the whole ledger's)
             y_all = torch.from_numpy(space.encode(names)[entry_label])
             draw = self._sampler(y_all, gen)
             if opt is None or not self.keep_optimizer:
@@ -222,7 +222,7 @@ class ConsolidatingMemory(Substrate):
             for _ in range(self.refit_steps):
                 idx = draw()
                 # torch.optim.AdamW after loss.backward(), the same arithmetic without the graph
-                linear_cross_entropy_grads(head, x_all[idx], y_all[idx])
+                linear_cross_entropy_grads(head, torch.from_numpy(rows[idx.numpy()]), y_all[idx])
                 opt.step()
             head.eval()
         return head, space, opt, n, time.perf_counter() - t0
