@@ -94,3 +94,18 @@ def test_planning_the_main_job_leaves_torch_to_the_workers():
         "print('torch' in sys.modules)\n"
     )
     assert python_output(probe) == "False"
+
+
+def test_planning_the_main_sweep_leaves_torch_to_the_workers():
+    """Every system of the main preset is named, with its settings, without torch (the
+    continual baselines, knn_lm and the consolidating memory import it where they run)."""
+    probe = (
+        "import sys\n"
+        "from ocrr.engine.sweep import PRESETS\n"
+        "from ocrr.systems import make_system\n"
+        "names = PRESETS['main']['systems']\n"
+        "hyper = {n: make_system(n, labels=['a', 'b'], seed=0).hyperparameters() for n in names}\n"
+        "assert hyper['lwf']['temperature'] == 2.0 and 'refit_every' in hyper['consolidating'], hyper\n"
+        "print(len(names), 'torch' in sys.modules)\n"
+    )
+    assert python_output(probe) == "10 False"

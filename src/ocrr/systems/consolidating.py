@@ -32,10 +32,9 @@ from __future__ import annotations
 import copy
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import torch
 
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
@@ -43,9 +42,13 @@ from ocrr.index.vote import band, vote
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.lean_steps import AdamW, linear_cross_entropy_grads
 from ocrr.systems.substrate import Substrate
 from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
+
+if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.linear)
+    import torch
+
+    from ocrr.systems.lean_steps import AdamW
 
 COMBINE = ("mix", "fresh", "head", "vote")
 _BACKGROUND: ThreadPoolExecutor | None = None
@@ -64,6 +67,8 @@ def _on_torch_threads(threads: int, work, *args):
     count is its own, fixed when the thread first uses torch (the process's latest
     ``set_num_threads``, e.g. a caller's temporary one-thread setting), and it sets the
     summation order: the background head matches the synchronous one only on as many threads."""
+    import torch
+
     torch.set_num_threads(threads)
     return work(*args)
 
@@ -146,6 +151,8 @@ class ConsolidatingMemory(Substrate):
 
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> ConsolidatingMemory:
+        import torch
+
         super().fit(seed)
         ledger = self._fitted_ledger()
         assert ledger.dim is not None  # fit made the ledger with the seed set's dim
@@ -169,6 +176,8 @@ class ConsolidatingMemory(Substrate):
         return self
 
     def correct(self, batch: Batch) -> None:
+        import torch
+
         super().correct(batch)  # the ledger append: the instant fix
         ledger = self._fitted_ledger()
         if not self.background:
@@ -206,6 +215,10 @@ class ConsolidatingMemory(Substrate):
         ``vecs`` with substrate label indices ``entry_label`` (label names ``names``): the
         same arithmetic whether it runs in ``correct`` or in the background thread, so the
         two give the same heads. Returns (head, space, optimizer, rows trained on, seconds)."""
+        import torch
+
+        from ocrr.systems.lean_steps import AdamW, linear_cross_entropy_grads
+
         t0 = time.perf_counter()
         n = len(vecs)
         head, space, grew = self._grown(head, space, names)
@@ -260,6 +273,8 @@ class ConsolidatingMemory(Substrate):
         uniformly, so a new class with a handful of corrections weighs as much as a seed class
         of hundreds and no class's prior grows with its count. ``share``: ``correction_share``
         of the batch uniformly from the corrections, the rest uniformly from the ledger."""
+        import torch
+
         n, size = len(y_all), self.refit_batch
         if self.sampling in ("prior", "balanced"):
             order = torch.argsort(y_all, stable=True)
@@ -296,6 +311,8 @@ class ConsolidatingMemory(Substrate):
 
     def _grown(self, head, space: LabelSpace, names: list) -> tuple:
         """(head, space, grew): rows for labels the ledger holds and the head does not (an open label space)."""
+        import torch
+
         if not space.add(names):
             return head, space, False
         gen = torch.Generator().manual_seed(derive_seed(self.seed, f"consolidating-grow-{len(space)}"))

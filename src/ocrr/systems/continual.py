@@ -8,16 +8,17 @@ keep from the seed state and in the loss or step of a correction.
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint
-from ocrr.systems.lean_steps import linear_cross_entropy_gradients, linear_lwf_grads
 from ocrr.systems.linear import OnlineLinear
 from ocrr.systems.training import derive_seed
+
+if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.linear)
+    import torch
 
 
 def predicted_class_fisher(head: torch.nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,6 +28,8 @@ def predicted_class_fisher(head: torch.nn.Linear, x: torch.Tensor) -> tuple[torc
     For logits Wx + b, d log p_c / dW = (e_c - p) x^T and d/db = e_c - p, so the mean of
     the squares is ((e_c - p)^2)^T (x^2) / n: closed form, no per-sample backward passes.
     """
+    import torch
+
     with torch.no_grad():
         x64 = x.double()
         logits = x64 @ head.weight.double().T + head.bias.double()
@@ -61,6 +64,8 @@ class EWC(OnlineLinear):
         self.fisher_samples = fisher_samples
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        import torch
+
         # Own generator: the head's generator must stay in step with online_linear's.
         gen = torch.Generator().manual_seed(derive_seed(self.seed, self.name + "/fisher"))
         idx = torch.randperm(len(x), generator=gen)[: self.fisher_samples]
@@ -84,6 +89,8 @@ class EWC(OnlineLinear):
         in closed form. Its pull on a coordinate is capped at returning it to the anchor:
         plain SGD overshoots where lr * lambda * F > 1 and diverges beyond 2 (small or
         unconverged seed sets at lambda 1000); below the cap this is exactly plain SGD."""
+        import torch
+
         head = self._fitted_head()
         self._correction_grads(x, y)
         with torch.no_grad():
@@ -104,6 +111,8 @@ class EWC(OnlineLinear):
         )
 
     def _grow_head(self) -> None:
+        import torch.nn.functional as F
+
         super()._grow_head()
         extra = self._fitted_head().out_features - self.fisher_w_.shape[0]
         self.fisher_w_ = F.pad(self.fisher_w_, (0, 0, 0, extra))
@@ -135,6 +144,8 @@ def reservoir_indices(n: int, size: int, rng: np.random.Generator) -> np.ndarray
 def agem_project(g: torch.Tensor, g_mem: torch.Tensor) -> torch.Tensor:
     """A-GEM: if g conflicts with the memory gradient (g . g_mem < 0), drop its component
     along g_mem, so the step does not increase the memory loss to first order."""
+    import torch
+
     dot = torch.dot(g, g_mem)
     if dot < 0:
         norm2 = torch.dot(g_mem, g_mem)
@@ -165,6 +176,8 @@ class AGEM(OnlineLinear):
         self.memory_batch = memory_batch
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        import torch
+
         rng = np.random.default_rng(derive_seed(self.seed, self.name + "/memory"))
         keep = torch.from_numpy(reservoir_indices(len(x), self.memory_size, rng))
         self.memory_x_ = x[keep].clone()
@@ -174,10 +187,16 @@ class AGEM(OnlineLinear):
     def _flat_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The mean cross-entropy's gradient over weight then bias, flat: autograd's values,
         from its formulas without the graph (lean_steps)."""
+        import torch
+
+        from ocrr.systems.lean_steps import linear_cross_entropy_gradients
+
         weight_grad, bias_grad = linear_cross_entropy_gradients(self._fitted_head(), x, y)
         return torch.cat([weight_grad.reshape(-1), bias_grad])
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        import torch
+
         g = self._flat_grad(x, y)
         if len(self.memory_y_) and self.memory_batch:
             pick = torch.randperm(len(self.memory_y_), generator=self.batch_generator_)[: self.memory_batch]
@@ -220,6 +239,9 @@ class LwF(OnlineLinear):
 
     def distillation_loss(self, x: torch.Tensor) -> torch.Tensor:
         """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over rows of x."""
+        import torch
+        import torch.nn.functional as F
+
         t = self.temperature
         with torch.no_grad():
             log_teacher = F.log_softmax(self.teacher_(x) / t, dim=1)
@@ -232,6 +254,11 @@ class LwF(OnlineLinear):
 
     def _correction_grads(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """``_correction_loss``'s gradients without the graph (lean_steps: the same bits)."""
+        import torch
+        import torch.nn.functional as F
+
+        from ocrr.systems.lean_steps import linear_lwf_grads
+
         if type(self)._correction_loss is not LwF._correction_loss:
             super()._correction_grads(x, y)  # a subclass's own loss: autograd
             return

@@ -15,8 +15,9 @@ The datastore is searched by any ocrr.index backend, with the substrate's option
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from ocrr.batch import Batch
 from ocrr.index.cache import IncrementalSearch
@@ -25,6 +26,9 @@ from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.linear import SEED_OPTIONS, LinearHead
 from ocrr.systems.substrate import INDEX_OPTIONS, SearchIndex, index_arguments
+
+if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.linear)
+    import torch
 
 
 class KNNLM(IndexedSystem, LinearHead):
@@ -85,6 +89,8 @@ class KNNLM(IndexedSystem, LinearHead):
 
     def _linear_head(self) -> torch.nn.Linear:
         """The frozen head ``fit`` trained (LinearHead's ``head_``: a torch.nn.Linear)."""
+        import torch
+
         assert isinstance(self.head_, torch.nn.Linear), "fit() trains a linear head"
         return self.head_
 
