@@ -176,8 +176,6 @@ class ConsolidatingMemory(Substrate):
         return self
 
     def correct(self, batch: Batch) -> None:
-        import torch
-
         super().correct(batch)  # the ledger append: the instant fix
         ledger = self._fitted_ledger()
         if not self.background:
@@ -187,6 +185,8 @@ class ConsolidatingMemory(Substrate):
         if self.job_ is not None and len(ledger) >= self.job_due_:
             self._install_job()
         if self.job_ is None and len(ledger) - self.consolidated_upto_ >= self.refit_every:
+            import torch
+
             job = (_on_torch_threads, torch.get_num_threads(), self._refit, *self._refit_inputs())
             self.job_ = _background().submit(*job)
             self.job_due_ = len(ledger) + self.refit_every

@@ -237,14 +237,20 @@ class LwF(OnlineLinear):
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.teacher_ = copy.deepcopy(self._fitted_head()).requires_grad_(False)
 
-    def distillation_loss(self, x: torch.Tensor) -> torch.Tensor:
-        """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over rows of x."""
+    def _log_teacher(self, x: torch.Tensor) -> torch.Tensor:
+        """log softmax(teacher(x) / T): the distillation's fixed target."""
         import torch
         import torch.nn.functional as F
 
-        t = self.temperature
         with torch.no_grad():
-            log_teacher = F.log_softmax(self.teacher_(x) / t, dim=1)
+            return F.log_softmax(self.teacher_(x) / self.temperature, dim=1)
+
+    def distillation_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over rows of x."""
+        import torch.nn.functional as F
+
+        t = self.temperature
+        log_teacher = self._log_teacher(x)
         student = self._fitted_head()(x)[:, : log_teacher.shape[1]]
         kl = F.kl_div(F.log_softmax(student / t, dim=1), log_teacher, reduction="batchmean", log_target=True)
         return t * t * kl
@@ -254,17 +260,12 @@ class LwF(OnlineLinear):
 
     def _correction_grads(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """``_correction_loss``'s gradients without the graph (lean_steps: the same bits)."""
-        import torch
-        import torch.nn.functional as F
-
         from ocrr.systems.lean_steps import linear_lwf_grads
 
         if type(self)._correction_loss is not LwF._correction_loss:
             super()._correction_grads(x, y)  # a subclass's own loss: autograd
             return
-        with torch.no_grad():
-            log_teacher = F.log_softmax(self.teacher_(x) / self.temperature, dim=1)
-        linear_lwf_grads(self._fitted_head(), x, y, log_teacher, self.lwf_lambda, self.temperature)
+        linear_lwf_grads(self._fitted_head(), x, y, self._log_teacher(x), self.lwf_lambda, self.temperature)
 
     def footprint(self) -> Footprint:
         fp = super().footprint()

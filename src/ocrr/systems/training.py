@@ -15,7 +15,7 @@ import hashlib
 import zlib
 from collections import OrderedDict
 from dataclasses import astuple, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -65,47 +65,50 @@ def init_linear(n_in: int, n_out: int, generator: torch.Generator) -> torch.nn.L
 def train_seed(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: SeedTraining, generator: torch.Generator
 ) -> None:
-    """Mini-batch cross-entropy training of ``model`` on the seed set."""
+    """Mini-batch cross-entropy training of ``model`` on the seed set (fused AdamW)."""
     import torch
 
     if len(y) == 0 or cfg.epochs <= 0:
         return
-    if type(model) is torch.nn.Linear and model.bias is not None:
-        _train_linear_seed(model, x, y, cfg, generator)
-        return
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    plain_linear = type(model) is torch.nn.Linear and model.bias is not None
+    step = _linear_step(cast("torch.nn.Linear", model), cfg) if plain_linear else _autograd_step(model, cfg)
     model.train()
     n = len(y)
     for _ in range(cfg.epochs):
         order = torch.randperm(n, generator=generator)
         for lo in range(0, n, cfg.batch_size):
             idx = order[lo : lo + cfg.batch_size]
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-    model.eval()
+            step(x[idx], y[idx])
+    model.eval()  # the last batch's gradients stay on the model, as autograd leaves them
 
 
-def _train_linear_seed(
-    head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor, cfg: SeedTraining, generator: torch.Generator
-) -> None:
-    """``train_seed`` for a linear head, bit for bit: the same batches, autograd's gradient
-    formulas and torch's fused AdamW kernel, without the graph and optimiser machinery
-    (22-35 % sooner; tests/systems/test_lean_steps.py checks it against torch)."""
+def _autograd_step(model: torch.nn.Module, cfg: SeedTraining):
+    """One step of torch's fused AdamW after ``loss.backward()``."""
     import torch
 
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def _linear_step(head: torch.nn.Linear, cfg: SeedTraining):
+    """``_autograd_step`` for a linear head, bit for bit: autograd's gradient formulas and
+    torch's fused AdamW kernel, without the graph and the optimiser's machinery (22-35 %
+    sooner; tests/systems/test_lean_steps.py checks it against torch)."""
     from ocrr.systems.lean_steps import FusedAdamW, linear_cross_entropy_grads
 
     opt = FusedAdamW([head.weight, head.bias], lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n = len(y)
-    for _ in range(cfg.epochs):
-        order = torch.randperm(n, generator=generator)
-        for lo in range(0, n, cfg.batch_size):
-            idx = order[lo : lo + cfg.batch_size]
-            linear_cross_entropy_grads(head, x[idx], y[idx])
-            opt.step()
-    head.eval()  # the last batch's gradients stay on the head, as autograd leaves them
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        linear_cross_entropy_grads(head, x, y)
+        opt.step()
+
+    return step
 
 
 _SEED_HEADS: OrderedDict[bytes, dict] = OrderedDict()
