@@ -21,16 +21,21 @@ so it scores p > 0.5 on nearly everything while the seed classes' models, traine
   Banking77: with 500 replayed negatives the new models still win every original query
   (0.000 original, seed 0), because the seed models' intercepts came from 3000 steps.
 
-Learning always goes through river. Prediction is batched: river scores one dict at a
-time (~2 ms per query at 77 classes x 384 features), so the models' weights are read
-into a numpy matrix after each learning step and queries are scored with the same
-formula river's ``predict_one`` uses (tests check ``predict == predict_one``).
+river_logreg and river_ovr_balanced learn through ``river_mirror``: river's own
+one-vs-rest SGD arithmetic in numpy, bit for bit, checked against the installed river
+once per process (another river model, or a river that computes differently, learns
+through river itself). ``model_`` is river's model in the same state.
+
+Prediction is batched: river scores one dict at a time (~2 ms per query at 77 classes x
+384 features), so the models' weights are read into a numpy matrix after each learning
+step and queries are scored with the same formula river's ``predict_one`` uses (tests
+check ``predict == predict_one``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 
@@ -39,6 +44,7 @@ from ocrr.errors import OcrrError
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
+from ocrr.systems.river_mirror import OvRLogRegMirror, mirror_matches_river
 from ocrr.systems.training import derive_seed
 
 if TYPE_CHECKING:  # river itself is imported when a model is built (_river)
@@ -87,16 +93,22 @@ class RiverSystem(System):
         self.seed_passes = seed_passes
         self.labels = labels  # river learns classes as it meets them; kept for the common signature
         self.seed = seed
-        self.model_: Classifier | None = None
+        self._model: Classifier | None = None
+
+    @property
+    def model_(self) -> Classifier | None:
+        """The river model as it stands (None before ``fit``)."""
+        return self._model
 
     # -- learning (river) ---------------------------------------------------------------
     def _make_model(self) -> Classifier:
         raise NotImplementedError
 
     def _fitted_model(self) -> Classifier:
-        """``model_``, which ``fit`` (or the seed pass) has set."""
-        assert self.model_ is not None, "fit() sets model_"
-        return self.model_
+        """``model_``, which ``fit`` has set."""
+        model = self.model_
+        assert model is not None, "fit() sets the model"
+        return model
 
     def fit(self, seed: Batch) -> RiverSystem:
         labels = require_labels(seed, self.name)
@@ -105,18 +117,22 @@ class RiverSystem(System):
         # One key for every river variant: they start from the same subsample (paired rows).
         rng = np.random.default_rng(derive_seed(self.seed, "river/subsample"))
         self.subsample_idx_ = rng.choice(len(vecs), size=min(self.subsample, len(vecs)), replace=False)
-        self.model_ = cached_fit("river", self._seed_key(vecs, labels), lambda: self._seed_pass(vecs, labels))
+        self._start_from(cached_fit("river", self._seed_key(vecs, labels), lambda: self._seed_pass(vecs, labels)))
         self._dirty = True
         self._after_seed(vecs, labels)
         return self
 
-    def _seed_pass(self, vecs: np.ndarray, labels):
+    def _seed_pass(self, vecs: np.ndarray, labels) -> Classifier:
         """The seed pass itself: learn_one over the subsample, ``seed_passes`` times."""
-        self.model_ = self._make_model()
+        model = self._make_model()
         for _ in range(self.seed_passes):
             for i in self.subsample_idx_.tolist():
-                self._learn(vecs[i], labels[i])
-        return self.model_
+                model.learn_one(as_features(vecs[i]), labels[i])
+        return model
+
+    def _start_from(self, model: Classifier) -> None:
+        """Take the seed pass's model (fresh or from the cache) as the state to learn on."""
+        self._model = model
 
     def _seed_key(self, vecs: np.ndarray, labels) -> list:
         """Everything the seed model depends on: river's version, the model's repr (its
@@ -203,23 +219,65 @@ def _sequential_normalise(p: np.ndarray) -> np.ndarray:
 class RiverLogReg(RiverSystem):
     """river OneVsRestClassifier(LogisticRegression(SGD(lr))): the paper's river baseline."""
 
-    model_: OneVsRestClassifier | None
+    _model: OneVsRestClassifier | None
 
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "river_logreg")
         super().__init__(**kwargs)
+        # Learns for river when river_mirror reproduces this river exactly; None otherwise.
+        self.mirror_: OvRLogRegMirror | None = None
 
     def _make_model(self) -> OneVsRestClassifier:
         linear_model, multiclass, optim = _river()
         return multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(self.lr)))
 
+    @property
+    def model_(self) -> OneVsRestClassifier | None:
+        if self._model is None and self.mirror_ is not None:
+            self._model = self.mirror_.to_river()  # built when read: learning never needs it
+        return self._model
+
     def _fitted_model(self) -> OneVsRestClassifier:
-        assert self.model_ is not None, "fit() sets model_"
-        return self.model_
+        model = self.model_
+        assert model is not None, "fit() sets the model"
+        return model
+
+    @staticmethod
+    def _mirrorable(model: Classifier) -> TypeGuard[OneVsRestClassifier]:
+        return OvRLogRegMirror.supports(model) and mirror_matches_river()
+
+    def _seed_pass(self, vecs: np.ndarray, labels) -> Classifier:
+        model = self._make_model()
+        if not self._mirrorable(model):
+            return super()._seed_pass(vecs, labels)
+        mirror = OvRLogRegMirror(model, vecs.shape[1])
+        rows = vecs.astype(np.float64)
+        for _ in range(self.seed_passes):
+            for i in self.subsample_idx_.tolist():
+                mirror.learn_one(rows[i], labels[i])
+        return mirror.to_river()  # the cache keeps river's model
+
+    def _start_from(self, model: Classifier) -> None:
+        if self._mirrorable(model):
+            self.mirror_ = OvRLogRegMirror.from_river(model, self.dim_)
+            self._model = None
+        else:
+            self.mirror_ = None
+            self._model = cast("OneVsRestClassifier", model)
+
+    def _learn(self, vec: np.ndarray, label: str) -> None:
+        if self.mirror_ is None:
+            super()._learn(vec, label)
+            return
+        self.mirror_.learn_one(vec.astype(np.float64), label)
+        self._model = None  # river's view is stale now
+        self._dirty = True
 
     def _read_weights(self):
         from river.linear_model import LogisticRegression
 
+        if self.mirror_ is not None:
+            return list(self.mirror_.classes), self.mirror_.weights(), self.mirror_.intercepts.copy()
         model = self._fitted_model()
         classes = list(model.classifiers)
         w = np.zeros((len(classes), self.dim_))
@@ -249,22 +307,22 @@ class RiverOvRBalanced(RiverLogReg):
         super().__init__(**kwargs)
         self.warm_sample = warm_sample
 
-    def fit(self, seed: Batch) -> RiverOvRBalanced:
-        self.warm_vecs_: np.ndarray | None = None  # no warming while the seed pass meets classes
-        super().fit(seed)
-        return self
-
     def _after_seed(self, vecs: np.ndarray, labels) -> None:
         # The first warm_sample items of the (already random) subsample: a uniform sample,
         # in the order the seed models learned them.
         self.warm_vecs_ = vecs[self.subsample_idx_[: self.warm_sample]].copy()
 
     def _learn(self, vec: np.ndarray, label: str) -> None:
-        model = self._fitted_model()
-        if self.warm_vecs_ is not None and label not in model.classifiers:
-            clf = model.classifiers[label] = model.classifier.clone()
-            for vec in self.warm_vecs_:
-                clf.learn_one(as_features(vec), False)
+        if self.mirror_ is not None:
+            if label not in self.mirror_.index:
+                self.mirror_.add_class(label)
+                self.mirror_.learn_negatives(label, self.warm_vecs_.astype(np.float64))
+        else:
+            model = self._fitted_model()
+            if label not in model.classifiers:
+                clf = model.classifiers[label] = model.classifier.clone()
+                for warm in self.warm_vecs_:
+                    clf.learn_one(as_features(warm), False)
         super()._learn(vec, label)
 
     def footprint(self) -> Footprint:
@@ -277,7 +335,7 @@ class RiverSoftmax(RiverSystem):
     """river SoftmaxRegression(SGD(lr)): multinomial, so a new class cannot win by default."""
 
     has_intercept = False  # river's SoftmaxRegression has none
-    model_: SoftmaxRegression | None
+    _model: SoftmaxRegression | None
 
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "river_softmax")
@@ -288,8 +346,9 @@ class RiverSoftmax(RiverSystem):
         return linear_model.SoftmaxRegression(optimizer=optim.SGD(self.lr))
 
     def _fitted_model(self) -> SoftmaxRegression:
-        assert self.model_ is not None, "fit() sets model_"
-        return self.model_
+        model = self._model
+        assert model is not None, "fit() sets the model"
+        return model
 
     def _read_weights(self):
         model = self._fitted_model()
