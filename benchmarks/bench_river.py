@@ -1,14 +1,15 @@
-"""One correction to river's one-vs-rest logistic regression: river itself against ocrr's mirror.
+"""One correction to river's linear models: river itself against ocrr's numpy mirror of it.
 
-river_logreg learns with ``OneVsRestClassifier(LogisticRegression(SGD(0.01)))``: each
-correction is one binary ``learn_one`` per class. ``ocrr.systems.river_mirror`` runs the
-same step for every class at once in numpy. For each class count this prints, per
-correction, river's ``learn_one`` and the mirror's, then reading the weights for
-prediction (river's dicts into a matrix, or the mirror's copy), and, as the limit, the
+river_logreg (and river_ovr_balanced) learn with ``OneVsRestClassifier(LogisticRegression(
+SGD(0.01)))``: each correction is one binary ``learn_one`` per class. river_softmax learns
+with ``SoftmaxRegression(SGD(0.01))``, in pure Python dicts. ``ocrr.systems.river_mirror``
+runs the same step for every class at once in numpy. For each model and class count this
+prints, per correction, river's ``learn_one`` and the mirror's, then reading the weights
+for prediction (river's dicts into a matrix, or the mirror's copy), and, as the limit, the
 bare float64 arithmetic of one step in the same run (a products matrix, its sum down the
-features and the rank-one update; the mirror adds river's loss gradient, one Python call
-per class, since numpy's exp can round differently from river's math.exp). The last column says whether the two ended
-in the same state, to the bit (weights, intercepts, step counts).
+features and the rank-one update; the mirror adds what is per class in Python floats,
+since numpy's exp can round differently from river's math.exp). The last column says
+whether the two ended in the same state, to the bit (weights, intercepts, step counts).
 
 Synthetic rows (384 float32 features, unit length, as the encoder's); every class is met
 in the seed part, so no column is added while timing.
@@ -23,8 +24,8 @@ import time
 import numpy as np
 from river import linear_model, multiclass, optim
 
-from ocrr.systems.river_mirror import OvRLogRegMirror
-from ocrr.systems.river_systems import RiverLogReg, as_features
+from ocrr.systems.river_mirror import OvRLogRegMirror, SoftmaxMirror
+from ocrr.systems.river_systems import RiverLogReg, RiverSoftmax, as_features
 
 DIM = 384
 
@@ -52,23 +53,34 @@ def bare_step(weights_t: np.ndarray, x: np.ndarray, scratch: np.ndarray, g: np.n
     weights_t -= scratch
 
 
-def measure(n_classes: int, corrections: int) -> list[str]:
-    """One table row: the figures for this many classes."""
+MODELS = {
+    "one-vs-rest": (
+        lambda: multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(0.01))),
+        OvRLogRegMirror,
+        RiverLogReg,
+    ),
+    "softmax": (lambda: linear_model.SoftmaxRegression(optimizer=optim.SGD(0.01)), SoftmaxMirror, RiverSoftmax),
+}
+
+
+def measure(kind: str, n_classes: int, corrections: int) -> list[str]:
+    """One table row: the figures for this model and this many classes."""
+    make_model, mirror_class, system_class = MODELS[kind]
     seed_x = rows(3 * n_classes, seed=n_classes)
     seed_y = [f"c{i % n_classes}" for i in range(len(seed_x))]
     stream_x = rows(corrections, seed=n_classes + 1)
     stream_y = [f"c{i}" for i in np.random.default_rng(n_classes).integers(0, n_classes, corrections)]
 
-    model = multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(0.01)))
+    model = make_model()
     for x, y in zip(seed_x, seed_y):
         model.learn_one(as_features(x), y)
-    mirror = OvRLogRegMirror.from_river(model, DIM)
+    mirror = mirror_class.from_river(model, DIM)
     items = list(zip(stream_x, stream_y))
 
     river_s = per_call(lambda item: model.learn_one(as_features(item[0]), item[1]), items)
     mirror_s = per_call(lambda item: mirror.learn_one(item[0].astype(np.float64), item[1]), items)
 
-    reader = RiverLogReg()
+    reader = system_class()
     reader.dim_, reader._model = DIM, model
     read_river = per_call(lambda _: reader._read_weights(), range(20))
     read_mirror = per_call(lambda _: mirror.weights(), range(20))
@@ -76,14 +88,9 @@ def measure(n_classes: int, corrections: int) -> list[str]:
     g = np.full(n_classes, 1e-6)
     bare = per_call(lambda x: bare_step(weights_t, x.astype(np.float64), scratch, g), stream_x)
 
-    theirs = OvRLogRegMirror.from_river(model, DIM)
-    same = (
-        theirs.classes == mirror.classes
-        and theirs.weights_t.tobytes() == mirror.weights_t.tobytes()
-        and theirs.intercepts.tobytes() == mirror.intercepts.tobytes()
-        and theirs.steps == mirror.steps
-    )
+    same = mirror_class.from_river(model, DIM).same_state(mirror)
     return [
+        kind,
         f"{n_classes}",
         f"{river_s * 1e3:.2f} ms",
         f"{mirror_s * 1e6:.0f} µs",
@@ -103,8 +110,9 @@ def main() -> None:
     if min(args.classes) < 1 or args.corrections < 1:
         ap.error("--classes and --corrections must be at least 1")
 
-    print("per correction, 384 features; river = OneVsRestClassifier(LogisticRegression(SGD(0.01)))")
+    print("per correction, 384 features, SGD(0.01)")
     header = [
+        "model",
         "classes",
         "river learn_one",
         "mirror",
@@ -114,7 +122,7 @@ def main() -> None:
         "bare step",
         "same state",
     ]
-    table = [header] + [measure(n, args.corrections) for n in args.classes]
+    table = [header] + [measure(kind, n, args.corrections) for kind in MODELS for n in args.classes]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))

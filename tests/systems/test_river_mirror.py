@@ -1,4 +1,4 @@
-"""The numpy mirror of river's one-vs-rest SGD learns exactly as river does, bit for bit."""
+"""The numpy mirrors of river's SGD models learn exactly as river does, bit for bit."""
 
 import copy
 
@@ -8,16 +8,20 @@ from river import linear_model, multiclass, optim
 from tests.conftest import clustered_dataset
 
 from ocrr.systems import Batch, make_system, river_mirror
-from ocrr.systems.river_mirror import OvRLogRegMirror, mirror_matches_river
-from ocrr.systems.river_systems import RiverLogReg, as_features
+from ocrr.systems.river_mirror import OvRLogRegMirror, SoftmaxMirror
+from ocrr.systems.river_systems import RiverSystem, as_features
 
 
 def river_ovr(lr=0.01, **kwargs):
     return multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(lr), **kwargs))
 
 
+def river_softmax(lr=0.01, **kwargs):
+    return linear_model.SoftmaxRegression(optimizer=optim.SGD(lr), **kwargs)
+
+
 def assert_same_state(river_model, mirror):
-    theirs = OvRLogRegMirror.from_river(river_model, mirror.dim)
+    theirs = type(mirror).from_river(river_model, mirror.dim)
     assert theirs.classes == mirror.classes
     assert theirs.weights_t.tobytes() == mirror.weights_t.tobytes()
     assert theirs.intercepts.tobytes() == mirror.intercepts.tobytes()
@@ -57,6 +61,27 @@ def test_mirror_learns_as_river_does(lr, scales, n_classes):
         assert saturated > 100  # the large-|z| branches were exercised
 
 
+@pytest.mark.parametrize(
+    ("lr", "scales", "n_classes"),
+    [
+        (0.01, (0.05, 1.0), 40),  # the preset's setting, embedding-like rows
+        (5.0, (1.0, 30.0), 6),  # probabilities clamped at 1e-15 and 1 - 1e-15
+        (0.3, (0.5,), 1),  # one class: a one-column running sum, a softmax of one
+    ],
+)
+def test_softmax_mirror_learns_as_river_does(lr, scales, n_classes):
+    dim = 384 if n_classes == 40 else 24
+    xs, labels = stream(240, dim, n_classes, seed=n_classes, scales=scales)
+    river_model = river_softmax(lr)
+    mirror = SoftmaxMirror(river_model, dim)
+    for x, label in zip(xs, labels):
+        river_model.learn_one(as_features(x), label)
+        mirror.learn_one(x.astype(np.float64), label)
+    assert_same_state(river_model, mirror)
+    assert list(river_model.weights) == mirror.classes
+    assert len(mirror.classes) == min(n_classes, 60)
+
+
 def test_negatives_for_one_class_are_rivers_binary_learn_one():
     dim = 48
     xs, labels = stream(60, dim, 5, seed=1)
@@ -74,19 +99,19 @@ def test_negatives_for_one_class_are_rivers_binary_learn_one():
     assert mirror.steps[-1] == 30
 
 
-def test_a_materialised_river_model_learns_on_exactly_like_the_mirror():
+@pytest.mark.parametrize(("mirror_class", "model"), [(OvRLogRegMirror, river_ovr), (SoftmaxMirror, river_softmax)])
+def test_a_materialised_river_model_learns_on_exactly_like_the_mirror(mirror_class, model):
     dim = 32
     xs, labels = stream(120, dim, 7, seed=4)
-    mirror = OvRLogRegMirror(river_ovr(0.05), dim)
+    mirror = mirror_class(model(0.05), dim)
     for x, label in zip(xs[:60], labels[:60]):
         mirror.learn_one(x.astype(np.float64), label)
     materialised = mirror.to_river()
-    assert OvRLogRegMirror.supports(materialised)
+    assert mirror_class.supports(materialised)
     for x, label in zip(xs[60:], labels[60:]):
         materialised.learn_one(as_features(x), label)
         mirror.learn_one(x.astype(np.float64), label)
     assert_same_state(materialised, mirror)
-    assert [c.optimizer.n_iterations for c in materialised.classifiers.values()] == mirror.steps
 
 
 @pytest.mark.parametrize(
@@ -104,27 +129,58 @@ def test_other_river_models_are_not_mirrored(model):
     assert not OvRLogRegMirror.supports(model)
 
 
-def test_the_self_check_fails_when_the_arithmetic_differs(monkeypatch):
-    mirror_matches_river.cache_clear()
-    assert mirror_matches_river()
+@pytest.mark.parametrize(
+    "model",
+    [
+        river_softmax(l2=0.01),
+        river_softmax(loss=optim.losses.CrossEntropy(class_weight={"a": 2.0})),
+        linear_model.SoftmaxRegression(optimizer=optim.Adam(0.01)),
+        river_ovr(),
+    ],
+    ids=["l2", "class-weight", "adam", "ovr"],
+)
+def test_other_models_are_not_mirrored_as_softmax(model):
+    assert SoftmaxMirror.supports(river_softmax())
+    assert not SoftmaxMirror.supports(model)
 
-    def pairwise_dot_step(self, cols, x, targets):  # numpy's pairwise sum, not river's loop
-        w = self.weights_t[:, cols]
-        z = np.sum(w * x[:, None], axis=0) + self.intercepts[cols]
-        g = np.array([self._loss_gradient(zc, y) for zc, y in zip(z.tolist(), targets)])
-        self.intercepts[cols] -= self.intercept_lr * g
-        w -= self.lr * (x[:, None] * g)
 
-    monkeypatch.setattr(OvRLogRegMirror, "_step", pairwise_dot_step)
-    mirror_matches_river.cache_clear()
+def test_the_self_checks_pass_here():
+    river_mirror._AGREES_WITH_RIVER.clear()
+    assert OvRLogRegMirror.matches_river() and SoftmaxMirror.matches_river()
+
+
+def numpy_softmax(z):  # numpy's exp and pairwise sum, not river's loop
+    e = np.exp(np.array(z) - max(z))
+    return list(e / e.sum())
+
+
+def pairwise_dot_step(self, cols, x, targets):  # numpy's pairwise sum, not river's loop
+    w = self.weights_t[:, cols]
+    z = np.sum(w * x[:, None], axis=0) + self.intercepts[cols]
+    g = np.array([self._loss_gradient(zc, y) for zc, y in zip(z.tolist(), targets)])
+    self.intercepts[cols] -= self.intercept_lr * g
+    w -= self.lr * (x[:, None] * g)
+
+
+@pytest.mark.parametrize(
+    ("mirror_class", "owner", "name", "changed"),
+    [
+        (SoftmaxMirror, river_mirror, "_softmax", numpy_softmax),
+        (OvRLogRegMirror, OvRLogRegMirror, "_step", pairwise_dot_step),
+    ],
+    ids=["softmax", "one-vs-rest"],
+)
+def test_the_self_check_fails_when_the_arithmetic_differs(mirror_class, owner, name, changed, monkeypatch):
+    monkeypatch.setattr(owner, name, changed)
+    river_mirror._AGREES_WITH_RIVER.clear()
     try:
-        assert not mirror_matches_river()
+        assert not mirror_class.matches_river()
     finally:
-        mirror_matches_river.cache_clear()
+        river_mirror._AGREES_WITH_RIVER.clear()
 
 
 def corrected(spec, ds, use_mirror, monkeypatch):
-    monkeypatch.setattr(RiverLogReg, "_mirrorable", staticmethod(lambda model: use_mirror))
+    monkeypatch.setattr(RiverSystem, "_mirrorable", lambda self, model: use_mirror)
     known = set(ds.labels[:6])
     seed_idx = [i for i, label in enumerate(ds.train.labels) if label in known]
     new_idx = [i for i, label in enumerate(ds.train.labels) if label not in known]
@@ -139,7 +195,15 @@ def corrected(spec, ds, use_mirror, monkeypatch):
     return system, predictions
 
 
-@pytest.mark.parametrize("spec", ["river_logreg:subsample=200", "river_ovr_balanced:subsample=200:warm_sample=50"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "river_logreg:subsample=200",
+        "river_ovr_balanced:subsample=200:warm_sample=50",
+        "river_softmax:subsample=200",
+        "river_softmax:subsample=100:seed_passes=2",
+    ],
+)
 def test_systems_answer_the_same_with_or_without_the_mirror(spec, monkeypatch):
     monkeypatch.setenv("OCRR_NO_FIT_CACHE", "1")
     ds = clustered_dataset(n_classes=10, dim=24, n_train=40, seed=5)
@@ -147,28 +211,30 @@ def test_systems_answer_the_same_with_or_without_the_mirror(spec, monkeypatch):
     plain, without = corrected(spec, ds, False, monkeypatch)
     assert mirrored.mirror_ is not None and plain.mirror_ is None
     assert with_mirror == without
-    for label, clf in plain.model_.classifiers.items():
-        twin = mirrored.model_.classifiers[label]
-        assert twin.weights == clf.weights and twin.intercept == clf.intercept
-        assert twin.optimizer.n_iterations == clf.optimizer.n_iterations
-    assert list(mirrored.model_.classifiers) == list(plain.model_.classifiers)
+    assert type(mirrored.mirror_).from_river(plain.model_, 24).same_state(mirrored.mirror_)
+    assert type(mirrored.mirror_).from_river(mirrored.model_, 24).same_state(mirrored.mirror_)
 
 
-def test_a_river_that_computes_differently_is_used_directly(monkeypatch):
-    monkeypatch.setattr(river_mirror, "mirror_matches_river", lambda: False)
-    monkeypatch.setattr("ocrr.systems.river_systems.mirror_matches_river", lambda: False)
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [("river_logreg", multiclass.OneVsRestClassifier), ("river_softmax", linear_model.SoftmaxRegression)],
+)
+def test_a_river_that_computes_differently_is_used_directly(spec, kind, monkeypatch):
+    for mirror_class in (OvRLogRegMirror, SoftmaxMirror):
+        monkeypatch.setattr(mirror_class, "matches_river", classmethod(lambda cls: False))
     monkeypatch.setenv("OCRR_NO_FIT_CACHE", "1")
     ds = clustered_dataset(n_classes=6, dim=16, n_train=20, seed=1)
-    system = make_system("river_logreg:subsample=40", labels=ds.labels, seed=0)
+    system = make_system(f"{spec}:subsample=40", labels=ds.labels, seed=0)
     system.fit(Batch(ds.train.vecs, labels=ds.train.labels))
+    system.correct(Batch(ds.train.vecs[:5], labels=ds.train.labels[:5]))
     assert system.mirror_ is None
-    assert isinstance(system.model_, multiclass.OneVsRestClassifier)
+    assert isinstance(system.model_, kind)
 
 
 @pytest.mark.parametrize("mirrored", [True, False])
 def test_balanced_ovr_learns_the_corrected_item_after_replaying_negatives(mirrored, monkeypatch):
     monkeypatch.setenv("OCRR_NO_FIT_CACHE", "1")
-    monkeypatch.setattr(RiverLogReg, "_mirrorable", staticmethod(lambda model: mirrored))
+    monkeypatch.setattr(RiverSystem, "_mirrorable", lambda self, model: mirrored)
     ds = clustered_dataset(n_classes=6, dim=16, n_train=20, seed=3)
     seed_idx = [i for i, label in enumerate(ds.train.labels) if label != ds.labels[5]]
     seed = Batch(ds.train.vecs[seed_idx], labels=[ds.train.labels[i] for i in seed_idx])

@@ -1,28 +1,34 @@
-"""river's one-vs-rest logistic regression under SGD, learned in numpy bit for bit.
+"""river's linear classifiers under SGD, learned in numpy bit for bit.
 
 river learns one dict at a time: a correction to a 77-class one-vs-rest model runs 77
 binary ``learn_one`` calls of about 40 µs each, and reading the weights back for
 prediction costs as much again. That made river_logreg half of a sweep's CPU.
 
-The arithmetic of one binary step is small and fixed (river 0.26,
-``linear_model.base.GLM._fit`` with ``optim.SGD`` and ``optim.losses.Log``)::
+The arithmetic of one step is small and fixed (river 0.26). For one-vs-rest logistic
+regression (``linear_model.base.GLM._fit`` with ``optim.SGD`` and ``optim.losses.Log``),
+per class::
 
     z  = sum_i w_i * x_i  (left to right, over the features in order) + b
     g  = loss gradient of (y, z)        # math.exp, as river calls it
     b -= intercept_lr * g
     w_i -= lr * (x_i * g)
 
-``OvRLogRegMirror`` runs it for every class at once. Weights are stored features x
-classes, so numpy's reduction over the features adds the products left to right, as
-river's loop does; the elementwise steps round exactly as river's. The loss
-gradient keeps Python's ``math.exp`` (numpy's vectorised exp can differ in the last
-bit). ``mirror_matches_river`` checks all of this against river itself once per process;
-a river whose arithmetic differs (another version) is used directly instead.
+and for softmax regression (``linear_model.SoftmaxRegression``), the same dot products
+(no intercept), river's softmax over the classes met so far, ``p - (y == class)`` as each
+class's gradient, and the same update.
+
+A mirror runs the step for every class at once. Weights are stored features x classes,
+so numpy's reduction over the features adds the products left to right, as river's loop
+does; the elementwise steps round exactly as river's, and what is per class (the loss
+gradient, the softmax) stays in Python floats with ``math.exp`` (numpy's vectorised exp
+can differ in the last bit). ``matches_river`` checks a mirror against the installed
+river once per process; a river that computes differently (another version; Python 3.12
+sums floats with compensation) is used directly instead.
 """
 
 from __future__ import annotations
 
-import functools
+import collections
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeGuard, cast
@@ -31,29 +37,18 @@ import numpy as np
 
 if TYPE_CHECKING:
     from river.base import Classifier
-    from river.linear_model import LogisticRegression
+    from river.linear_model import LogisticRegression, SoftmaxRegression
     from river.multiclass import OneVsRestClassifier
+    from river.optim.schedulers import Constant
 
 
-class OvRLogRegMirror:
-    """The learning state of ``OneVsRestClassifier(LogisticRegression(SGD(lr)))``.
+class RiverMirror:
+    """What every mirror keeps: ``classes`` in river's order (first met first), their
+    weights as (features, classes) float64 ``weights_t``, intercepts (zeros for a model
+    without) and ``steps``, each class's optimiser step count."""
 
-    ``classes`` are in river's order (first met first); ``weights_t`` is (features,
-    classes) float64; ``intercepts`` and ``steps`` (each binary model's optimiser step
-    count) are per class.
-    """
-
-    def __init__(self, model: OneVsRestClassifier, dim: int):
-        """A fresh state for ``model``'s settings (its classes are not read: see ``from_river``)."""
-        template = cast("LogisticRegression", model.classifier)  # the prototype binary model
-        self.template = template
+    def __init__(self, dim: int):
         self.dim = dim
-        self.lr = float(template.optimizer.lr.learning_rate)
-        self.intercept_lr = float(template.intercept_lr.learning_rate)
-        self.intercept_init = float(template.intercept_init)
-        self.weight_pos = float(template.loss.weight_pos)
-        self.weight_neg = float(template.loss.weight_neg)
-        self.clip = template.clip_gradient
         self.classes: list[str] = []
         self.index: dict[str, int] = {}
         self.weights_t = np.zeros((dim, 0))
@@ -61,10 +56,102 @@ class OvRLogRegMirror:
         self.steps: list[int] = []
         self._scratch: np.ndarray | None = None
 
+    @staticmethod
+    def supports(model: Classifier) -> bool:
+        """Whether ``model`` is the configuration this mirror reproduces."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_river(cls, model, dim: int) -> RiverMirror:
+        """The state of ``model`` (which ``supports`` accepts) over features 0..dim-1."""
+        raise NotImplementedError
+
+    def to_river(self):
+        """The river model in this state: learning on with river gives what the mirror gives."""
+        raise NotImplementedError
+
+    def learn_one(self, x: np.ndarray, label: str) -> None:
+        """river's ``learn_one(x, label)``; x float64 over features 0..dim-1."""
+        raise NotImplementedError
+
+    @classmethod
+    def matches_river(cls) -> bool:
+        """Whether this mirror learns exactly as the installed river does (checked once)."""
+        if cls not in _AGREES_WITH_RIVER:
+            _AGREES_WITH_RIVER[cls] = cls._self_check()
+        return _AGREES_WITH_RIVER[cls]
+
+    @classmethod
+    def _self_check(cls) -> bool:
+        raise NotImplementedError
+
+    def same_state(self, other: RiverMirror) -> bool:
+        """Classes, weights, intercepts and step counts equal, to the bit."""
+        return (
+            self.classes == other.classes
+            and self.weights_t.tobytes() == other.weights_t.tobytes()
+            and self.intercepts.tobytes() == other.intercepts.tobytes()
+            and self.steps == other.steps
+        )
+
+    def add_class(self, label: str, intercept: float = 0.0) -> int:
+        """A fresh model for ``label``, all weights 0; its column."""
+        col = len(self.classes)
+        self.classes.append(label)
+        self.index[label] = col
+        self.weights_t = np.concatenate([self.weights_t, np.zeros((self.dim, 1))], axis=1)
+        self.intercepts = np.append(self.intercepts, intercept)
+        self.steps.append(0)
+        return col
+
+    def _fill(self, col: int, weights: dict) -> None:
+        """Column ``col`` from river's {feature index: weight} dict (absent features: 0)."""
+        keys = np.fromiter(weights.keys(), np.int64, len(weights))
+        self.weights_t[keys, col] = np.fromiter(weights.values(), np.float64, len(weights))
+
+    def _scratch_like(self, w: np.ndarray) -> np.ndarray:
+        """A reused buffer of w's shape: fresh temporaries of this size cost a page-faulting
+        allocation each."""
+        if self._scratch is None or self._scratch.shape != w.shape:
+            self._scratch = np.empty(w.shape)
+        return self._scratch
+
+    @staticmethod
+    def _dots(products: np.ndarray) -> np.ndarray:
+        """Each column's sum, added top to bottom as river's dot adds left to right. numpy
+        reduces over the outer axis one row at a time, but a single column is a 1-d sum,
+        which it adds pairwise: that one runs as a cumulative sum."""
+        if products.shape[1] > 1:
+            return np.add.reduce(products, axis=0)
+        return np.add.accumulate(products, axis=0)[-1]
+
+    def weights(self) -> np.ndarray:
+        """(classes, features) float64, C-contiguous: what river's weight dicts hold."""
+        return np.ascontiguousarray(self.weights_t.T)
+
+
+_AGREES_WITH_RIVER: dict[type[RiverMirror], bool] = {}  # each mirror's self-check, once per process
+
+
+class OvRLogRegMirror(RiverMirror):
+    """The learning state of ``OneVsRestClassifier(LogisticRegression(SGD(lr)))``: one
+    binary model per class, each with its intercept."""
+
+    def __init__(self, model: OneVsRestClassifier, dim: int):
+        """A fresh state for ``model``'s settings (its classes are not read: see ``from_river``)."""
+        super().__init__(dim)
+        template = cast("LogisticRegression", model.classifier)  # the prototype binary model
+        self.template = template
+        self.lr = float(template.optimizer.lr.learning_rate)
+        self.intercept_lr = float(template.intercept_lr.learning_rate)
+        self.intercept_init = float(template.intercept_init)
+        self.weight_pos = float(template.loss.weight_pos)
+        self.weight_neg = float(template.loss.weight_neg)
+        self.clip = template.clip_gradient
+
     # -- river <-> mirror ---------------------------------------------------------------
     @staticmethod
     def supports(model: Classifier) -> TypeGuard[OneVsRestClassifier]:
-        """Whether ``model`` is the configuration this mirror reproduces."""
         from river import linear_model, multiclass, optim
 
         if type(model) is not multiclass.OneVsRestClassifier:
@@ -84,20 +171,15 @@ class OvRLogRegMirror:
 
     @classmethod
     def from_river(cls, model: OneVsRestClassifier, dim: int) -> OvRLogRegMirror:
-        """The state of ``model`` (which ``supports`` accepts) over features 0..dim-1."""
         mirror = cls(model, dim)
         for label, binary in model.classifiers.items():
             clf = cast("LogisticRegression", binary)
-            col = mirror.add_class(str(label))
-            weights = clf.weights
-            keys = np.fromiter(weights.keys(), np.int64, len(weights))
-            mirror.weights_t[keys, col] = np.fromiter(weights.values(), np.float64, len(weights))
-            mirror.intercepts[col] = clf.intercept
+            col = mirror.add_class(str(label), clf.intercept)
+            mirror._fill(col, clf.weights)
             mirror.steps[col] = clf.optimizer.n_iterations
         return mirror
 
     def to_river(self) -> OneVsRestClassifier:
-        """The river model in this state: learning on with river gives what the mirror gives."""
         from river import multiclass
         from river.utils import VectorDict
 
@@ -113,15 +195,9 @@ class OvRLogRegMirror:
         return model
 
     # -- learning -----------------------------------------------------------------------
-    def add_class(self, label: str) -> int:
+    def add_class(self, label: str, intercept: float | None = None) -> int:
         """A fresh binary model for ``label`` (river's clone of the prototype); its column."""
-        col = len(self.classes)
-        self.classes.append(label)
-        self.index[label] = col
-        self.weights_t = np.concatenate([self.weights_t, np.zeros((self.dim, 1))], axis=1)
-        self.intercepts = np.append(self.intercepts, self.intercept_init)
-        self.steps.append(0)
-        return col
+        return super().add_class(label, self.intercept_init if intercept is None else intercept)
 
     def learn_one(self, x: np.ndarray, label: str) -> None:
         """``OneVsRestClassifier.learn_one``: every class's model learns (x, y == its class)."""
@@ -140,15 +216,7 @@ class OvRLogRegMirror:
     def _step(self, cols: slice, x: np.ndarray, targets: Sequence[bool]) -> None:
         w = self.weights_t[:, cols]
         scratch = self._scratch_like(w)
-        products = np.multiply(w, x[:, None], out=scratch)
-        # river's dot adds the products left to right. numpy reduces over the outer axis one
-        # row at a time, but a single column is a 1-d sum, which it adds pairwise: that one
-        # runs as a cumulative sum.
-        if products.shape[1] > 1:
-            dots = np.add.reduce(products, axis=0)
-        else:
-            dots = np.add.accumulate(products, axis=0)[-1]
-        z = dots + self.intercepts[cols]
+        z = self._dots(np.multiply(w, x[:, None], out=scratch)) + self.intercepts[cols]
         grads = [self._loss_gradient(zc, y) for zc, y in zip(z.tolist(), targets)]
         g = np.array(grads)
         self.intercepts[cols] -= self.intercept_lr * g
@@ -158,13 +226,6 @@ class OvRLogRegMirror:
         start = cols.start or 0
         for col in range(start, start + len(grads)):
             self.steps[col] += 1
-
-    def _scratch_like(self, w: np.ndarray) -> np.ndarray:
-        """A reused buffer of w's shape: fresh temporaries of this size cost a page-faulting
-        allocation each."""
-        if self._scratch is None or self._scratch.shape != w.shape:
-            self._scratch = np.empty(w.shape)
-        return self._scratch
 
     def _loss_gradient(self, z: float, y: bool) -> float:
         """river's ``optim.losses.Log.gradient`` for one item, then GLM's clamp."""
@@ -181,39 +242,115 @@ class OvRLogRegMirror:
             grad = weight * -sign / (math.exp(z) + 1.0)
         return float(min(max(grad, -self.clip), self.clip))
 
-    # -- reading ------------------------------------------------------------------------
-    def weights(self) -> np.ndarray:
-        """(classes, features) float64, C-contiguous: what river's weight dicts hold."""
-        return np.ascontiguousarray(self.weights_t.T)
+    @classmethod
+    def _self_check(cls) -> bool:
+        """A short stream (``_probe_stream``), then negatives for one class alone, learned
+        by both."""
+        from river import linear_model, multiclass, optim
+
+        xs, labels = _probe_stream()
+        river_model = multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(0.05)))
+        mirror = cls(river_model, xs.shape[1])
+        for x, label in zip(xs, labels):
+            river_model.learn_one(dict(enumerate(x.tolist())), label)
+            mirror.learn_one(x, label)
+        mirror.learn_negatives("c", xs[:5])
+        for x in xs[:5]:
+            river_model.classifiers["c"].learn_one(dict(enumerate(x.tolist())), False)
+        return cls.from_river(river_model, xs.shape[1]).same_state(mirror)
 
 
-@functools.cache
-def mirror_matches_river() -> bool:
-    """Whether the mirror learns exactly as the installed river does (checked once).
+class SoftmaxMirror(RiverMirror):
+    """The learning state of ``SoftmaxRegression(SGD(lr))``: one weight vector per class,
+    no intercept, each class with its own copy of the optimiser."""
 
-    A short random stream with three classes, one of them first met mid-stream and one
-    item with zero features, learned by both; weights, intercepts and step counts must be
-    equal to the bit.
-    """
-    from river import linear_model, multiclass, optim
+    def __init__(self, model: SoftmaxRegression, dim: int):
+        """A fresh state for ``model``'s settings (its classes are not read: see ``from_river``)."""
+        super().__init__(dim)
+        self.template = model
+        self.lr = float(cast("Constant", model.optimizer.lr).learning_rate)
 
+    @staticmethod
+    def supports(model: Classifier) -> TypeGuard[SoftmaxRegression]:
+        from river import linear_model, optim
+
+        if type(model) is not linear_model.SoftmaxRegression:
+            return False
+        optimisers = [model.optimizer, *model.optimizers.values()]
+        return (
+            all(type(o) is optim.SGD and type(o.lr) is optim.schedulers.Constant for o in optimisers)
+            and len({o.lr.learning_rate for o in optimisers}) == 1
+            and type(model.loss) is optim.losses.CrossEntropy
+            and not model.loss.class_weight
+            and model.l2 == 0
+        )
+
+    @classmethod
+    def from_river(cls, model: SoftmaxRegression, dim: int) -> SoftmaxMirror:
+        mirror = cls(model, dim)
+        for label, weights in model.weights.items():
+            col = mirror.add_class(str(label))
+            mirror._fill(col, weights)
+            mirror.steps[col] = model.optimizers[label].n_iterations
+        return mirror
+
+    def to_river(self) -> SoftmaxRegression:
+        model = self.template.clone()
+        for col, label in enumerate(self.classes):
+            # Keys in feature order: the order river inserts them when it learns a dense dict.
+            model.weights[label] = collections.defaultdict(float, enumerate(self.weights_t[:, col].tolist()))
+            model.optimizers[label].n_iterations = self.steps[col]
+        return model
+
+    def learn_one(self, x: np.ndarray, label: str) -> None:
+        """``SoftmaxRegression.learn_one``: river's softmax over the classes met so far, then
+        every class (and ``label``, if new) steps on its gradient ``p - (label == class)``."""
+        w = self.weights_t
+        scratch = self._scratch_like(w)
+        proba = _softmax(self._dots(np.multiply(w, x[:, None], out=scratch)).tolist()) if self.classes else []
+        if label not in self.index:
+            self.add_class(label)
+            proba.append(0.0)  # a class not met yet has no score: river's y_pred.get(label, 0.0)
+            w = self.weights_t
+            scratch = self._scratch_like(w)
+        # river's CrossEntropy gradient, with its clamp_proba. (l2 = 0 adds 0 * w, a zero
+        # that changes no weight: a weight that starts at +0.0 never becomes -0.0.)
+        g = np.array([max(min(p, 1 - 1e-15), 1e-15) - (c == label) for p, c in zip(proba, self.classes)])
+        update = np.multiply(x[:, None], g, out=scratch)
+        update *= self.lr
+        w -= update
+        self.steps = [n + 1 for n in self.steps]
+
+    @classmethod
+    def _self_check(cls) -> bool:
+        """A short stream (``_probe_stream``), learned by both."""
+        from river import linear_model, optim
+
+        xs, labels = _probe_stream()
+        river_model = linear_model.SoftmaxRegression(optimizer=optim.SGD(0.05))
+        mirror = cls(river_model, xs.shape[1])
+        for x, label in zip(xs, labels):
+            river_model.learn_one(dict(enumerate(x.tolist())), label)
+            mirror.learn_one(x, label)
+        return cls.from_river(river_model, xs.shape[1]).same_state(mirror)
+
+
+def _softmax(z: list[float]) -> list[float]:
+    """river's ``utils.math.softmax`` over one item's scores, in the same order of operations."""
+    maximum = max(z)
+    exps = [math.exp(v - maximum) for v in z]
+    total = 0.0
+    for e in exps:
+        total += e
+    return [e / total for e in exps]
+
+
+def _probe_stream() -> tuple[np.ndarray, list[str]]:
+    """60 rows at the encoder's width (numpy picks its loop order by shape), of two scales
+    (so the losses saturate too), one all zeros; labels cycle over 6 classes, then over 12
+    (so sums over classes run past numpy's 8-way pairwise blocks)."""
     rng = np.random.default_rng(20261127)
-    dim = 384  # the encoder's width: numpy picks its loop order by shape
-    xs = rng.standard_normal((40, dim)) * rng.choice([0.05, 3.0], size=(40, 1))
+    xs = rng.standard_normal((60, 384)) * rng.choice([0.05, 3.0], size=(60, 1))
     xs[7] = 0.0
-    labels = ["a", "b"] * 10 + ["a", "b", "c"] * 6 + ["c", "a"]
-    river_model = multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(0.05)))
-    mirror = OvRLogRegMirror(river_model, dim)
-    for x, label in zip(xs, labels):
-        river_model.learn_one(dict(enumerate(x.tolist())), label)
-        mirror.learn_one(x, label)
-    mirror.learn_negatives("c", xs[:5])
-    for x in xs[:5]:
-        river_model.classifiers["c"].learn_one(dict(enumerate(x.tolist())), False)
-    theirs = OvRLogRegMirror.from_river(river_model, dim)
-    return (
-        theirs.classes == mirror.classes
-        and theirs.weights_t.tobytes() == mirror.weights_t.tobytes()
-        and theirs.intercepts.tobytes() == mirror.intercepts.tobytes()
-        and theirs.steps == mirror.steps
-    )
+    names = "abcdefghijkl"
+    return xs, [names[i % 6] for i in range(20)] + [names[i % 12] for i in range(40)]

@@ -21,10 +21,10 @@ so it scores p > 0.5 on nearly everything while the seed classes' models, traine
   Banking77: with 500 replayed negatives the new models still win every original query
   (0.000 original, seed 0), because the seed models' intercepts came from 3000 steps.
 
-river_logreg and river_ovr_balanced learn through ``river_mirror``: river's own
-one-vs-rest SGD arithmetic in numpy, bit for bit, checked against the installed river
-once per process (another river model, or a river that computes differently, learns
-through river itself). ``model_`` is river's model in the same state.
+All three learn through ``river_mirror``: river's own SGD arithmetic in numpy, bit for
+bit, checked against the installed river once per process (another river model, or a
+river that computes differently, learns through river itself). ``model_`` is river's
+model in the same state.
 
 Prediction is batched: river scores one dict at a time (~2 ms per query at 77 classes x
 384 features), so the models' weights are read into a numpy matrix after each learning
@@ -35,7 +35,7 @@ check ``predict == predict_one``).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, TypeGuard, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from ocrr.errors import OcrrError
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
-from ocrr.systems.river_mirror import OvRLogRegMirror, mirror_matches_river
+from ocrr.systems.river_mirror import OvRLogRegMirror, RiverMirror, SoftmaxMirror
 from ocrr.systems.training import derive_seed
 
 if TYPE_CHECKING:  # river itself is imported when a model is built (_river)
@@ -72,6 +72,7 @@ class RiverSystem(System):
 
     family = "online-ml"
     has_intercept = True
+    mirror_class: ClassVar[type[RiverMirror]]  # learns as river does, in numpy
     options = {
         "lr": Option(kind=float, gt=0, help="river SGD learning rate"),
         "subsample": Option(kind=int, low=0, help="seed items of the seed pass (a seeded sample)"),
@@ -94,10 +95,14 @@ class RiverSystem(System):
         self.labels = labels  # river learns classes as it meets them; kept for the common signature
         self.seed = seed
         self._model: Classifier | None = None
+        # Learns for river when the mirror reproduces this river exactly; None otherwise.
+        self.mirror_: RiverMirror | None = None
 
     @property
     def model_(self) -> Classifier | None:
         """The river model as it stands (None before ``fit``)."""
+        if self._model is None and self.mirror_ is not None:
+            self._model = self.mirror_.to_river()  # built when read: learning never needs it
         return self._model
 
     # -- learning (river) ---------------------------------------------------------------
@@ -122,17 +127,29 @@ class RiverSystem(System):
         self._after_seed(vecs, labels)
         return self
 
+    def _mirrorable(self, model: Classifier) -> bool:
+        return self.mirror_class.supports(model) and self.mirror_class.matches_river()
+
     def _seed_pass(self, vecs: np.ndarray, labels) -> Classifier:
         """The seed pass itself: learn_one over the subsample, ``seed_passes`` times."""
         model = self._make_model()
-        for _ in range(self.seed_passes):
-            for i in self.subsample_idx_.tolist():
+        order = self.subsample_idx_.tolist() * self.seed_passes
+        if not self._mirrorable(model):
+            for i in order:
                 model.learn_one(as_features(vecs[i]), labels[i])
-        return model
+            return model
+        mirror = self.mirror_class.from_river(model, vecs.shape[1])
+        rows = vecs.astype(np.float64)
+        for i in order:
+            mirror.learn_one(rows[i], labels[i])
+        return mirror.to_river()  # the cache keeps river's model
 
     def _start_from(self, model: Classifier) -> None:
         """Take the seed pass's model (fresh or from the cache) as the state to learn on."""
-        self._model = model
+        if self._mirrorable(model):
+            self.mirror_, self._model = self.mirror_class.from_river(model, self.dim_), None
+        else:
+            self.mirror_, self._model = None, model
 
     def _seed_key(self, vecs: np.ndarray, labels) -> list:
         """Everything the seed model depends on: river's version, the model's repr (its
@@ -152,7 +169,11 @@ class RiverSystem(System):
         """Hook for variants that keep part of the seed set."""
 
     def _learn(self, vec: np.ndarray, label: str) -> None:
-        self._fitted_model().learn_one(as_features(vec), label)
+        if self.mirror_ is not None:
+            self.mirror_.learn_one(vec.astype(np.float64), label)
+            self._model = None  # river's view is stale now
+        else:
+            self._fitted_model().learn_one(as_features(vec), label)
         self._dirty = True
 
     def correct(self, batch: Batch) -> None:
@@ -173,7 +194,11 @@ class RiverSystem(System):
 
     def raw_scores(self, vecs: np.ndarray) -> tuple[list[str], np.ndarray]:
         if self._dirty:
-            self.classes_, self.w_, self.b_ = self._read_weights()
+            mirror = self.mirror_
+            if mirror is not None:
+                self.classes_, self.w_, self.b_ = list(mirror.classes), mirror.weights(), mirror.intercepts.copy()
+            else:
+                self.classes_, self.w_, self.b_ = self._read_weights()
             self._dirty = False
         return self.classes_, vecs.astype(np.float64) @ self.w_.T + self.b_
 
@@ -219,65 +244,24 @@ def _sequential_normalise(p: np.ndarray) -> np.ndarray:
 class RiverLogReg(RiverSystem):
     """river OneVsRestClassifier(LogisticRegression(SGD(lr))): the paper's river baseline."""
 
+    mirror_class = OvRLogRegMirror
     _model: OneVsRestClassifier | None
+    mirror_: OvRLogRegMirror | None
 
     def __init__(self, **kwargs):
         kwargs.setdefault("name", "river_logreg")
         super().__init__(**kwargs)
-        # Learns for river when river_mirror reproduces this river exactly; None otherwise.
-        self.mirror_: OvRLogRegMirror | None = None
 
     def _make_model(self) -> OneVsRestClassifier:
         linear_model, multiclass, optim = _river()
         return multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(self.lr)))
 
-    @property
-    def model_(self) -> OneVsRestClassifier | None:
-        if self._model is None and self.mirror_ is not None:
-            self._model = self.mirror_.to_river()  # built when read: learning never needs it
-        return self._model
-
     def _fitted_model(self) -> OneVsRestClassifier:
-        model = self.model_
-        assert model is not None, "fit() sets the model"
-        return model
-
-    @staticmethod
-    def _mirrorable(model: Classifier) -> TypeGuard[OneVsRestClassifier]:
-        return OvRLogRegMirror.supports(model) and mirror_matches_river()
-
-    def _seed_pass(self, vecs: np.ndarray, labels) -> Classifier:
-        model = self._make_model()
-        if not self._mirrorable(model):
-            return super()._seed_pass(vecs, labels)
-        mirror = OvRLogRegMirror(model, vecs.shape[1])
-        rows = vecs.astype(np.float64)
-        for _ in range(self.seed_passes):
-            for i in self.subsample_idx_.tolist():
-                mirror.learn_one(rows[i], labels[i])
-        return mirror.to_river()  # the cache keeps river's model
-
-    def _start_from(self, model: Classifier) -> None:
-        if self._mirrorable(model):
-            self.mirror_ = OvRLogRegMirror.from_river(model, self.dim_)
-            self._model = None
-        else:
-            self.mirror_ = None
-            self._model = cast("OneVsRestClassifier", model)
-
-    def _learn(self, vec: np.ndarray, label: str) -> None:
-        if self.mirror_ is None:
-            super()._learn(vec, label)
-            return
-        self.mirror_.learn_one(vec.astype(np.float64), label)
-        self._model = None  # river's view is stale now
-        self._dirty = True
+        return cast("OneVsRestClassifier", super()._fitted_model())
 
     def _read_weights(self):
         from river.linear_model import LogisticRegression
 
-        if self.mirror_ is not None:
-            return list(self.mirror_.classes), self.mirror_.weights(), self.mirror_.intercepts.copy()
         model = self._fitted_model()
         classes = list(model.classifiers)
         w = np.zeros((len(classes), self.dim_))
@@ -335,6 +319,7 @@ class RiverSoftmax(RiverSystem):
     """river SoftmaxRegression(SGD(lr)): multinomial, so a new class cannot win by default."""
 
     has_intercept = False  # river's SoftmaxRegression has none
+    mirror_class = SoftmaxMirror
     _model: SoftmaxRegression | None
 
     def __init__(self, **kwargs):
@@ -346,9 +331,7 @@ class RiverSoftmax(RiverSystem):
         return linear_model.SoftmaxRegression(optimizer=optim.SGD(self.lr))
 
     def _fitted_model(self) -> SoftmaxRegression:
-        model = self._model
-        assert model is not None, "fit() sets the model"
-        return model
+        return cast("SoftmaxRegression", super()._fitted_model())
 
     def _read_weights(self):
         model = self._fitted_model()
