@@ -139,9 +139,8 @@ class RiverSystem(System):
                 model.learn_one(as_features(vecs[i]), labels[i])
             return model
         mirror = self.mirror_class.from_river(model, vecs.shape[1])
-        rows = vecs.astype(np.float64)
         for i in order:
-            mirror.learn_one(rows[i], labels[i])
+            mirror.learn_one(vecs[i].astype(np.float64), labels[i])
         return mirror.to_river()  # the cache keeps river's model
 
     def _start_from(self, model: Classifier) -> None:
