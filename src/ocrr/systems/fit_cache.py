@@ -3,8 +3,8 @@
 A seed state (a linear head trained on the seed set; river's seed pass over 3000 items,
 which takes tens of seconds when river learns it itself rather than through
 ``river_mirror``) is identical for every correction policy of a (dataset, seed): a sweep
-would redo it three times per cell, and a user re-running a cell would redo it each time. The state is
-keyed by a digest of everything it depends on and stored under the user cache
+would redo it three times per cell, and a user re-running a cell would redo it each time.
+The state is keyed by a digest of everything it depends on and stored under the user cache
 (``<cache>/fitted``); loading it gives exactly the model a fresh fit would (tested).
 Set OCRR_NO_FIT_CACHE=1 to bypass it.
 

@@ -54,6 +54,7 @@ class RiverMirror:
         self.weights_t = np.zeros((dim, 0))
         self.intercepts = np.zeros(0)
         self.steps: list[int] = []
+        self.lr = 0.0  # the optimiser's learning rate, set by each mirror from its model
         self._scratch: np.ndarray | None = None
 
     @staticmethod
@@ -83,7 +84,24 @@ class RiverMirror:
 
     @classmethod
     def _self_check(cls) -> bool:
+        """A short stream (``_probe_stream``) learned by river and by the mirror."""
+        xs, labels = _probe_stream()
+        river_model = cls._probe_model()
+        mirror = cls.from_river(river_model, xs.shape[1])
+        for x, label in zip(xs, labels):
+            river_model.learn_one(dict(enumerate(x.tolist())), label)
+            mirror.learn_one(x, label)
+        cls._probe_more(river_model, mirror, xs)
+        return cls.from_river(river_model, xs.shape[1]).same_state(mirror)
+
+    @staticmethod
+    def _probe_model():
+        """A fresh river model of the configuration the mirror reproduces."""
         raise NotImplementedError
+
+    @staticmethod
+    def _probe_more(river_model, mirror: RiverMirror, xs: np.ndarray) -> None:
+        """Steps of the self-check that only this kind of model has."""
 
     def same_state(self, other: RiverMirror) -> bool:
         """Classes, weights, intercepts and step counts equal, to the bit."""
@@ -116,14 +134,20 @@ class RiverMirror:
             self._scratch = np.empty(w.shape)
         return self._scratch
 
-    @staticmethod
-    def _dots(products: np.ndarray) -> np.ndarray:
-        """Each column's sum, added top to bottom as river's dot adds left to right. numpy
-        reduces over the outer axis one row at a time, but a single column is a 1-d sum,
-        which it adds pairwise: that one runs as a cumulative sum."""
+    def _dots(self, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Each column of w dotted with x, the products added top to bottom as river's dot
+        adds them left to right. numpy reduces over the outer axis one row at a time, but a
+        single column is a 1-d sum, which it adds pairwise: that one runs as a cumulative sum."""
+        products = np.multiply(w, x[:, None], out=self._scratch_like(w))
         if products.shape[1] > 1:
             return np.add.reduce(products, axis=0)
         return np.add.accumulate(products, axis=0)[-1]
+
+    def _sgd_step(self, w: np.ndarray, x: np.ndarray, g: np.ndarray) -> None:
+        """river's SGD step for every column of w: w_i -= lr * (x_i * g)."""
+        update = np.multiply(x[:, None], g, out=self._scratch_like(w))
+        update *= self.lr
+        w -= update
 
     def weights(self) -> np.ndarray:
         """(classes, features) float64, C-contiguous: what river's weight dicts hold."""
@@ -211,18 +235,15 @@ class OvRLogRegMirror(RiverMirror):
         """``label``'s binary model alone learns each row of ``xs`` as a negative, in order."""
         col = self.index[label]
         for x in xs:
-            self._step(slice(col, col + 1), x, [False])
+            self._step(slice(col, col + 1), x.astype(np.float64), [False])
 
     def _step(self, cols: slice, x: np.ndarray, targets: Sequence[bool]) -> None:
         w = self.weights_t[:, cols]
-        scratch = self._scratch_like(w)
-        z = self._dots(np.multiply(w, x[:, None], out=scratch)) + self.intercepts[cols]
+        z = self._dots(w, x) + self.intercepts[cols]
         grads = [self._loss_gradient(zc, y) for zc, y in zip(z.tolist(), targets)]
         g = np.array(grads)
         self.intercepts[cols] -= self.intercept_lr * g
-        update = np.multiply(x[:, None], g, out=scratch)  # river's gradient: x_i * g
-        update *= self.lr
-        w -= update
+        self._sgd_step(w, x, g)
         start = cols.start or 0
         for col in range(start, start + len(grads)):
             self.steps[col] += 1
@@ -242,22 +263,19 @@ class OvRLogRegMirror(RiverMirror):
             grad = weight * -sign / (math.exp(z) + 1.0)
         return float(min(max(grad, -self.clip), self.clip))
 
-    @classmethod
-    def _self_check(cls) -> bool:
-        """A short stream (``_probe_stream``), then negatives for one class alone, learned
-        by both."""
+    @staticmethod
+    def _probe_model() -> OneVsRestClassifier:
         from river import linear_model, multiclass, optim
 
-        xs, labels = _probe_stream()
-        river_model = multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(0.05)))
-        mirror = cls(river_model, xs.shape[1])
-        for x, label in zip(xs, labels):
-            river_model.learn_one(dict(enumerate(x.tolist())), label)
-            mirror.learn_one(x, label)
+        return multiclass.OneVsRestClassifier(linear_model.LogisticRegression(optimizer=optim.SGD(0.05)))
+
+    @staticmethod
+    def _probe_more(river_model, mirror: RiverMirror, xs: np.ndarray) -> None:
+        """Negatives for one class alone (river_ovr_balanced's replay)."""
+        assert isinstance(mirror, OvRLogRegMirror)
         mirror.learn_negatives("c", xs[:5])
         for x in xs[:5]:
             river_model.classifiers["c"].learn_one(dict(enumerate(x.tolist())), False)
-        return cls.from_river(river_model, xs.shape[1]).same_state(mirror)
 
 
 class SoftmaxMirror(RiverMirror):
@@ -305,34 +323,21 @@ class SoftmaxMirror(RiverMirror):
     def learn_one(self, x: np.ndarray, label: str) -> None:
         """``SoftmaxRegression.learn_one``: river's softmax over the classes met so far, then
         every class (and ``label``, if new) steps on its gradient ``p - (label == class)``."""
-        w = self.weights_t
-        scratch = self._scratch_like(w)
-        proba = _softmax(self._dots(np.multiply(w, x[:, None], out=scratch)).tolist()) if self.classes else []
+        proba = _softmax(self._dots(self.weights_t, x).tolist()) if self.classes else []
         if label not in self.index:
             self.add_class(label)
             proba.append(0.0)  # a class not met yet has no score: river's y_pred.get(label, 0.0)
-            w = self.weights_t
-            scratch = self._scratch_like(w)
         # river's CrossEntropy gradient, with its clamp_proba. (l2 = 0 adds 0 * w, a zero
         # that changes no weight: a weight that starts at +0.0 never becomes -0.0.)
         g = np.array([max(min(p, 1 - 1e-15), 1e-15) - (c == label) for p, c in zip(proba, self.classes)])
-        update = np.multiply(x[:, None], g, out=scratch)
-        update *= self.lr
-        w -= update
+        self._sgd_step(self.weights_t, x, g)
         self.steps = [n + 1 for n in self.steps]
 
-    @classmethod
-    def _self_check(cls) -> bool:
-        """A short stream (``_probe_stream``), learned by both."""
+    @staticmethod
+    def _probe_model() -> SoftmaxRegression:
         from river import linear_model, optim
 
-        xs, labels = _probe_stream()
-        river_model = linear_model.SoftmaxRegression(optimizer=optim.SGD(0.05))
-        mirror = cls(river_model, xs.shape[1])
-        for x, label in zip(xs, labels):
-            river_model.learn_one(dict(enumerate(x.tolist())), label)
-            mirror.learn_one(x, label)
-        return cls.from_river(river_model, xs.shape[1]).same_state(mirror)
+        return linear_model.SoftmaxRegression(optimizer=optim.SGD(0.05))
 
 
 def _softmax(z: list[float]) -> list[float]:

@@ -299,7 +299,7 @@ class RiverOvRBalanced(RiverLogReg):
         if self.mirror_ is not None:
             if label not in self.mirror_.index:
                 self.mirror_.add_class(label)
-                self.mirror_.learn_negatives(label, self.warm_vecs_.astype(np.float64))
+                self.mirror_.learn_negatives(label, self.warm_vecs_)
         else:
             model = self._fitted_model()
             if label not in model.classifiers:
