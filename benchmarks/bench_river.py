@@ -10,6 +10,8 @@ bare float64 arithmetic of one step in the same run (a products matrix, its sum 
 features and the rank-one update; the mirror adds what is per class in Python floats,
 since numpy's exp can round differently from river's math.exp). The last column says
 whether the two ended in the same state, to the bit (weights, intercepts, step counts).
+On Python 3.12+ the softmax mirror adds its dot products as ``sum()`` does there (with
+compensation), and the header says so.
 
 Synthetic rows (384 float32 features, unit length, as the encoder's); every class is met
 in the seed part, so no column is added while timing.
@@ -19,12 +21,13 @@ Run: python benchmarks/bench_river.py [--classes 77 150] [--corrections 300]
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 from river import linear_model, multiclass, optim
 
-from ocrr.systems.river_mirror import OvRLogRegMirror, SoftmaxMirror
+from ocrr.systems.river_mirror import SUM_COMPENSATES, OvRLogRegMirror, SoftmaxMirror
 from ocrr.systems.river_systems import RiverLogReg, RiverSoftmax, as_features
 
 DIM = 384
@@ -110,7 +113,8 @@ def main() -> None:
     if min(args.classes) < 1 or args.corrections < 1:
         ap.error("--classes and --corrections must be at least 1")
 
-    print("per correction, 384 features, SGD(0.01)")
+    dots = "compensated, as sum() adds them" if SUM_COMPENSATES else "added left to right"
+    print(f"per correction, 384 features, SGD(0.01); Python {sys.version.split()[0]}: softmax dot products {dots}")
     header = [
         "model",
         "classes",

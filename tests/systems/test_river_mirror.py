@@ -1,6 +1,7 @@
 """The numpy mirrors of river's SGD models learn exactly as river does, bit for bit."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -142,6 +143,73 @@ def test_other_river_models_are_not_mirrored(model):
 def test_other_models_are_not_mirrored_as_softmax(model):
     assert SoftmaxMirror.supports(river_softmax())
     assert not SoftmaxMirror.supports(model)
+
+
+def compensated_sum(values):
+    """CPython 3.12's ``sum()`` of floats (Objects/bltinmodule.c), step for step: the int 0
+    plus the first, then Neumaier's compensated loop."""
+    it = iter(values)
+    first = next(it, None)
+    if first is None:
+        return 0
+    f, c = 0 + first, 0.0
+    for x in it:
+        t = f + x
+        if abs(f) >= abs(x):
+            c += (f - t) + x
+        else:
+            c += (x - t) + f
+        f = t
+    if c and math.isfinite(c):
+        f += c
+    return f
+
+
+def compensated_dot(x, y):  # river.utils.math.dot as it adds on Python 3.12+
+    if len(x) < len(y):
+        return compensated_sum(xi * y[i] for i, xi in x.items() if i in y)
+    return compensated_sum(x[i] * yi for i, yi in y.items() if i in x)
+
+
+@pytest.mark.parametrize("n_classes", [1, 2, 40])
+def test_compensated_dots_add_as_python_312_sum_does(n_classes):
+    rng = np.random.default_rng(n_classes)
+    w = rng.standard_normal((384, n_classes)) * rng.choice([1e-6, 1.0, 1e6], size=(384, n_classes))
+    w[:7] = -0.0  # products of -0.0 first: sum() starts from the int 0
+    w[200] = -w[199]  # exact cancellations
+    x = rng.standard_normal(384)
+    mirror = SoftmaxMirror(river_softmax(), 384)
+    expected = [compensated_sum((w[:, j] * x).tolist()) for j in range(n_classes)]
+    if river_mirror.SUM_COMPENSATES:  # the reference is this Python's own sum()
+        assert expected == [sum((w[:, j] * x).tolist()) for j in range(n_classes)]
+    got = mirror._compensated_dots(w, x)
+    assert got.tobytes() == np.array(expected).tobytes()
+    assert (got != mirror._dots(w, x)).any()  # the compensation shows in these sums
+
+
+@pytest.mark.parametrize(
+    ("lr", "scales", "n_classes", "compensates"),
+    [
+        (0.01, (0.05, 1.0), 40, True),  # the preset's setting
+        (5.0, (1.0, 30.0), 6, True),  # clamped probabilities
+        (0.01, (0.05, 1.0), 40, False),  # the plain dots: their last bits show in the weights
+    ],
+)
+def test_softmax_mirror_follows_a_compensating_sum(lr, scales, n_classes, compensates, monkeypatch):
+    """river on Python 3.12+ (its dot a compensated sum()), on any Python: the mirror learns
+    as it does only when it compensates too."""
+    from river import utils
+
+    monkeypatch.setattr(utils.math, "dot", compensated_dot)
+    monkeypatch.setattr(river_mirror, "SUM_COMPENSATES", compensates)
+    xs, labels = stream(240, 384, n_classes, seed=n_classes, scales=scales)
+    river_model = river_softmax(lr)
+    mirror = SoftmaxMirror(river_model, 384)
+    for x, label in zip(xs, labels):
+        river_model.learn_one(as_features(x), label)
+        mirror.learn_one(x.astype(np.float64), label)
+    theirs = SoftmaxMirror.from_river(river_model, 384)
+    assert theirs.same_state(mirror) is compensates
 
 
 def test_the_self_checks_pass_here():

@@ -21,9 +21,11 @@ A mirror runs the step for every class at once. Weights are stored features x cl
 so numpy's reduction over the features adds the products left to right, as river's loop
 does; the elementwise steps round exactly as river's, and what is per class (the loss
 gradient, the softmax) stays in Python floats with ``math.exp`` (numpy's vectorised exp
-can differ in the last bit). ``matches_river`` checks a mirror against the installed
-river once per process; a river that computes differently (another version; Python 3.12
-sums floats with compensation) is used directly instead.
+can differ in the last bit). From Python 3.12 on, ``sum()`` of floats compensates
+(Neumaier), and river's softmax dot products are ``sum()``s: there the softmax mirror adds
+them as that ``sum()`` does (``_compensated_dots``). ``matches_river`` checks a mirror
+against the installed river once per process; a river that computes differently (another
+version) is used directly instead.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class RiverMirror:
         self.steps: list[int] = []
         self.lr = 0.0  # the optimiser's learning rate, set by each mirror from its model
         self._scratch: np.ndarray | None = None
+        self._neumaier: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def supports(model: Classifier) -> bool:
@@ -143,6 +146,39 @@ class RiverMirror:
             return np.add.reduce(products, axis=0)
         return np.add.accumulate(products, axis=0)[-1]
 
+    def _compensated_dots(self, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Each column of w dotted with x as Python 3.12+'s ``sum()`` adds the products:
+        ``0 + x_1``, then the running sum ``f`` and a compensation ``c`` that collects each
+        addition's rounding error, exact by Fast2Sum on the larger magnitude first (Neumaier);
+        ``f + c`` at the end when ``c`` is a non-zero finite number. The running sums are a
+        cumulative sum, every error is computed at once (in reused buffers), and the errors
+        are added top to bottom as ``c`` collects them."""
+        if len(w) < 2:
+            return np.multiply(w, x[:, None]).sum(axis=0) + 0.0  # one product: 0 + x_1
+        products = np.multiply(w, x[:, None], out=self._scratch_like(w))
+        products[0] += 0.0  # sum() starts from the int 0: -0.0 becomes 0.0
+        running, err, other, larger = self._neumaier_buffers(w.shape)
+        np.add.accumulate(products, axis=0, out=running)
+        before, term, after = running[:-1], products[1:], running[1:]
+        with np.errstate(invalid="ignore"):  # inf - inf: a NaN error, as in sum()
+            np.greater_equal(np.abs(before, out=err), np.abs(term, out=other), out=larger)
+            np.subtract(before, after, out=err)
+            err += term  # (f - t) + x, where |f| >= |x|
+            np.subtract(term, after, out=other)
+            other += before  # (x - t) + f, elsewhere
+        np.copyto(err, other, where=~larger)
+        comp = np.add.reduce(err, axis=0) if err.shape[1] > 1 else np.add.accumulate(err, axis=0)[-1]
+        total = running[-1]
+        return np.where((comp != 0) & np.isfinite(comp), total + comp, total)
+
+    def _neumaier_buffers(self, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Reused (features, classes) and (features - 1, classes) buffers for ``_compensated_dots``."""
+        bufs = self._neumaier
+        if bufs is None or bufs[0].shape != shape:
+            rest = (shape[0] - 1, shape[1])
+            bufs = self._neumaier = (np.empty(shape), np.empty(rest), np.empty(rest), np.empty(rest, bool))
+        return bufs
+
     def _sgd_step(self, w: np.ndarray, x: np.ndarray, g: np.ndarray) -> None:
         """river's SGD step for every column of w: w_i -= lr * (x_i * g)."""
         update = np.multiply(x[:, None], g, out=self._scratch_like(w))
@@ -155,6 +191,8 @@ class RiverMirror:
 
 
 _AGREES_WITH_RIVER: dict[type[RiverMirror], bool] = {}  # each mirror's self-check, once per process
+#: Whether this Python's ``sum()`` of floats compensates (3.12 on): ten 0.1s then sum to 1.0 exactly.
+SUM_COMPENSATES = sum([0.1] * 10) == 1.0
 
 
 class OvRLogRegMirror(RiverMirror):
@@ -323,7 +361,8 @@ class SoftmaxMirror(RiverMirror):
     def learn_one(self, x: np.ndarray, label: str) -> None:
         """``SoftmaxRegression.learn_one``: river's softmax over the classes met so far, then
         every class (and ``label``, if new) steps on its gradient ``p - (label == class)``."""
-        proba = _softmax(self._dots(self.weights_t, x).tolist()) if self.classes else []
+        dots = self._compensated_dots if SUM_COMPENSATES else self._dots  # river's dot is a sum()
+        proba = _softmax(dots(self.weights_t, x).tolist()) if self.classes else []
         if label not in self.index:
             self.add_class(label)
             proba.append(0.0)  # a class not met yet has no score: river's y_pred.get(label, 0.0)
