@@ -20,6 +20,20 @@ def test_version_prints_the_package_version(capsys):
     assert capsys.readouterr().out.strip() == f"ocrr {ocrr.__version__}"
 
 
+def test_version_loads_no_command():
+    """`ocrr --version` answers without importing any command's module (all of them: ~1 s)."""
+    probe = (
+        "import sys\n"
+        "from ocrr.cli.main import COMMANDS, main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m, _ in COMMANDS.values() if m in sys.modules))\n"
+    )
+    assert python_output(probe).splitlines()[-1] == "[]"
+
+
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     """`ocrr ledger export L | head -1`: the reader leaves early; no traceback, exit 0."""
     vectors = np.random.default_rng(0).standard_normal((200, 384)).astype(np.float32)

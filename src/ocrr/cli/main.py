@@ -65,7 +65,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _chosen_command(argv: list[str]) -> str | None:
     """The command named by argv, when its first word is one (else None: build them all, so
-    `ocrr -h` lists every command and a misspelt one gets argparse's list of choices)."""
+    `ocrr -h` lists every command and a misspelt one gets argparse's list of choices).
+    ``ocrr --version`` needs no command's parser: "" builds none."""
+    if argv[:1] == ["--version"]:
+        return ""
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
