@@ -401,16 +401,16 @@ def test_cli_sweep_errors(tmp_path, capsys):
 
 def test_runs_start_longest_first_without_changing_results(tmp_path):
     tasks = Grid(datasets=["synthetic"], seeds=[0, 1], systems=["substrate", "online_linear"]).tasks(resolve=False)
-    slow = Task("synthetic", "{}", "dataset", HELDOUT, "oracle", 0, "river_softmax")
+    slow = Task("synthetic", "{}", "dataset", HELDOUT, "oracle", 0, "lora_deberta")
     # nothing known yet: the systems known to be slow go first, the rest keep grid order
     assert sweep.longest_first(tasks + [slow], tmp_path) == [slow] + tasks
     # then the folder's log decides
     log = sweep.Log(tmp_path / "log.jsonl")
     log.write(event="done", dataset="synthetic", system="online_linear", cpu_seconds=9.0)
     log.write(event="done", dataset="synthetic", system="substrate", cpu_seconds=1.0)
-    log.write(event="done", dataset="synthetic", system="river_softmax", cpu_seconds=5.0)
+    log.write(event="done", dataset="synthetic", system="lora_deberta", cpu_seconds=5.0)
     order = [t.system for t in sweep.longest_first(tasks + [slow], tmp_path)]
-    assert order == ["online_linear", "online_linear", "river_softmax", "substrate", "substrate"]
+    assert order == ["online_linear", "online_linear", "lora_deberta", "substrate", "substrate"]
 
 
 def test_runs_sharing_a_seed_state_are_spread_apart(tmp_path):

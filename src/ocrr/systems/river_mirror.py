@@ -58,7 +58,6 @@ class RiverMirror:
         self.steps: list[int] = []
         self.lr = 0.0  # the optimiser's learning rate, set by each mirror from its model
         self._scratch: np.ndarray | None = None
-        self._neumaier: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def supports(model: Classifier) -> bool:
@@ -145,39 +144,6 @@ class RiverMirror:
         if products.shape[1] > 1:
             return np.add.reduce(products, axis=0)
         return np.add.accumulate(products, axis=0)[-1]
-
-    def _compensated_dots(self, w: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Each column of w dotted with x as Python 3.12+'s ``sum()`` adds the products:
-        ``0 + x_1``, then the running sum ``f`` and a compensation ``c`` that collects each
-        addition's rounding error, exact by Fast2Sum on the larger magnitude first (Neumaier);
-        ``f + c`` at the end when ``c`` is a non-zero finite number. The running sums are a
-        cumulative sum, every error is computed at once (in reused buffers), and the errors
-        are added top to bottom as ``c`` collects them."""
-        if len(w) < 2:
-            return np.multiply(w, x[:, None]).sum(axis=0) + 0.0  # one product: 0 + x_1
-        products = np.multiply(w, x[:, None], out=self._scratch_like(w))
-        products[0] += 0.0  # sum() starts from the int 0: -0.0 becomes 0.0
-        running, err, other, larger = self._neumaier_buffers(w.shape)
-        np.add.accumulate(products, axis=0, out=running)
-        before, term, after = running[:-1], products[1:], running[1:]
-        with np.errstate(invalid="ignore"):  # inf - inf: a NaN error, as in sum()
-            np.greater_equal(np.abs(before, out=err), np.abs(term, out=other), out=larger)
-            np.subtract(before, after, out=err)
-            err += term  # (f - t) + x, where |f| >= |x|
-            np.subtract(term, after, out=other)
-            other += before  # (x - t) + f, elsewhere
-        np.copyto(err, other, where=~larger)
-        comp = np.add.reduce(err, axis=0) if err.shape[1] > 1 else np.add.accumulate(err, axis=0)[-1]
-        total = running[-1]
-        return np.where((comp != 0) & np.isfinite(comp), total + comp, total)
-
-    def _neumaier_buffers(self, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Reused (features, classes) and (features - 1, classes) buffers for ``_compensated_dots``."""
-        bufs = self._neumaier
-        if bufs is None or bufs[0].shape != shape:
-            rest = (shape[0] - 1, shape[1])
-            bufs = self._neumaier = (np.empty(shape), np.empty(rest), np.empty(rest), np.empty(rest, bool))
-        return bufs
 
     def _sgd_step(self, w: np.ndarray, x: np.ndarray, g: np.ndarray) -> None:
         """river's SGD step for every column of w: w_i -= lr * (x_i * g)."""
@@ -325,6 +291,7 @@ class SoftmaxMirror(RiverMirror):
         super().__init__(dim)
         self.template = model
         self.lr = float(cast("Constant", model.optimizer.lr).learning_rate)
+        self._neumaier: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def supports(model: Classifier) -> TypeGuard[SoftmaxRegression]:
@@ -371,6 +338,39 @@ class SoftmaxMirror(RiverMirror):
         g = np.array([max(min(p, 1 - 1e-15), 1e-15) - (c == label) for p, c in zip(proba, self.classes)])
         self._sgd_step(self.weights_t, x, g)
         self.steps = [n + 1 for n in self.steps]
+
+    def _compensated_dots(self, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Each column of w dotted with x as Python 3.12+'s ``sum()`` adds the products:
+        ``0 + x_1``, then the running sum ``f`` and a compensation ``c`` that collects each
+        addition's rounding error, exact by Fast2Sum on the larger magnitude first (Neumaier);
+        ``f + c`` at the end when ``c`` is a non-zero finite number. The running sums are a
+        cumulative sum, every error is computed at once (in reused buffers), and the errors
+        are added top to bottom as ``c`` collects them."""
+        if len(w) < 2:
+            return np.multiply(w, x[:, None]).sum(axis=0) + 0.0  # one product: 0 + x_1
+        products = np.multiply(w, x[:, None], out=self._scratch_like(w))
+        products[0] += 0.0  # sum() starts from the int 0: -0.0 becomes 0.0
+        running, err, other, larger = self._neumaier_buffers(w.shape)
+        np.add.accumulate(products, axis=0, out=running)
+        before, term, after = running[:-1], products[1:], running[1:]
+        with np.errstate(invalid="ignore"):  # inf - inf: a NaN error, as in sum()
+            np.greater_equal(np.abs(before, out=err), np.abs(term, out=other), out=larger)
+            np.subtract(before, after, out=err)
+            err += term  # (f - t) + x, where |f| >= |x|
+            np.subtract(term, after, out=other)
+            other += before  # (x - t) + f, elsewhere
+        np.copyto(err, other, where=~larger)
+        comp = np.add.reduce(err, axis=0) if err.shape[1] > 1 else np.add.accumulate(err, axis=0)[-1]
+        total = running[-1]
+        return np.where((comp != 0) & np.isfinite(comp), total + comp, total)
+
+    def _neumaier_buffers(self, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Reused (features, classes) and (features - 1, classes) buffers for ``_compensated_dots``."""
+        bufs = self._neumaier
+        if bufs is None or bufs[0].shape != shape:
+            rest = (shape[0] - 1, shape[1])
+            bufs = self._neumaier = (np.empty(shape), np.empty(rest), np.empty(rest), np.empty(rest, bool))
+        return bufs
 
     @staticmethod
     def _probe_model() -> SoftmaxRegression:

@@ -133,10 +133,10 @@ def _record(out: Path, log: Log, task: Task, output, ran: list[Task], failed: li
     return True
 
 
-# Systems known to cost far more per run than the rest (river's pure-Python softmax updates,
-# transformers): started first when nothing better is known, so the grid does not end on one
-# long run. (river's one-vs-rest models learn through ocrr's numpy mirror: not slow.)
-SLOW_PREFIXES = ("river_softmax", "lora_")
+# Systems known to cost far more per run than the rest (transformers): started first when
+# nothing better is known, so the grid does not end on one long run. (The river systems
+# learn through ocrr's numpy mirror of river: not slow.)
+SLOW_PREFIXES = ("lora_",)
 
 
 def longest_first(tasks: list[Task], out: Path) -> list[Task]:
