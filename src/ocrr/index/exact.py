@@ -14,7 +14,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ocrr.index.anticipated import Anticipated
-from ocrr.index.shortlist import Shortlist
+from ocrr.index.int8_shortlist import Int8Shortlist
+from ocrr.index.shortlist import CODES, Shortlist
 from ocrr.index.topk import top_k
 
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
@@ -109,7 +110,7 @@ class ExactIndex:
         self._n = 0
         self.epoch = 0  # bumped whenever rows are removed: cached partial results become stale
         self.use_shortlist = shortlist  # False: every search scans the float32 rows
-        self._shortlist: Shortlist | None = None  # made by the first few-query search over many rows
+        self._shortlist: Shortlist | Int8Shortlist | None = None  # made by the first few-query search over many rows
         self._making = threading.Lock()
         self._anticipated: Anticipated | None = None  # candidates of queries known in advance
 
@@ -211,13 +212,14 @@ class ExactIndex:
         self.__dict__.update(state)
         self._making = threading.Lock()
 
-    def shortlist(self, code: str | None = None) -> Shortlist:
+    def shortlist(self, code: str | None = None) -> Shortlist | Int8Shortlist:
         """The coded copy of the rows that searches of a few queries go through (made on
-        first use, float16 unless ``code`` says otherwise: index/shortlist.py; the service's
-        pooled predicts share it). Asking for another ``code`` replaces it."""
+        first use, float16 unless ``code`` says otherwise: index/shortlist.py,
+        index/int8_shortlist.py; the service's pooled predicts share it). Asking for another
+        ``code`` replaces it."""
         with self._making:
             if self._shortlist is None or (code is not None and code != self._shortlist.code):
-                self._shortlist = Shortlist(self.dim, code=code or "fp16")
+                self._shortlist = new_shortlist(self.dim, code or "fp16")
             return self._shortlist
 
     def anticipate(self, queries: np.ndarray, k: int) -> None:
@@ -275,6 +277,18 @@ class ExactIndex:
             sims = queries[lo:hi] @ vecs.T
             out_s[lo:hi], out_i[lo:hi] = top_k(sims, ids, kk)
         return out_s, out_i
+
+
+#: The codes of the shortlists ``ExactIndex.shortlist`` makes: float16 and FAISS's 8-bit
+#: (index/shortlist.py), signed bytes scanned as integers (index/int8_shortlist.py).
+SHORTLIST_CODES = (*CODES, "i8")
+
+
+def new_shortlist(dim: int, code: str = "fp16") -> Shortlist | Int8Shortlist:
+    """A shortlist of one of ``SHORTLIST_CODES``."""
+    if code not in SHORTLIST_CODES:
+        raise ValueError(f"code must be one of {SHORTLIST_CODES}, got {code!r}")
+    return Int8Shortlist(dim) if code == "i8" else Shortlist(dim, code=code)
 
 
 def _scan_few(vecs: np.ndarray, ids: np.ndarray | int, queries: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:

@@ -59,7 +59,7 @@ _GROUPS = (4, 8, 16)
 # margin covers that many times over, so the rounding bound stays a bound.
 _NORM_MARGIN = 1 + 1e-3
 _ADD_ROWS = 1 << 16  # rows copied in per slice
-CODES = ("fp16", "sq8")
+CODES = ("fp16", "sq8")  # "i8": index/int8_shortlist.py (``exact.new_shortlist`` makes either)
 # An 8-bit range is widened by this share of its width on each side, so that rows a little
 # beyond the ones it was fitted to stay inside it.
 _WIDEN = 0.125
@@ -327,23 +327,59 @@ class Shortlist:
             floor = approx[:, kk - 1] - 2 * bound  # a candidate's coded score is at least this
         # Rows past the shortlist scored at most its last entry: safe only if that is below the floor.
         ok = np.isfinite(approx).all(axis=1) & np.isfinite(floor) & ((approx[:, -1] < floor) | (depth == n))
-        sims = np.empty((len(queries), kk), np.float32)
-        out = np.empty((len(queries), kk), np.int64)
-        group = self.group
-        for j in np.flatnonzero(ok).tolist():
-            near = rows[j][inside[j] >= floor[j]].tolist() + outside  # a few dozen at most: a set beats np.unique
-            groups = np.array(sorted({r // group for r in near}), np.int64) * group
-            cand = (groups[:, None] + np.arange(group)).ravel()
-            cand = cand[cand < n]  # only the last group can be cut, and it stays last
-            exact = matrix[cand] @ queries[j]
-            cand_ids = cand if ids is None else ids[cand]
-            best = np.lexsort((-cand_ids, -exact))[:kk]  # top_k's order: similarity, then id, descending
-            sims[j], out[j] = exact[best], cand_ids[best]
-        redo = np.flatnonzero(~ok)
-        self._counted(len(queries), len(redo))
-        if len(redo):
-            sims[redo], out[redo] = full_scan(matrix, queries[redo], k)
+
+        def near_of(j: int) -> list[int]:  # within 2E of the k-th best coded score, and the rows past the range
+            return rows[j][inside[j] >= floor[j]].tolist() + outside
+
+        sims, out, redo = settle(matrix, queries, k, kk, ok, near_of, self.group, ids, full_scan)
+        self._counted(len(queries), redo)
         return sims, out
+
+
+def settle(
+    matrix: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    kk: int,
+    ok: np.ndarray,
+    near_of: Callable[[int], list[int] | None],
+    group: int,
+    ids: np.ndarray | None,
+    full_scan: FullScan,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The answers of a coded search: each query ``j`` marked ``ok`` from its candidates
+    ``near_of(j)`` (``best_of``; None: too many), the others by ``full_scan``; and how many
+    were scanned in full."""
+    sims = np.empty((len(queries), kk), np.float32)
+    out = np.empty((len(queries), kk), np.int64)
+    for j in np.flatnonzero(ok).tolist():
+        near = near_of(j)
+        if near is None:
+            ok[j] = False
+        else:
+            sims[j], out[j] = best_of(matrix, queries[j], near, group, kk, ids)
+    redo = np.flatnonzero(~ok)
+    if len(redo):
+        sims[redo], out[redo] = full_scan(matrix, queries[redo], k)
+    return sims, out, len(redo)
+
+
+def best_of(
+    matrix: np.ndarray, query: np.ndarray, near: list[int], group: int, k: int, ids: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The full scan's best ``k`` (sims, ids) among the rows ``near`` (positions in
+    ``matrix``, a few dozen at most): each scored inside its aligned group of ``group``
+    rows, so its float32 score is the same bits as a one-thread matrix-vector product over
+    every row gives it (``aligned_group``); ordered as ``top_k`` orders (similarity, then id,
+    descending)."""
+    n = len(matrix)
+    groups = np.array(sorted({r // group for r in near}), np.int64) * group  # a set beats np.unique here
+    cand = (groups[:, None] + np.arange(group)).ravel()
+    cand = cand[cand < n]  # only the last group can be cut, and it stays last
+    exact = matrix[cand] @ query
+    cand_ids = cand if ids is None else ids[cand]
+    best = np.lexsort((-cand_ids, -exact))[:k]
+    return exact[best], cand_ids[best]
 
 
 @functools.cache
