@@ -144,3 +144,47 @@ def test_the_factory_names_its_codes():
     assert new_shortlist(8, "sq8").code == "sq8"
     with pytest.raises(ValueError, match="'fp16', 'sq8', 'i8'"):
         new_shortlist(8, "int4")
+
+
+def test_rows_that_are_not_finite_send_every_search_to_the_full_scan():
+    x = rows(1200, 32, seed=11)
+    shortlist = Int8Shortlist(32)
+    assert_full_scan(shortlist, x, near(x, 5, seed=12), 5)
+    assert shortlist.fallbacks == 0
+    y = np.concatenate([x, np.full((1, 32), np.inf, np.float32), x[:3]])  # a ledger written by another tool
+    queries = near(x, 5, seed=13)
+    with np.errstate(invalid="ignore"):  # inf times components of either sign
+        got = shortlist.search(y, queries, 5, full_scan)
+        want = full_scan(y, queries, 5)
+    assert np.array_equal(got[0], want[0], equal_nan=True) and np.array_equal(got[1], want[1])
+    assert shortlist.fallbacks == 5 and len(shortlist) == len(y)
+
+
+def test_a_buffer_made_ahead_is_not_taken_over_after_rows_moved_or_were_coded_again(monkeypatch):
+    from ocrr.utils import grow_ahead
+
+    monkeypatch.setattr(grow_ahead, "MIN_BYTES", 0)  # make buffers ahead at any size
+    monkeypatch.setattr(grow_ahead, "_REST", 0.0)
+    x = rows(5000, 16, seed=14, clusters=60)
+    queries = near(x, 20, seed=15)
+    for change in ("remove", "widen"):
+        shortlist = Int8Shortlist(16)
+        shortlist.grow_ahead()
+        shortlist.catch_up(x[:900])  # 3/4 of the first 1,024-row buffer: the next one is made ahead
+        shortlist.join_ahead()
+        shortlist.catch_up(x[:1000])
+        shortlist.join_ahead()
+        matrix = x[:1000]
+        if change == "remove":  # the rows below move down in place
+            shortlist.remove_rows(np.arange(0, 1000, 3))
+            matrix = np.delete(matrix, np.arange(0, 1000, 3), axis=0)
+        else:  # one row far past the range, past the allowance of 0: every row coded again
+            monkeypatch.setattr(module, "_MAX_OUTSIDE", 0)
+            matrix = np.concatenate([matrix, 3 * x[:1]])
+            shortlist.catch_up(matrix)
+            monkeypatch.setattr(module, "_MAX_OUTSIDE", 64)
+        matrix = np.concatenate([matrix, x[1000:2000]])  # past the buffer, within the one made ahead
+        assert_full_scan(shortlist, matrix, queries, 5)
+        wide = matrix.astype(np.float64)  # every row's code, as the range in force codes it
+        codes = np.clip(np.rint((wide - shortlist._centre) / shortlist._step), -127, 127).astype(np.int8)
+        assert len(shortlist) == len(matrix) and np.array_equal(shortlist._codes[: len(matrix)], codes)

@@ -127,28 +127,44 @@ class Int8Shortlist:
         self._n = 0
         self._outside = np.empty(0, np.int64)
         self.err_max = self.norm_max = self.code_norm_max = 0.0
+        self._forget_ahead()
+
+    def _forget_ahead(self) -> None:
+        """Rows held were re-coded or moved: a buffer made ahead holds their old codes."""
+        if self._ahead is not None:
+            self._ahead = GrowAhead()
 
     def _add(self, rows: np.ndarray) -> None:
         wide = np.asarray(rows, np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            if self._step == 0.0:  # no range yet (values that are not finite)
-                codes, err = np.zeros(wide.shape, np.int8), np.full(len(wide), np.inf)
-            else:
-                scaled = np.rint((wide - self._centre) / self._step)
-                finite = np.isfinite(wide).all(axis=1)  # a row that is not: an infinite bound, full scans
-                beyond = (np.abs(scaled) > _LEVELS).any(axis=1) & finite
-                codes = np.clip(np.nan_to_num(scaled), -_LEVELS, _LEVELS).astype(np.int8)
-                err = np.linalg.norm(wide - (self._centre + self._step * codes), axis=1) * _NORM_MARGIN
-                err = np.where(finite, err, np.inf)
-                if beyond.any():  # clipped: no bound of their own; every search scores them exactly
-                    self._outside = np.concatenate([self._outside, self._n + np.flatnonzero(beyond)])
-                    err = np.where(beyond, 0.0, err)
-            norms = np.linalg.norm(wide, axis=1) * _NORM_MARGIN
-        inside = np.isin(np.arange(self._n, self._n + len(wide)), self._outside, invert=True)
-        self.err_max = max(self.err_max, float(np.max(np.where(np.isfinite(err), err, np.inf))))
-        self.norm_max = max(self.norm_max, float(np.max(np.where(np.isfinite(norms), norms, np.inf))))
-        if inside.any():  # exact: integers
-            self.code_norm_max = max(self.code_norm_max, float(np.sqrt(np.max(_square_sums(codes[inside])))))
+        finite = np.isfinite(wide).all(axis=1)  # a row that is not: an infinite bound, every search in full
+        if self._step == 0.0 or not finite.all():  # rare: no range yet, or values that are not finite
+            self._add_rare(wide)
+            return
+        scaled = np.rint((wide - self._centre) / self._step)
+        beyond = (np.abs(scaled) > _LEVELS).any(axis=1)
+        codes = np.clip(scaled, -_LEVELS, _LEVELS).astype(np.int8)
+        missed = wide - (self._centre + self._step * codes)
+        err = np.sqrt(np.einsum("ij,ij->i", missed, missed)) * _NORM_MARGIN
+        norms = np.sqrt(np.einsum("ij,ij->i", wide, wide)) * _NORM_MARGIN
+        if beyond.any():  # clipped: no bound of their own; every search scores them exactly
+            self._outside = np.concatenate([self._outside, self._n + np.flatnonzero(beyond)])
+            err, inside = err[~beyond], codes[~beyond]
+        else:
+            inside = codes
+        self.norm_max = max(self.norm_max, float(norms.max()))
+        if len(inside):  # sums of squared integers: exact
+            self.err_max = max(self.err_max, float(err.max()))
+            self.code_norm_max = max(self.code_norm_max, float(np.sqrt(_square_sums(inside).max())))
+        self._append(codes)
+
+    def _add_rare(self, wide: np.ndarray) -> None:
+        """Rows with values that are not finite (or before any range): no bound holds, so
+        every later search is a full scan (the bounds never shrink) and the codes are never
+        read; zeros keep the rows' places."""
+        self.err_max = self.norm_max = np.inf
+        self._append(np.zeros(wide.shape, np.int8))
+
+    def _append(self, codes: np.ndarray) -> None:
         buf = self._reserve(len(codes))
         buf[self._n : self._n + len(codes)] = codes
         self._n += len(codes)
@@ -179,6 +195,7 @@ class Int8Shortlist:
             kept = self._codes[: self._n][keep]  # a copy: no search reads the codes meanwhile (write lock)
             self._codes[: len(kept)] = kept
             self._n = len(kept)
+            self._forget_ahead()
             if len(self._outside):  # the rows past the range move down as the others do
                 left = self._outside[~np.isin(self._outside, gone)]
                 self._outside = left - np.searchsorted(gone, left)
