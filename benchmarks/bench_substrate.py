@@ -144,7 +144,9 @@ def main() -> None:
         if i % 4 == 3:  # a correction: the entries grow between predicts
             sub.correct(Batch(appended[i // 4 : i // 4 + 1], None, ["c03"]))
     rows_now = sub.ledger_.vectors
-    stream_matvec = best_of(args.rounds, {"matvec": lambda i: rows_now @ stream[i]}, per_round=per_round // 4)["matvec"]
+    stream_matvec = best_of(  # the stream's queries again past its end (more rounds than it has)
+        args.rounds, {"matvec": lambda i: rows_now @ stream[i % STREAM]}, per_round=per_round // 4
+    )["matvec"]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     print(f"substrate at {N:,} entries + {CORRECTIONS:,} corrections = {n_rows:,} rows, d={DIM}, one thread")
