@@ -18,6 +18,9 @@ from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.index.shortlist import CODES, Shortlist
 from ocrr.index.topk import top_k
 
+#: Either kind of coded copy: they answer the same calls (``search``, ``catch_up``, ...).
+AnyShortlist = Shortlist | Int8Shortlist
+
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
 _BLOCK_ELEMENTS = 16_000_000
 # Below this many queries, one matrix-vector product per query beats one matrix product.
@@ -110,7 +113,7 @@ class ExactIndex:
         self._n = 0
         self.epoch = 0  # bumped whenever rows are removed: cached partial results become stale
         self.use_shortlist = shortlist  # False: every search scans the float32 rows
-        self._shortlist: Shortlist | Int8Shortlist | None = None  # made by the first few-query search over many rows
+        self._shortlist: AnyShortlist | None = None  # made by the first few-query search over many rows
         self._making = threading.Lock()
         self._anticipated: Anticipated | None = None  # candidates of queries known in advance
 
@@ -212,7 +215,7 @@ class ExactIndex:
         self.__dict__.update(state)
         self._making = threading.Lock()
 
-    def shortlist(self, code: str | None = None) -> Shortlist | Int8Shortlist:
+    def shortlist(self, code: str | None = None) -> AnyShortlist:
         """The coded copy of the rows that searches of a few queries go through (made on
         first use, float16 unless ``code`` says otherwise: index/shortlist.py,
         index/int8_shortlist.py; the service's pooled predicts share it). Asking for another
@@ -284,7 +287,7 @@ class ExactIndex:
 SHORTLIST_CODES = (*CODES, "i8")
 
 
-def new_shortlist(dim: int, code: str = "fp16") -> Shortlist | Int8Shortlist:
+def new_shortlist(dim: int, code: str = "fp16") -> AnyShortlist:
     """A shortlist of one of ``SHORTLIST_CODES``."""
     if code not in SHORTLIST_CODES:
         raise ValueError(f"code must be one of {SHORTLIST_CODES}, got {code!r}")

@@ -39,7 +39,16 @@ import threading
 
 import numpy as np
 
-from ocrr.index.shortlist import _MAX_OUTSIDE, _NORM_MARGIN, _U32, _WIDEN, FullScan, aligned_group, settle
+from ocrr.index.shortlist import (
+    _MAX_OUTSIDE,
+    _NORM_MARGIN,
+    _U32,
+    _WIDEN,
+    FullScan,
+    aligned_group,
+    positions_after_removal,
+    settle,
+)
 from ocrr.utils.grow_ahead import GrowAhead
 from ocrr.utils.rwlock import RWLock
 
@@ -205,8 +214,7 @@ class Int8Shortlist:
             self._n = len(kept)
             self._forget_ahead()
             if len(self._outside):  # the rows past the range move down as the others do
-                left = self._outside[~np.isin(self._outside, gone)]
-                self._outside = left - np.searchsorted(gone, left)
+                self._outside = positions_after_removal(self._outside, gone)
 
     # -- searching -----------------------------------------------------------------------
     def search(

@@ -254,9 +254,7 @@ class Shortlist:
             if len(rows):  # (as ivf.py removes: a batch selector over the positions)
                 self.index.remove_ids(faiss.IDSelectorBatch(len(rows), faiss.swig_ptr(rows)))
                 if len(self._outside):  # the rows past the 8-bit range move down as the others do
-                    gone = np.unique(rows)
-                    left = self._outside[~np.isin(self._outside, gone)]
-                    self._outside = left - np.searchsorted(gone, left)
+                    self._outside = positions_after_removal(self._outside, np.unique(rows))
                 self._epoch += 1
                 self._ahead = None
 
@@ -334,6 +332,13 @@ class Shortlist:
         sims, out, redo = settle(matrix, queries, k, kk, ok, near_of, self.group, ids, full_scan)
         self._counted(len(queries), redo)
         return sims, out
+
+
+def positions_after_removal(positions: np.ndarray, gone: np.ndarray) -> np.ndarray:
+    """Ascending row positions, once the rows at ``gone`` (ascending, unique) are removed:
+    those removed dropped, the others moved down past the removed rows below them."""
+    left = positions[~np.isin(positions, gone)]
+    return left - np.searchsorted(gone, left)
 
 
 def settle(

@@ -25,9 +25,7 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from ocrr.index.exact import ExactIndex, new_shortlist
-from ocrr.index.int8_shortlist import Int8Shortlist
-from ocrr.index.shortlist import Shortlist
+from ocrr.index.exact import AnyShortlist, ExactIndex, new_shortlist
 from ocrr.systems.persistent import Explanation, PersistentSubstrate
 
 #: The code of the shortlist pooled searches go through (``exact.SHORTLIST_CODES``).
@@ -54,7 +52,7 @@ class PredictPool:
         if passes < 1:
             raise ValueError(f"passes must be at least 1, got {passes}")
         self.substrate, self.executor, self.inline_floats = substrate, executor, inline_floats
-        self.shortlist: Shortlist | Int8Shortlist | None = None
+        self.shortlist: AnyShortlist | None = None
         self.use_shortlist, self.code = shortlist, code
         self.max_running = passes
         self._waiting: list[tuple[np.ndarray, asyncio.Future]] = []
