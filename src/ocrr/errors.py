@@ -15,3 +15,22 @@ class NotFittedError(OcrrError):
     Raised by ``ocrr.systems.base.System._require_fitted``, whose message names the fix
     (call ``fit(seed_batch)`` first).
     """
+
+
+class LedgerIntegrityError(OcrrError):
+    """What storage holds does not match what the ledger holds or signed (rows edited,
+    removed or inserted, a rewound or forked copy, a second writer): the ledger fails closed.
+
+    Not the client's fault: the service answers 503 with the reason and stays read-only until
+    an operator restores the storage (docs/ledger.md, "When the service fails closed").
+    ``first_bad`` is the first entry that does not match, when known.
+    """
+
+    def __init__(self, reason: str, first_bad: int | None = None):
+        super().__init__(reason)
+        self.reason, self.first_bad = reason, first_bad
+
+
+class LedgerStorageError(OcrrError):
+    """Storage could not be read or written (disk full, permissions, a database out of reach):
+    nothing was lost or half-written, and the server answers 5xx, never 4xx."""
