@@ -88,7 +88,7 @@ def test_rows_added_later_and_removed_rows_are_followed():
 
 
 def test_rows_past_the_range_are_candidates_until_enough_widen_it(monkeypatch):
-    monkeypatch.setattr(module, "_MAX_OUTSIDE", 3)
+    monkeypatch.setattr(module, "MAX_OUTSIDE", 3)
     x = rows(2000, 32, seed=6, clusters=80)
     shortlist = Int8Shortlist(32)
     shortlist.catch_up(x[:1500])
@@ -179,10 +179,10 @@ def test_a_buffer_made_ahead_is_not_taken_over_after_rows_moved_or_were_coded_ag
             shortlist.remove_rows(np.arange(0, 1000, 3))
             matrix = np.delete(matrix, np.arange(0, 1000, 3), axis=0)
         else:  # one row far past the range, past the allowance of 0: every row coded again
-            monkeypatch.setattr(module, "_MAX_OUTSIDE", 0)
+            monkeypatch.setattr(module, "MAX_OUTSIDE", 0)
             matrix = np.concatenate([matrix, 3 * x[:1]])
             shortlist.catch_up(matrix)
-            monkeypatch.setattr(module, "_MAX_OUTSIDE", 64)
+            monkeypatch.setattr(module, "MAX_OUTSIDE", 64)
         matrix = np.concatenate([matrix, x[1000:2000]])  # past the buffer, within the one made ahead
         assert_full_scan(shortlist, matrix, queries, 5)
         wide = matrix.astype(np.float64)  # every row's code, as the range in force codes it

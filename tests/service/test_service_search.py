@@ -84,7 +84,7 @@ def test_rows_beyond_the_8bit_range_are_scored_exactly_until_enough_widen_it(tmp
 
     from ocrr.index import shortlist as module
 
-    monkeypatch.setattr(module, "_MAX_OUTSIDE", 3)
+    monkeypatch.setattr(module, "MAX_OUTSIDE", 3)
     sub, vecs, queries = _ledger(tmp_path, 1500)
     shortlist = Shortlist(sub.ledger.dim, code="sq8")
     assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]

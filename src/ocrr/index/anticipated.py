@@ -28,13 +28,11 @@ import hashlib
 
 import numpy as np
 
-from ocrr.index.shortlist import aligned_group
+from ocrr.index.shortlist import NORM_MARGIN, UNIT_ROUNDOFF, aligned_group
 from ocrr.index.topk import top_k
 
-_U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 # Bound the temporary (queries x rows) block of scores to about 64 MB of float32.
 _BLOCK_ELEMENTS = 16_000_000
-_NORM_MARGIN = 1 + 1e-3  # a float32 norm is within ~1e-5 (relative) of the true one
 
 
 class Anticipated:
@@ -64,11 +62,11 @@ class Anticipated:
         tail that hold a row that can be in its top k (the module's docstring says why)."""
         group = self.group
         assert group is not None
-        norm_max = float(np.max(np.linalg.norm(vecs, axis=1))) * _NORM_MARGIN
+        norm_max = float(np.max(np.linalg.norm(vecs, axis=1))) * NORM_MARGIN
         if not np.isfinite(norm_max):
             return  # no bound: every search scans
         d = vecs.shape[1]
-        gamma = d * _U32 / (1 - d * _U32)
+        gamma = d * UNIT_ROUNDOFF / (1 - d * UNIT_ROUNDOFF)
         per_block = max(1, _BLOCK_ELEMENTS // len(vecs))
         for lo in range(0, len(queries), per_block):
             block = queries[lo : lo + per_block]

@@ -24,7 +24,7 @@ AnyShortlist = Shortlist | Int8Shortlist
 # Bound the temporary (queries x entries) similarity block to about 64 MB of float32.
 _BLOCK_ELEMENTS = 16_000_000
 # Below this many queries, one matrix-vector product per query beats one matrix product.
-_GEMV_BELOW = 8
+GEMV_BELOW = 8
 # From this many stored numbers (16 MB of float32: 10.9k rows of 384), such queries are
 # searched through a float16 shortlist (the same answer from half the bytes,
 # index/shortlist.py). Below it the rows stay in a 32 MB cache and the float32 scan is
@@ -92,7 +92,7 @@ class ExactIndex:
       vectors that differ from the source's rows) first copies the live rows into an
       owned buffer (``borrowed`` becomes False), so behaviour never depends on the mode.
 
-    A search of fewer than ``_GEMV_BELOW`` queries over ``SHORTLIST_FROM_FLOATS`` stored
+    A search of fewer than ``GEMV_BELOW`` queries over ``SHORTLIST_FROM_FLOATS`` stored
     numbers or more reads a float16 copy of the rows first (``shortlist()``, made on first
     use, kept in step with appends and removals, 2 bytes per number; ``shortlist=False``
     never makes one): the answer is the float32 scan's, bit for bit (index/shortlist.py),
@@ -265,7 +265,7 @@ class ExactIndex:
             known = self._anticipated.search(vecs, ids, queries, kk)
             if known is not None:
                 return known
-        if n_q < _GEMV_BELOW:
+        if n_q < GEMV_BELOW:
             # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
             # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
             if start == 0 and n_rows * self.dim >= SHORTLIST_FROM_FLOATS and self.use_shortlist:

@@ -25,7 +25,7 @@ With a row ``v`` coded as ``c`` (``v ~ m + h c``: centre ``m``, step ``h``) and 
 * they are scored exactly in their aligned groups (``shortlist.best_of``).
 
 A row with a value outside the coded range is clipped; it is a candidate of every query
-and never sets the k-th best score (its error is not in ``r_max``). Past ``_MAX_OUTSIDE``
+and never sets the k-th best score (its error is not in ``r_max``). Past ``MAX_OUTSIDE``
 such rows the range is widened and every row coded again, as ``Shortlist`` does.
 
 Thread-safe as ``Shortlist``: searches run concurrently under a read lock; copying rows in
@@ -40,10 +40,10 @@ import threading
 import numpy as np
 
 from ocrr.index.shortlist import (
-    _MAX_OUTSIDE,
-    _NORM_MARGIN,
-    _U32,
-    _WIDEN,
+    MAX_OUTSIDE,
+    NORM_MARGIN,
+    UNIT_ROUNDOFF,
+    WIDEN,
     FullScan,
     aligned_group,
     positions_after_removal,
@@ -73,7 +73,7 @@ class Int8Shortlist:
     def __init__(self, dim: int):
         self.dim = dim
         self.group = aligned_group(dim)  # rows scored together (None: every search is a full scan)
-        self.gamma = dim * _U32 / (1 - dim * _U32)
+        self.gamma = dim * UNIT_ROUNDOFF / (1 - dim * UNIT_ROUNDOFF)
         self._codes = np.empty((0, dim), np.int8)  # room for more rows than are held
         self._n = 0  # rows held
         self._centre = self._step = 0.0  # the range: codes -127..127 stand for centre + step * code
@@ -130,11 +130,11 @@ class Int8Shortlist:
         if low <= lo and hi <= high:
             return False
         beyond = int(np.count_nonzero(((new < low) | (new > high)).any(axis=1)))
-        return len(self._outside) + beyond > _MAX_OUTSIDE
+        return len(self._outside) + beyond > MAX_OUTSIDE
 
     def _start_range(self, lo: float, hi: float) -> None:
         """A range holding [lo, hi] with room to spare; every row is coded again after it."""
-        pad = _WIDEN * max(hi - lo, 1e-6)
+        pad = WIDEN * max(hi - lo, 1e-6)
         lo, hi = lo - pad, hi + pad
         self._centre, self._step = (lo + hi) / 2, (hi - lo) / (2 * _LEVELS)
         self._n = 0
@@ -161,8 +161,8 @@ class Int8Shortlist:
         beyond = (np.abs(scaled) > _LEVELS).any(axis=1)
         codes = np.clip(scaled, -_LEVELS, _LEVELS).astype(np.int8)
         missed = wide - (self._centre + self._step * codes)
-        err = np.sqrt(np.einsum("ij,ij->i", missed, missed)) * _NORM_MARGIN
-        norms = np.sqrt(np.einsum("ij,ij->i", wide, wide)) * _NORM_MARGIN
+        err = np.sqrt(np.einsum("ij,ij->i", missed, missed)) * NORM_MARGIN
+        norms = np.sqrt(np.einsum("ij,ij->i", wide, wide)) * NORM_MARGIN
         if beyond.any():  # clipped: no bound of their own; every search scores them exactly
             self._outside = np.concatenate([self._outside, self._n + np.flatnonzero(beyond)])
             err, inside = err[~beyond], codes[~beyond]

@@ -7,7 +7,7 @@ FAISS scalar-quantizer index (the scan releases the GIL), finds each query's bes
 candidates there, and scores only those with the exact float32 product. The copy is
 float16 (``code="fp16"``, half the bytes) or 8-bit (``code="sq8"``, a quarter: one
 range for every component, fitted to the rows; a row with a value outside it is scored
-exactly by every search, and once more than ``_MAX_OUTSIDE`` are, the range is widened
+exactly by every search, and once more than ``MAX_OUTSIDE`` are, the range is widened
 and every row coded again). The answer is the exact search's, not an approximation of it:
 
 * every stored row's coding error ``r = ||v - decode(code(v))||`` is known, so a coded
@@ -51,23 +51,23 @@ from ocrr.utils.rwlock import RWLock
 if TYPE_CHECKING:
     import faiss
 
-_U32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
+UNIT_ROUNDOFF = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 # Group sizes tried, smallest first (a BLAS matrix-vector kernel takes 4 or 8 rows at once):
 # the smallest that reproduces the full scan here is used (``aligned_group``).
 _GROUPS = (4, 8, 16)
 # A float32 norm of a 384-term difference is within ~1e-5 (relative) of the true one; the
 # margin covers that many times over, so the rounding bound stays a bound.
-_NORM_MARGIN = 1 + 1e-3
+NORM_MARGIN = 1 + 1e-3
 _ADD_ROWS = 1 << 16  # rows copied in per slice
 CODES = ("fp16", "sq8")  # "i8": index/int8_shortlist.py (``exact.new_shortlist`` makes either)
 # An 8-bit range is widened by this share of its width on each side, so that rows a little
 # beyond the ones it was fitted to stay inside it.
-_WIDEN = 0.125
+WIDEN = 0.125
 # Rows outside the 8-bit range that searches score exactly before every row is coded again
 # with a wider range (a stall: 20k rows of 384 take ~40 ms). MiniLM embeddings rarely step
 # outside: none of the 11k-19k later rows of banking77 or clinc150 left a range fitted to
 # their first 2,000 (2 of clinc150's left one fitted to its first 500).
-_MAX_OUTSIDE = 64
+MAX_OUTSIDE = 64
 _AHEAD_ROWS = 1 << 12  # rows copied into the next copy per hold of the read lock (~1 ms)
 
 FullScan = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
@@ -93,7 +93,8 @@ class Shortlist:
         self.index = self._new_index()
         self.err_max = 0.0  # the largest ||v - decode(code(v))|| of any row
         self.norm_max = 0.0  # the largest ||v||
-        self.gamma = dim * _U32 / (1 - dim * _U32)  # |fl(sum of dim products) - sum| <= gamma * sum of |products|
+        # |fl(sum of dim products) - sum| <= gamma * sum of |products|
+        self.gamma = dim * UNIT_ROUNDOFF / (1 - dim * UNIT_ROUNDOFF)
         self.queries = self.fallbacks = 0  # for /metrics: queries searched, and those scanned in full
         self._rows = RWLock()  # read: a search of the index; write: rows copied in
         self._count = threading.Lock()  # the counters above
@@ -204,11 +205,11 @@ class Shortlist:
             if start <= lo and hi <= start + width:
                 return
             beyond = int(np.count_nonzero(self._past_range(new)))
-            if len(self._outside) + beyond <= _MAX_OUTSIDE:
+            if len(self._outside) + beyond <= MAX_OUTSIDE:
                 return  # _add records them, and searches score them exactly
             old = matrix[: len(self)]
             lo, hi = min(lo, float(np.min(old, initial=lo))), max(hi, float(np.max(old, initial=hi)))
-        pad = _WIDEN * max(hi - lo, 1e-6)
+        pad = WIDEN * max(hi - lo, 1e-6)
         self._range = (lo - pad, (hi - lo) + 2 * pad)
         # FAISS's vectorised decoding computes lo + width * (c + 0.5) / 255 in float32, its own
         # sa_decode the same in another order: a few roundings of the largest value apart.
@@ -266,19 +267,19 @@ class Shortlist:
             codes: np.ndarray
             if self.code == "fp16":
                 half = rows.astype(np.float16)
-                err = np.linalg.norm(rows - half.astype(np.float32), axis=1) * _NORM_MARGIN
+                err = np.linalg.norm(rows - half.astype(np.float32), axis=1) * NORM_MARGIN
                 codes = half.view(np.uint8).reshape(len(rows), -1)
             elif self._range is None:  # values that are not finite: no range can hold them
                 codes, err = np.zeros((len(rows), self.code_size), np.uint8), np.full(len(rows), np.inf)
             else:
                 codes = self.index.sa_encode(rows)
                 decoded = self.index.sa_decode(codes).astype(np.float64)
-                err = np.linalg.norm(rows - decoded, axis=1) * _NORM_MARGIN
+                err = np.linalg.norm(rows - decoded, axis=1) * NORM_MARGIN
                 beyond = self._past_range(rows)
                 if beyond.any():  # clipped: no bound of their own; every search scores them exactly
                     self._outside = np.concatenate([self._outside, len(self) + np.flatnonzero(beyond)])
                     err = np.where(beyond, 0.0, err)
-            norms = np.linalg.norm(rows, axis=1) * _NORM_MARGIN
+            norms = np.linalg.norm(rows, axis=1) * NORM_MARGIN
         self.err_max = max(self.err_max, float(np.max(np.where(np.isfinite(err), err, np.inf))))
         self.norm_max = max(self.norm_max, float(np.max(np.where(np.isfinite(norms), norms, np.inf))))
         self.index.add_sa_codes(codes)

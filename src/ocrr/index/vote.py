@@ -63,11 +63,11 @@ def vote(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: Vo
         score = same.sum(axis=2).astype(np.float64)
     else:
         score = np.where(same, sims[:, None, :], 0.0).sum(axis=2)
-    cand = _keep_best(voting, score)
+    cand = keep_best(voting, score)
     if rule.tiebreak_maxsim:
-        cand = _keep_best(cand, np.where(same, sims[:, None, :], -np.inf).max(axis=2))
+        cand = keep_best(cand, np.where(same, sims[:, None, :], -np.inf).max(axis=2))
     if rule.tiebreak_recency:
-        cand = _keep_best(cand, np.where(same, nbr_ids[:, None, :], -1).max(axis=2).astype(np.float64))
+        cand = keep_best(cand, np.where(same, nbr_ids[:, None, :], -1).max(axis=2).astype(np.float64))
     winner = np.where(cand, nbr_labels, np.iinfo(np.int64).max).min(axis=1)
     return np.where(voting.any(axis=1), winner, -1).astype(np.int64)
 
@@ -123,7 +123,7 @@ def _vote_row(sims: list[float], ids: list[int], labels: list[int], rule: VoteRu
     return max(per_label, key=rank)
 
 
-def _keep_best(cand: np.ndarray, key: np.ndarray) -> np.ndarray:
+def keep_best(cand: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Among candidate neighbours, keep those whose label's key equals the row's best."""
     masked = np.where(cand, key, -np.inf)
     return cand & (masked == masked.max(axis=1, keepdims=True))

@@ -18,7 +18,7 @@ import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
-from ocrr.index.exact import _GEMV_BELOW, ExactIndex, top_k
+from ocrr.index.exact import GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
 from ocrr.ledger.location import open_store
 from ocrr.ledger.store import DurableLedger, LedgerReport
@@ -30,7 +30,7 @@ __all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", 
 
 #: Requests of fewer queries than this share a pass in ``explain_each`` (the exact index
 #: scans them one matrix-vector product per query; bigger ones with a matrix product).
-POOLED_BELOW = _GEMV_BELOW
+POOLED_BELOW = GEMV_BELOW
 
 # Rows per block of a pooled scan: ~3 MB of float32 at d=384, so the block is still in
 # cache when the next query of the pool reads it.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.index.vote import VoteRule, _keep_best, band
+from ocrr.index.vote import VoteRule, band, keep_best
 from ocrr.specs import Option
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate import Substrate
@@ -44,11 +44,11 @@ def trusted_vote(
     same = (labels[:, :, None] == labels[:, None, :]) & voting[:, None, :]
     weighted = np.where(same, weights[:, None, :], 0.0)
     score = weighted.sum(axis=2) if rule.weighting == "count" else (weighted * sims[:, None, :]).sum(axis=2)
-    cand = _keep_best(voting, score)
+    cand = keep_best(voting, score)
     if rule.tiebreak_maxsim:
-        cand = _keep_best(cand, np.where(same, sims[:, None, :], -np.inf).max(axis=2))
+        cand = keep_best(cand, np.where(same, sims[:, None, :], -np.inf).max(axis=2))
     if rule.tiebreak_recency:
-        cand = _keep_best(cand, np.where(same, ids[:, None, :], -1).max(axis=2).astype(np.float64))
+        cand = keep_best(cand, np.where(same, ids[:, None, :], -1).max(axis=2).astype(np.float64))
     winner = np.where(cand, labels, np.iinfo(np.int64).max).min(axis=1)
     return np.where(voting.any(axis=1), winner, -1).astype(np.int64)
 
