@@ -267,14 +267,14 @@ def open_substrate(
     if not system.store_text:
         raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
 
-    fed = 0  # entries the substrate has learnt: the id of the next stored row
+    opening = True
 
     def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
-        nonlocal fed
-        # Rows stored by anything but this package's checked doors (an older import, another
-        # program, an edit that rehashed the chain) are refused before the substrate learns them.
-        check_rows(vecs, None, lambda i: f"ledger {display(path)}: entry {fed + i}", _STORED_FIX)
-        fed += len(vecs)
+        if opening:
+            # The rows stored before this open (later ones come through checked_corrections):
+            # rows an older import, another program or an edit that rehashed the chain wrote
+            # are refused before the substrate learns them.
+            check_rows(vecs, None, lambda i: f"ledger {display(path)}: entry {i}", _STORED_FIX)
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
             system.fit(batch)  # the stored entries are the substrate's history
@@ -285,4 +285,5 @@ def open_substrate(
         return system._fitted_ledger().head
 
     ledger = open_store(path, dim=dim, verify=verify, apply=apply)  # a file, or a postgresql:// URL
+    opening = False
     return PersistentSubstrate(ledger, system)
