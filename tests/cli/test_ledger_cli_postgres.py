@@ -24,12 +24,16 @@ from ocrr.ledger.store import DurableLedger
 VERIFY_PY = Path(__file__).resolve().parents[2] / "src" / "ocrr" / "ledger" / "verify.py"
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)  # a ledger import takes unit rows only
+
+
 @pytest.fixture()
 def db(pg_url):
     rng = np.random.default_rng(0)
     with PostgresLedger.open(pg_url) as led:
         for i in range(11):
-            led.append(rng.normal(size=4), f"c{i % 3}", f"text {i}" if i % 2 else None)
+            led.append(_unit(rng.normal(size=4)), f"c{i % 3}", f"text {i}" if i % 2 else None)
     return pg_url
 
 

@@ -36,7 +36,8 @@ def _make(path, n: int, forge_at: int | None = None, dim: int = DIM) -> tuple[in
     if forge_at is not None:
         labels[forge_at] = "forged"
     with DurableLedger.open(path, dim=dim) as led:
-        led.extend(rng.normal(size=(n, dim)).astype(np.float32), labels, [f"text {i}" for i in range(n)])
+        vecs = rng.normal(size=(n, dim)).astype(np.float32)
+        led.extend(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), labels, [f"text {i}" for i in range(n)])
         return len(led), led.root()
 
 

@@ -27,6 +27,7 @@ DIM = 8
 def _entries(n: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     vecs = rng.standard_normal((n, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # unit rows: what import takes
     labels = [f"label-{i % 5}" for i in range(n)]
     texts = [None if i % 3 == 0 else f"text {i} é" for i in range(n)]
     return vecs, labels, texts

@@ -22,7 +22,8 @@ from ocrr.ledger.transfer import export_jsonl
 def _export(folder, dim: int, n: int = 6):
     rng = np.random.default_rng(dim)
     with DurableLedger.open(folder / f"src{dim}.db", dim=dim) as led:
-        led.extend(rng.normal(size=(n, dim)).astype(np.float32), [f"l{i % 2}" for i in range(n)], None)
+        vecs = rng.normal(size=(n, dim)).astype(np.float32)
+        led.extend(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), [f"l{i % 2}" for i in range(n)], None)
     export_jsonl(folder / f"src{dim}.db", folder / f"d{dim}.jsonl")
     return folder / f"d{dim}.jsonl"
 

@@ -15,6 +15,7 @@ import numpy as np
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres_schema import FORMAT, VERSION
+from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.scan import LedgerReport, _check_checkpoint, _Damage, _Scan, check_entry, ok_report
 
 __all__ = ["ROW_COLUMNS", "check_rows", "report_of"]
@@ -53,8 +54,10 @@ def _scan(conn, trust_until: int | None) -> _Scan:
     fmt, version, dim, size, chain_head, root = head
     if fmt != FORMAT or version != VERSION:
         raise _Damage(None, f"not an ocrr ledger v{VERSION} (head says format={fmt!r}, version={version!r})")
-    if size and not dim:
-        raise _Damage(None, f"the head row has no dim but {size} committed entries")
+    if type(size) is not int or size < 0:
+        raise _Damage(None, f"the head row's size {size!r} is not a number of entries (edited)")
+    if size and not (type(dim) is int and 0 < dim <= MAX_DIM):
+        raise _Damage(None, f"the head row has no valid dim ({dim!r}) but {size} committed entries")
     checkpoints = [
         (int(s), bytes(h), bytes(r))
         for s, h, r in conn.execute("SELECT size, chain_head, root FROM ocrr_checkpoints ORDER BY size")
@@ -65,7 +68,7 @@ def _scan(conn, trust_until: int | None) -> _Scan:
     labels: list = []
     texts: list = []
     hashes: list = []
-    vectors = np.empty((size, width), _F4LE)
+    vectors = np.empty((_held_rows(conn, size, width), width), _F4LE)
     prev = GENESIS
     with conn.cursor(name="ocrr_scan") as cur:  # server-side: rows arrive in batches, not all at once
         cur.itersize = _FETCH
@@ -95,6 +98,26 @@ def _scan(conn, trust_until: int | None) -> _Scan:
     for cp in checkpoints:
         _check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= n else None)
     return _Scan(dim, labels, texts, vectors, hashes, tree)
+
+
+def _held_rows(conn, size: int, width: int) -> int:
+    """The rows to allocate for: the head's size bounded by the rows held, once the head's dim
+    is bounded by the vector bytes held (raise _Damage before anything is allocated for more)."""
+    held, held_bytes = conn.execute(
+        "SELECT count(*), coalesce(sum(octet_length(vector)), 0) FROM ocrr_entries"
+    ).fetchone()
+    rows = min(size, held)
+    if rows * width * _F4LE.itemsize > held_bytes:
+        wrong = conn.execute(
+            "SELECT seq FROM ocrr_entries WHERE octet_length(vector) <> %s ORDER BY seq LIMIT 1",
+            (width * _F4LE.itemsize,),
+        ).fetchone()
+        raise _Damage(
+            None if wrong is None else wrong[0],
+            f"the head row's dim {width} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
+            f"entries, more than the {held_bytes} bytes stored (dim edited)",
+        )
+    return rows
 
 
 def report_of(conn, trust_until: int | None) -> tuple[LedgerReport, _Scan | None]:

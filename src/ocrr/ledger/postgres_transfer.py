@@ -22,7 +22,7 @@ from ocrr.ledger.group_commit import check_batch
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres import PostgresLedger, connect, redact
 from ocrr.ledger.postgres_schema import create_schema
-from ocrr.ledger.transfer import _FORMAT, _b64, _entry, _expectations, _parse
+from ocrr.ledger.transfer import _b64, _entry, _expectations, _parse, checked_header, checked_rows
 from ocrr.ledger.verify import entry_bytes
 
 __all__ = ["import_into_database"]
@@ -57,19 +57,7 @@ def import_into_database(
     try:
         with f:
             header = _parse(f.readline(), src, 1)
-            if header.get("format") != _FORMAT or header.get("version") != 1:
-                raise OcrrError(
-                    f"{src} is not an ocrr ledger export (its first line must be the {_FORMAT} v1 header); "
-                    "pass a file written by `ocrr ledger export`"
-                )
-            for what, size, _ in want:
-                if size is not None and header.get("size") != size:
-                    raise OcrrError(
-                        f"{src} holds {header.get('size')} entries but {what} has {size}: not the log you expected"
-                    )
-            dim = header.get("dim")
-            if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-                raise OcrrError(f"{src}: the header's dim {dim!r} is not a positive integer; the export was edited")
+            dim = checked_header(header, src, want)
             with conn.transaction():  # the tables too: a refused import leaves the schema as it found it
                 create_schema(conn, dim)
                 held = conn.execute("SELECT size, dim FROM ocrr_head FOR UPDATE").fetchone()
@@ -118,7 +106,7 @@ def _insert(conn, batch: list, tree: MerkleTree, prev: bytes, n: int, src: Path,
     except ValueError:
         raise OcrrError(f"{src}: entries {n}..{n + len(batch) - 1} have vectors of different sizes") from None
     labels, texts = [b[1] for b in batch], [b[2] for b in batch]
-    vecs = check_batch(vecs, labels, texts, dim)
+    vecs = check_batch(checked_rows(vecs, dim, src, n), labels, texts, dim)
     cols: list[list] = [[] for _ in range(7)]
     for j, (vec, label, text) in enumerate(zip(vecs, labels, texts)):
         raw = vec.astype("<f4").tobytes()

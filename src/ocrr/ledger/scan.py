@@ -30,6 +30,7 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.verify import ProofError, entry_bytes
 
 __all__ = ["LedgerReport", "scan_file"]
@@ -91,7 +92,6 @@ _TABLES = (
     "root BLOB NOT NULL, time REAL NOT NULL)",
     VERIFICATIONS_TABLE,
 )
-_MAX_DIM = 1 << 16
 
 
 def _schema(conn: sqlite3.Connection, dim: int | None) -> None:
@@ -165,7 +165,7 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
         )
     if not size:
         width = 0  # no entries: the dim may be unset
-    elif type(dim) is int and 0 < dim <= _MAX_DIM:
+    elif type(dim) is int and 0 < dim <= MAX_DIM:
         width = dim
     else:
         raise _Damage(None, f"meta table has no valid dim ({dim!r}) but {size} committed entries")
@@ -179,7 +179,20 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
     tree = MerkleTree()
     labels, texts, hashes = [], [], []
     held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
-    vectors = np.empty((min(size, held), width), _F4LE)
+    rows = max(0, min(size, held))
+    # Bounded by what is held: the vectors of a valid file are in the file, so a dim claiming
+    # more than its bytes is refused (naming the first entry of another width) before allocating.
+    file_bytes = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+    if rows * width * _F4LE.itemsize > file_bytes:
+        wrong = conn.execute(
+            "SELECT id FROM entries WHERE length(vector) != ? ORDER BY id LIMIT 1", (width * _F4LE.itemsize,)
+        ).fetchone()
+        raise _Damage(
+            None if wrong is None else wrong[0],
+            f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
+            f"entries, more than the file's {file_bytes} bytes (dim edited)",
+        )
+    vectors = np.empty((rows, width), _F4LE)
     prev = GENESIS
     i = 0
     rows = conn.execute(

@@ -32,6 +32,7 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import verify_checkpoint
 from ocrr.ledger.location import display, scan_location
+from ocrr.ledger.rows import check_dim, check_rows
 from ocrr.ledger.store import DurableLedger
 
 __all__ = ["export_jsonl", "import_jsonl"]
@@ -232,26 +233,16 @@ def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | Non
         raise OcrrError(f"cannot read {src} ({e}); pass a file written by `ocrr ledger export`") from e
     with f:
         header = _parse(f.readline(), src, 1)
-        if header.get("format") != _FORMAT or header.get("version") != 1:
-            raise OcrrError(
-                f"{src} is not an ocrr ledger export (its first line must be the "
-                f"{_FORMAT} v1 header); pass a file written by `ocrr ledger export`"
-            )
-        for what, size, _ in want:  # refuse early what the header already shows; the entries decide below
-            if size is not None and header.get("size") != size:
-                raise OcrrError(
-                    f"{src} holds {header.get('size')} entries but {what} has {size}: not the log you "
-                    "expected (an older or newer export, or a forged one)"
-                )
-        with DurableLedger.open(built, dim=header.get("dim")) as ledger:
+        dim = checked_header(header, src, want)
+        with DurableLedger.open(built, dim=dim) as ledger:
             lineno = 1
             batch: list[tuple] = []
             for line in f:
                 lineno += 1
                 batch.append(_entry(_parse(line, src, lineno), len(ledger) + len(batch), src, lineno))
                 if len(batch) == _CHUNK:
-                    _flush(ledger, batch, src)
-            _flush(ledger, batch, src)
+                    _flush(ledger, batch, src, dim)
+            _flush(ledger, batch, src, dim)
             if (
                 len(ledger) != header.get("size")
                 or _b64(ledger.root()) != header.get("root")
@@ -306,11 +297,56 @@ def _fsync_folder(folder: Path) -> None:
         os.close(dfd)
 
 
+def checked_header(header: dict, src: Path, want: list[tuple[str, int | None, bytes | None]]) -> int | None:
+    """The dimension an export's header line claims, once the header is one of ours and its
+    size and dimension are bounded by what the file can hold (nothing is allocated for a
+    claim before this); a size the caller expects must be the header's too."""
+    if header.get("format") != _FORMAT or header.get("version") != 1:
+        raise OcrrError(
+            f"{src} is not an ocrr ledger export (its first line must be the "
+            f"{_FORMAT} v1 header); pass a file written by `ocrr ledger export`"
+        )
+    size, dim = header.get("size"), header.get("dim")
+    if type(size) is not int or size < 0:
+        raise OcrrError(f"{src}:1: the header's size {size!r} is not a whole number of entries; the export was edited")
+    held = src.stat().st_size  # every entry is a line of well over one byte
+    if size > held:
+        raise OcrrError(
+            f"{src}:1: the header claims {size} entries but the file is {held} bytes long; the export was cut or edited"
+        )
+    if dim is not None or size:
+        dim = check_dim(dim, f"{src}:1: the header")
+    for what, expected, _ in want:  # refuse early what the header already shows; the entries decide later
+        if expected is not None and size != expected:
+            raise OcrrError(
+                f"{src} holds {size} entries but {what} has {expected}: not the log you "
+                "expected (an older or newer export, or a forged one)"
+            )
+    return dim
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's members, refusing a key given twice (another parser may read the other value)."""
+    obj: dict = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"the key {key!r} appears twice")
+        obj[key] = value
+    return obj
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _parse(line: str, src: Path, lineno: int) -> dict:
+    """One line of an export as a JSON object, strictly: no duplicate keys, no NaN or Infinity."""
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise OcrrError(f"{src}:{lineno} is not valid JSON ({e.msg}); the export was cut or edited") from None
+    except ValueError as e:
+        raise OcrrError(f"{src}:{lineno} is not an export line ({e}); the export was edited") from None
     if not isinstance(obj, dict):
         raise OcrrError(f"{src}:{lineno} is not a JSON object; the export was edited")
     return obj
@@ -318,6 +354,8 @@ def _parse(line: str, src: Path, lineno: int) -> dict:
 
 def _entry(obj: dict, expected_id: int, src: Path, lineno: int) -> tuple:
     try:
+        if type(obj["id"]) is not int:  # not 1.0, true or "1": what another reader takes for an id
+            raise ValueError(f"id {obj['id']!r} is not an integer")
         if obj["id"] != expected_id:
             raise ValueError(f"id {obj['id']!r}, expected {expected_id}")
         vec = np.frombuffer(base64.b64decode(obj["vector"], validate=True), "<f4")
@@ -326,7 +364,16 @@ def _entry(obj: dict, expected_id: int, src: Path, lineno: int) -> tuple:
         raise OcrrError(f"{src}:{lineno} is not a valid entry ({e}); the export was edited") from None
 
 
-def _flush(ledger: DurableLedger, batch: list, src: Path) -> None:
+def checked_rows(vecs: np.ndarray, dim: int | None, src: Path, first: int) -> np.ndarray:
+    """The vectors of entries ``first..`` of an export, under the ledger's row rules (each
+    error names the entry and its line: entry i is on line i + 2)."""
+    return check_rows(vecs, dim, lambda j: f"{src}:{first + j + 2} (entry {first + j})", _IMPORT_FIX)
+
+
+_IMPORT_FIX = "ocrr's doors take only these rows, so the export was not written by ocrr or was edited; import refused"
+
+
+def _flush(ledger: DurableLedger, batch: list, src: Path, dim: int | None) -> None:
     if not batch:
         return
     first = len(ledger)
@@ -334,7 +381,7 @@ def _flush(ledger: DurableLedger, batch: list, src: Path) -> None:
         vecs = np.stack([b[0] for b in batch])
     except ValueError:
         raise OcrrError(f"{src}: entries {first}..{first + len(batch) - 1} have vectors of different sizes") from None
-    ledger.extend(vecs, [b[1] for b in batch], [b[2] for b in batch])
+    ledger.extend(checked_rows(vecs, dim, src, first), [b[1] for b in batch], [b[2] for b in batch])
     for j, b in enumerate(batch):
         if ledger.entry_hash(first + j) != b[3]:
             raise OcrrError(

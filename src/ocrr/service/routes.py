@@ -38,7 +38,6 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPBearer
-from pydantic_core import to_json
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import TreeHead
@@ -58,6 +57,7 @@ from ocrr.service.schemas import (
     body_doc,
     error_responses,
     parse,
+    to_json,
 )
 from ocrr.service.state import ServiceState
 from ocrr.service.threads import one_omp_thread

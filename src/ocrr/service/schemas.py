@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError
 from pydantic.config import JsonDict
+from pydantic_core import to_json as _pydantic_json
 
 from ocrr.errors import OcrrError
 from ocrr.service.limits import MAX_B64, MAX_BATCH, MAX_DIM, MAX_TEXT
@@ -207,6 +208,18 @@ async def parse(request: Request, model: type[_Model]) -> _Model:
 def body_doc(model: type[BaseModel]) -> dict:
     """The OpenAPI request body of an endpoint that parses its body with ``parse``."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def to_json(value: object) -> bytes:
+    """What the service writes: strict JSON (RFC 8259), made by pydantic-core. Its answers hold no
+    non-finite float (query norms are bounded and stored rows are unit vectors, so similarities
+    are finite; margins are finite by the system's options), and one that appears anyway is an
+    error, not ``Infinity`` or ``NaN``, which strict parsers refuse. The check costs a second
+    pass only for an answer holding ``null`` (where a non-finite float could hide)."""
+    out = _pydantic_json(value, inf_nan_mode="null")
+    if b"null" in out and out != _pydantic_json(value, inf_nan_mode="strings"):
+        raise ValueError("an answer holds a non-finite number, which JSON cannot carry")
+    return out
 
 
 def b64(raw: bytes) -> str:

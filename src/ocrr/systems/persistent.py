@@ -20,7 +20,8 @@ from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.index.exact import GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
-from ocrr.ledger.location import open_store
+from ocrr.ledger.location import display, open_store
+from ocrr.ledger.rows import check_rows
 from ocrr.ledger.store import DurableLedger, LedgerReport
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
@@ -68,7 +69,7 @@ class PersistentSubstrate:
         """``vecs`` as the ledger takes them (float32 rows of its dimension, unit length), or
         one error naming the fix: what ``correct`` checks, for a caller queuing its own append
         (the service hands corrections to the ledger's committer without waiting)."""
-        return require_unit_rows(check_vectors(vecs, self.ledger.dim, "correction vectors"), "correction vectors")
+        return check_rows(check_vectors(vecs, self.ledger.dim, "correction vectors"), None, _correction_row)
 
     # -- inference --------------------------------------------------------------------
     def _fitted(self) -> Substrate:
@@ -87,7 +88,7 @@ class PersistentSubstrate:
         with self.ledger.lock.read():
             sub = self._fitted()
             ledger, index = sub._fitted_ledger(), sub._fitted_index()
-            queries = check_vectors(vecs, ledger.dim, "query vectors")
+            queries = bounded_queries(vecs, ledger.dim)
             return self._vote(sub, *index.search(queries, sub.k))
 
     def _vote(self, sub: Substrate, sims: np.ndarray, ids: np.ndarray):
@@ -100,7 +101,7 @@ class PersistentSubstrate:
 
     def check_queries(self, vecs) -> np.ndarray:
         """``vecs`` as float32 queries of the ledger's dimension, or the OcrrError a search would raise."""
-        return check_vectors(vecs, self._fitted()._fitted_ledger().dim, "query vectors")  # fixed once fitted: no lock
+        return bounded_queries(vecs, self._fitted()._fitted_ledger().dim)  # fixed once fitted: no lock
 
     def explain_each(self, requests: list[np.ndarray], shortlist=None) -> list[list[Explanation]]:
         """``explain`` of several requests (checked with ``check_queries``) at once, each
@@ -189,6 +190,34 @@ class PersistentSubstrate:
         self.close()
 
 
+def _correction_row(i: int) -> str:
+    return f"correction vectors row {i}"
+
+
+_STORED_FIX = (
+    "The ledger holds rows that its checked doors (/correct, `ocrr ledger import`) refuse: it was "
+    "written by another program or edited. Restore it from a backup, or rebuild it from unit vectors."
+)
+
+# Stored rows are unit vectors, so a similarity is at most about a query's norm: queries below
+# this bound cannot overflow float32 (3.4e38), even summed over the neighbours of a vote.
+_MAX_QUERY_NORM = 1e30
+
+
+def bounded_queries(vecs, dim: int | None) -> np.ndarray:
+    """``vecs`` as float32 queries of dimension ``dim`` whose similarities stay finite (so an
+    answer is strict JSON), or one OcrrError naming the first query that is not."""
+    queries = check_vectors(vecs, dim, "query vectors")
+    norms = np.linalg.norm(queries.astype(np.float64), axis=1)  # float64: no overflow below 1e154
+    big = np.flatnonzero(~(norms <= _MAX_QUERY_NORM))
+    if len(big):
+        raise OcrrError(
+            f"query vectors row {int(big[0])} has norm {float(norms[big[0]]):.4g}: its similarities would "
+            "overflow float32; send unit vectors (divide each row by its L2 norm, as ocrr's encoders do)"
+        )
+    return queries
+
+
 def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """ExactIndex.search's top-k of each query over every row of ``matrix`` (id = row),
     by matrix-vector products over blocks of rows, every query per block."""
@@ -238,7 +267,14 @@ def open_substrate(
     if not system.store_text:
         raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
 
+    opening = True
+
     def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
+        if opening:
+            # The rows stored before this open (later ones come through checked_corrections):
+            # rows an older import, another program or an edit that rehashed the chain wrote
+            # are refused before the substrate learns them.
+            check_rows(vecs, None, lambda i: f"ledger {display(path)}: entry {i}", _STORED_FIX)
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
             system.fit(batch)  # the stored entries are the substrate's history
@@ -249,21 +285,5 @@ def open_substrate(
         return system._fitted_ledger().head
 
     ledger = open_store(path, dim=dim, verify=verify, apply=apply)  # a file, or a postgresql:// URL
+    opening = False
     return PersistentSubstrate(ledger, system)
-
-
-_UNIT_TOLERANCE = 1e-3  # float32 encoders give norms within ~1e-6 of 1
-
-
-def require_unit_rows(vecs: np.ndarray, what: str) -> np.ndarray:
-    """Refuse rows that are not L2-normalised: the ledger keeps them forever, and the vote's
-    similarities (cosine as a dot product) would be wrong for every later query."""
-    norms = np.linalg.norm(vecs, axis=1)
-    bad = np.flatnonzero(np.abs(norms - 1.0) > _UNIT_TOLERANCE)
-    if len(bad):
-        raise OcrrError(
-            f"{what} row {int(bad[0])} has norm {float(norms[bad[0]]):.4g}; the substrate stores unit vectors "
-            "(cosine similarity). Divide each row by its L2 norm first: vecs / np.linalg.norm(vecs, axis=1, "
-            "keepdims=True) (ocrr's encoders already do)."
-        )
-    return vecs

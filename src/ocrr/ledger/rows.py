@@ -1,0 +1,65 @@
+"""The rules a vector row obeys at every persistent door, written once.
+
+A ledger that a substrate serves holds rows that are finite, of the ledger's dimension and
+of unit L2 norm (the vote's similarities are cosines computed as dot products): what
+``/correct`` takes, what ``open_substrate`` finds stored, what ``ocrr ledger import`` loads
+into a file or a PostgreSQL database. ``check_rows`` checks them and names the first
+offending row; ``check_dim`` bounds a dimension read from storage or a header before
+anything is allocated for it. The in-memory experiment path does not come through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+
+__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_dim", "check_rows"]
+
+#: The largest dimension a ledger may claim (sentence encoders give 384 to 4096).
+MAX_DIM = 1 << 16
+
+#: How far a row's L2 norm may be from 1. Encoders normalise in float32, which leaves norms
+#: within ~1e-6 of 1; a row off by more was not normalised.
+UNIT_TOLERANCE = 1e-3
+
+_UNIT_FIX = (
+    "Divide each row by its L2 norm first: vecs / np.linalg.norm(vecs, axis=1, keepdims=True) "
+    "(ocrr's encoders already do)."
+)
+
+
+def check_dim(dim: object, what: str) -> int:
+    """``dim`` as a dimension (an int in 1..MAX_DIM), or one OcrrError naming ``what`` claimed it."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM:
+        raise OcrrError(f"{what} claims dimension {dim!r}; a ledger's dimension is a whole number in 1..{MAX_DIM}")
+    return dim
+
+
+def check_rows(
+    vecs: np.ndarray,
+    dim: int | None,
+    row: Callable[[int], str],
+    fix: str = _UNIT_FIX,
+) -> np.ndarray:
+    """``vecs`` ((m, d) floats) if every row is finite, ``dim`` wide (when given) and of unit
+    norm within ``UNIT_TOLERANCE``; else one OcrrError naming the first bad row (``row(i)``
+    says how: "correction vectors row 3", "a.jsonl:7 (entry 5)") and ``fix``."""
+    if vecs.ndim != 2:
+        raise OcrrError(f"{row(0)}: vectors must have shape (m, d), got {vecs.shape}")
+    if dim is not None and vecs.shape[1] != dim:
+        raise OcrrError(f"{row(0)} has dimension {vecs.shape[1]}, the ledger holds {dim}; encode with its encoder")
+    with np.errstate(over="ignore", invalid="ignore"):  # a huge or non-finite row gives inf/nan: named below
+        norms = np.linalg.norm(vecs.astype(np.float64, copy=False), axis=1)
+    finite = np.isfinite(vecs).all(axis=1)
+    bad = np.flatnonzero(~finite | ~(np.abs(norms - 1.0) <= UNIT_TOLERANCE))
+    if len(bad):
+        i = int(bad[0])
+        if not finite[i]:
+            raise OcrrError(f"{row(i)} contains NaN or infinity; a ledger stores finite vectors. {fix}")
+        raise OcrrError(
+            f"{row(i)} has norm {float(norms[i]):.4g}; a ledger stores unit vectors (cosine similarity). {fix}"
+        )
+    return vecs
