@@ -1,4 +1,4 @@
-# ruff: noqa: F811 - pytest passes the imported fixture (pg_cluster) as an argument
+# ruff: noqa: F811 - pytest passes the imported fixtures (pg_cluster, pg_url) as arguments
 """Checkpoint records kept in the ledger's storage are signed notes, verified on read: an
 unsigned, foreign or edited one is reported and ignored (never blamed on the entries,
 never trusted to skip rehashing); an authenticated one that disagrees with the entries is
@@ -11,7 +11,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from tests.ledger.pg_cluster import pg_cluster  # noqa: F401
+from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
@@ -78,15 +78,6 @@ def storage(request, tmp_path) -> Storage:
     if request.param == "sqlite":
         return Storage(str(tmp_path / "l.db"), "sqlite")
     return Storage(request.getfixturevalue("pg_url"), "postgres")
-
-
-@pytest.fixture
-def pg_url(pg_cluster):
-    from tests.ledger.pg_cluster import drop_schema, new_schema
-
-    schema = new_schema(pg_cluster)
-    yield pg_cluster.url(schema)
-    drop_schema(pg_cluster, schema)
 
 
 def _ledger_with_record(storage: Storage, signer: Signer, checked: int, more: int = 0):

@@ -17,6 +17,7 @@ import base64
 import binascii
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer, checkpoint_text, parse_signed_note, verify_checkpoint
@@ -25,6 +26,9 @@ __all__ = ["CHAIN_HEAD_LINE", "Records", "record_note", "sort_records"]
 
 CHAIN_HEAD_LINE = "ocrr-chain-head "  # the extension line's prefix; base64 of the chain head follows
 _NAMED = 10  # ignored rows named one by one in a report; the rest are counted
+# Notes already verified, and what they say: a store's rows are read again by every check
+# (the service's background check among them), and each verification costs about half a ms.
+_VERIFIED_KEPT = 4096
 
 
 def record_note(signer: Signer, size: int, root: bytes, chain_head: bytes) -> str:
@@ -42,10 +46,6 @@ class Records:
     ignored: int
     reasons: tuple[str, ...]
 
-    @property
-    def last(self) -> tuple[int, bytes, bytes] | None:
-        return self.authenticated[-1] if self.authenticated else None
-
 
 def sort_records(rows: Iterable[tuple], vkeys: Sequence[str]) -> Records:
     """Sort checkpoint rows (size, chain head, root, note) into authenticated ones (their note
@@ -60,7 +60,9 @@ def sort_records(rows: Iterable[tuple], vkeys: Sequence[str]) -> Records:
             "(give the ledger's verifier key: --vkey for `ocrr ledger verify`, --key for `ocrr serve`)"
         )
         return Records([], len(rows), (why,))
-    good, reasons, ignored = [], [], 0
+    good: list[tuple[int, bytes, bytes]] = []
+    reasons: list[str] = []
+    ignored = 0
     for size, chain_head, root, note in rows:
         problem = _problem(size, chain_head, root, note, vkeys)
         if problem is None:
@@ -85,18 +87,26 @@ def _problem(size, chain_head, root, note, vkeys: Sequence[str]) -> str | None:
         return "its note is not text"
     failures = []
     for vkey in vkeys:
-        try:
-            _, signed_size, signed_root = verify_checkpoint(note, vkey)
-        except OcrrError as e:
-            failures.append(str(e))
+        signed = _signed(note, vkey)
+        if isinstance(signed, str):
+            failures.append(signed)
             continue
-        signed_head = _chain_head_of(note)
-        if signed_head is None:
+        if signed[2] is None:
             return "its note, signed by a trusted key, has no chain head line (not a checkpoint record)"
-        if (signed_size, signed_root, signed_head) != (size, _as_bytes(root), _as_bytes(chain_head)):
+        if signed != (size, _as_bytes(root), _as_bytes(chain_head)):
             return "its size, root or chain head differs from what its signed note says (the row was edited)"
         return None
     return f"its note is not signed by a trusted key ({failures[0]})"
+
+
+@lru_cache(maxsize=_VERIFIED_KEPT)
+def _signed(note: str, vkey: str) -> tuple[int, bytes, bytes | None] | str:
+    """What a record note signed by ``vkey`` says (size, root, chain head), or why it is not one."""
+    try:
+        _, size, root = verify_checkpoint(note, vkey)
+    except OcrrError as e:
+        return str(e)
+    return size, root, _chain_head_of(note)
 
 
 def _chain_head_of(note: str) -> bytes | None:

@@ -1,8 +1,9 @@
 """Reading a PostgreSQL ledger back and checking it, as ``ocrr.ledger.scan`` does for a file.
 
 Every entry's id (gap-free from 0), link, stored hash and stored Merkle leaf; the head row's
-size, chain head and root; every authenticated checkpoint (``ocrr.ledger.checkpoint_records``). The first problem stops the scan with a report
-that names the entry (``LedgerReport.first_bad``), the same report a file gives.
+size, chain head and root; every authenticated checkpoint (``ocrr.ledger.checkpoint_records``).
+The first problem stops the scan with a report that names the entry
+(``LedgerReport.first_bad``), the same report a file gives.
 """
 
 from __future__ import annotations

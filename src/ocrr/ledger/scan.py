@@ -58,7 +58,7 @@ class LedgerReport:
         return self.ok
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "ignored_why": list(self.ignored_why)}  # as JSON gives it back
 
 
 class _Damage(Exception):

@@ -242,7 +242,8 @@ def build_state(
     )
     if config.token is None and config.on_database:
         config.token_path  # noqa: B018 - refuses, naming the fix, before the database is opened
-    if signer is None and damage_after is None:  # said by the starting process, not by each worker it starts
+    # Said once, by the starting process (a worker it starts gets its damage_after).
+    if signer is None and damage_after is None and (config.verify == "checkpoint" or config.workers > 1):
         log(
             f"ledger {display(config.ledger)}: no --key, so no checkpoint record can be authenticated: every "
             "open (workers' included) and every background check rehashes all entries; start with --key to "
