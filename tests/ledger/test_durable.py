@@ -14,6 +14,7 @@ import pytest
 
 from ocrr.errors import OcrrError
 from ocrr.ledger import Ledger
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.store import DurableLedger, scan_file
 from ocrr.ledger.verify import entry_leaf_hash, verify_consistency, verify_inclusion
 
@@ -75,13 +76,14 @@ def test_concurrent_appends_are_group_committed(tmp_path):
 
 def test_checkpoint_open_rehashes_only_the_tail(tmp_path):
     path = tmp_path / "l.db"
-    with DurableLedger.open(path) as led:
+    signer = Signer.generate("example.com/durable-test")  # only signed checkpoint records are trusted
+    with DurableLedger.open(path, signer=signer) as led:
         for i in range(10):
             led.append(_vec(i), _label(i))
-        assert led.verify().ok  # checkpoint at 10
+        assert led.verify().ok  # signed checkpoint record at 10
         for i in range(10, 15):
             led.append(_vec(i), _label(i))
-    report, _ = scan_file(path, "checkpoint")
+    report, _ = scan_file(path, "checkpoint", (signer.vkey,))
     assert report.ok and report.checked_from == 10
     # A label edited before the checkpoint (hash column left alone) escapes the quick
     # check but not the full one; after the checkpoint it is caught either way.
@@ -89,7 +91,7 @@ def test_checkpoint_open_rehashes_only_the_tail(tmp_path):
     conn.execute("UPDATE entries SET label = 'forged' WHERE id IN (3, 12)")
     conn.commit()
     conn.close()
-    quick, _ = scan_file(path, "checkpoint")
+    quick, _ = scan_file(path, "checkpoint", (signer.vkey,))
     assert not quick.ok and quick.first_bad == 12
     with pytest.raises(OcrrError, match="damaged at entry 3"):
         DurableLedger.open(path)

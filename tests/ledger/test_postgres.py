@@ -13,6 +13,7 @@ psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (p
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import open_store, scan_location
 from ocrr.ledger.postgres import PostgresLedger, redact
 from ocrr.ledger.postgres_schema import roles_sql
@@ -151,9 +152,10 @@ def test_a_rewritten_history_is_caught_by_its_checkpoint(pg_url, tmp_path):
     """Entries and head recomputed consistently (a forger with the code): the checkpoint the
     full check recorded no longer matches."""
     vecs, labels, texts = _entries(12)
-    with PostgresLedger.open(pg_url) as pg:
+    signer = Signer.generate("example.com/pg-test")  # only a signed checkpoint record vouches for a history
+    with PostgresLedger.open(pg_url, signer=signer) as pg:
         pg.extend(vecs, labels, texts)
-        pg.verify("full")  # records a checkpoint at 12
+        pg.verify("full")  # records a signed checkpoint at 12
     with DurableLedger.open(tmp_path / "forged.db") as forged:  # the same log but entry 5's label
         forged.extend(vecs, [*labels[:5], "forged", *labels[6:]], texts)
         rows = list(forged.read_entries())
@@ -165,15 +167,15 @@ def test_a_rewritten_history_is_caught_by_its_checkpoint(pg_url, tmp_path):
         for row, leaf in zip(rows, leaves):
             conn.execute("INSERT INTO ocrr_entries VALUES (%s, %s, %s, %s, %s, %s, %s)", (*row, leaf))
         conn.execute("UPDATE ocrr_head SET chain_head = %s, root = %s", (head, root))
-    report, _ = scan_location(pg_url)
+    report, _ = scan_location(pg_url, "full", (signer.vkey,))
     assert not report.ok and report.first_bad == 11 and "checkpoint at size 12" in report.reason
 
 
 def test_append_only_in_the_database(pg_url):
     vecs, labels, texts = _entries(5)
-    with PostgresLedger.open(pg_url) as pg:
+    with PostgresLedger.open(pg_url, signer=Signer.generate("example.com/pg-test")) as pg:
         pg.extend(vecs, labels, texts)
-        pg.verify("full")  # a checkpoint row
+        pg.verify("full")  # a checkpoint row (recorded by a ledger with a signing key)
         pg.record_verification({"ok": True, "time": 1.0})
     with _superuser(pg_url) as conn:  # even the owner: the triggers refuse
         for sql in (
@@ -255,13 +257,14 @@ def test_dimension_and_values_checked_before_writing(pg_url):
 
 def test_checkpoint_open_trusts_what_a_full_check_vouched_for(pg_url):
     vecs, labels, texts = _entries(40)
-    with PostgresLedger.open(pg_url) as pg:
+    signer = Signer.generate("example.com/pg-test")  # only signed checkpoint records are trusted
+    with PostgresLedger.open(pg_url, signer=signer) as pg:
         pg.extend(vecs[:30], labels[:30], texts[:30])
         pg.verify("full")
         pg.extend(vecs[30:], labels[30:], texts[30:])
-    with PostgresLedger.open(pg_url, verify="checkpoint") as quick:
+    with PostgresLedger.open(pg_url, verify="checkpoint", signer=signer) as quick:
         assert quick.report.checked_from == 30 and quick.root() == pg.root()
-    report, scan = scan_location(pg_url, "checkpoint")
+    report, scan = scan_location(pg_url, "checkpoint", (signer.vkey,))
     assert report.ok and base64.b64decode(report.root) == pg.root()
 
 

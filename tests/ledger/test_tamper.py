@@ -18,20 +18,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import _report_of
 from ocrr.ledger.store import DurableLedger
 
 N, DIM = 12, 3
 FIELDS = ("id", "label", "text", "vector", "prev_hash", "hash")
+_SIGNER = Signer.generate("example.com/tamper-test")
 
 
 def _write(path, seed: int, texts: bool = True) -> None:
     rng = np.random.default_rng(seed)
-    with DurableLedger.open(path) as led:
+    with DurableLedger.open(path, signer=_SIGNER) as led:
         for i in range(N):
             text = f"utterance {seed}-{i}" if texts and i % 3 else None
             led.append(rng.normal(size=DIM).astype(np.float32), f"label-{i % 4}", text)
-        led.verify()  # records a checkpoint at N
+        led.verify()  # records a signed checkpoint at N (the checks below trust no key: it is ignored)
 
 
 def _image(path) -> bytes:

@@ -175,10 +175,12 @@ def test_the_background_check_rehashes_old_entries_in_turn(tmp_path):
     """An entry before the last checkpoint, edited: found by the background check's rolling
     slice within ceil(entries / slice) ticks, without any /verify."""
     path = tmp_path / "l.db"
-    state = open_state(path, check_every=0.1)
+    signer = Signer.generate("example.com/fail-closed-test")  # only signed checkpoint records are trusted
+    signer.save(tmp_path / "key")
+    state = open_state(path, check_every=0.1, key=tmp_path / "key", origin=signer.origin)
     seed(state)
     state.substrate.ledger.verify("full")  # a checkpoint after every entry: all of them are "old"
-    assert scan_file(path, "checkpoint")[0].checked_from == len(state.substrate) == 9
+    assert scan_file(path, "checkpoint", (signer.vkey,))[0].checked_from == len(state.substrate) == 9
     state.check_slice = 2  # 5 ticks cover the 9 entries
     with running(create_app(state)) as url:
         assert requests.get(f"{url}/health").status_code == 200

@@ -16,7 +16,7 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.file import migrate
-from ocrr.ledger.heads import Signer, TreeHead
+from ocrr.ledger.heads import Signer, TreeHead, check_vkey
 from ocrr.ledger.location import as_location, default_origin_of, display, is_database_url, scan_location
 from ocrr.ledger.postgres_transfer import import_into_database
 from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl, root_bytes
@@ -31,7 +31,17 @@ def add_commands(sub) -> None:
 
     v = lsub.add_parser("verify", help="check every entry, the chain and the Merkle tree; exit 1 if damaged")
     v.add_argument("path", type=as_location, help=LOCATION)
-    v.add_argument("--quick", action="store_true", help="trust the entries before the last recorded checkpoint")
+    v.add_argument(
+        "--quick",
+        action="store_true",
+        help="trust the entries before the last checkpoint record signed by --vkey (without it: rehash all)",
+    )
+    v.add_argument(
+        "--vkey",
+        default=None,
+        help="the ledger's verifier key (as `ocrr ledger keygen` prints it), or a file holding it: checkpoint "
+        "records it signs are checked against the entries (and let --quick skip rehashing); others are ignored",
+    )
     v.add_argument(
         "--expect-size",
         type=int,
@@ -130,7 +140,13 @@ def _scan(path: Path | str, quick: bool = False):
 
 
 def _cmd_verify(args) -> int:
-    report, scan = scan_location(args.path, "checkpoint" if args.quick else "full")
+    vkeys = () if args.vkey is None else (check_vkey(_read_vkey(args.vkey, "--vkey")),)
+    if args.quick and not vkeys:
+        print(
+            "--quick without --vkey: no checkpoint record can be authenticated, so every entry is rehashed",
+            file=sys.stderr,
+        )
+    report, scan = scan_location(args.path, "checkpoint" if args.quick else "full", vkeys)
     out = report.to_dict()
     if report and args.expect_size is not None:
         assert scan is not None  # an intact report always comes with its scan
@@ -272,14 +288,14 @@ def _read_checkpoint(path: Path) -> str:
     return text
 
 
-def _read_vkey(value: str) -> str:
+def _read_vkey(value: str, option: str = "--verifier-key") -> str:
     if "+" in value:
         return value.strip()
     try:
         return Path(value).expanduser().read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as e:
         raise OcrrError(
-            f"--verifier-key {value!r} is neither a verifier key (name+id+key, as `ocrr ledger keygen` prints) "
+            f"{option} {value!r} is neither a verifier key (name+id+key, as `ocrr ledger keygen` prints) "
             f"nor a readable file holding one ({e})"
         ) from e
 

@@ -28,6 +28,7 @@ __all__ = [
     "TreeHead",
     "Signer",
     "checkpoint_text",
+    "check_vkey",
     "parse_signed_note",
     "verify_checkpoint",
     "verify_head",
@@ -267,6 +268,12 @@ def _public_key(vkey: str):
         return name, bytes.fromhex(key_id), Ed25519PublicKey.from_public_bytes(raw[1:])
     except ValueError as e:
         raise OcrrError(f"bad verifier key {vkey!r} ({e}); pass the vkey printed by `ocrr ledger keygen`") from None
+
+
+def check_vkey(vkey: str) -> str:
+    """A verifier key as given, stripped, or an OcrrError naming what is wrong with it."""
+    _public_key(vkey)
+    return vkey.strip()
 
 
 def _parse_size(line: str) -> int:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.heads import default_origin
+from ocrr.ledger.heads import Signer, default_origin
 from ocrr.ledger.postgres import PostgresLedger, connect, is_database_url, redact
 from ocrr.ledger.postgres_scan import report_of
 from ocrr.ledger.scan import LedgerReport, _Scan, scan_file
@@ -46,26 +47,34 @@ def default_origin_of(location: Location) -> str:
 
 
 def open_store(
-    location: Location, dim: int | None = None, verify: str = "full", apply: Apply | None = None
+    location: Location,
+    dim: int | None = None,
+    verify: str = "full",
+    apply: Apply | None = None,
+    signer: Signer | None = None,
 ) -> DurableLedger:
-    """Open (creating if missing) and check the ledger at ``location``; refuse a damaged one."""
+    """Open (creating if missing) and check the ledger at ``location``; refuse a damaged one.
+    ``signer``: signs checkpoint records, and only its records are trusted (none without)."""
     if isinstance(location, str) and is_database_url(location):
-        return PostgresLedger.open(location, dim=dim, verify=verify, apply=apply)
-    return DurableLedger.open(location, dim=dim, verify=verify, apply=apply)
+        return PostgresLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer)
+    return DurableLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer)
 
 
-def scan_location(location: Location, verify: str = "full") -> tuple[LedgerReport, _Scan | None]:
+def scan_location(
+    location: Location, verify: str = "full", vkeys: Sequence[str] = ()
+) -> tuple[LedgerReport, _Scan | None]:
     """Check the ledger at ``location`` (read-only, nothing created): the report and, when
-    intact, what it holds."""
+    intact, what it holds. ``vkeys``: the verifier keys whose checkpoint records are trusted
+    (none: no record is, and ``verify="checkpoint"`` rehashes every entry)."""
     if not (isinstance(location, str) and is_database_url(location)):
-        return scan_file(location, verify)
+        return scan_file(location, verify, vkeys)
     if verify not in ("full", "checkpoint"):
         raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
     conn = connect(location)  # an OcrrError naming the extra when psycopg is missing
     import psycopg
 
     try:
-        return report_of(conn, None if verify == "full" else 0)
+        return report_of(conn, None if verify == "full" else 0, vkeys)
     except psycopg.Error as e:
         raise OcrrError(
             f"cannot read the ledger in {redact(location)} ({str(e).strip()}); check the role's SELECT "

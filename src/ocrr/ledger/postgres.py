@@ -35,6 +35,7 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.group_commit import Pending
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
 from ocrr.ledger.postgres_schema import create_schema
@@ -131,8 +132,11 @@ class PostgresLedger(DurableLedger):
         apply: Apply | None = None,
         gather: float = 0.002,
         pool_size: int = 4,
+        signer: Signer | None = None,
     ) -> PostgresLedger:
-        """Connect, create the tables if missing, check the ledger; refuse a damaged one."""
+        """Connect, create the tables if missing, check the ledger; refuse a damaged one.
+        ``signer``: signs checkpoint records and is the key whose records are trusted (as
+        ``DurableLedger.open``)."""
         if verify not in ("full", "checkpoint"):
             raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
@@ -155,7 +159,8 @@ class PostgresLedger(DurableLedger):
                     f"the ledger's tables are missing in schema {schema} of {redact(url)} and this role may not "
                     f"create them ({e.diag.message_primary}); open it once as the schema's owner (docs/postgres.md)"
                 ) from None
-            report, scan = report_of(conn, None if verify == "full" else 0)
+            vkeys = () if signer is None else (signer.vkey,)
+            report, scan = report_of(conn, None if verify == "full" else 0, vkeys)
         except psycopg.Error as e:
             raise OcrrError(f"cannot open the ledger in {redact(url)} ({str(e).strip()})") from None
         finally:
@@ -183,6 +188,7 @@ class PostgresLedger(DurableLedger):
             name="ocrr-ledger",
         )
         ledger = cls(url, pool, schema, scan, report, apply, float(gather))
+        ledger.signer = signer
         if verify == "full":
             try:
                 ledger._record_checkpoint()
@@ -394,7 +400,7 @@ class PostgresLedger(DurableLedger):
 
     def scan(self, verify: str = "full") -> tuple[LedgerReport, _Scan | None]:
         """Check the ledger as stored now (read-only): the report, and what it holds when intact."""
-        return self._db("the check", lambda conn: report_of(conn, None if verify == "full" else 0))
+        return self._db("the check", lambda conn: report_of(conn, None if verify == "full" else 0, self.vkeys))
 
     def verify(self, verify: str = "full") -> LedgerReport:
         """Re-read and check the database now; record a checkpoint if intact (full check)."""
@@ -407,14 +413,15 @@ class PostgresLedger(DurableLedger):
 
     # -- records beside the log ---------------------------------------------------------
     def _record_checkpoint(self, size: int | None = None) -> None:
-        size = len(self) if size is None else size
-        if size == 0:
+        row = self._checkpoint_row(size)
+        if row is None:
             return
-        row = (size, self._hashes[size - 1], self.tree.root(size), time.time())
         self._db(
             "recording a checkpoint",
             lambda conn: conn.execute(
-                "INSERT INTO ocrr_checkpoints VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", row
+                "INSERT INTO ocrr_checkpoints (size, chain_head, root, time, note) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                row,
             ),
         )
 

@@ -1,20 +1,23 @@
 """Reading a PostgreSQL ledger back and checking it, as ``ocrr.ledger.scan`` does for a file.
 
 Every entry's id (gap-free from 0), link, stored hash and stored Merkle leaf; the head row's
-size, chain head and root; every checkpoint. The first problem stops the scan with a report
-that names the entry (``LedgerReport.first_bad``), the same report a file gives.
+size, chain head and root; every authenticated checkpoint (``ocrr.ledger.checkpoint_records``).
+The first problem stops the scan with a report that names the entry
+(``LedgerReport.first_bad``), the same report a file gives.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 
 from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.checkpoint_records import sort_records
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.postgres_schema import FORMAT, VERSION
+from ocrr.ledger.postgres_schema import FORMAT, VERSION, has_note_column
 from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.scan import LedgerReport, _check_checkpoint, _Damage, _Scan, check_entry, ok_report
 
@@ -46,8 +49,10 @@ def check_rows(rows, start: int, prev: bytes, dim: int, tree: MerkleTree | None,
         i += 1
 
 
-def _scan(conn, trust_until: int | None) -> _Scan:
-    """Read and check the whole ledger inside the caller's (snapshot) transaction."""
+def _scan(conn, trust_until: int | None, vkeys: Sequence[str] = ()) -> _Scan:
+    """Read and check the whole ledger inside the caller's (snapshot) transaction; entries
+    before the last checkpoint authenticated by one of ``vkeys`` are not rehashed when
+    ``trust_until`` is not None (as the file's scan)."""
     head = conn.execute("SELECT format, version, dim, size, chain_head, root FROM ocrr_head").fetchone()
     if head is None:
         raise _Damage(None, "the ocrr_head row is missing (deleted outside the ledger)")
@@ -58,10 +63,9 @@ def _scan(conn, trust_until: int | None) -> _Scan:
         raise _Damage(None, f"the head row's size {size!r} is not a number of entries (edited)")
     if size and not (type(dim) is int and 0 < dim <= MAX_DIM):
         raise _Damage(None, f"the head row has no valid dim ({dim!r}) but {size} committed entries")
-    checkpoints = [
-        (int(s), bytes(h), bytes(r))
-        for s, h, r in conn.execute("SELECT size, chain_head, root FROM ocrr_checkpoints ORDER BY size")
-    ]
+    note = "note" if has_note_column(conn) else "NULL"  # tables from before signed records (a reader role)
+    records = sort_records(conn.execute(f"SELECT size, chain_head, root, {note} FROM ocrr_checkpoints"), vkeys)
+    checkpoints = records.authenticated
     trusted = min(checkpoints[-1][0], size) if trust_until is not None and checkpoints else 0
     width = dim or 0
     tree = MerkleTree()
@@ -97,7 +101,7 @@ def _scan(conn, trust_until: int | None) -> _Scan:
         raise _Damage(None, "the Merkle root recorded in the head row does not match the entries")
     for cp in checkpoints:
         _check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= n else None)
-    return _Scan(dim, labels, texts, vectors, hashes, tree)
+    return _Scan(dim, labels, texts, vectors, hashes, tree, trusted, records.ignored, records.reasons)
 
 
 def _held_rows(conn, size: int, width: int) -> int:
@@ -120,26 +124,23 @@ def _held_rows(conn, size: int, width: int) -> int:
     return rows
 
 
-def report_of(conn, trust_until: int | None) -> tuple[LedgerReport, _Scan | None]:
+def report_of(conn, trust_until: int | None, vkeys: Sequence[str] = ()) -> tuple[LedgerReport, _Scan | None]:
     """Check the ledger the connection's search_path names, in one snapshot; the report and,
     when intact, what it holds. ``trust_until`` None: rehash everything; else trust the
-    entries before the last checkpoint."""
+    entries before the last checkpoint authenticated by one of ``vkeys``."""
     import psycopg
 
     try:
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
-                scan = _scan(conn, trust_until)
+                scan = _scan(conn, trust_until, vkeys)
             except _Damage as d:
                 n = conn.execute("SELECT count(*) FROM ocrr_entries").fetchone()[0]
                 return LedgerReport(False, n, d.first_bad, d.reason), None
-            trusted = 0
-            if trust_until is not None:
-                trusted = conn.execute("SELECT coalesce(max(size), 0) FROM ocrr_checkpoints").fetchone()[0]
     except psycopg.errors.UndefinedTable as e:
         return LedgerReport(False, 0, None, f"the ledger's tables are missing ({e.diag.message_primary})"), None
-    return ok_report(scan, trusted), scan
+    return ok_report(scan), scan
 
 
 def _b64(b: bytes) -> str:

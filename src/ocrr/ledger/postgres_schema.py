@@ -8,7 +8,8 @@ ending in ``?options=-csearch_path%3Dledger1``; ``public`` by default). Its tabl
 * ``ocrr_head``: one row, the committed size, chain head and Merkle root (and the format,
   version and dimension). Every append locks it (``SELECT … FOR UPDATE``): the lock that
   keeps the log one gap-free sequence with several writers;
-* ``ocrr_checkpoints``: (size, chain head, root, time) of every full verification;
+* ``ocrr_checkpoints``: (size, chain head, root, time, signed note) of every full
+  verification by a ledger with a signing key (``ocrr.ledger.checkpoint_records``);
 * ``ocrr_verifications``: outcomes of ``/verify`` and damage one replica found, which the
   others honour.
 
@@ -25,7 +26,16 @@ from __future__ import annotations
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.verify import EMPTY_ROOT
 
-__all__ = ["CHANNEL", "FORMAT", "VERSION", "ROLES_SQL", "TABLES_SQL", "create_schema", "roles_sql"]
+__all__ = [
+    "CHANNEL",
+    "FORMAT",
+    "VERSION",
+    "ROLES_SQL",
+    "TABLES_SQL",
+    "create_schema",
+    "has_note_column",
+    "roles_sql",
+]
 
 FORMAT, VERSION = "ocrr-ledger", 1
 CHANNEL = "ocrr_ledger"  # NOTIFY channel; the payload is the schema, so one channel serves all ledgers
@@ -54,7 +64,8 @@ CREATE TABLE IF NOT EXISTS ocrr_checkpoints (
     size bigint PRIMARY KEY,
     chain_head bytea NOT NULL,
     root bytea NOT NULL,
-    time double precision NOT NULL
+    time double precision NOT NULL,
+    note text
 );
 CREATE TABLE IF NOT EXISTS ocrr_verifications (
     id bigserial PRIMARY KEY,
@@ -133,6 +144,8 @@ def create_schema(conn, dim: int | None) -> None:
         exists = conn.execute("SELECT to_regclass('ocrr_head') IS NOT NULL").fetchone()[0]
         if not exists:
             conn.execute(TABLES_SQL)
+        elif not has_note_column(conn):  # tables from before signed checkpoint records
+            _add_note_column(conn)
         if conn.execute("SELECT EXISTS (SELECT 1 FROM ocrr_head)").fetchone()[0]:
             return  # set up already (a service role may not insert the head row, and need not)
         conn.execute(
@@ -140,3 +153,27 @@ def create_schema(conn, dim: int | None) -> None:
             "ON CONFLICT (one) DO NOTHING",
             (FORMAT, VERSION, dim, GENESIS, EMPTY_ROOT),
         )
+
+
+def has_note_column(conn) -> bool:
+    """Whether ``ocrr_checkpoints`` has its ``note`` column (tables from before signed
+    checkpoint records do not: their rows are unauthenticated)."""
+    return conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('ocrr_checkpoints') "
+        "AND attname = 'note' AND NOT attisdropped)"
+    ).fetchone()[0]
+
+
+def _add_note_column(conn) -> None:
+    import psycopg
+
+    from ocrr.errors import OcrrError
+
+    try:
+        with conn.transaction():  # a savepoint: the error below leaves the outer transaction usable
+            conn.execute("ALTER TABLE ocrr_checkpoints ADD COLUMN IF NOT EXISTS note text")
+    except psycopg.errors.InsufficientPrivilege as e:
+        raise OcrrError(
+            f"the ledger's checkpoints table lacks the note column of signed checkpoint records and this role "
+            f"may not add it ({e.diag.message_primary}); open the ledger once as the schema's owner"
+        ) from None

@@ -6,12 +6,13 @@ docs/ledger.md describes it). An SQLite file with these tables:
 * ``entries``: one row per entry, exactly as ``Ledger`` stores them;
 * ``nodes``: every complete Merkle subtree hash (level, index, hash), leaves included;
 * ``meta``: format, dim, and the size and chain head of the last commit;
-* ``checkpoints``: (size, chain head, root, time) of every successful full verification;
+* ``checkpoints``: (size, chain head, root, time, signed note) of every successful full
+  verification by a ledger with a signing key (``ocrr.ledger.checkpoint_records``);
 * ``verifications``: the latest outcomes of ``/verify`` asked of a service (kept, not checked).
 
 ``scan_file`` / ``_report_of`` read a file and check every entry (its id, link, stored
 hash and Merkle leaf), every stored node, the last commit's size and head, and every
-checkpoint, stopping at the first problem with a report that names the entry.
+authenticated checkpoint, stopping at the first problem with a report that names the entry.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import hashlib
 import os
 import sqlite3
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.checkpoint_records import sort_records
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.verify import ProofError, entry_bytes
@@ -49,13 +51,15 @@ class LedgerReport:
     reason: str
     root: str | None = None  # base64, when ok (as in heads, proofs and checkpoints)
     chain_head: str | None = None
-    checked_from: int = 0  # entries before this were vouched for by a checkpoint
+    checked_from: int = 0  # entries before this were vouched for by an authenticated checkpoint
+    ignored_checkpoints: int = 0  # checkpoint records not authenticated (and so not used)
+    ignored_why: tuple[str, ...] = ()  # why, for the first few
 
     def __bool__(self) -> bool:
         return self.ok
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "ignored_why": list(self.ignored_why)}  # as JSON gives it back
 
 
 class _Damage(Exception):
@@ -76,6 +80,9 @@ class _Scan:
     vectors: np.ndarray
     hashes: list
     tree: MerkleTree
+    checked_from: int = 0  # entries before it were not rehashed: an authenticated checkpoint vouched for them
+    ignored_checkpoints: int = 0
+    ignored_why: tuple[str, ...] = ()
 
 
 # Outcomes of verifications asked of a running service (kept, not checked: they vouch for nothing).
@@ -89,7 +96,7 @@ _TABLES = (
     "CREATE TABLE IF NOT EXISTS nodes (level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL, "
     "PRIMARY KEY (level, idx)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, chain_head BLOB NOT NULL, "
-    "root BLOB NOT NULL, time REAL NOT NULL)",
+    "root BLOB NOT NULL, time REAL NOT NULL, note TEXT)",
     VERIFICATIONS_TABLE,
 )
 
@@ -109,6 +116,17 @@ def _schema(conn: sqlite3.Connection, dim: int | None) -> None:
             ("durable", 1),
         ],
     )
+
+
+def add_note_column(conn: sqlite3.Connection) -> None:
+    """Give the checkpoints table of a file from before signed checkpoint records its ``note``
+    column, inside the caller's transaction (its rows keep a NULL note: unauthenticated)."""
+    if not _has_note_column(conn):
+        conn.execute("ALTER TABLE checkpoints ADD COLUMN note TEXT")
+
+
+def _has_note_column(conn: sqlite3.Connection) -> bool:
+    return any(row[1] == "note" for row in conn.execute("PRAGMA table_info(checkpoints)"))
 
 
 def _adopt_v1(conn: sqlite3.Connection) -> None:
@@ -137,12 +155,13 @@ def _add_tree(conn: sqlite3.Connection, rows: Iterable[tuple]) -> None:
     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("size", n), ("chain_head", last), ("durable", 1)])
 
 
-def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
+def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()) -> _Scan:
     """Read and check every entry; raise _Damage at the first problem.
 
-    Entries before ``trust_until`` (the last checkpoint) are not rehashed: their stored
-    leaves build the tree, and the checkpoint's root and chain head must match it.
-    ``None`` trusts nothing (a full check)."""
+    ``trust_until`` not None: entries before the last authenticated checkpoint (its note
+    signed by one of ``vkeys``) are not rehashed: their stored leaves build the tree, and
+    the checkpoint's root and chain head must match it. ``None`` trusts nothing (a full
+    check). Every authenticated checkpoint must match the entries; other rows are ignored."""
     meta = {k: v for k, v in conn.execute("SELECT key, value FROM meta")}
     if meta.get("format") != _FORMAT or str(meta.get("version")) != str(_VERSION):
         raise _Damage(
@@ -169,10 +188,12 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
         width = dim
     else:
         raise _Damage(None, f"meta table has no valid dim ({dim!r}) but {size} committed entries")
-    checkpoints = conn.execute("SELECT size, chain_head, root FROM checkpoints ORDER BY size").fetchall()
+    note = "note" if _has_note_column(conn) else "NULL"  # a file from before signed records, opened read-only
+    records = sort_records(conn.execute(f"SELECT size, chain_head, root, {note} FROM checkpoints"), vkeys)
+    checkpoints = records.authenticated
     trusted = 0
     if trust_until is not None and checkpoints:
-        trusted = min(int(checkpoints[-1][0]), size)
+        trusted = min(checkpoints[-1][0], size)
     stored = {}  # (level, idx) -> hash, all of it: ~100 bytes per entry while scanning
     for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes"):
         stored[(level, idx)] = h
@@ -252,7 +273,17 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None) -> _Scan:
         )
     for cp in checkpoints:
         _check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= len(hashes) else None)
-    return _Scan(dim if type(dim) is int else None, labels, texts, vectors, hashes, tree)
+    return _Scan(
+        dim if type(dim) is int else None,
+        labels,
+        texts,
+        vectors,
+        hashes,
+        tree,
+        trusted,
+        records.ignored,
+        records.reasons,
+    )
 
 
 def check_entry(
@@ -303,8 +334,12 @@ def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def scan_file(path: str | os.PathLike[str], verify: str = "full") -> tuple[LedgerReport, _Scan | None]:
-    """Check a ledger file (read-only); return the report and, when intact, what it holds."""
+def scan_file(
+    path: str | os.PathLike[str], verify: str = "full", vkeys: Sequence[str] = ()
+) -> tuple[LedgerReport, _Scan | None]:
+    """Check a ledger file (read-only); return the report and, when intact, what it holds.
+    ``vkeys``: the verifier keys whose checkpoint records are trusted (none: no record is,
+    and ``verify="checkpoint"`` rehashes every entry)."""
     path = Path(path)
     if not path.is_file():
         raise OcrrError(
@@ -317,16 +352,18 @@ def scan_file(path: str | os.PathLike[str], verify: str = "full") -> tuple[Ledge
         conn = _connect(path, readonly=True)
         try:
             conn.execute("BEGIN")  # one snapshot, even while a writer appends
-            return _report_of(conn, None if verify == "full" else 0)
+            return _report_of(conn, None if verify == "full" else 0, vkeys)
         finally:
             conn.close()
     except sqlite3.Error as e:
         return LedgerReport(False, 0, None, f"not a readable SQLite ledger ({e})"), None
 
 
-def _report_of(conn: sqlite3.Connection, trust_until: int | None) -> tuple[LedgerReport, _Scan | None]:
+def _report_of(
+    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()
+) -> tuple[LedgerReport, _Scan | None]:
     try:
-        scan = _scan(conn, trust_until)
+        scan = _scan(conn, trust_until, vkeys)
     except _Damage as d:
         try:
             n = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
@@ -335,10 +372,10 @@ def _report_of(conn: sqlite3.Connection, trust_until: int | None) -> tuple[Ledge
         return LedgerReport(False, n, d.first_bad, d.reason), None
     except (sqlite3.Error, TypeError, ValueError) as e:  # tables dropped or columns of the wrong kind
         return LedgerReport(False, 0, None, f"the file's tables are damaged ({e})"), None
-    return ok_report(scan, 0 if trust_until is None else _last_checkpoint(conn)), scan
+    return ok_report(scan), scan
 
 
-def ok_report(scan: _Scan, trusted: int) -> LedgerReport:
+def ok_report(scan: _Scan) -> LedgerReport:
     """The report of a ledger whose every entry checked out (any store)."""
     n = len(scan.hashes)
     return LedgerReport(
@@ -348,13 +385,10 @@ def ok_report(scan: _Scan, trusted: int) -> LedgerReport:
         f"ok: {n} entries, chain and Merkle tree intact",
         _b64(scan.tree.root()),
         _b64(scan.hashes[-1] if n else GENESIS),
-        min(int(trusted), n),
+        min(scan.checked_from, n),
+        scan.ignored_checkpoints,
+        scan.ignored_why,
     )
-
-
-def _last_checkpoint(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT MAX(size) FROM checkpoints").fetchone()
-    return int(row[0] or 0)
 
 
 def _b64(b: bytes) -> str:

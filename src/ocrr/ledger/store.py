@@ -35,7 +35,9 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS, Chain
+from ocrr.ledger.checkpoint_records import record_note
 from ocrr.ledger.group_commit import GroupCommit, Pending
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import (
     VERIFICATIONS_TABLE,
     LedgerReport,
@@ -45,6 +47,7 @@ from ocrr.ledger.scan import (
     _report_of,
     _Scan,
     _schema,
+    add_note_column,
     check_entry,
     scan_file,
 )
@@ -113,6 +116,9 @@ class DurableLedger(GroupCommit):
         self._own: tuple[int, int] | None = None
         self.memory: Chain | None = None
         self._apply: Apply
+        # Signs the checkpoint records of full checks; its verifier key is the one whose
+        # records this store trusts (set by open; None: records none, trusts none).
+        self.signer: Signer | None = None
 
     def _take_in_scan(self, scan: _Scan, apply: Apply | None) -> None:
         """Hand the checked entries to the caller's ``apply``, or (None) keep a plain Chain
@@ -135,11 +141,25 @@ class DurableLedger(GroupCommit):
                 self._feed(scan.vectors, scan.labels, scan.texts)
 
     # -- opening ------------------------------------------------------------------------
+    @property
+    def vkeys(self) -> tuple[str, ...]:
+        """The verifier keys whose checkpoint records this store trusts: its signer's, or none."""
+        return () if self.signer is None else (self.signer.vkey,)
+
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], dim: int | None = None, verify: str = "full", apply: Apply | None = None
+        cls,
+        path: str | os.PathLike[str],
+        dim: int | None = None,
+        verify: str = "full",
+        apply: Apply | None = None,
+        signer: Signer | None = None,
     ) -> DurableLedger:
-        """Open (creating if missing) and check a ledger file; refuse a broken one."""
+        """Open (creating if missing) and check a ledger file; refuse a broken one.
+
+        ``signer``: the key that signs the checkpoint records of full checks, and whose
+        records ``verify="checkpoint"`` trusts to skip rehashing the entries before them.
+        Without one, nothing is recorded and every entry is rehashed on every open."""
         path = Path(path).expanduser()
         if verify not in ("full", "checkpoint"):
             raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
@@ -162,7 +182,10 @@ class DurableLedger(GroupCommit):
                         )
                     elif "nodes" not in tables:  # written by Ledger.save / Ledger.open: add the tree
                         _adopt_v1(conn)
-                    report, scan = _report_of(conn, None if verify == "full" else 0)
+                    elif "checkpoints" in tables:  # (a file without it: the scan says so)
+                        add_note_column(conn)  # a file from before signed checkpoint records
+                    vkeys = () if signer is None else (signer.vkey,)
+                    report, scan = _report_of(conn, None if verify == "full" else 0, vkeys)
                     conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
                 except BaseException:
                     if conn.in_transaction:
@@ -191,6 +214,7 @@ class DurableLedger(GroupCommit):
             raise OcrrError(f"ledger {path} holds vectors of dimension {scan.dim}, not {dim}; use another file")
         scan.dim = scan.dim or dim
         ledger = cls(path, conn, scan, report, apply)
+        ledger.signer = signer
         if verify == "full":
             try:
                 ledger._record_checkpoint()  # (written in line with the writers: _write_aside)
@@ -562,19 +586,32 @@ class DurableLedger(GroupCommit):
     # -- checking -----------------------------------------------------------------------
     def verify(self, verify: str = "full") -> LedgerReport:
         """Re-read and check the file as it is on disk now; record a checkpoint if intact."""
-        report, _ = scan_file(self.path, verify)
+        report, _ = scan_file(self.path, verify, self.vkeys)
         self.report = report
         if report and verify == "full":
             self.refresh()  # other processes may have appended: vouch only for entries this one holds too
             self._record_checkpoint(min(report.size, len(self)))
         return report
 
-    def _record_checkpoint(self, size: int | None = None) -> None:
+    def _checkpoint_row(self, size: int | None) -> tuple | None:
+        """The checkpoint record of the first ``size`` entries (default: all), with its signed
+        note; None when there is nothing to vouch for or no key to sign with (an unsigned
+        record would be ignored by every reader)."""
         size = len(self) if size is None else size
-        if size == 0:
+        if size == 0 or self.signer is None:
+            return None
+        chain_head, root = self._hashes[size - 1], self.tree.root(size)
+        return (size, chain_head, root, time.time(), record_note(self.signer, size, root, chain_head))
+
+    def _record_checkpoint(self, size: int | None = None) -> None:
+        row = self._checkpoint_row(size)
+        if row is None:
             return
-        row = (size, self._hashes[size - 1], self.tree.root(size), time.time())
-        self._write_aside(lambda conn: conn.execute("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?)", row))
+        self._write_aside(
+            lambda conn: conn.execute(
+                "INSERT OR IGNORE INTO checkpoints (size, chain_head, root, time, note) VALUES (?, ?, ?, ?, ?)", row
+            )
+        )
 
     def close(self) -> None:
         """Wait for the commit in flight and what was submitted before, then close the file.

@@ -242,9 +242,18 @@ def build_state(
     )
     if config.token is None and config.on_database:
         config.token_path  # noqa: B018 - refuses, naming the fix, before the database is opened
+    # Said once, by the starting process (a worker it starts gets its damage_after).
+    if signer is None and damage_after is None and (config.verify == "checkpoint" or config.workers > 1):
+        log(
+            f"ledger {display(config.ledger)}: no --key, so no checkpoint record can be authenticated: every "
+            "open (workers' included) and every background check rehashes all entries; start with --key to "
+            "trust the records it signs"
+        )
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
         sub = opened.enter_context(
-            open_substrate(config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True)
+            open_substrate(
+                config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True, signer=signer
+            )
         )
         if encoder is not None:
             encoder = SerialEncoder(encoder)
@@ -304,7 +313,7 @@ def _check_now(led: DurableLedger) -> LedgerReport:
     """The quick check of the ledger as stored now: what follows its last checkpoint."""
     if isinstance(led, PostgresLedger):
         return led.scan("checkpoint")[0]
-    return scan_file(led.path, "checkpoint")[0]
+    return scan_file(led.path, "checkpoint", led.vkeys)[0]
 
 
 def _new_token(config: ServiceConfig, log: Callable[[str], None]) -> str:

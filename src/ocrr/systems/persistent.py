@@ -20,6 +20,7 @@ from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.index.exact import GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import display, open_store
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.store import DurableLedger, LedgerReport
@@ -237,6 +238,7 @@ def open_substrate(
     verify: str = "full",
     seed: int = 0,
     grow_ahead: bool = False,
+    signer: Signer | None = None,
 ) -> PersistentSubstrate:
     """Open (or create) a substrate persisted in the ledger file ``path``.
 
@@ -246,6 +248,8 @@ def open_substrate(
     checkpoint) and a damaged one is refused with the first bad entry. ``grow_ahead``:
     make each bigger vector buffer in the background before the current one fills
     (``Chain.grow_ahead``), for a process that answers requests while the ledger grows.
+    ``signer``: signs the ledger's checkpoint records; only its records let ``"checkpoint"``
+    skip rehashing (without one, every entry is rehashed).
     """
     if isinstance(system, str):
         system = make_system(system, seed=seed)
@@ -284,6 +288,6 @@ def open_substrate(
             system.correct(batch)
         return system._fitted_ledger().head
 
-    ledger = open_store(path, dim=dim, verify=verify, apply=apply)  # a file, or a postgresql:// URL
+    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
     opening = False
     return PersistentSubstrate(ledger, system)

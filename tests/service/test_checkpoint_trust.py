@@ -1,0 +1,57 @@
+"""The service trusts only checkpoint records signed by its own key (--key): a quick open
+(workers, --quick-open) skips rehashing only what such a record vouches for; without a key it
+rehashes everything, and says so once."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+pytest.importorskip("fastapi")
+from service_helpers import TOKEN, HashingEncoder, open_state, seed  # noqa: E402
+
+from ocrr.errors import OcrrError  # noqa: E402
+from ocrr.ledger.heads import Signer  # noqa: E402
+from ocrr.service.config import ServiceConfig  # noqa: E402
+from ocrr.service.state import build_state  # noqa: E402
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    """A seeded ledger whose service signed a checkpoint record of all 9 entries; its key file."""
+    signer = Signer.generate("example.com/service-records")
+    signer.save(tmp_path / "key")
+    state = open_state(tmp_path / "l.db", key=tmp_path / "key", origin=signer.origin)
+    seed(state)
+    assert state.substrate.ledger.verify("full").ok
+    state.close()
+    return tmp_path / "l.db", tmp_path / "key", signer.origin
+
+
+def _quick_state(path, log, **options):
+    config = ServiceConfig(ledger=path, token=TOKEN, quick_open=True, **options)
+    return build_state(config, encoder=HashingEncoder(), log=log)
+
+
+def test_a_quick_open_with_the_key_trusts_its_signed_record(keyed):
+    path, key, origin = keyed
+    said: list[str] = []
+    state = _quick_state(path, said.append, key=key, origin=origin)
+    try:
+        assert state.substrate.ledger.report.checked_from == 9
+        assert not any("no --key" in m for m in said)
+    finally:
+        state.close()
+
+
+def test_without_the_key_a_quick_open_rehashes_everything_and_says_so_once(keyed):
+    path, _, _ = keyed
+    conn = sqlite3.connect(path)  # an edit before the signed record, which only rehashing finds
+    with conn:
+        conn.execute("UPDATE entries SET label = 'forged' WHERE id = 2")
+    conn.close()
+    said: list[str] = []
+    with pytest.raises(OcrrError, match="damaged at entry 2"):
+        _quick_state(path, said.append)
+    assert sum("no --key, so no checkpoint record can be authenticated" in m for m in said) == 1
