@@ -125,6 +125,10 @@ def test_a_signed_checkpoint_is_a_trusted_root(tmp_path, log, capsys):
     (tmp_path / "cp").write_text(signer.checkpoint(11, root))
     by_note = ["--checkpoint", tmp_path / "cp", "--vkey", signer.vkey]
     assert _run(capsys, "inclusion", paths["p11"], *by_note)[:2] == (0, "ok\n")
+    (tmp_path / "head.json").write_text(json.dumps({"size": 11, "checkpoint": signer.checkpoint(11, root)}))
+    assert (
+        _run(capsys, "inclusion", paths["p11"], "--checkpoint", tmp_path / "head.json", "--vkey", signer.vkey)[0] == 0
+    )
     (tmp_path / "vkey").write_text(signer.vkey + "\n")  # the key may be a file too
     assert _run(capsys, "inclusion", paths["p11"], "--checkpoint", tmp_path / "cp", "--vkey", tmp_path / "vkey")[0] == 0
     other = Signer.generate("example.com/trusted-root")  # the same name, another key
@@ -200,5 +204,8 @@ def test_the_copied_verifier_checks_against_a_trusted_root_with_the_standard_lib
     run = [sys.executable, "-I", "-S", str(copy), "inclusion", str(paths["p11"])]  # no site-packages: no ocrr
     done = subprocess.run([*run, *_trusted(root)], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
-    done = subprocess.run([*run, "--checkpoint", str(paths["p11"]), "--vkey", "a+b+c"], capture_output=True, text=True)
+    (tmp_path / "cp").write_text("example.com/log\n11\n" + _b64(root) + "\n\n— example.com/log AAAA\n")
+    done = subprocess.run(
+        [*run, "--checkpoint", str(tmp_path / "cp"), "--vkey", "a+b+c"], capture_output=True, text=True
+    )
     assert done.returncode == 2 and "needs ocrr installed" in done.stderr and "--size N --root ROOT" in done.stderr

@@ -379,24 +379,26 @@ def _root_arg(text: str) -> bytes:
 
 
 def _checkpoint(note_path: str, vkey: str) -> tuple[int, bytes]:
-    try:  # the signature needs Ed25519, which Python's standard library lacks: ocrr's verifier checks it
+    note = _read_text(note_path, "the checkpoint")
+    if note.lstrip().startswith("{"):  # the JSON of /head or `ocrr ledger head --key`: its checkpoint field
+        field = _load_json(note_path, note).get("checkpoint")
+        if not isinstance(field, str):
+            raise CannotCheck(f'{note_path} is JSON without a "checkpoint" note; pass a signed head or its note')
+        note = field
+    key = vkey.strip() if "+" in vkey else _read_text(vkey, "the verifier key").strip()
+    try:  # the signature is Ed25519, which Python's standard library lacks: ocrr's note verifier checks it
         from ocrr.errors import OcrrError
         from ocrr.ledger.heads import verify_checkpoint
+
+        try:
+            _, size, root = verify_checkpoint(note, key)
+        except OcrrError as e:
+            raise ProofError(f"the checkpoint does not verify: {e}") from None
     except ImportError:
         raise CannotCheck(
             "--checkpoint needs ocrr installed (pip install ocrr) to check the note's Ed25519 signature; "
             "without it, check the checkpoint with your own tools and pass its size and root: --size N --root ROOT"
         ) from None
-    note = _read_text(note_path, "the checkpoint")
-    if note.lstrip().startswith("{"):  # the JSON of /head or `ocrr ledger head --key`: its checkpoint field
-        note = _load_json(note_path, note).get("checkpoint")
-        if not isinstance(note, str):
-            raise CannotCheck(f'{note_path} is JSON without a "checkpoint" note; pass a signed head or its note')
-    key = vkey.strip() if "+" in vkey else _read_text(vkey, "the verifier key").strip()
-    try:
-        _, size, root = verify_checkpoint(note, key)
-    except OcrrError as e:
-        raise ProofError(f"the checkpoint does not verify: {e}") from None
     return size, root
 
 
