@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
-from ocrr.errors import LedgerIntegrityError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError
 from ocrr.ledger.store import DurableLedger
 from ocrr.ledger.verified_read import read_verified
 from ocrr.ledger.verify import entry_bytes, leaf_hash
@@ -89,3 +89,15 @@ def test_only_what_the_ledger_holds_can_be_asked_for(store):
     led, _ = store
     with pytest.raises(ValueError, match="outside"):
         read_verified(led, led, 10, 13)
+
+
+def test_storage_that_cannot_be_read_is_a_storage_error_not_damage(tmp_path):
+    led, _ = _sqlite(tmp_path / "l.db")
+    _fill(led)
+    (tmp_path / "l.db").rename(tmp_path / "away.db")
+    try:
+        with pytest.raises(LedgerStorageError, match=r"entries 0\.\.11 could not be read from storage"):
+            read_verified(led, led, 0, 12)
+    finally:
+        (tmp_path / "away.db").rename(tmp_path / "l.db")
+        led.close()

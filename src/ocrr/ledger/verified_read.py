@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
-from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import entry_bytes
 
@@ -59,9 +59,9 @@ def read_verified(store: EntryReader, held: HeldLog, lo: int, hi: int) -> list[V
         raise ValueError(f"entries {lo}..{hi - 1} are outside the {len(held)} the ledger holds")
     try:
         rows = list(store.read_entries(lo, hi))
-    except OcrrError:
+    except (LedgerIntegrityError, LedgerStorageError):
         raise
-    except Exception as e:  # noqa: BLE001 - the engine's own error type: the core names no engine
+    except Exception as e:  # noqa: BLE001 - the engine's own error (or its OcrrError): the core names no engine
         raise LedgerStorageError(
             f"entries {lo}..{hi - 1} could not be read from storage ({e}); check that the ledger's "
             "file or database is reachable and readable"

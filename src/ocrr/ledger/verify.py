@@ -21,6 +21,7 @@ is only checked against a trusted root, never against the root it carries alone.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import json
@@ -318,9 +319,7 @@ class CannotCheck(Exception):
     """No trusted root given, or a file that cannot be read: nothing was checked (exit status 2)."""
 
 
-def _parser():
-    import argparse
-
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="verify.py",
         description="Check an ocrr inclusion or consistency proof document against a root you trust.",
