@@ -57,12 +57,14 @@ def test_proofs_check_with_the_standalone_verifier(ledger, capsys, tmp_path):
         assert main(["ledger", *argv]) == 0
         proof = tmp_path / f"{kind}.json"
         proof.write_text(capsys.readouterr().out)
-        run = subprocess.run([sys.executable, "-I", str(VERIFY_PY), kind, str(proof)], capture_output=True, text=True)
-        assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
         doc = json.loads(proof.read_text())
+        trusted = ["--size", str(doc.get("size", doc.get("to"))), "--root", doc.get("root", doc.get("root_to"))]
+        check = [sys.executable, "-I", str(VERIFY_PY), kind, str(proof), *trusted]
+        run = subprocess.run(check, capture_output=True, text=True)
+        assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
         doc["proof"][0] = doc["proof"][1]  # a forged proof fails
         proof.write_text(json.dumps(doc))
-        run = subprocess.run([sys.executable, "-I", str(VERIFY_PY), kind, str(proof)], capture_output=True, text=True)
+        run = subprocess.run(check, capture_output=True, text=True)
         assert run.returncode == 1 and "FAILED" in run.stdout
 
 

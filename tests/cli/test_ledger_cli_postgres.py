@@ -51,7 +51,9 @@ def test_verify_head_prove_consistency_on_a_database(db, capsys, tmp_path):
     assert code == 0 and proof["entry"]["label"] == "c1"
     (tmp_path / "p.json").write_text(json.dumps(proof))
     checked = subprocess.run(
-        [sys.executable, str(VERIFY_PY), "inclusion", str(tmp_path / "p.json")], capture_output=True, text=True
+        [sys.executable, str(VERIFY_PY), "inclusion", str(tmp_path / "p.json"), "--size", "9", "--root", proof["root"]],
+        capture_output=True,
+        text=True,
     )
     assert checked.returncode == 0, checked.stderr
     code, cons = _json(capsys, ["ledger", "consistency", db, "--from", "3"])

@@ -5,6 +5,7 @@ golang.org/x/mod (sumdb/note, sumdb/tlog) that talks to a real `ocrr serve`."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import secrets
 import shutil
@@ -180,19 +181,34 @@ def _serve(folder: Path, token: str) -> tuple[subprocess.Popen, str, Signer]:
             time.sleep(0.1)
 
 
+def _flip_one_byte(path: str, body: bytes) -> bytes:
+    """One byte of ``body`` changed (a checkpoint: its root's first character)."""
+    out = bytearray(body)
+    k = out.index(b"\n", out.index(b"\n") + 1) + 1 if path == "/checkpoint" else 0
+    out[k] = ord("A") if out[k] != ord("A") else ord("B")
+    return bytes(out)
+
+
+def _contradicting_leaf_hash(path: str, body: bytes) -> bytes:
+    """An inclusion proof with its entry whose redundant ``leaf_hash`` is not the entry's leaf."""
+    doc = json.loads(body)
+    leaf = bytearray(_b(doc["leaf_hash"]))
+    leaf[0] ^= 1
+    return json.dumps({**doc, "leaf_hash": base64.b64encode(bytes(leaf)).decode("ascii")}).encode()
+
+
 @contextmanager
-def _tampering(url: str, path: str):
-    """A proxy to ``url`` that flips one byte of what ``path`` answers (a checkpoint: its root's
-    first character); yield its URL."""
+def _tampering(url: str, path: str, alter=_flip_one_byte):
+    """A proxy to ``url`` that serves what ``path`` (its query aside) answers changed by
+    ``alter(path, body)``; yield its URL."""
 
     class Proxy(BaseHTTPRequestHandler):
         def do_GET(self):
             headers = {k: v for k, v in self.headers.items() if k.lower() == "authorization"}
             r = requests.get(url + self.path, headers=headers)
-            body = bytearray(r.content)
-            if self.path == path and r.status_code == 200:
-                k = body.index(b"\n", body.index(b"\n") + 1) + 1 if path == "/checkpoint" else 0
-                body[k] = ord("A") if body[k] != ord("A") else ord("B")
+            body = r.content
+            if self.path.partition("?")[0] == path and r.status_code == 200:
+                body = alter(path, body)
             self.send_response(r.status_code)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -247,6 +263,31 @@ def test_go_verifies_the_checkpoint_tiles_and_proofs_of_a_real_ocrr_serve(tmp_pa
             with _tampering(url, path) as forged:
                 done = subprocess.run([str(audit), forged, token, "300"], capture_output=True, text=True, timeout=120)
             assert done.returncode == 1 and reason in done.stdout, (path, done.stdout + done.stderr)
+        _both_reject_a_contradicting_leaf_hash(audit, url, token, tmp_path)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def _both_reject_a_contradicting_leaf_hash(audit: Path, url: str, token: str, tmp: Path) -> None:
+    """An inclusion proof whose redundant ``leaf_hash`` contradicts its entry: Go's reference
+    check and ocrr's standalone verifier (against the signed checkpoint) both reject it, and
+    both accept the same proof as the service sent it."""
+    (tmp / "checkpoint").write_text(requests.get(f"{url}/checkpoint").text)
+    trusted = ["--checkpoint", str(tmp / "checkpoint"), "--vkey", requests.get(f"{url}/verifier-key").text.strip()]
+    entry = "/proof/inclusion/300/entry"
+    auth = {"Authorization": f"Bearer {token}"}
+    for alter, go_says, ocrr_says in (
+        (lambda path, body: body, "ok entry 300 is in the checkpoint's tree", "ok"),
+        (_contradicting_leaf_hash, "leaf_hash contradicts the entry's bytes", "leaf_hash contradicts the entry"),
+    ):
+        with _tampering(url, entry, alter) as served:
+            go = subprocess.run([str(audit), served, token, "300"], capture_output=True, text=True, timeout=120)
+            (tmp / "proof.json").write_bytes(requests.get(f"{served}{entry}", headers=auth).content)
+        ours = subprocess.run(
+            [sys.executable, "-m", "ocrr.ledger.verify", "inclusion", str(tmp / "proof.json"), *trusted],
+            capture_output=True,
+            text=True,
+        )
+        assert go_says in go.stdout and (go.returncode == 0) == (go_says.startswith("ok")), go.stdout + go.stderr
+        assert ocrr_says in ours.stdout and (ours.returncode == 0) == (ocrr_says == "ok"), ours.stdout + ours.stderr

@@ -20,7 +20,14 @@ from ocrr.ledger.heads import Signer, TreeHead, check_vkey
 from ocrr.ledger.location import as_location, default_origin_of, display, is_database_url, scan_location
 from ocrr.ledger.postgres_transfer import import_into_database
 from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl, root_bytes
-from ocrr.ledger.verify import ProofError, verify_consistency
+from ocrr.ledger.verify import (
+    CannotCheck,
+    ProofError,
+    add_trusted_root_options,
+    check_files,
+    trusted_root_of,
+    verify_consistency,
+)
 
 LOCATION = "the ledger file, or a postgresql://… URL (its options=-csearch_path%%3D<schema> picks the schema)"
 
@@ -57,7 +64,9 @@ def add_commands(sub) -> None:
     h.add_argument("--checkpoint", action="store_true", help="print only the signed C2SP checkpoint note")
     h.set_defaults(handler=_cmd_head)
 
-    p = lsub.add_parser("prove", help="inclusion proof of one entry (check it with ocrr/ledger/verify.py)")
+    p = lsub.add_parser(
+        "prove", help="inclusion proof of one entry (check it with `ocrr ledger check` or ocrr/ledger/verify.py)"
+    )
     p.add_argument("path", type=as_location, help=LOCATION)
     p.add_argument("--entry", type=int, required=True, help="entry id")
     p.add_argument("--size", type=int, default=None, help="size of the log to prove against (default: all)")
@@ -68,6 +77,15 @@ def add_commands(sub) -> None:
     c.add_argument("--from", dest="size1", type=int, required=True)
     c.add_argument("--to", dest="size2", type=int, default=None, help="default: the current size")
     c.set_defaults(handler=_cmd_consistency)
+
+    chk = lsub.add_parser(
+        "check",
+        help="check a proof document (inclusion or consistency) against a root you trust; exit 1 if it fails",
+    )
+    chk.add_argument("kind", choices=("inclusion", "consistency"))
+    chk.add_argument("proof", help="the proof JSON (from `ocrr ledger prove` / `consistency`, or the service)")
+    add_trusted_root_options(chk)
+    chk.set_defaults(handler=_cmd_check)
 
     e = lsub.add_parser("export", help="write the ledger as JSONL (vectors as base64 little-endian float32)")
     e.add_argument("path", type=as_location, help=LOCATION)
@@ -234,6 +252,20 @@ def _cmd_consistency(args) -> int:
             "proof": [_b64(p) for p in scan.tree.consistency_proof(args.size1, size2)],
         }
     )
+    return 0
+
+
+def _cmd_check(args) -> int:
+    """The standalone verifier's check (ocrr/ledger/verify.py), its answer as JSON."""
+    try:
+        trusted = trusted_root_of(args)
+        check_files(args.kind, args.proof, trusted, args.consistency)
+    except CannotCheck as e:
+        raise OcrrError(str(e)) from None
+    except (ProofError, KeyError, ValueError, TypeError) as e:
+        _print({"ok": False, "reason": str(e)})
+        return 1
+    _print({"ok": True, "kind": args.kind, "trusted_size": trusted[0], "trusted_root": _b64(trusted[1])})
     return 0
 
 

@@ -267,6 +267,7 @@ class DurableLedger(GroupCommit):
         """Yield (id, label, text, vector bytes, prev_hash, hash) from the file, in id order."""
         hi = len(self) if hi is None else hi
         conn = _connect(self.path, readonly=True)
+        conn.text_factory = _text_as_stored  # text that is not UTF-8 is returned, not raised: readers reject it
         try:
             cur = conn.execute(
                 "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
@@ -632,6 +633,14 @@ class DurableLedger(GroupCommit):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _text_as_stored(raw: bytes) -> str | bytes:
+    """A TEXT value as a str, or its raw bytes when they are not UTF-8 (written behind the ledger's back)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def _not_writable(path: Path, err: BaseException) -> OcrrError:

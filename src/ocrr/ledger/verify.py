@@ -12,12 +12,16 @@ The tree is RFC 6962 / 9162 shaped: leaf = SHA-256(0x00 || data), node =
 SHA-256(0x01 || left || right), and the empty tree's root is SHA-256 of nothing. Every
 ``verify_*`` returns None when the proof holds and raises ``ProofError`` saying why not.
 
-Command line: ``python verify.py inclusion PROOF.json`` or ``consistency PROOF.json``
-with the JSON that ``ocrr ledger prove`` / ``consistency`` print.
+Command line: ``python verify.py inclusion PROOF.json --size N --root ROOT`` (or
+``consistency PROOF.json ...``) with the JSON that ``ocrr ledger prove`` / ``consistency`` or
+the service print, and the root you trust: ``--size/--root``, or ``--checkpoint NOTE --vkey KEY``
+(its signature is checked with ocrr's note verifier, so that form needs ocrr installed). A proof
+is only checked against a trusted root, never against the root it carries alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import json
@@ -34,6 +38,13 @@ __all__ = [
     "root_from_inclusion_proof",
     "verify_inclusion",
     "verify_consistency",
+    "check_inclusion_document",
+    "check_consistency_document",
+    "CannotCheck",
+    "add_trusted_root_options",
+    "trusted_root_of",
+    "check_files",
+    "main",
 ]
 
 HASH_SIZE = 32
@@ -189,29 +200,261 @@ def verify_consistency(size1: int, size2: int, proof: list[bytes] | None, root1:
 
 def _b64(s: str) -> bytes:
     """Standard base64 in its canonical spelling only (padded, unused bits zero)."""
+    if not isinstance(s, str):
+        raise ProofError(f"expected a base64 string, got {type(s).__name__}")
     raw = base64.b64decode(s, validate=True)
     if base64.b64encode(raw).decode("ascii") != s:
         raise ValueError(f"{s[:60]!r} is not canonical standard base64")
     return raw
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Check a proof JSON as printed by ``ocrr ledger prove`` / ``ocrr ledger consistency``."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("inclusion", "consistency"):
-        print("usage: python verify.py inclusion|consistency PROOF.json", file=sys.stderr)
-        return 2
-    with open(argv[1], encoding="utf-8") as f:
-        doc = json.load(f)
+# -- proof documents, checked against a root the caller trusts -------------------------------
+# A proof checked against the root it carries proves nothing: anyone can build a tree of their
+# own and a proof for it. What ties a proof to the log is a root the caller already trusts (from
+# a checkpoint whose signature they checked, or a head they hold), so every check below takes one.
+
+
+def check_inclusion_document(
+    doc: dict, trusted_size: int, trusted_root: bytes, consistency: dict | None = None
+) -> None:
+    """Raise ProofError unless ``doc`` (as ``ocrr ledger prove`` or the service's
+    ``/proof/inclusion/<i>/entry`` print it) proves that its entry is in the log of
+    ``trusted_size`` entries with ``trusted_root``. Its leaf is rebuilt from the entry's fields;
+    a redundant field that contradicts them (``leaf_hash``, ``entry.bytes``, ``entry.hash``,
+    ``entry.id``) is rejected. A proof for a smaller log needs ``consistency``, a consistency
+    proof document from its size to ``trusted_size``."""
+    entry = _field(doc, "entry", dict)
+    index, size = _check_size(_field(doc, "index", int), "index"), _field(doc, "size", int)
+    if _field(entry, "id", int) != index:
+        raise ProofError(f"entry.id {entry['id']} contradicts the proof's index {index}")
+    text = entry.get("text")
+    if text is not None and not isinstance(text, str):
+        raise ProofError(f"entry.text must be a string or null, got {type(text).__name__}")
+    vector, prev_hash = _b64(_field(entry, "vector", str)), _b64(_field(entry, "prev_hash", str))
+    raw = entry_bytes(index, _field(entry, "label", str), text, vector, prev_hash)
+    if "bytes" in entry and _b64(entry["bytes"]) != raw:
+        raise ProofError("entry.bytes contradicts the entry's fields (they encode other bytes)")
+    if "hash" in entry and _b64(entry["hash"]) != hashlib.sha256(raw).digest():
+        raise ProofError("entry.hash contradicts the entry's fields (it is not their chain hash)")
+    leaf = leaf_hash(raw)
+    if "leaf_hash" in doc and _b64(doc["leaf_hash"]) != leaf:
+        raise ProofError("leaf_hash contradicts the entry (the entry's fields hash to another leaf)")
+    root = _b64(doc["root"])
+    verify_inclusion(index, size, leaf, [_b64(p) for p in _field(doc, "proof", list)], root)
+    _extends_to_trusted(size, root, trusted_size, trusted_root, consistency)
+
+
+def check_consistency_document(doc: dict, trusted_size: int, trusted_root: bytes) -> None:
+    """Raise ProofError unless ``doc`` (as ``ocrr ledger consistency`` or ``/proof/consistency``
+    print it) proves that the log of size ``from`` is a prefix of the log of size ``to``, one
+    of the two being the trusted log."""
+    size1, size2 = _field(doc, "from", int), _field(doc, "to", int)
+    root1, root2 = _b64(doc["root_from"]), _b64(doc["root_to"])
+    verify_consistency(size1, size2, [_b64(p) for p in _field(doc, "proof", list)], root1, root2)
+    ends = {size1: root1, size2: root2}
+    if trusted_size not in ends:
+        raise ProofError(f"the trusted size {trusted_size} is neither end of this proof ({size1} to {size2})")
+    if (size1 == trusted_size and root1 != trusted_root) or (size2 == trusted_size and root2 != trusted_root):
+        raise ProofError(f"the proof's root for size {trusted_size} is not the trusted root: {_NOT_THE_LOG}")
+
+
+_NOT_THE_LOG = "this is not the log you trust (a forked or forged log)"
+
+
+def _extends_to_trusted(
+    size: int, root: bytes, trusted_size: int, trusted_root: bytes, consistency: dict | None
+) -> None:
+    """Raise ProofError unless the log of ``size`` with ``root`` is the trusted log or a prefix
+    of it (proven by the ``consistency`` document)."""
+    trusted_root = _check_hash(trusted_root, "trusted root")
+    if size == trusted_size:
+        if root != trusted_root:
+            raise ProofError(f"the proof's root for size {size} is not the trusted root: {_NOT_THE_LOG}")
+        return
+    if size > trusted_size:
+        raise ProofError(
+            f"the proof is for a log of {size} entries, more than the {trusted_size} you trust: ask for the "
+            f"proof at size {trusted_size} (/proof/inclusion/<index>/entry?size={trusted_size}, or "
+            f"`ocrr ledger prove --size {trusted_size}`)"
+        )
+    if consistency is None:
+        raise ProofError(
+            f"the proof is for a log of {size} entries, the trusted root for {trusted_size}: pass a consistency "
+            f"proof from {size} to {trusted_size} (/proof/consistency?from={size}&to={trusted_size}, or "
+            f"`ocrr ledger consistency --from {size} --to {trusted_size}`), or ask for the proof at size {trusted_size}"
+        )
+    if (_field(consistency, "from", int), _field(consistency, "to", int)) != (size, trusted_size):
+        raise ProofError(
+            f"the consistency proof goes from {consistency['from']} to {consistency['to']}, "
+            f"not from {size} to {trusted_size}"
+        )
+    for name, held in (("root_from", root), ("root_to", trusted_root)):
+        if name in consistency and _b64(consistency[name]) != held:
+            raise ProofError(f"the consistency proof's {name} contradicts the roots being tied together")
+    proof = [_b64(p) for p in _field(consistency, "proof", list)]
+    verify_consistency(size, trusted_size, proof, root, trusted_root)
+
+
+def _field(doc: dict, name: str, kind: type):
+    if not isinstance(doc, dict) or name not in doc:
+        raise ProofError(f"the document has no {name!r} field")
+    value = doc[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ProofError(f"{name!r} must be a JSON {_JSON_NAMES[kind]}, got {value!r:.60}")
+    return value
+
+
+_JSON_NAMES = {int: "integer", str: "string", list: "array", dict: "object"}
+
+
+# -- the command line ----------------------------------------------------------------------------
+_NEED_A_ROOT = (
+    "refusing to check {proof} against the root it carries: anyone can make a proof for a tree of their "
+    "own. Pass the root you trust: --size N --root ROOT (from a checkpoint whose signature you checked, "
+    "or a head you hold), or --checkpoint FILE --vkey KEY (the log's signed checkpoint and its verifier key)"
+)
+
+
+class CannotCheck(Exception):
+    """No trusted root given, or a file that cannot be read: nothing was checked (exit status 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="verify.py",
+        description="Check an ocrr inclusion or consistency proof document against a root you trust.",
+    )
+    p.add_argument("kind", choices=("inclusion", "consistency"))
+    p.add_argument("proof", help="the proof JSON (`ocrr ledger prove` / `consistency`, or the service's)")
+    add_trusted_root_options(p)
+    return p
+
+
+def add_trusted_root_options(parser) -> None:
+    """The options that name the trusted root (shared with ``ocrr ledger check``)."""
+    parser.add_argument("--size", type=int, default=None, help="the trusted log's size")
+    parser.add_argument("--root", default=None, help="the trusted log's root (base64, or 64 hex digits)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="a signed checkpoint note (or /head's JSON): its size and root"
+    )
+    parser.add_argument(
+        "--vkey", "--verifier-key", dest="vkey", default=None, help="the checkpoint's verifier key, or a file"
+    )
+    parser.add_argument(
+        "--consistency",
+        default=None,
+        help="inclusion: a consistency proof from the proof's size to the trusted size (for a smaller proof)",
+    )
+
+
+def trusted_root_of(args) -> tuple[int, bytes]:
+    """(size, root) the caller trusts, from ``--size/--root`` or ``--checkpoint/--vkey``
+    (the note's signature checked with ocrr's strict note verifier); CannotCheck otherwise."""
+    by_root, by_note = (args.size, args.root), (args.checkpoint, args.vkey)
+    if any(v is not None for v in by_root) and any(v is not None for v in by_note):
+        raise CannotCheck("pass either --size/--root or --checkpoint/--vkey, not both")
+    if by_root != (None, None):
+        if None in by_root:
+            raise CannotCheck("--size and --root go together: the size and root of the log you trust")
+        if args.size < 0:
+            raise CannotCheck(f"--size must be a non-negative integer, got {args.size}")
+        return args.size, _root_arg(args.root)
+    if by_note != (None, None):
+        if None in by_note:
+            raise CannotCheck("--checkpoint and --vkey go together: the signed note and the key it is signed with")
+        return _checkpoint(args.checkpoint, args.vkey)
+    raise CannotCheck(_NEED_A_ROOT.format(proof=getattr(args, "proof", "the proof")))
+
+
+def _root_arg(text: str) -> bytes:
+    text = text.strip()
     try:
-        if argv[0] == "inclusion":
-            e = doc["entry"]
-            leaf = entry_leaf_hash(e["id"], e["label"], e.get("text"), _b64(e["vector"]), _b64(e["prev_hash"]))
-            verify_inclusion(doc["index"], doc["size"], leaf, [_b64(p) for p in doc["proof"]], _b64(doc["root"]))
-        else:
-            verify_consistency(
-                doc["from"], doc["to"], [_b64(p) for p in doc["proof"]], _b64(doc["root_from"]), _b64(doc["root_to"])
-            )
+        raw = bytes.fromhex(text) if len(text) == 2 * HASH_SIZE else _b64(text)
+    except (ValueError, ProofError):
+        raw = b""
+    if len(raw) != HASH_SIZE:
+        raise CannotCheck(f"--root {text[:60]!r} is not a SHA-256 root: give 44 base64 characters or 64 hex digits")
+    return raw
+
+
+def _checkpoint(note_path: str, vkey: str) -> tuple[int, bytes]:
+    note = _read_text(note_path, "the checkpoint")
+    if note.lstrip().startswith("{"):  # the JSON of /head or `ocrr ledger head --key`: its checkpoint field
+        field = _load_json(note_path, note).get("checkpoint")
+        if not isinstance(field, str):
+            raise CannotCheck(f'{note_path} is JSON without a "checkpoint" note; pass a signed head or its note')
+        note = field
+    key = vkey.strip() if "+" in vkey else _read_text(vkey, "the verifier key").strip()
+    try:  # the signature is Ed25519, which Python's standard library lacks: ocrr's note verifier checks it
+        from ocrr.errors import OcrrError
+        from ocrr.ledger.heads import verify_checkpoint
+
+        try:
+            _, size, root = verify_checkpoint(note, key)
+        except OcrrError as e:
+            raise ProofError(f"the checkpoint does not verify: {e}") from None
+    except ImportError:
+        raise CannotCheck(
+            "--checkpoint needs ocrr installed (pip install ocrr) to check the note's Ed25519 signature; "
+            "without it, check the checkpoint with your own tools and pass its size and root: --size N --root ROOT"
+        ) from None
+    return size, root
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CannotCheck(f"cannot read {what} {path!r} ({e})") from None
+
+
+def _load_json(path: str, text: str | None = None) -> dict:
+    """A JSON object, refusing duplicate keys (another parser would read the other value) and
+    the non-JSON constants NaN and Infinity."""
+
+    def pairs(items: list) -> dict:
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+        return dict(items)
+
+    def constant(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    text = _read_text(path, "the proof") if text is None else text
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except ValueError as e:
+        raise CannotCheck(f"{path} is not a JSON proof document ({e})") from None
+    if not isinstance(doc, dict):
+        raise CannotCheck(f"{path} is not a JSON object")
+    return doc
+
+
+def check_files(kind: str, proof_path: str, trusted: tuple[int, bytes], consistency_path: str | None) -> None:
+    """Check the proof document at ``proof_path`` against ``trusted`` (size, root); ProofError if
+    it does not hold, CannotCheck if a file cannot be read."""
+    doc = _load_json(proof_path)
+    if kind == "inclusion":
+        cons = None if consistency_path is None else _load_json(consistency_path)
+        check_inclusion_document(doc, *trusted, consistency=cons)
+    elif consistency_path is not None:
+        raise CannotCheck("--consistency is for inclusion proofs")
+    else:
+        check_consistency_document(doc, *trusted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python verify.py inclusion|consistency PROOF.json`` and a trusted root; exit status 0
+    when the proof holds against it, 1 when it does not (``FAILED: why``), 2 when it cannot be
+    checked (no trusted root, a file that cannot be read)."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        check_files(args.kind, args.proof, trusted_root_of(args), args.consistency)
+    except CannotCheck as e:
+        print(f"verify.py: {e}", file=sys.stderr)
+        return 2
     except (ProofError, KeyError, ValueError, TypeError) as e:
         print(f"FAILED: {e}")
         return 1

@@ -14,7 +14,9 @@
   together with the entry the leaf covers, so that a client can recompute the leaf itself;
   it holds the entry's text, so it needs the token (the token that sent the correction).
 
-Like the other routes, these answer 503 once the service has found its file damaged.
+Like the other routes, these answer 503 once the service has found its file damaged. Entries
+leave only checked against what the service holds (``service/served.py``): a row edited or
+removed in storage makes the service fail closed, and the request gets that 503.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from pydantic import BaseModel, Field
 from ocrr.errors import OcrrError
 from ocrr.ledger.store import DurableLedger
 from ocrr.ledger.tiles import TILE_WIDTH, Tile, entry_bundle, parse_tile_path, tile_bytes, tile_width
-from ocrr.ledger.verify import entry_bytes
 from ocrr.service.schemas import error_responses
+from ocrr.service.served import served_entries
 from ocrr.service.state import ServiceState
 
 FULL_TILE_CACHE = "public, max-age=31536000, immutable"
@@ -204,9 +206,9 @@ class AuditRoutes:
                     raise HTTPException(404, str(e)) from None
         if tile.level is None:
             lo = tile.index * TILE_WIDTH
-            rows = led.read_entries(lo, lo + tile.width)
+            entries = served_entries(self.state, led, lo, lo + tile.width)  # a 503 unless every one matches
             try:
-                body = entry_bundle(entry_bytes(i, lab, text, vec, prev) for i, lab, text, vec, prev, _ in rows)
+                body = entry_bundle(e.bytes for e in entries)
             except OcrrError as e:
                 raise HTTPException(404, str(e)) from None
         cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
@@ -234,8 +236,7 @@ class AuditRoutes:
                     "ask for 0 <= index < size <= the ledger's size",
                 )
             leaf, proof, root = led.tree.node(0, index), led.inclusion_proof(index, n), led.root(n)
-        ((i, label, text, vector, prev, _),) = list(led.read_entries(index, index + 1))
-        raw = entry_bytes(i, label, text, vector, prev)
+        ((i, label, text, vector, prev, raw),) = served_entries(self.state, led, index, index + 1)
         entry = {"id": i, "label": label, "text": text, "vector": _b64(vector), "prev_hash": _b64(prev)}
         return {
             "index": index,

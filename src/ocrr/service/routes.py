@@ -59,6 +59,7 @@ from ocrr.service.schemas import (
     parse,
     to_json,
 )
+from ocrr.service.served import served_entries
 from ocrr.service.state import ServiceState
 from ocrr.service.threads import one_omp_thread
 from ocrr.systems.persistent import POOLED_BELOW
@@ -148,7 +149,12 @@ class Routes:
         app.add_api_route("/proof/consistency", self.consistency, response_model=ConsistencyOut, responses=proof_errors)
         authed = error_responses(400, 401, 413)
         app.add_api_route("/verify", self.verify, dependencies=[Depends(_bearer)], responses=authed)
-        app.add_api_route("/corrections/recent", self.recent, dependencies=[Depends(_bearer)], responses=authed)
+        app.add_api_route(
+            "/corrections/recent",
+            self.recent,
+            dependencies=[Depends(_bearer)],
+            responses=error_responses(400, 401, 413, 503),
+        )
         app.add_api_route(
             "/metrics", self.metrics, response_class=PlainTextResponse, responses=error_responses(400, 413, by_ref=True)
         )
@@ -308,30 +314,36 @@ class Routes:
     def verify(self, request: Request) -> dict:
         """Rehash the whole file and check it against what the service holds. Calls within
         ``verify_every`` seconds of the last check get its result, as long as the file has not
-        changed since (SQLite's data_version); a changed file is checked again. Damage makes
+        changed since: neither SQLite's data_version nor the identity, size and modification
+        time of the file and its ``-wal`` (bytes edited by another program leave data_version
+        as it was); a changed file is checked again, a database on every call. Damage makes
         every worker read-only and unhealthy (fail closed)."""
         self._require_token(request, "/verify (a full scan of the file)")
         state, led = self.state, self.state.substrate.ledger
         with state.verify_lock:  # one full check at a time; those waiting get its result
-            now, version = time.monotonic(), led.data_version()
-            last = state.last_full
-            if last is not None and now - last[0] < state.verify_every and version is not None and last[2] == version:
+            now, version = time.monotonic(), led.data_version()  # read before: commits during the check count
+            last, markers = state.last_full, _unchanged_since(led, version)
+            if last is not None and now - last[0] < state.verify_every and markers is not None and last[2] == markers:
                 return last[1]
             report = {**state.check_file("full"), "time": time.time()}  # damage: recorded by state.fail
-            state.last_full = (now, report, version)  # its own records leave data_version as it was
-        if report["ok"]:
-            try:
-                led.record_verification(report)  # in the file: every worker's page shows it
-            except Exception:  # noqa: BLE001 - a read-only file: the answer still stands
-                pass
+            if report["ok"]:
+                try:
+                    led.record_verification(report)  # in the file: every worker's page shows it
+                except Exception:  # noqa: BLE001 - a read-only file: the answer still stands
+                    pass
+            # The file as this check and its own records left it: the next change is someone else's.
+            state.last_full = (now, report, _unchanged_since(led, version))
         return report
 
     def recent(self, request: Request) -> dict:
         """The ledger's latest entries (from the file: whichever worker committed them)."""
         self._require_token(request, "the latest corrections (users' texts)")
+        self._require_intact()
         led = self._fresh_ledger()
         n = len(led)
-        latest = [{"id": i, "label": label, "text": text} for i, label, text, *_ in led.read_entries(max(0, n - 20), n)]
+        latest = [
+            {"id": e.id, "label": e.label, "text": e.text} for e in served_entries(self.state, led, max(0, n - 20), n)
+        ]
         return {"corrections": latest[::-1], "last_verify": led.last_verification()}
 
     # -- the page, health and metrics ---------------------------------------------------------
@@ -369,6 +381,23 @@ def _predictions(explanations) -> bytes:
             ]
         }
     )
+
+
+def _unchanged_since(led: DurableLedger, version: int | None) -> tuple | None:
+    """What a cached /verify result is keyed on: the file's data_version and the (device,
+    inode, size, modification time) of the file and of its ``-wal`` (None while it has none);
+    None for a store without a data_version (a database), whose results are never reused."""
+    if version is None:
+        return None
+    return (version, *(_identity(f"{led.path}{suffix}") for suffix in ("", "-wal")))
+
+
+def _identity(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _nodes(proof: list[bytes]) -> list[str]:

@@ -68,8 +68,8 @@ class ServiceState:
     damage: dict | None = None
     verify_every: float = 30.0  # /verify rehashes the file at most this often, while it does not change
     check_every: float = 0.0  # seconds between background checks of the file (0: none)
-    # (monotonic time, report, the file's data_version before the check) of the last full /verify
-    last_full: tuple[float, dict, int | None] | None = None
+    # (monotonic time, report, what the file looked like: routes._unchanged_since) of the last full /verify
+    last_full: tuple[float, dict, tuple | None] | None = None
     verify_lock: threading.Lock = field(default_factory=threading.Lock)
     # Damage is shared through the file's verification records (``DurableLedger.damage_since``):
     # the id of the latest record already looked at (at start: the latest one then, so damage

@@ -131,8 +131,11 @@ func main() {
 		entry, err := base64.StdEncoding.DecodeString(got.Entry.Bytes)
 		check(err)
 		leaf := tlog.RecordHash(entry) // the leaf, rebuilt from the entry's bytes
-		if leaf != hash(got.LeafHash) || got.Size != tree.N || hash(got.Root) != tree.Hash {
-			fail("entry %d: leaf, size or root differ from the entry's bytes and the checkpoint", index)
+		if leaf != hash(got.LeafHash) {
+			fail("entry %d: leaf_hash contradicts the entry's bytes (they hash to %s)", index, leaf)
+		}
+		if got.Size != tree.N || hash(got.Root) != tree.Hash {
+			fail("entry %d: size or root differ from the checkpoint", index)
 		}
 		fromTiles, err := hr.ReadHashes([]int64{tlog.StoredHashIndex(0, index)})
 		check(err)
