@@ -9,7 +9,7 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
-from ocrr.service.config import MAKE_TOKEN, MIN_TOKEN_BITS, token_bits
+from ocrr.service.config import MAKE_TOKEN, check_token
 from ocrr.service.encoder import check_nice
 
 
@@ -126,11 +126,7 @@ def _token(args) -> str | None:
         token, where = os.environ.get("OCRR_TOKEN") or "", "$OCRR_TOKEN"
         if not token:
             return None
-    if token_bits(token) < MIN_TOKEN_BITS:
-        raise OcrrError(
-            f"{where} is too weak (about {token_bits(token):.0f} bits; at least {MIN_TOKEN_BITS} bits needed); "
-            f"make one with {MAKE_TOKEN}"
-        )
+    check_token(token, where)
     return token
 
 

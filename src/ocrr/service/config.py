@@ -17,11 +17,9 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
+from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
 
 MAX_WORKERS = 64
-MIN_TOKEN_BITS = 128
-#: How to make a token strong enough (named in the refusal of a weak one).
-MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 @dataclass(frozen=True)
@@ -77,11 +75,8 @@ class ServiceConfig:
             raise OcrrError(f"--system takes a substrate spec, got {self.system!r}; e.g. substrate or substrate:k=3")
         if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
             raise OcrrError("the service token is empty; give a token, or none to have a random one made")
-        if self.token is not None and token_bits(self.token) < MIN_TOKEN_BITS:
-            raise OcrrError(
-                f"the service token is too weak (about {token_bits(self.token):.0f} bits; at least "
-                f"{MIN_TOKEN_BITS} bits needed); make one with {MAKE_TOKEN}, or give none to have one made"
-            )
+        if self.token is not None:
+            check_token(self.token, "the service token")
         for name in ("tls_cert", "tls_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
@@ -125,17 +120,14 @@ class ServiceConfig:
         return "checkpoint" if self.quick_open else "full"
 
 
-def token_bits(token: str) -> float:
-    """A generous estimate of a token's strength: its length times the bits per character of
-    the smallest usual alphabet holding it (hex: 4, base64url: 6, anything else: 6.5)."""
-    chars = set(token)
-    if chars <= set("0123456789abcdef") or chars <= set("0123456789ABCDEF"):
-        per = 4.0
-    elif chars <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/"):
-        per = 6.0
-    else:
-        per = 6.5
-    return len(token) * per
+def check_token(token: str, where: str) -> None:
+    """Refuse ``token`` (named ``where`` in the refusal) when it is too weak (``tokens.py``)."""
+    weakness = token_weakness(token)
+    if weakness is not None:
+        raise OcrrError(
+            f"{where} is too weak ({weakness}; at least {MIN_TOKEN_BITS} bits needed); "
+            f"make one with {MAKE_TOKEN}, or give none to have one made"
+        )
 
 
 def is_loopback(host: str) -> bool:
