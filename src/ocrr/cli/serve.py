@@ -77,6 +77,23 @@ def add_serve(sub) -> None:
         "network in clear: only behind a proxy that terminates TLS)",
     )
     s.add_argument(
+        "--allowed-hosts",
+        type=_host_list,
+        default=None,
+        metavar="NAME,…",
+        help="the names clients reach the service by (the Host header; *.example.com for any name "
+        "below it, * for any); requests for another name get 400, against DNS rebinding (default: "
+        "localhost, 127.0.0.1, [::1] and the --host address unless it is 0.0.0.0 or ::)",
+    )
+    s.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that has not sent a request's headers this long after it opened or "
+        "after its last answer (default 10), against clients that hold connections by sending slowly",
+    )
+    s.add_argument(
         "--check-every",
         type=float,
         default=60.0,
@@ -130,6 +147,11 @@ def _token(args) -> str | None:
     return token
 
 
+def _host_list(value: str) -> tuple[str, ...]:
+    """--allowed-hosts's type: names separated by commas (checked by ServiceConfig)."""
+    return tuple(name.strip() for name in value.split(",") if name.strip())
+
+
 def _encoder_nice(value: str) -> int | str:
     """--encoder-nice's type: a niceness 0-19, or idle."""
     try:
@@ -160,5 +182,7 @@ def _cmd_serve(args) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         insecure_public=args.insecure_public,
+        allowed_hosts=args.allowed_hosts,
+        header_timeout=args.header_timeout,
     )
     return serve(config)

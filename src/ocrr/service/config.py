@@ -17,6 +17,7 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
+from ocrr.service.hosts import allowed_hosts
 from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
 
 MAX_WORKERS = 64
@@ -46,6 +47,8 @@ class ServiceConfig:
     tls_cert: Path | None = None  # PEM certificate (uvicorn's ssl_certfile); with tls_key
     tls_key: Path | None = None  # PEM private key (uvicorn's ssl_keyfile)
     insecure_public: bool = False  # allow a non-loopback host without TLS (--insecure-public)
+    allowed_hosts: tuple[str, ...] | None = None  # Host names answered; None: loopback names and host (hosts.py)
+    header_timeout: float = 10.0  # seconds a connection has to send a request's headers (header_timeout.py)
 
     def __post_init__(self) -> None:
         # Paths may come as strings; a frozen dataclass stores the converted value this way.
@@ -93,6 +96,13 @@ class ServiceConfig:
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise OcrrError(f"--{name.replace('_', '-')} takes seconds >= 0, got {value!r}")
         check_nice(self.encoder_nice)
+        object.__setattr__(self, "allowed_hosts", allowed_hosts(self.allowed_hosts, self.host))
+        value = self.header_timeout
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise OcrrError(
+                f"--header-timeout takes seconds > 0 (how long a client may take to send a request's headers), "
+                f"got {value!r}"
+            )
 
     @property
     def tls(self) -> bool:
