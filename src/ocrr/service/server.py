@@ -20,7 +20,7 @@ from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
 from ocrr.service.config import ServiceConfig
 from ocrr.service.header_timeout import header_deadline_protocol
-from ocrr.service.hosts import AllowedHosts
+from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
@@ -98,7 +98,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
 
 def outer_app(app, config: ServiceConfig):
     """What uvicorn serves: ``app`` behind the ``Host`` check (``hosts.py``), then the body limit."""
-    return AllowedHosts(BodyLimit(app), config.allowed_hosts)
+    return AllowedHosts(BodyLimit(app), allowed_hosts(config.allowed_hosts, config.host))  # as the config made it
 
 
 def with_header_deadline(uv: uvicorn.Config, config: ServiceConfig) -> None:
