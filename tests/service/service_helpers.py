@@ -17,7 +17,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.state import build_state
 
 DIM = 64
-TOKEN = "test-token-0123456789abcdef"
+TOKEN = "6mHUzGkyPNMnygbUr3uoogiZHOSBdpMp7sykJnsJ3qI"  # secrets.token_urlsafe(32), as one should be made
 
 
 class HashingEncoder:

@@ -34,6 +34,7 @@ def test_page_predicts_corrects_and_learns(tmp_path):
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # to see what the page's CSP refused
     with running(create_app(state)) as url:
         driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
         try:
@@ -55,6 +56,8 @@ def test_page_predicts_corrects_and_learns(tmp_path):
             assert "entry 9" in driver.find_element(By.ID, "status").text
             wait.until(lambda d: d.find_element(By.ID, "size").text == "10")
             assert "lost_card" in driver.find_element(By.ID, "recent").text
+            refused = [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
+            assert not refused, refused
         finally:
             driver.quit()
     assert len(state.substrate) == 10

@@ -27,7 +27,7 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: E402, F401
 from ocrr.ledger.location import scan_location  # noqa: E402
 from ocrr.service.state import FOLLOW_EVERY  # noqa: E402
 
-TOKEN = "replica-token-0123456789abcdef-xyz"
+TOKEN = "FjKym34rU16bvkxpUJ06bdvWto-Go9Rvco6pcWCrQlU"  # secrets.token_urlsafe(32)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 DIM = 8
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
-from ocrr.service.config import MAKE_TOKEN, MIN_TOKEN_BITS, token_bits
+from ocrr.service.config import MAKE_TOKEN, check_token
 from ocrr.service.encoder import check_nice
 
 
@@ -77,6 +77,23 @@ def add_serve(sub) -> None:
         "network in clear: only behind a proxy that terminates TLS)",
     )
     s.add_argument(
+        "--allowed-hosts",
+        type=_host_list,
+        default=None,
+        metavar="NAME,…",
+        help="the names clients reach the service by (the Host header; *.example.com for any name "
+        "below it, * for any); requests for another name get 400, against DNS rebinding (default: "
+        "localhost, 127.0.0.1, [::1] and the --host address unless it is 0.0.0.0 or ::)",
+    )
+    s.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that has not sent a request's headers this long after it opened or "
+        "after its last answer (default 10), against clients that hold connections by sending slowly",
+    )
+    s.add_argument(
         "--check-every",
         type=float,
         default=60.0,
@@ -126,12 +143,13 @@ def _token(args) -> str | None:
         token, where = os.environ.get("OCRR_TOKEN") or "", "$OCRR_TOKEN"
         if not token:
             return None
-    if token_bits(token) < MIN_TOKEN_BITS:
-        raise OcrrError(
-            f"{where} is too weak (about {token_bits(token):.0f} bits; at least {MIN_TOKEN_BITS} bits needed); "
-            f"make one with {MAKE_TOKEN}"
-        )
+    check_token(token, where)
     return token
+
+
+def _host_list(value: str) -> tuple[str, ...]:
+    """--allowed-hosts's type: names separated by commas (checked by ServiceConfig)."""
+    return tuple(name.strip() for name in value.split(",") if name.strip())
 
 
 def _encoder_nice(value: str) -> int | str:
@@ -164,5 +182,7 @@ def _cmd_serve(args) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         insecure_public=args.insecure_public,
+        allowed_hosts=args.allowed_hosts,
+        header_timeout=args.header_timeout,
     )
     return serve(config)

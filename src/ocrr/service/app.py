@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Route
 
+from ocrr.service.api_docs import add_docs
 from ocrr.service.audit_routes import AuditRoutes
 from ocrr.service.config import ServiceConfig
 from ocrr.service.metrics import MAX_ROUTES, Counters, TimeRequests
@@ -82,7 +83,10 @@ def create_app(
         version="1",
         lifespan=lifespan,
         description="Predict with a persistent substrate, correct it, and prove what its ledger holds.",
+        docs_url=None,  # FastAPI's loads Swagger UI from a CDN: api_docs serves it from the package
+        redoc_url=None,
     )
+    add_docs(app)
     routes.add_to(app)
     AuditRoutes(state).add_to(app)  # /checkpoint, /tile/..., /verifier-key, proofs with entries
     paths = [r.path for r in app.routes if isinstance(r, Route)]  # the HTTP routes (APIRoute is one too)

@@ -17,11 +17,10 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
+from ocrr.service.hosts import allowed_hosts
+from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
 
 MAX_WORKERS = 64
-MIN_TOKEN_BITS = 128
-#: How to make a token strong enough (named in the refusal of a weak one).
-MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,8 @@ class ServiceConfig:
     tls_cert: Path | None = None  # PEM certificate (uvicorn's ssl_certfile); with tls_key
     tls_key: Path | None = None  # PEM private key (uvicorn's ssl_keyfile)
     insecure_public: bool = False  # allow a non-loopback host without TLS (--insecure-public)
+    allowed_hosts: tuple[str, ...] | None = None  # Host names answered; None: loopback names and host (hosts.py)
+    header_timeout: float = 10.0  # seconds a connection has to send a request's headers (header_timeout.py)
 
     def __post_init__(self) -> None:
         # Paths may come as strings; a frozen dataclass stores the converted value this way.
@@ -77,11 +78,8 @@ class ServiceConfig:
             raise OcrrError(f"--system takes a substrate spec, got {self.system!r}; e.g. substrate or substrate:k=3")
         if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
             raise OcrrError("the service token is empty; give a token, or none to have a random one made")
-        if self.token is not None and token_bits(self.token) < MIN_TOKEN_BITS:
-            raise OcrrError(
-                f"the service token is too weak (about {token_bits(self.token):.0f} bits; at least "
-                f"{MIN_TOKEN_BITS} bits needed); make one with {MAKE_TOKEN}, or give none to have one made"
-            )
+        if self.token is not None:
+            check_token(self.token, "the service token")
         for name in ("tls_cert", "tls_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
@@ -98,6 +96,13 @@ class ServiceConfig:
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise OcrrError(f"--{name.replace('_', '-')} takes seconds >= 0, got {value!r}")
         check_nice(self.encoder_nice)
+        object.__setattr__(self, "allowed_hosts", allowed_hosts(self.allowed_hosts, self.host))
+        value = self.header_timeout
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise OcrrError(
+                f"--header-timeout takes seconds > 0 (how long a client may take to send a request's headers), "
+                f"got {value!r}"
+            )
 
     @property
     def tls(self) -> bool:
@@ -125,17 +130,14 @@ class ServiceConfig:
         return "checkpoint" if self.quick_open else "full"
 
 
-def token_bits(token: str) -> float:
-    """A generous estimate of a token's strength: its length times the bits per character of
-    the smallest usual alphabet holding it (hex: 4, base64url: 6, anything else: 6.5)."""
-    chars = set(token)
-    if chars <= set("0123456789abcdef") or chars <= set("0123456789ABCDEF"):
-        per = 4.0
-    elif chars <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/"):
-        per = 6.0
-    else:
-        per = 6.5
-    return len(token) * per
+def check_token(token: str, where: str) -> None:
+    """Refuse ``token`` (named ``where`` in the refusal) when it is too weak (``tokens.py``)."""
+    weakness = token_weakness(token)
+    if weakness is not None:
+        raise OcrrError(
+            f"{where} is too weak ({weakness}; at least {MIN_TOKEN_BITS} bits needed); "
+            f"make one with {MAKE_TOKEN}, or give none to have one made"
+        )
 
 
 def is_loopback(host: str) -> bool:

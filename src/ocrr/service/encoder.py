@@ -8,15 +8,20 @@ at a time goes to the model (a lock), which is also what a small box can afford.
 
 Protocol on the child's stdin/stdout: one JSON line (a list of texts) in; one JSON line
 out (``{"ok": true, "n": n, "d": d}`` followed by n x d little-endian float32, or
-``{"ok": false, "error": "..."}``). The child is ``python -c CHILD SPEC NICE``: started with
+``{"ok": false, "error": "..."}``). The child is ``python -c CHILD SPEC NICE PARENT``: started with
 ``-m ocrr.service.encoder``, runpy would warn at every start, because the package
 ``ocrr.service`` (its config) has imported this module before runpy executes it.
+
+The child dies with its parent (``orphans.die_with_parent``), at once, even when the parent
+is SIGKILLed while the child is busy loading the model or encoding and would not read the
+end of its input for seconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +30,7 @@ import numpy as np
 
 from ocrr.encoders import make_encoder
 from ocrr.errors import OcrrError
+from ocrr.service.orphans import die_with_parent
 
 # What the child runs: this module imported like any other, then its ``child`` entry point.
 CHILD = "import sys; from ocrr.service.encoder import child; sys.exit(child(sys.argv[1:]))"
@@ -46,13 +52,14 @@ class EncoderProcess:
         """``nice``: the child's niceness increment (0..19), or ``"idle"``: Linux's SCHED_IDLE
         class, which runs the model only on a core nothing else of normal priority wants (where
         there is no such class: niceness 19). Either lets the service's own threads (predicts by
-        vector, commits) take a contended core first; see ``_lower_priority``."""
+        vector, commits) take a contended core first; see ``_lower_priority``. Make it on a
+        thread that lives as long as the process (the child dies when that thread ends)."""
         check_nice(nice)
         self.id = spec
         self.encoder_id: str | None = None  # the encoder's own id (its embedding-cache key), from the child
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, spec, str(nice)],
+            [sys.executable, "-c", CHILD, spec, str(nice), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -141,6 +148,10 @@ def main(spec: str, nice: int | str = 0) -> int:
 
 
 def child(argv: list[str]) -> int:
-    """The child's command line (``SPEC [NICE]``, as ``EncoderProcess`` passes it) to ``main``."""
+    """The child's command line (``SPEC [NICE [PARENT]]``, as ``EncoderProcess`` passes it) to
+    ``main``, once bound to the life of its parent (the pid PARENT)."""
+    if len(argv) > 2:
+        # SIGKILL: the child holds nothing to save, and a busy one must not finish its work first.
+        die_with_parent(int(argv[2]), signal.SIGKILL)
     level = argv[1] if len(argv) > 1 else "0"
     return main(argv[0], level if level == "idle" else int(level))

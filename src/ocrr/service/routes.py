@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from importlib import resources
 from typing import Annotated
 
 import numpy as np
@@ -44,6 +43,7 @@ from ocrr.ledger.heads import TreeHead
 from ocrr.ledger.store import DurableLedger
 from ocrr.service.commits import Commits
 from ocrr.service.pool import PredictPool
+from ocrr.service.review_page import review_page
 from ocrr.service.schemas import (
     ERROR_MEANINGS,
     ConsistencyOut,
@@ -347,8 +347,8 @@ class Routes:
         return {"corrections": latest[::-1], "last_verify": led.last_verification()}
 
     # -- the page, health and metrics ---------------------------------------------------------
-    def page(self) -> str:
-        return resources.files("ocrr.service").joinpath("page.html").read_text(encoding="utf-8")
+    def page(self) -> HTMLResponse:
+        return review_page()
 
     def health(self, request: Request) -> Response:
         """Minimal: ok (200) or unhealthy (503, naming the first bad entry). With the token,

@@ -19,6 +19,8 @@ from ocrr.ledger.location import display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
 from ocrr.service.config import ServiceConfig
+from ocrr.service.header_timeout import header_deadline_protocol
+from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
@@ -72,9 +74,8 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
         log(f"stopped: ledger {display(config.ledger)} closed at {len(state.substrate)} entries")
 
     state.close = close_and_say
-    # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
-    uvicorn.run(
-        BodyLimit(create_app(state, freeze_heap=True)),
+    uv = uvicorn.Config(
+        outer_app(create_app(state, freeze_heap=True), config),
         host=config.host,
         port=config.port,
         log_level="warning",
@@ -83,7 +84,28 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
         ssl_keyfile=config.tls_key,
         timeout_graceful_shutdown=STOP_GRACE_S,
     )
+    with_header_deadline(uv, config)
+    # uvicorn stops on Ctrl-C / SIGTERM gracefully, then re-raises the signal (exit status -2 / -15).
+    server = uvicorn.Server(uv)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # as uvicorn.run
+        pass
+    if not server.started:  # as uvicorn.run: the port could not be bound, or the app did not start
+        return 3
     return 0
+
+
+def outer_app(app, config: ServiceConfig):
+    """What uvicorn serves: ``app`` behind the ``Host`` check (``hosts.py``), then the body limit."""
+    return AllowedHosts(BodyLimit(app), allowed_hosts(config.allowed_hosts, config.host))  # as the config made it
+
+
+def with_header_deadline(uv: uvicorn.Config, config: ServiceConfig) -> None:
+    """Make ``uv``'s HTTP protocol close connections slow to send headers (``header_timeout.py``)."""
+    if not uv.loaded:
+        uv.load()  # resolves the HTTP protocol class (h11's or httptools')
+    uv.http_protocol_class = header_deadline_protocol(uv.http_protocol_class, config.header_timeout)
 
 
 def _base_url(config: ServiceConfig, port: int) -> str:
@@ -143,7 +165,7 @@ def worker_main(
     if config.pin_workers:  # before the request threads start: they inherit the core (the encoder, started, does not)
         log(f"on core {pin_to_core(slot)}")
     limit_threads()
-    app = BodyLimit(create_app(state, freeze_heap=True))
+    app = outer_app(create_app(state, freeze_heap=True), config)
     uv = uvicorn.Config(
         app,
         log_level="warning",
@@ -152,8 +174,8 @@ def worker_main(
         ssl_keyfile=config.tls_key,
         timeout_graceful_shutdown=STOP_GRACE_S,
     )
+    with_header_deadline(uv, config)  # also the class _BalancedServer wraps
     if mesh is not None:
-        uv.load()  # resolves the HTTP protocol class, which _BalancedServer wraps
         if not can_hand_over(uv.http_protocol_class):
             log(
                 f"uvicorn {uvicorn.__version__}'s HTTP protocol does not take the arguments this ocrr "

@@ -27,7 +27,6 @@ writer is the supervisor: end of file there means it died, even by SIGKILL.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import multiprocessing as mp
@@ -49,8 +48,8 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.location import is_database_url
 from ocrr.service.balance import Mesh
 from ocrr.service.metrics import MAX_ROUTES, Counters
+from ocrr.service.orphans import die_with_parent
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 ORPHAN_GRACE = 5.0  # seconds a worker whose supervisor died has to stop gracefully, then it exits
 
 
@@ -337,13 +336,7 @@ def _die_with(supervisor: int, watch: Connection) -> None:
     """Stop this process when the supervisor dies: the kernel's parent-death signal (Linux),
     and a thread that waits for end of file on ``watch`` (any system; SIGTERM, then, if the
     graceful stop takes longer than ORPHAN_GRACE seconds, exit)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # the watchdog below still holds
-    if os.getppid() != supervisor:  # it died before the signal was set: nobody would send it
-        os._exit(1)
+    die_with_parent(supervisor, signal.SIGTERM)  # the watchdog below holds where the signal does not
 
     def watchdog() -> None:
         try:
