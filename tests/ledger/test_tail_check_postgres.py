@@ -33,6 +33,12 @@ def _seqs(url: str) -> list[int]:
         return [r[0] for r in conn.execute("SELECT seq FROM ocrr_entries ORDER BY seq")]
 
 
+def _copy_of_3_at(seq: int) -> str:
+    """SQL that inserts a copy of entry 3 at ``seq``."""
+    columns = "label, text, vector, prev_hash, hash, leaf"
+    return f"INSERT INTO ocrr_entries SELECT {seq}, {columns} FROM ocrr_entries WHERE seq = 3"
+
+
 def _refused(led: PostgresLedger, url: str, said: str) -> None:
     before = _seqs(url)
     for _ in range(2):  # and stays refused
@@ -57,19 +63,13 @@ def test_rows_removed_from_the_tail_refuse_the_next_append(ledger):
 
 def test_a_row_inserted_past_the_head_refuses_the_next_append(ledger):
     led, url = ledger
-    _tamper(
-        url,
-        "INSERT INTO ocrr_entries SELECT 12, label, text, vector, prev_hash, hash, leaf FROM ocrr_entries WHERE seq = 3",
-    )
+    _tamper(url, _copy_of_3_at(12))
     _refused(led, url, "a row was inserted at id 12 past the head 10")
 
 
 def test_a_row_at_the_head_refuses_the_next_append(ledger):
     led, url = ledger
-    _tamper(
-        url,
-        "INSERT INTO ocrr_entries SELECT 10, label, text, vector, prev_hash, hash, leaf FROM ocrr_entries WHERE seq = 3",
-    )
+    _tamper(url, _copy_of_3_at(10))
     _refused(led, url, "a row was inserted at id 10 past the head 10")
 
 
