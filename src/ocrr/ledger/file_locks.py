@@ -109,15 +109,11 @@ def join_writers(path: Path) -> FileHold:
     return FileHold(key, writer=True)
 
 
-def claim_service(path: Path) -> FileHold | None:
+def claim_service(path: Path) -> FileHold:
     """Hold the ledger file ``path`` (resolved, created if missing) as its one service; refuse,
-    naming the fix, if another service holds it, by any name. None where the file cannot be
-    opened for writing (the ledger's own open says why)."""
+    naming the fix, if another service holds it, by any name."""
     with _guard:
-        try:
-            key, held = _open_file(path, create=True)
-        except OcrrError:
-            return None
+        key, held = _open_file(path, create=True)
         try:
             if held.serving:
                 raise _served(path)
