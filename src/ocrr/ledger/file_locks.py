@@ -74,6 +74,7 @@ class FileHold:
                 return
             self._released = True
             held = _held[self._key]
+            held.holders -= 1
             if self._serving:
                 held.serving = False
                 _unlock(held.fd, _SERVE_BYTE)
