@@ -14,7 +14,9 @@ rebuilt on every open.
 Several processes may append to one file (the workers of ``ocrr serve --workers N``):
 SQLite lets one of them write at a time, and each commit first takes in, checked, the
 entries the others committed since (they chain on from what this process holds), so ids
-and the chain stay one sequence. ``refresh`` takes them in without writing, which a
+and the chain stay one sequence, then checks that the file ends where this process does
+(``ocrr.ledger.tail``: rows removed or inserted behind its back fail it closed). All of them
+must reach the file through one name (``ocrr.ledger.file_locks``). ``refresh`` takes them in without writing, which a
 reader does before it answers, so it answers for every acknowledged correction.
 """
 
