@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from ocrr.errors import OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.group_commit import Pending
 from ocrr.ledger.heads import Signer
@@ -41,6 +41,7 @@ from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
 from ocrr.ledger.postgres_schema import create_schema
 from ocrr.ledger.scan import LedgerReport, _Damage, _Scan
 from ocrr.ledger.store import Apply, DurableLedger
+from ocrr.ledger.tail import StoredTail
 
 __all__ = ["PostgresLedger", "is_database_url", "redact", "connect"]
 
@@ -55,6 +56,8 @@ _INSERT = (
     "UPDATE ocrr_head SET size = %s, chain_head = %s, root = %s, dim = coalesce(dim, %s) "
     "WHERE (SELECT count(*) FROM added) = %s"
 )
+# The rest of the stored tail (ocrr.ledger.tail.StoredTail): two reads of the entries' primary key.
+_TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
 
 
 def is_database_url(location: object) -> bool:
@@ -203,8 +206,15 @@ class PostgresLedger(DurableLedger):
         try:
             with self._pool.connection(timeout=_WAIT) as conn:
                 return fn(conn)
+        except psycopg.IntegrityError as e:  # a row where the ledger's next ones go (rows inserted behind its back)
+            self._broken = LedgerIntegrityError(
+                f"ledger {self.path}: {what} failed: storage already holds rows where the next entries go "
+                f"({str(e).strip()}); run `ocrr ledger verify {self.path}`",
+                len(self._hashes),
+            )
+            raise self._broken from e
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise OcrrError(
+            raise LedgerStorageError(
                 f"ledger {self.path}: {what} failed ({str(e).strip()}); check that the database is up"
             ) from e
 
@@ -222,9 +232,12 @@ class PostgresLedger(DurableLedger):
 
         def write(conn) -> None:
             with conn.transaction():
-                size = conn.execute("SELECT size FROM ocrr_head FOR UPDATE").fetchone()[0]  # the writers' one lock
+                # The head row's lock: the writers' one lock.
+                size, stored_head = conn.execute("SELECT size, chain_head FROM ocrr_head FOR UPDATE").fetchone()
                 with self._follow:
                     self._take_in_db(conn, size)  # what other writers committed comes first
+                    last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
+                    self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
                     ok, dim = self._same_dim(batch)
                     if not ok:
                         return
@@ -266,7 +279,7 @@ class PostgresLedger(DurableLedger):
                     self.tree.truncate(n0[0])
                 self._own = None
                 self._follow.notify_all()
-            err = e if isinstance(e, OcrrError) else OcrrError(f"ledger {self.path}: append failed ({e})")
+            err = e if isinstance(e, OcrrError) else LedgerStorageError(f"ledger {self.path}: append failed ({e})")
             for p in batch:
                 if not p.done:
                     p.error, p.done = err, True
@@ -319,9 +332,10 @@ class PostgresLedger(DurableLedger):
             size = conn.execute("SELECT size FROM ocrr_head").fetchone()[0]
         n0 = len(self._hashes)
         if size < n0:
-            self._broken = OcrrError(
+            self._broken = LedgerIntegrityError(
                 f"ledger {self.path}: the database's head says {size} entries but {n0} were committed "
-                f"(entries removed or the head rewritten); run `ocrr ledger verify {self.path}`"
+                f"(entries removed or the head rewritten); run `ocrr ledger verify {self.path}`",
+                size,
             )
             raise self._broken
         if size == n0:
@@ -339,12 +353,15 @@ class PostgresLedger(DurableLedger):
                 got = list(check_rows(rows, n0, self.chain_head, self.dim or 0, tree))
             except _Damage as e:
                 self.broken_at = e.first_bad
-                raise OcrrError(
+                raise LedgerIntegrityError(
                     f"entry {e.first_bad}, written by another process, does not chain on from entry "
-                    f"{(e.first_bad or 0) - 1} ({e.reason})"
+                    f"{(e.first_bad or 0) - 1} ({e.reason})",
+                    e.first_bad,
                 ) from None
             if len(got) != size - n0:
-                raise OcrrError(f"the head says {size} entries but the database holds {n0 + len(got)}")
+                raise LedgerIntegrityError(
+                    f"the head says {size} entries but the database holds {n0 + len(got)}", n0 + len(got)
+                )
             vecs = np.frombuffer(b"".join(g[2] for g in got), _F4LE).reshape(len(got), self.dim or 0)
             with self.lock.write():
                 for k in range(len(got)):
@@ -352,9 +369,14 @@ class PostgresLedger(DurableLedger):
                 self._hashes.extend(g[3] for g in got)
                 self._feed(vecs.astype(np.float32), [g[0] for g in got], [g[1] for g in got])
         except BaseException as e:
-            self._broken = OcrrError(
+            message = (
                 f"ledger {self.path}: could not take in entries other processes committed ({e}); "
                 f"stop the replicas writing it and run `ocrr ledger verify {self.path}`"
+            )
+            self._broken = (
+                LedgerIntegrityError(message, e.first_bad)
+                if isinstance(e, LedgerIntegrityError)
+                else LedgerStorageError(message)
             )
             raise self._broken from e
         self.followed += len(got)

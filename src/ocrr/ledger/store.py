@@ -14,7 +14,9 @@ rebuilt on every open.
 Several processes may append to one file (the workers of ``ocrr serve --workers N``):
 SQLite lets one of them write at a time, and each commit first takes in, checked, the
 entries the others committed since (they chain on from what this process holds), so ids
-and the chain stay one sequence. ``refresh`` takes them in without writing, which a
+and the chain stay one sequence, then checks that the file ends where this process does
+(``ocrr.ledger.tail``: rows removed or inserted behind its back fail it closed). All of them
+must reach the file through one name (``ocrr.ledger.file_locks``). ``refresh`` takes them in without writing, which a
 reader does before it answers, so it answers for every acknowledged correction.
 """
 
@@ -33,9 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ocrr.errors import OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.chain import GENESIS, Chain
 from ocrr.ledger.checkpoint_records import record_note
+from ocrr.ledger.file_locks import FileHold, join_writers
 from ocrr.ledger.group_commit import GroupCommit, Pending
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import (
@@ -51,6 +54,7 @@ from ocrr.ledger.scan import (
     check_entry,
     scan_file,
 )
+from ocrr.ledger.tail import StoredTail, check_tail
 from ocrr.ledger.verify import entry_bytes
 from ocrr.utils.rwlock import RWLock
 
@@ -59,6 +63,11 @@ __all__ = ["DurableLedger", "LedgerReport", "scan_file"]
 _F4LE = np.dtype("<f4")
 _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
+# The stored tail (ocrr.ledger.tail.StoredTail) in one statement: point reads on two primary keys.
+_TAIL = (
+    "SELECT (SELECT value FROM meta WHERE key = 'size'), (SELECT value FROM meta WHERE key = 'chain_head'), "
+    "(SELECT hash FROM entries WHERE id = ?), (SELECT max(id) FROM entries)"
+)
 
 # apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
 # feeds committed entries to the in-memory side, which must hash them to the same chain.
@@ -77,6 +86,7 @@ class DurableLedger(GroupCommit):
     """
 
     path: Path
+    _file: FileHold | None = None  # the file held as one of its writers (``open``)
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: _Scan, report: LedgerReport, apply: Apply | None):
         self.path, self._conn = path, conn
@@ -167,6 +177,19 @@ class DurableLedger(GroupCommit):
             raise OcrrError(f"dim must be a positive integer, got {dim!r}")
         if not path.exists() and not path.parent.is_dir():
             raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
+        path = path.resolve()  # symlinks followed: SQLite keeps its log beside the file's own name, so does ocrr
+        writer = join_writers(path)  # before SQLite opens it: one name per file (ocrr.ledger.file_locks)
+        try:
+            return cls._open_held(path, writer, dim, verify, apply, signer)
+        except BaseException:
+            writer.release()
+            raise
+
+    @classmethod
+    def _open_held(
+        cls, path: Path, writer: FileHold, dim: int | None, verify: str, apply: Apply | None, signer: Signer | None
+    ) -> DurableLedger:
+        """``open``, once the file is held as one of its writers (``writer``, let go on close)."""
         conn: sqlite3.Connection | None = None
         try:
             conn = _connect(path)
@@ -215,6 +238,7 @@ class DurableLedger(GroupCommit):
         scan.dim = scan.dim or dim
         ledger = cls(path, conn, scan, report, apply)
         ledger.signer = signer
+        ledger._file = writer
         if verify == "full":
             try:
                 ledger._record_checkpoint()  # (written in line with the writers: _write_aside)
@@ -406,6 +430,7 @@ class DurableLedger(GroupCommit):
                     with self._follow:
                         # Entries other processes committed come first; none can come now (we hold the lock).
                         self._take_in(conn)
+                        self._check_tail(StoredTail(*conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()))
                         ok, dim = self._same_dim(batch)
                         if not ok:
                             conn.execute("ROLLBACK")
@@ -429,14 +454,7 @@ class DurableLedger(GroupCommit):
                     self.tree.truncate(n0)
                 self._own = None
                 self._follow.notify_all()
-            err = (
-                e
-                if isinstance(e, OcrrError)
-                else OcrrError(
-                    f"could not write to ledger {self.path} ({e}); nothing was appended; "
-                    "check disk space and permissions"
-                )
-            )
+            err = self._write_error(e)
             for p in batch:
                 if not p.done:
                     p.error, p.done = err, True
@@ -459,6 +477,31 @@ class DurableLedger(GroupCommit):
                 raise self._broken from e
         for p in ok:
             p.done = True
+
+    def _check_tail(self, tail: StoredTail) -> None:
+        """In the write transaction: storage ends where this ledger does (``ocrr.ledger.tail``),
+        or the ledger fails closed: this append and every later one are refused."""
+        try:
+            check_tail(self.path, len(self._hashes), self.chain_head, tail)
+        except LedgerIntegrityError as e:
+            self._broken = e
+            raise
+
+    def _write_error(self, e: BaseException) -> OcrrError:
+        """What a failed group commit tells its appenders: an integrity failure fails the ledger
+        closed; any other failure to write is storage's (never the appender's fault)."""
+        if isinstance(e, OcrrError):
+            return e
+        if isinstance(e, sqlite3.IntegrityError):  # a row where the ledger's next ones go
+            self._broken = LedgerIntegrityError(
+                f"ledger {self.path}: storage already holds rows where the next entries go ({e}); nothing "
+                f"was appended. Stop the processes writing it and run `ocrr ledger verify {self.path}`",
+                len(self._hashes),
+            )
+            return self._broken
+        return LedgerStorageError(
+            f"could not write to ledger {self.path} ({e}); nothing was appended; check disk space and permissions"
+        )
 
     def _same_dim(self, batch: list[Pending]) -> tuple[list[Pending], int]:
         """The items of the ledger's dimension (the first commit fixes it), and that dimension;
@@ -544,13 +587,15 @@ class DurableLedger(GroupCommit):
                     assert leaf is not None  # rehashed (the default), so it has its leaf
                     leaves.append(leaf)
                 except _Damage as e:
-                    raise OcrrError(
-                        f"entry {i}, written by another process, does not chain on from entry {i - 1} ({e.reason})"
+                    raise LedgerIntegrityError(
+                        f"entry {i}, written by another process, does not chain on from entry {i - 1} ({e.reason})", i
                     ) from None
                 digests.append(digest)
                 prev = digest
             if len(rows) != size - n0:
-                raise OcrrError(f"the file says it holds {size} entries but has {n0 + len(rows)}")
+                raise LedgerIntegrityError(
+                    f"the file says it holds {size} entries but has {n0 + len(rows)}", n0 + len(rows)
+                )
             vecs = np.frombuffer(b"".join(r[3] for r in rows), _F4LE).reshape(len(rows), self.dim)
             with self.lock.write():
                 for leaf in leaves:
@@ -558,9 +603,14 @@ class DurableLedger(GroupCommit):
                 self._hashes.extend(digests)
                 self._feed(vecs.astype(np.float32), [r[1] for r in rows], [r[2] for r in rows])
         except BaseException as e:  # the mirror may be part-way: refuse to go on until reopened
-            self._broken = OcrrError(
+            message = (
                 f"ledger {self.path}: could not take in entries other processes committed "
                 f"({e}); stop the processes writing it and run `ocrr ledger verify {self.path}`"
+            )
+            self._broken = (
+                LedgerIntegrityError(message, e.first_bad)
+                if isinstance(e, LedgerIntegrityError)
+                else LedgerStorageError(message)
             )
             raise self._broken from e
         self.followed += len(rows)
@@ -626,6 +676,8 @@ class DurableLedger(GroupCommit):
                     self._watch.close()
                 self._conn.close()
                 os.close(self._writer)
+                if self._file is not None:
+                    self._file.release()  # after SQLite's connections: see ocrr.ledger.file_locks
                 self._cv.notify_all()
 
     def __enter__(self) -> DurableLedger:

@@ -15,7 +15,8 @@ limiter and response re-validation (the OpenAPI schema still names both bodies).
 Encoding, large searches and the fsync of a commit never block the event loop, and
 corrections that arrive together share one commit (the ledger's group commit). The other
 routes are plain ``def``s in FastAPI's worker threads. Every error a client can cause is a
-4xx JSON ``{"detail": "<what is wrong and what to do>"}``.
+4xx JSON ``{"detail": "<what is wrong and what to do>"}``; storage's failures are 503s
+(``Routes._ocrr_error``: an integrity failure also fails the service closed).
 
 The endpoints are methods (FastAPI takes bound methods as it takes functions); their
 names are the OpenAPI operation names, and a docstring on one becomes its description.
@@ -38,7 +39,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPBearer
 
-from ocrr.errors import OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import TreeHead
 from ocrr.ledger.store import DurableLedger
 from ocrr.service.commits import Commits
@@ -115,7 +116,7 @@ class Routes:
 
     def add_to(self, app: FastAPI) -> None:
         # starlette types a handler as taking any Exception; it passes each only its own class
-        app.add_exception_handler(OcrrError, _ocrr_error)  # type: ignore[arg-type]
+        app.add_exception_handler(OcrrError, self._ocrr_error)  # type: ignore[arg-type]
         app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
         app.add_api_route("/", self.page, response_class=HTMLResponse, include_in_schema=False)
         # Every status each route can answer is in its OpenAPI responses (413: the body limit,
@@ -346,6 +347,17 @@ class Routes:
         ]
         return {"corrections": latest[::-1], "last_verify": led.last_verification()}
 
+    async def _ocrr_error(self, request: Request, exc: OcrrError) -> JSONResponse:
+        """An error the client caused is a 400 naming the fix. Storage's failures are not the
+        client's: an integrity failure (storage does not hold what the ledger does) fails the
+        service closed, in every worker (503 with the reason, /health 503); any other failure of
+        storage (disk full, permissions, the database out of reach) is a 503 with its message."""
+        if isinstance(exc, LedgerIntegrityError):
+            size = len(self.state.substrate.ledger)
+            self.state.fail({"ok": False, "size": size, "first_bad": exc.first_bad, "reason": exc.reason})
+            return JSONResponse({"detail": self.state.damage_reason()}, status_code=503)
+        return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, LedgerStorageError) else 400)
+
     # -- the page, health and metrics ---------------------------------------------------------
     def page(self) -> HTMLResponse:
         return review_page()
@@ -402,10 +414,6 @@ def _identity(path: str) -> tuple[int, int, int, int] | None:
 
 def _nodes(proof: list[bytes]) -> list[str]:
     return [b64(p) for p in proof]
-
-
-async def _ocrr_error(request: Request, exc: OcrrError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=400)
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -18,8 +18,10 @@ uvicorn stops (requests in flight are answered, commits in flight land), then ex
 
 One service per ledger and per port (``claim``): the supervisor holds, for its life, an
 exclusive lock on ``<ledger>.serve-lock`` (not the ledger's ``-writer`` lock, which the
-workers share to append) and one on the port, and first binds the port without
-SO_REUSEPORT, so a port some other process listens on is refused rather than shared.
+workers share to append), one on the ledger file itself, whatever name it is reached by
+(``ocrr.ledger.file_locks``: a bind mount or a hard link is no second ledger), and one on
+the port, and first binds the port without SO_REUSEPORT, so a port some other process
+listens on is refused rather than shared.
 Workers never outlive their supervisor (``_worker_main``): on Linux the kernel sends them
 SIGTERM when it dies (the parent-death signal), and each also watches a pipe whose only
 writer is the supervisor: end of file there means it died, even by SIGKILL.
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.file_locks import FileHold, claim_service
 from ocrr.ledger.location import is_database_url
 from ocrr.service.balance import Mesh
 from ocrr.service.metrics import MAX_ROUTES, Counters
@@ -83,6 +86,7 @@ class Claim:
     _fd: int
     _port_lock: socket.socket | None = None
     _closed: list[bool] = field(default_factory=list)
+    _file: FileHold | None = None  # the ledger file itself, held as its one service (any name)
 
     def close(self) -> None:
         if self._closed:
@@ -94,6 +98,8 @@ class Claim:
             except OSError:
                 pass
             os.close(self._fd)
+        if self._file is not None:
+            self._file.release()
         if self._port_lock is not None:
             self._port_lock.close()
 
@@ -117,18 +123,26 @@ def claim(ledger: str | os.PathLike[str], host: str, port: int) -> Claim:
     ledger = Path(ledger).expanduser()
     if not ledger.parent.is_dir():
         raise OcrrError(f"cannot create ledger {ledger}: directory {ledger.parent} does not exist; create it first")
-    lock_path = ledger.resolve().with_name(ledger.resolve().name + ".serve-lock")
-    fd = _lock_file(lock_path, ledger)
+    real = ledger.resolve()
+    lock_path = real.with_name(real.name + ".serve-lock")
+    fd = _lock_file(lock_path, ledger)  # through this name, with the holder's pid for the message
+    created = not real.exists()
+    served: FileHold | None = None
     try:
+        served = claim_service(real)  # through any name (ocrr.ledger.file_locks)
         port_lock = _lock_port(host, port) if port else None
         port = _probe(host, port)
         if port_lock is None and port:
             port_lock = _lock_port(host, port)
     except BaseException:
+        if served is not None:
+            served.release()
+        if created and real.exists() and real.stat().st_size == 0:
+            real.unlink()  # made only to be locked: a refusal leaves nothing
         os.unlink(lock_path)
         os.close(fd)
         raise
-    return Claim(port, lock_path, fd, port_lock)
+    return Claim(port, lock_path, fd, port_lock, _file=served)
 
 
 def _lock_file(path: Path, ledger: Path) -> int:

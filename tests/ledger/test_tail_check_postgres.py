@@ -1,0 +1,79 @@
+# ruff: noqa: F811, E402 - pytest passes the imported fixtures (pg_cluster, pg_url) as arguments; psycopg may be missing
+"""The tail check of tests/ledger/test_tail_check.py, on PostgreSQL: rows removed from the
+tail or inserted past the head by a superuser who switched the append-only triggers off make
+the next append fail closed, naming what changed, and nothing is appended."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
+
+from ocrr.errors import LedgerIntegrityError
+from ocrr.ledger.postgres import PostgresLedger
+
+DIM = 8
+
+
+def _vecs(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+
+
+def _tamper(url: str, *statements: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")  # triggers off for this session
+        for sql in statements:
+            conn.execute(sql)
+
+
+def _seqs(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("SELECT seq FROM ocrr_entries ORDER BY seq")]
+
+
+def _copy_of_3_at(seq: int) -> str:
+    """SQL that inserts a copy of entry 3 at ``seq``."""
+    columns = "label, text, vector, prev_hash, hash, leaf"
+    return f"INSERT INTO ocrr_entries SELECT {seq}, {columns} FROM ocrr_entries WHERE seq = 3"
+
+
+def _refused(led: PostgresLedger, url: str, said: str) -> None:
+    before = _seqs(url)
+    for _ in range(2):  # and stays refused
+        with pytest.raises(LedgerIntegrityError, match=said):
+            led.extend(_vecs(2, seed=9), ["x", "y"])
+    assert _seqs(url) == before and len(led) == 10
+
+
+@pytest.fixture
+def ledger(pg_url):
+    led = PostgresLedger.open(pg_url, gather=0)
+    led.extend(_vecs(10), [f"l{i}" for i in range(10)])
+    yield led, pg_url
+    led.close()
+
+
+def test_rows_removed_from_the_tail_refuse_the_next_append(ledger):
+    led, url = ledger
+    _tamper(url, "DELETE FROM ocrr_entries WHERE seq >= 7")
+    _refused(led, url, r"entries 7\.\.9 were removed from storage")
+
+
+def test_a_row_inserted_past_the_head_refuses_the_next_append(ledger):
+    led, url = ledger
+    _tamper(url, _copy_of_3_at(12))
+    _refused(led, url, "a row was inserted at id 12 past the head 10")
+
+
+def test_a_row_at_the_head_refuses_the_next_append(ledger):
+    led, url = ledger
+    _tamper(url, _copy_of_3_at(10))
+    _refused(led, url, "a row was inserted at id 10 past the head 10")
+
+
+def test_the_last_entry_rewritten_refuses_the_next_append(ledger):
+    led, url = ledger
+    _tamper(url, "UPDATE ocrr_entries SET hash = decode(repeat('00', 32), 'hex') WHERE seq = 9")
+    _refused(led, url, "entry 9 in storage is not the one this ledger committed")
