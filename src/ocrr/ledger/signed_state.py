@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ocrr.errors import LedgerIntegrityError, OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import Signer, TreeHead, parse_signed_note
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import ProofError, verify_consistency
@@ -248,7 +248,7 @@ class SignedState:
             try:
                 self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError as e:
-                raise OcrrError(
+                raise LedgerStorageError(
                     f"cannot open {lock} ({e.strerror}), the lock of the record of signed heads; make its "
                     "folder writable, or give another place with --signed-state"
                 ) from e
@@ -265,14 +265,14 @@ class SignedState:
                 ) from None
             return None
         except OSError as e:
-            raise OcrrError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
+            raise LedgerStorageError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if self._seen is not None and self._seen[0] == identity:
             return self._seen[1]
         try:
             note = self.path.read_bytes()
         except OSError as e:
-            raise OcrrError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
+            raise LedgerStorageError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
         got = self._parse(note)
         self._seen = (identity, got)
         return got
@@ -338,7 +338,7 @@ class SignedState:
                 os.close(folder)
             st = os.stat(self.path)
         except OSError as e:
-            raise OcrrError(
+            raise LedgerStorageError(
                 f"cannot write the record of signed heads {self.path} ({e.strerror}); nothing was signed. "
                 "Make its folder writable, or give another place with --signed-state"
             ) from e
