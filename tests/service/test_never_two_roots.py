@@ -135,3 +135,26 @@ def test_restart_with_workers_is_refused(signed_then_rewound):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def test_two_services_with_one_key_never_sign_two_roots(tmp_path):
+    """Two ledgers signed with one key and origin (a copied key folder, a copied ledger): once
+    their histories part, the second to sign fails closed (503), and says why."""
+    signer = Signer.generate(ORIGIN)
+    key = tmp_path / "key.pem"
+    signer.save(key)
+    states = [open_state(tmp_path / name, key=key, origin=ORIGIN) for name in ("a.db", "b.db")]
+    for state in states:
+        seed(state)  # the same entries: one log so far
+    with running(create_app(states[0])) as a, running(create_app(states[1])) as b:
+        assert requests.get(f"{a}/head").json()["root"] == requests.get(f"{b}/head").json()["root"]
+        signed = verify_head(correct(a, 0), signer.vkey)  # a's history goes on
+        body = {"texts": ["another history"], "labels": ["balance"]}
+        r = requests.post(f"{b}/correct", json=body, headers=AUTH)  # committed in b, but not signed
+        assert r.status_code == 503 and "forked" in r.json()["detail"], r.text
+        assert requests.get(f"{b}/head").status_code == 503
+        assert requests.get(f"{b}/checkpoint").status_code == 503
+        assert requests.get(f"{b}/health").status_code == 503
+        assert verify_head(requests.get(f"{a}/head").json(), signer.vkey).root == signed.root
+    for state in states:
+        state.close()
