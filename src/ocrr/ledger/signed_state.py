@@ -10,13 +10,14 @@ has signed under its origin, and every head or checkpoint is signed through it:
   extends the recorded (size0, root0) (a consistency proof, checked with
   ``ocrr.ledger.verify.verify_consistency``), or, for a smaller size, that it is a prefix
   of it; otherwise nothing is signed and ``LedgerIntegrityError`` names both roots;
-* a larger size is recorded *before* its signature leaves: written to a temporary file,
-  fsynced, renamed over the record and the folder fsynced, so a crash never loses it;
+* a larger size is recorded *before* its signature leaves, durably (written beside the
+  current record, in the other of the file's two slots, and fdatasynced: one flush, see
+  ``_turn``), so a crash loses neither;
 * the record is a signed note by the key itself (``ocrr-signed-state-v1``, its origin, size
   and root), checked on every read: an edited record, or one of another key or origin, is
   refused rather than trusted;
 * the processes that sign with one key (``ocrr serve --workers N``, ``ocrr ledger head``)
-  take turns with an exclusive ``flock`` on ``<record>.lock`` around read, check and write;
+  take turns with an exclusive ``flock`` on the record file around read, check and write;
   one whose ledger is behind the record takes in what the others committed, then checks.
 
 By default the record lives beside the key (``<key>.signed``): whoever can rewrite it can
@@ -46,6 +47,7 @@ __all__ = ["SignedState", "HeldLog", "FixedLog", "default_state_path"]
 
 _TAG = "ocrr-signed-state-v1"
 _SIZE = re.compile(r"0|[1-9][0-9]{0,18}")
+_SLOT = 1024  # bytes per slot of the record (a note of an origin of up to ~800 characters)
 
 
 class HeldLog(Protocol):
@@ -97,10 +99,12 @@ class SignedState:
         self._signer = signer
         self.path = Path(path).expanduser()
         self.origin, self.vkey = signer.origin, signer.vkey
-        self._threads = threading.Lock()  # flock does not exclude threads sharing one descriptor
-        self._lock_fd: int | None = None
-        # (identity of the record file when read, what it holds): re-read only when it changes
-        self._seen: tuple[tuple[int, ...], _Signed] | None = None
+        self._threads = threading.Lock()
+        self._fd: int | None = None  # the record file, open for this state's life
+        # (the record's bytes when last read or written, the record they hold), and the slot
+        # holding it: the note's signature is checked again only when the bytes change
+        self._seen: tuple[bytes, _Signed] | None = None
+        self._slot = 0
 
     # -- opening ----------------------------------------------------------------------
     @classmethod
@@ -140,9 +144,9 @@ class SignedState:
 
     def close(self) -> None:
         with self._threads:
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     # -- signing ----------------------------------------------------------------------
     def sign_head(self, head: TreeHead, held: HeldLog) -> dict:
@@ -230,51 +234,70 @@ class SignedState:
         )
 
     # -- the record -------------------------------------------------------------------
+    # Two slots of _SLOT bytes, each a signed note padded with zero bytes (or all zero: never
+    # written). A new record goes into the slot not holding the current one, and one
+    # fdatasync makes it durable: a crash mid-write can tear only that slot, never the
+    # current record, and no rename or folder fsync (three flushes instead of one) is paid
+    # per signed size. The file is never replaced, so it is also what processes flock.
+
     @contextmanager
     def _turn(self) -> Iterator[_Signed | None]:
-        """This thread's and process's turn with the record (threads: a lock; processes:
-        flock on ``<record>.lock``, a file never replaced); yields what the record holds."""
+        """This thread's and process's turn with the record (threads: a lock, since flock does
+        not exclude threads sharing a descriptor; processes: flock on the record file);
+        yields what the record holds."""
         with self._threads:
-            fd = self._lock()
+            fd = self._file()
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                yield self._read()
+                self._still_there(fd)
+                yield self._read(fd)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _lock(self) -> int:
-        if self._lock_fd is None:
-            lock = self.path.with_name(self.path.name + ".lock")
+    def _file(self) -> int:
+        if self._fd is None:
             try:
-                self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError as e:
                 raise LedgerStorageError(
-                    f"cannot open {lock} ({e.strerror}), the lock of the record of signed heads; make its "
-                    "folder writable, or give another place with --signed-state"
+                    f"cannot open the record of signed heads {self.path} ({e.strerror}); make its folder "
+                    "writable, or give another place with --signed-state"
                 ) from e
-        return self._lock_fd
+        return self._fd
 
-    def _read(self) -> _Signed | None:
+    def _still_there(self, fd: int) -> None:
+        """Refuse a record removed or replaced by another file while this process holds it."""
         try:
-            st = os.stat(self.path)
+            now, held = os.stat(self.path), os.fstat(fd)
+            same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
         except FileNotFoundError:
+            same = False
+        if not same:
+            raise LedgerIntegrityError(
+                f"the record of signed heads {self.path} was removed or replaced while this process signed "
+                "with it: put the file back; nothing is signed without it"
+            )
+
+    def _read(self, fd: int) -> _Signed | None:
+        try:
+            data = os.pread(fd, 2 * _SLOT + 1, 0)
+        except OSError as e:
+            raise LedgerStorageError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
+        if self._seen is not None and self._seen[0] == data:
+            return self._seen[1]
+        if len(data) not in (0, 2 * _SLOT):
+            raise self._foreign(f"it is {len(data)} bytes, not a record of two {_SLOT}-byte slots")
+        slots = [data[i * _SLOT : (i + 1) * _SLOT].rstrip(b"\0") for i in range(2 if data else 0)]
+        found = [(self._parse(slot), i) for i, slot in enumerate(slots) if slot]
+        if not found:
             if self._seen is not None:
                 raise LedgerIntegrityError(
-                    f"the record of signed heads {self.path} was removed while this process signed "
-                    f"(it last held size {self._seen[1].size}): put it back; nothing is signed without it"
-                ) from None
+                    f"the record of signed heads {self.path} was emptied while this process signed with it "
+                    f"(it held size {self._seen[1].size}): put it back; nothing is signed without it"
+                )
             return None
-        except OSError as e:
-            raise LedgerStorageError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
-        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if self._seen is not None and self._seen[0] == identity:
-            return self._seen[1]
-        try:
-            note = self.path.read_bytes()
-        except OSError as e:
-            raise LedgerStorageError(f"cannot read the record of signed heads {self.path} ({e.strerror})") from e
-        got = self._parse(note)
-        self._seen = (identity, got)
+        got, slot = max(found, key=lambda found: found[0].size)
+        self._seen, self._slot = (data, got), slot
         return got
 
     def _parse(self, note: bytes) -> _Signed:
@@ -318,28 +341,31 @@ class SignedState:
         )
 
     def _write(self, signed: _Signed) -> None:
-        """Replace the record atomically and durably: temporary file, fsync, rename, fsync
-        of the folder (the rename itself must survive a crash)."""
-        text = f"{_TAG}\n{self.origin}\n{signed.size}\n{_b64(signed.root)}\n"
-        note = self._signer.sign_note(text).encode("utf-8")
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        """Write ``signed`` into the slot not holding the current record, and fdatasync (the
+        first write also fsyncs the folder, which then holds a new file)."""
+        note = self._signer.sign_note(f"{_TAG}\n{self.origin}\n{signed.size}\n{_b64(signed.root)}\n").encode()
+        if len(note) > _SLOT:
+            raise OcrrError(
+                f"the origin {self.origin[:60]!r}… is too long for the record of signed heads; pick a shorter --origin"
+            )
+        fd = self._file()
+        slot = 0 if self._seen is None else 1 - self._slot
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, note)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            folder = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
-            st = os.stat(self.path)
+            first = os.fstat(fd).st_size == 0
+            if first:
+                os.ftruncate(fd, 2 * _SLOT)
+            os.pwrite(fd, note.ljust(_SLOT, b"\0"), slot * _SLOT)
+            os.fdatasync(fd)
+            if first:
+                folder = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    os.fsync(folder)
+                finally:
+                    os.close(folder)
+            data = os.pread(fd, 2 * _SLOT + 1, 0)
         except OSError as e:
             raise LedgerStorageError(
                 f"cannot write the record of signed heads {self.path} ({e.strerror}); nothing was signed. "
                 "Make its folder writable, or give another place with --signed-state"
             ) from e
-        self._seen = ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), signed)
+        self._seen, self._slot = (data, signed), slot
