@@ -455,6 +455,9 @@ def main() -> int:
         "one run decides little)",
     )
     ap.add_argument(
+        "--sign", action="store_true", help="serve with --key (a new key in the run's folder): heads are signed"
+    )
+    ap.add_argument(
         "--b64",
         action="store_true",
         help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists",
@@ -527,6 +530,16 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def _signing(args, folder: Path) -> list[str]:
+    """``--key`` for ``ocrr serve`` with ``--sign``: a new key in ``folder``."""
+    if not args.sign:
+        return []
+    from ocrr.ledger.heads import Signer
+
+    Signer.generate("bench.invalid/ledger").save(folder / "key.pem")
+    return ["--key", str(folder / "key.pem"), "--origin", "bench.invalid/ledger"]
+
+
 def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
     """A fresh ledger and ``ocrr serve`` on it, the phases' loads, a clean stop, and the check
     that the reopened ledger verifies and holds every acknowledged correction."""
@@ -558,6 +571,7 @@ def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
                 "--workers",
                 str(args.workers),
                 *(["--pin-workers"] if args.pin_workers else []),
+                *_signing(args, Path(tmp)),
             ],
             env=env,
             stderr=log,

@@ -229,3 +229,17 @@ def test_without_a_key_nothing_is_recorded(storage):
         assert led.verify("full").ok
     report, _ = scan_location(storage.location, "checkpoint")
     assert report.ok and report.checked_from == 0 and report.ignored_checkpoints == 0
+
+
+def test_a_record_is_never_a_checkpoint():
+    """A record is signed by the log's key, but it is no signed head: a checkpoint verifier
+    (ocrr's, as Go's note-based ones) refuses it, so a record written over a forked copy of
+    the storage cannot be shown as a second root for a size the key signed."""
+    from ocrr.errors import OcrrError
+    from ocrr.ledger.checkpoint_records import record_note
+    from ocrr.ledger.heads import Signer, verify_checkpoint
+
+    signer = Signer.generate("example.com/records")
+    note = record_note(signer, 3, bytes(range(32)), bytes(32))
+    with pytest.raises(OcrrError, match="origin"):
+        verify_checkpoint(note, signer.vkey)

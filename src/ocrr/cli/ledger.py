@@ -19,6 +19,7 @@ from ocrr.ledger.file import migrate
 from ocrr.ledger.heads import Signer, TreeHead, check_vkey
 from ocrr.ledger.location import as_location, default_origin_of, display, is_database_url, scan_location
 from ocrr.ledger.postgres_transfer import import_into_database
+from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path
 from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl, root_bytes
 from ocrr.ledger.verify import (
     CannotCheck,
@@ -137,6 +138,14 @@ def add_commands(sub) -> None:
 def _key_options(parser) -> None:
     parser.add_argument("--key", type=Path, default=None, help="Ed25519 private key (from `ocrr ledger keygen`)")
     parser.add_argument("--origin", default=None, help="the log's name (default: ocrr.invalid/<file name>)")
+    parser.add_argument(
+        "--signed-state",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the record of the last head --key signed, shared with `ocrr serve` (default <key>.signed): "
+        "a head that does not extend it is refused",
+    )
 
 
 def _print(obj) -> None:
@@ -188,18 +197,29 @@ def _cmd_verify(args) -> int:
     return 0 if out["ok"] else 1
 
 
-def _head(path: Path | str, report, key: Path | None, origin: str | None):
+def _head(path: Path | str, report, scan, args):
     head = TreeHead.now(report.size, base64.b64decode(report.root), base64.b64decode(report.chain_head))
-    if key is None:
+    if args.key is None:
+        if args.signed_state is not None:
+            raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
         return head.to_dict(), None
-    signer = Signer.load(key, origin or default_origin_of(path))
-    signed = signer.sign_head(head)
+    signer = Signer.load(args.key, args.origin or default_origin_of(path))
+    held = FixedLog(scan.tree)  # signed only if it extends what this key signed before
+    state = SignedState.open(signer, args.signed_state or default_state_path(args.key), held, log=_to_stderr)
+    try:
+        signed = state.sign_head(head, held)
+    finally:
+        state.close()
     return signed, signed["checkpoint"]
 
 
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def _cmd_head(args) -> int:
-    report, _ = _scan(args.path)
-    head, note = _head(args.path, report, args.key, args.origin)
+    report, scan = _scan(args.path)
+    head, note = _head(args.path, report, scan, args)
     if args.checkpoint:
         if note is None:
             raise OcrrError("a checkpoint must be signed: pass --key (create one with `ocrr ledger keygen`)")

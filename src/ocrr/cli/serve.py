@@ -111,6 +111,14 @@ def add_serve(sub) -> None:
     s.add_argument("--key", type=Path, default=None, help="Ed25519 key to sign heads (ocrr ledger keygen)")
     s.add_argument("--origin", default=None, help="the log's name in signed heads (default ocrr.invalid/<file>)")
     s.add_argument(
+        "--signed-state",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the record of the last head --key signed, which every new head must extend (default "
+        "<key>.signed; keep it where the ledger's storage cannot reach it)",
+    )
+    s.add_argument(
         "--quick-open", action="store_true", help="on open, rehash only the entries after the last checkpoint"
     )
     s.add_argument(
@@ -174,6 +182,7 @@ def _cmd_serve(args) -> int:
         token=_token(args),
         key=args.key,
         origin=args.origin,
+        signed_state=args.signed_state,
         quick_open=args.quick_open,
         workers=args.workers,
         pin_workers=args.pin_workers,

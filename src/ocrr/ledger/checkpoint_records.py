@@ -1,9 +1,12 @@
 """Checkpoint records: the checkpoints a ledger keeps in its own storage, as signed notes.
 
 After a successful full check, a store that has a signing key records the checkpoint of
-what it checked: a row (size, chain head, root, time) and its ``note``, the C2SP checkpoint
-(c2sp.org/tlog-checkpoint) of that size signed by the key, with the chain head as an
-extension line. Storage is untrusted input: a row counts only if its note verifies under a
+what it checked: a row (size, chain head, root, time) and its ``note``, a C2SP signed note
+by the key of ``ocrr-checkpoint-record-v1``, the origin, size, root and chain head. Its
+first line keeps it from being read as a checkpoint (c2sp.org/tlog-checkpoint starts with
+the origin): a record is no signed head, so a record written over a forked copy of the
+storage can never be shown as a second root for a size the key signed.
+Storage is untrusted input: a row counts only if its note verifies under a
 key the reader trusts and says what the row's columns say. Only such an *authenticated*
 checkpoint lets an open skip rehashing the entries before it, and only a mismatch between
 one and the entries is damage. Any other row (no note: written before notes were, or by
@@ -20,11 +23,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.heads import Signer, checkpoint_text, parse_signed_note, verify_checkpoint
+from ocrr.ledger.heads import Signer, check_origin, verify_note
 
-__all__ = ["CHAIN_HEAD_LINE", "Records", "record_note", "sort_records"]
+__all__ = ["RECORD_TAG", "Records", "record_note", "sort_records"]
 
-CHAIN_HEAD_LINE = "ocrr-chain-head "  # the extension line's prefix; base64 of the chain head follows
+RECORD_TAG = "ocrr-checkpoint-record-v1"  # the note's first line
 _NAMED = 10  # ignored rows named one by one in a report; the rest are counted
 # Notes already verified, and what they say: a store's rows are read again by every check
 # (the service's background check among them), and each verification costs about half a ms.
@@ -33,8 +36,11 @@ _VERIFIED_KEPT = 4096
 
 def record_note(signer: Signer, size: int, root: bytes, chain_head: bytes) -> str:
     """The signed note kept with the checkpoint row of ``size``."""
-    extension = f"{CHAIN_HEAD_LINE}{base64.b64encode(chain_head).decode('ascii')}\n"
-    return signer.sign_note(checkpoint_text(signer.origin, size, root) + extension)
+    return signer.sign_note(f"{RECORD_TAG}\n{check_origin(signer.origin)}\n{size}\n{_b64(root)}\n{_b64(chain_head)}\n")
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -91,8 +97,6 @@ def _problem(size, chain_head, root, note, vkeys: Sequence[str]) -> str | None:
         if isinstance(signed, str):
             failures.append(signed)
             continue
-        if signed[2] is None:
-            return "its note, signed by a trusted key, has no chain head line (not a checkpoint record)"
         if signed != (size, _as_bytes(root), _as_bytes(chain_head)):
             return "its size, root or chain head differs from what its signed note says (the row was edited)"
         return None
@@ -100,26 +104,29 @@ def _problem(size, chain_head, root, note, vkeys: Sequence[str]) -> str | None:
 
 
 @lru_cache(maxsize=_VERIFIED_KEPT)
-def _signed(note: str, vkey: str) -> tuple[int, bytes, bytes | None] | str:
+def _signed(note: str, vkey: str) -> tuple[int, bytes, bytes] | str:
     """What a record note signed by ``vkey`` says (size, root, chain head), or why it is not one."""
     try:
-        _, size, root = verify_checkpoint(note, vkey)
+        text = verify_note(note, vkey)
     except OcrrError as e:
         return str(e)
-    return size, root, _chain_head_of(note)
+    lines = text[:-1].split("\n")
+    origin = vkey.split("+", 1)[0]
+    if len(lines) != 5 or lines[0] != RECORD_TAG or lines[1] != origin:
+        return f"its note, signed by a trusted key, is not a checkpoint record of {origin} ({RECORD_TAG})"
+    size, root, chain_head = lines[2], _strict_hash(lines[3]), _strict_hash(lines[4])
+    if not size.isdigit() or (size != "0" and size.startswith("0")) or root is None or chain_head is None:
+        return "its note, signed by a trusted key, holds a malformed size or hash"
+    return int(size), root, chain_head
 
 
-def _chain_head_of(note: str) -> bytes | None:
-    """The chain head of a (verified) record note's extension line, or None."""
-    text, _ = parse_signed_note(note)
-    heads = [line[len(CHAIN_HEAD_LINE) :] for line in text.split("\n")[3:] if line.startswith(CHAIN_HEAD_LINE)]
-    if len(heads) != 1:
-        return None
+def _strict_hash(text: str) -> bytes | None:
+    """32 bytes from their canonical base64, or None."""
     try:
-        raw = base64.b64decode(heads[0], validate=True)
+        raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return None
-    return raw if len(raw) == 32 and base64.b64encode(raw).decode("ascii") == heads[0] else None
+    return raw if len(raw) == 32 and _b64(raw) == text else None
 
 
 def _as_bytes(value) -> bytes | None:

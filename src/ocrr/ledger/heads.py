@@ -295,13 +295,12 @@ def _parse_hash(line: str, what: str) -> bytes:
     return raw
 
 
-def verify_checkpoint(note: str | bytes, vkey: str) -> tuple[str, int, bytes]:
-    """Check a signed C2SP checkpoint against a verifier key; return (origin, size, root).
+def verify_note(note: str | bytes, vkey: str) -> str:
+    """Check that a C2SP signed note carries a valid signature by ``vkey``; return its text.
 
-    Accepts exactly what c2sp.org/signed-note and c2sp.org/tlog-checkpoint allow: the
-    note is parsed strictly, every signature line is well formed, the key's signature
-    verifies (another signature by the same key name and id is rejected if it does not),
-    and the body is origin, size and root hash, then optional non-empty extension lines."""
+    The note is parsed strictly, every signature line is well formed, the key's signature
+    verifies (another signature by the same key name and id is rejected if it does not);
+    other parties' signatures (witnesses, a rotated key) are left alone."""
     from cryptography.exceptions import InvalidSignature
 
     name, key_id, public = _public_key(vkey)
@@ -323,6 +322,17 @@ def verify_checkpoint(note: str | bytes, vkey: str) -> tuple[str, int, bytes]:
         verified = True
     if not verified:
         raise OcrrError(f"no signature by {name} (key id {key_id.hex()}) on the checkpoint")
+    return text
+
+
+def verify_checkpoint(note: str | bytes, vkey: str) -> tuple[str, int, bytes]:
+    """Check a signed C2SP checkpoint against a verifier key; return (origin, size, root).
+
+    Accepts exactly what c2sp.org/signed-note and c2sp.org/tlog-checkpoint allow: the
+    note verifies (``verify_note``), and the body is origin, size and root hash, then
+    optional non-empty extension lines."""
+    name = _public_key(vkey)[0]
+    text = verify_note(note, vkey)
     lines = text[:-1].split("\n")
     if len(lines) < 3:
         raise _bad_checkpoint(f"{len(lines)} lines of text, not origin, tree size and root hash")

@@ -29,7 +29,7 @@ from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from ocrr.errors import OcrrError
+from ocrr.errors import LedgerIntegrityError, OcrrError
 from ocrr.ledger.store import DurableLedger
 from ocrr.ledger.tiles import TILE_WIDTH, Tile, entry_bundle, parse_tile_path, tile_bytes, tile_width
 from ocrr.service.schemas import error_responses
@@ -162,7 +162,12 @@ class AuditRoutes:
         got = self._checkpoint
         if got is None or got[0] != size or got[1] != root:
             self._require_intact()  # nothing is signed over a damaged file
-            got = self._checkpoint = (size, root, signer.checkpoint(size, root))
+            try:  # nor a root that does not extend what the key signed before
+                got = self._checkpoint = (size, root, signer.checkpoint(size, root, led))
+            except LedgerIntegrityError as e:
+                self.state.fail({"ok": False, "size": size, "first_bad": None, "reason": str(e)})
+                self._require_intact()
+                raise
         return Response(got[2], media_type=_TEXT, headers={"Cache-Control": CHECKPOINT_CACHE})
 
     def verifier_key(self) -> Response:

@@ -39,6 +39,7 @@ class ServiceConfig:
     token: str | None = None  # the bearer token (>= 128 bits); None: a new random one, in token_path
     key: Path | None = None  # Ed25519 key signing the heads (ocrr ledger keygen)
     origin: str | None = None  # the log's name in signed heads (default ocrr.invalid/<file>)
+    signed_state: Path | None = None  # the record of what ``key`` signed (default <key>.signed)
     quick_open: bool = False  # on open, rehash only the entries after the last checkpoint
     workers: int = 1  # processes answering on one port, over one ledger file
     pin_workers: bool = False  # keep each worker on its own core (Linux; --workers 2 or more)
@@ -55,6 +56,10 @@ class ServiceConfig:
         object.__setattr__(self, "ledger", as_location(self.ledger))  # a URL stays a string
         if self.key is not None:
             object.__setattr__(self, "key", Path(self.key))
+        if self.signed_state is not None:
+            if self.key is None:
+                raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
+            object.__setattr__(self, "signed_state", Path(self.signed_state))
         if not _is_int(self.workers) or not 1 <= self.workers <= MAX_WORKERS:
             raise OcrrError(
                 f"--workers takes 1 to {MAX_WORKERS} processes, got {self.workers!r}; one per core is the usual choice"

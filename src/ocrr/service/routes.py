@@ -112,7 +112,8 @@ class Routes:
         self.pool.warm()
         self.commits = Commits(state.substrate.ledger)
         one_omp_thread()  # small pooled searches run on this (the event loop's) thread
-        self._last_head: tuple[int, dict] | None = None  # (size, signed head) of the latest commit answered
+        # (size, its signed head to come) of the latest commit answered
+        self._last_head: tuple[int, asyncio.Future[dict]] | None = None
 
     def add_to(self, app: FastAPI) -> None:
         # starlette types a handler as taking any Exception; it passes each only its own class
@@ -204,7 +205,7 @@ class Routes:
         # looked for by the committer, once per group, so nothing is added over it.
         vecs = self.state.substrate.checked_corrections(vecs)
         ids = await self.commits.append(vecs, list(req.labels), req.texts, self._require_intact)
-        return Response(self._correct_answer(ids), media_type="application/json")
+        return Response(await self._correct_answer(ids), media_type="application/json")
 
     @staticmethod
     async def _off_loop(pool: ThreadPoolExecutor, fn, *args):
@@ -223,14 +224,15 @@ class Routes:
     def _predict_now(self, req: PredictRequest) -> bytes:
         return _predictions(self.state.substrate.explain(self._vectors(req)))
 
-    def _correct_answer(self, ids: range) -> bytes:
+    async def _correct_answer(self, ids: range) -> bytes:
         """The answer to a committed correction: its ids, a signed head and their proofs."""
         size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids)  # one size for all
         proofs = [
             {"index": i, "size": size, "root": b64(root), "leaf_hash": b64(leaf), "proof": _nodes(proof)}
             for i, leaf, proof in found
         ]
-        return to_json({"ids": list(ids), "head": self._commit_head(size, root, chain), "proofs": proofs})
+        head = await self._commit_head(size, root, chain)
+        return to_json({"ids": list(ids), "head": head, "proofs": proofs})
 
     def _require_token(self, request: Request, what: str = "a correction") -> None:
         if not self._has_token(request):
@@ -252,18 +254,30 @@ class Routes:
         if self.state.damage is not None:
             raise HTTPException(503, self.state.damage_reason())
 
-    def _commit_head(self, size: int, root: bytes, chain: bytes) -> dict:
+    async def _commit_head(self, size: int, root: bytes, chain: bytes) -> dict:
         """The signed head at ``size``, signed once for all the corrections a group commit
-        answers, not twice (head and checkpoint, Ed25519) per answer."""
-        if self._last_head is None or self._last_head[0] != size:
-            self._last_head = (size, self._signed(TreeHead.now(size, root, chain)))
-        return self._last_head[1]
+        answers, not twice (head and checkpoint, Ed25519) per answer. Signing a new size
+        first records it durably (an fsync: ledger/signed_state.py), so it runs off the loop."""
+        if self.state.signer is None:
+            return self._signed(TreeHead.now(size, root, chain))
+        last = self._last_head
+        if last is None or last[0] != size:
+            signing = self._off_loop(self.wait_pool, self._signed, TreeHead.now(size, root, chain))
+            last = self._last_head = (size, asyncio.ensure_future(signing))
+        return await asyncio.shield(last[1])  # one answer cancelled does not cancel the others' head
 
     def _signed(self, head: TreeHead) -> dict:
+        """``head``, signed if the service has a key: only if it extends every head the key
+        signed before (else the service fails closed, 503)."""
         self._require_intact(fresh=False)  # no head is signed over a damaged file (its callers looked afresh)
-        if self.state.signer is None:
+        signer = self.state.signer
+        if signer is None:
             return {**head.to_dict(), "signed": False}
-        return {**self.state.signer.sign_head(head), "signed": True}
+        try:
+            return {**signer.sign_head(head, self.state.substrate.ledger), "signed": True}
+        except LedgerIntegrityError as e:
+            self.state.fail({"ok": False, "size": len(self.state.substrate), "first_bad": None, "reason": str(e)})
+            raise HTTPException(503, self.state.damage_reason()) from None
 
     # -- the ledger, as every worker committed it -----------------------------------------
     def _fresh_ledger(self) -> DurableLedger:

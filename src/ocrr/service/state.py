@@ -12,8 +12,8 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,13 @@ from ocrr.data import load_dataset
 from ocrr.data.records import Dataset
 from ocrr.encoders.base import l2_normalise
 from ocrr.encoders.cache import cache_path, load_cached, save_cached, texts_sha256
-from ocrr.errors import OcrrError
+from ocrr.errors import LedgerIntegrityError, OcrrError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import default_origin_of, display
 from ocrr.ledger.postgres import PostgresLedger
 from ocrr.ledger.postgres_follow import Follower
 from ocrr.ledger.scan import LedgerReport, scan_file
+from ocrr.ledger.signed_state import SignedState, default_state_path
 from ocrr.ledger.store import DurableLedger
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
@@ -51,7 +52,7 @@ class ServiceState:
     substrate: PersistentSubstrate
     token: str
     encoder: Any = None  # has .encode(list[str]) -> (n, d) float32; None: vectors only
-    signer: Signer | None = None
+    signer: SignedState | None = None  # signs only heads that extend what its key signed before
     started: float = field(default_factory=time.time)
     close: Any = None  # called on shutdown (default: close the substrate)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -255,6 +256,7 @@ def build_state(
                 config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True, signer=signer
             )
         )
+        guarded = None if signer is None else opened.enter_context(_signing_state(config, signer, sub, log))
         if encoder is not None:
             encoder = SerialEncoder(encoder)
         elif config.encoder is not None:  # a spec: the model runs in its own process (see service/encoder.py)
@@ -274,7 +276,7 @@ def build_state(
         substrate=sub,
         token=token,
         encoder=encoder,
-        signer=signer,
+        signer=guarded,
         close=close,
         verify_every=config.verify_every,
         check_every=config.check_every,
@@ -283,6 +285,24 @@ def build_state(
     if isinstance(sub.ledger, PostgresLedger):
         follow(state, sub.ledger)
     return state
+
+
+@contextmanager
+def _signing_state(
+    config: ServiceConfig, signer: Signer, sub: PersistentSubstrate, log: Callable[[str], None]
+) -> Iterator[SignedState]:
+    """The signer, through the record of what its key signed: a ledger that does not extend
+    it (rewound or forked since) is refused here, before anything is served or signed."""
+    assert config.key is not None  # a signer is loaded from --key
+    path = config.signed_state or default_state_path(config.key)
+    try:
+        state = SignedState.open(signer, path, sub.ledger, log)
+    except LedgerIntegrityError as e:
+        raise LedgerIntegrityError(f"not serving ledger {display(config.ledger)}: {e}") from None
+    try:
+        yield state
+    finally:
+        state.close()
 
 
 def follow(state: ServiceState, ledger: PostgresLedger, every: float = FOLLOW_EVERY) -> Follower:
