@@ -46,7 +46,7 @@ def test_the_line_is_the_specs_layout_and_verifies(checkpoint):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     Ed25519PublicKey.from_public_bytes(public).verify(raw[12:], message)  # raises if not
-    assert witness.vkey.split("+")[2] == base64.b64encode(b"\x04" + public).decode()
+    assert witness.vkey.split("+", 2)[2] == base64.b64encode(b"\x04" + public).decode()
     cosigned = attach_cosignatures(note, line)
     assert verify_cosignature(cosigned, witness.vkey) == 1679315147
     assert verify_checkpoint(cosigned, signer.vkey)[1] == 5  # the log's own signature still checks

@@ -23,18 +23,26 @@ class WitnessConfig:
 
 
 def parse_log(text: str) -> tuple[str, str]:
-    """``ORIGIN=VKEY`` or ``VKEY`` (its name is the origin) -> (origin, vkey)."""
-    origin, sep, vkey = text.partition("=")
-    if not sep:
-        origin, vkey = "", text
-    vkey = check_vkey(vkey)
-    name = vkey.split("+", 1)[0]
-    if origin and origin != name:
+    """``ORIGIN=VKEY`` or ``VKEY`` (its name is the origin) -> (origin, vkey). An origin may
+    hold '=' itself: the split is where the origin is the key's name."""
+    try:
+        vkey = check_vkey(text)  # VKEY alone (its key id covers its name: no ORIGIN= prefix passes)
+        return vkey.split("+", 1)[0], vkey
+    except OcrrError:
+        splits = [i for i, c in enumerate(text) if c == "="]
+        if not splits:
+            raise
+    for i in splits:
+        if text[i + 1 :].split("+", 1)[0] == text[:i]:
+            vkey = check_vkey(text[i + 1 :])
+            return text[:i], vkey
+    if "+" not in text[: splits[0]]:
+        origin, name = text[: splits[0]], text[splits[0] + 1 :].split("+", 1)[0]
         raise OcrrError(
             f"--log {text!r}: the origin {origin!r} is not the name of its key {name!r} (a checkpoint's origin is "
             "the name its log signs it under); pass ORIGIN=VKEY with the log's own vkey"
         )
-    return name, vkey
+    return text, check_vkey(text)  # raises: neither a vkey nor ORIGIN=VKEY
 
 
 def logs_of(options: list[str]) -> dict[str, str]:

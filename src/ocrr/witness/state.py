@@ -121,14 +121,17 @@ class WitnessState:
             raise OcrrError(f"witness state {self.path} already exists; drop --new-state to serve it")
         if not self.path.parent.is_dir():
             raise OcrrError(f"cannot create witness state {self.path}: directory {self.path.parent} does not exist")
-        self._db = _connect(self.path)
         self._lock_fd = -1
         try:
+            self._db = _connect(self.path)
             self._lock_fd = _lock(self.path)
             if create:
                 _fsync_dir(self.path.parent)
             self._db.executescript(_SCHEMA)
             self._check_identity()
+        except sqlite3.Error as e:
+            self.close()
+            raise OcrrError(f"cannot open witness state {self.path} ({e}); is it a witness's --state file?") from None
         except BaseException:
             self.close()
             raise
@@ -145,7 +148,8 @@ class WitnessState:
             )
 
     def close(self) -> None:
-        self._db.close()  # SQLite first: closing any descriptor of the file drops its POSIX locks
+        if getattr(self, "_db", None) is not None:
+            self._db.close()  # SQLite first: closing any descriptor of the file drops its POSIX locks
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -172,13 +176,16 @@ class WitnessState:
         if request.old > size:
             raise Refused(400, f"old size {request.old} is larger than the checkpoint's size {size}")
         with self._mutex:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                conflict = self._check_and_record(request, origin, size, root)
-                self._db.execute("COMMIT")  # on disk (WAL, synchronous=FULL) before anyone is answered
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    conflict = self._check_and_record(request, origin, size, root)
+                    self._db.execute("COMMIT")  # on disk (WAL, synchronous=FULL) before anyone is answered
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:  # a full disk, an I/O error: fail closed, nothing cosigned
+                raise Refused(503, f"the witness could not record the checkpoint ({e}); nothing was cosigned") from None
             if conflict is not None:  # its evidence is committed: now refuse
                 raise conflict
             return self.cosigner.cosign(request.checkpoint)
