@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ocrr.errors import OcrrError
@@ -293,7 +293,7 @@ def read_state(path: str | os.PathLike[str]) -> dict:
         "witness": identity.get("vkey"),
         "logs": held,
         "conflicts": [
-            Conflict(i, o, at, reason, h, off, old, json.loads(proof)).__dict__
+            asdict(Conflict(i, o, at, reason, h, off, old, json.loads(proof)))
             for i, o, at, reason, h, off, old, proof in conflicts
         ],
     }
