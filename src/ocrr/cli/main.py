@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate-shift": ("ocrr.cli.calibrate_shift", "add_parser"),
     "ledger": ("ocrr.cli.ledger", "add_commands"),
     "serve": ("ocrr.cli.serve", "add_serve"),
+    "client": ("ocrr.cli.client", "add_parser"),
 }
 
 
