@@ -4,7 +4,9 @@ lie a service (or the path to it) can tell caught by its own typed error."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
+import os
 import shutil
 import sqlite3
 import threading
@@ -15,6 +17,8 @@ pytest.importorskip("fastapi", reason="the service extra is not installed (pip i
 requests = pytest.importorskip("requests")
 
 from client_helpers import AUTH, TOKEN, Log, add_entries, free_port, proxy, unit_vectors  # noqa: E402
+from tests.service.service_helpers import TOKEN as SERVICE_TOKEN  # noqa: E402
+from tests.service.service_helpers import open_state, running  # noqa: E402
 
 from ocrr.client import (  # noqa: E402
     AuditFailed,
@@ -27,6 +31,7 @@ from ocrr.client import (  # noqa: E402
 )
 from ocrr.errors import OcrrError  # noqa: E402
 from ocrr.ledger.heads import Signer, verify_checkpoint  # noqa: E402
+from ocrr.service.app import create_app  # noqa: E402
 
 
 @pytest.fixture
@@ -53,26 +58,49 @@ def test_honest_corrections_verify_and_the_head_is_kept_for_the_next_client(log,
         assert json.loads(state.read_text())["size"] == 9
 
 
-def test_clients_sharing_a_state_file_take_turns(log, tmp_path):
+def test_each_operation_holds_the_state_lock_from_fetch_to_save(log, tmp_path):
+    """A client fetches a head and records it under one lock: another client on the same state
+    file can never record a newer head in between (this one would then see its own, older head
+    as a rollback) or have its newer head overwritten by an older one."""
     state = tmp_path / "head.json"
-    errors: list[Exception] = []
+    lock = tmp_path / "head.json.lock"
+    taken: list[tuple[str, bool]] = []
 
-    def send(seed: int) -> None:
-        try:
-            with Client(log.url, log.vkey, state=state, token=TOKEN) as client:
-                for k in range(4):
-                    client.correct(unit_vectors(1, 100 * seed + k), [f"l{seed}"])
-        except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
-            errors.append(e)
+    def try_lock(method: str, path: str, body: bytes) -> bytes:
+        if path in ("/checkpoint", "/correct"):
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken.append((path, True))
+            except BlockingIOError:
+                taken.append((path, False))
+            finally:
+                os.close(fd)
+        return body
 
-    with log.serving(tmp_path / "ledger.db"):
+    with log.serving(tmp_path / "ledger.db") as url, proxy(url, answer=try_lock) as watched:
+        with Client(watched, log.vkey, state=state, token=TOKEN) as client:
+            client.head()
+            client.correct(unit_vectors(1, 1), ["a"])
+        assert taken == [("/checkpoint", False), ("/correct", False)]  # another client would have waited
+
+        errors: list[Exception] = []
+
+        def send(seed: int) -> None:
+            try:
+                with Client(url, log.vkey, state=state, token=TOKEN) as client:
+                    for k in range(3):
+                        client.correct(unit_vectors(1, 100 * seed + k), [f"l{seed}"])
+            except Exception as e:  # noqa: BLE001 - reported below, in the test's thread
+                errors.append(e)
+
         threads = [threading.Thread(target=send, args=(s,)) for s in range(3)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
     assert errors == []
-    assert json.loads(state.read_text())["size"] == 12  # never an older head written over a newer one
+    assert json.loads(state.read_text())["size"] == 10
 
 
 def test_an_older_copy_of_the_ledger_is_a_rollback(log, tmp_path):
@@ -242,3 +270,18 @@ def test_a_state_file_of_another_log_is_refused(log, tmp_path):
     )
     with Client(log.url, log.vkey, state=state) as client, pytest.raises(OcrrError, match="use one state file per log"):
         client.held()
+
+
+def test_texts_the_service_encodes_are_checked_by_label_and_text(tmp_path):
+    """Texts alone: the service's encoder makes the vector, so the client checks the label and
+    text it sent (and the proofs), taking the vector from the service."""
+    signer = Signer.generate("example.com/client-texts")
+    signer.save(tmp_path / "key.pem")
+    state = open_state(tmp_path / "ledger.db", key=tmp_path / "key.pem", origin=signer.origin)
+    with running(create_app(state)) as url:
+        with Client(url, signer.vkey, token=SERVICE_TOKEN) as client:
+            done = client.correct(["my card has not arrived", "what is my balance"], ["card_arrival", "balance"])
+            assert done.ids == [0, 1] and done.checkpoint.size == 2
+        with proxy(url, request=_relabel) as lying, Client(lying, signer.vkey, token=SERVICE_TOKEN) as client:
+            with pytest.raises(EntryMismatch, match="entry 3: the log holds label 'something else'"):
+                client.correct(["send money", "show my balance"], ["transfer", "balance"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -82,15 +83,7 @@ class CheckpointVerifier:
         return Checkpoint(origin, size, root, note, cosigners)
 
     def _cosigners(self, note: str) -> tuple[tuple[str, int], ...]:
-        check = self._verify_quorum
-        if check is None:
-            try:  # imported here: the witness module is only needed once witnesses are configured
-                from ocrr.ledger.cosignature import verify_quorum as check
-            except ImportError:
-                raise OcrrError(
-                    "this ocrr cannot check witness cosignatures (no ocrr.ledger.cosignature): upgrade ocrr, "
-                    "or run without witnesses (quorum 0)"
-                ) from None
+        check = self._verify_quorum or _cosignature_check()
         try:
             got = check(note, self.witnesses, self.quorum)
         except QuorumNotMet:
@@ -98,6 +91,18 @@ class CheckpointVerifier:
         except OcrrError as e:
             raise QuorumNotMet(f"{e}; {self.quorum} of {len(self.witnesses)} needed", note) from None
         return tuple((str(name), int(when)) for name, when in got)
+
+
+def _cosignature_check() -> QuorumCheck:
+    """``ocrr.ledger.cosignature.verify_quorum``, loaded only once witnesses are configured."""
+    try:
+        module = importlib.import_module("ocrr.ledger.cosignature")
+    except ImportError:
+        raise OcrrError(
+            "this ocrr cannot check witness cosignatures (no ocrr.ledger.cosignature): upgrade ocrr, "
+            "or run without witnesses (quorum 0)"
+        ) from None
+    return module.verify_quorum
 
 
 def check_extends(held: Checkpoint, new: Checkpoint, consistency: ConsistencySource) -> None:
