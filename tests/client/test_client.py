@@ -22,6 +22,7 @@ from tests.service.service_helpers import open_state, running  # noqa: E402
 
 from ocrr.client import (  # noqa: E402
     AuditFailed,
+    BadSignature,
     Client,
     EntryMismatch,
     ForkDetected,
@@ -285,3 +286,21 @@ def test_texts_the_service_encodes_are_checked_by_label_and_text(tmp_path):
         with proxy(url, request=_relabel) as lying, Client(lying, signer.vkey, token=SERVICE_TOKEN) as client:
             with pytest.raises(EntryMismatch, match="entry 3: the log holds label 'something else'"):
                 client.correct(["send money", "show my balance"], ["transfer", "balance"])
+
+
+def test_a_checkpoint_altered_on_the_way_is_refused_and_not_kept(log, tmp_path):
+    state = tmp_path / "head.json"
+
+    def other_root(method: str, path: str, body: bytes) -> bytes:
+        if path != "/checkpoint":
+            return body
+        origin, size, root, rest = body.split(b"\n", 3)
+        return b"\n".join((origin, size, base64.b64encode(bytes(32)), rest))
+
+    with log.serving(tmp_path / "ledger.db") as url:
+        add_entries(url, 2, seed=1)
+        with proxy(url, answer=other_root) as lying, Client(lying, log.vkey, state=state) as client:
+            with pytest.raises(BadSignature, match="does not verify with the log's key") as caught:
+                client.head()
+            assert client.held() is None and not state.exists()
+        assert caught.value.evidence()["note"].split("\n")[2] == base64.b64encode(bytes(32)).decode()

@@ -62,7 +62,11 @@ def _common(p) -> None:
     )
     p.add_argument("--quorum", type=int, default=0, help="how many witnesses must cosign each checkpoint (default 0)")
     p.add_argument(
-        "--state", type=Path, default=None, help="the file keeping the last verified checkpoint (default: per log)"
+        "--state",
+        type=Path,
+        default=None,
+        help="the file keeping the last verified checkpoint (default: $XDG_STATE_HOME/ocrr/client/<log name>.json, "
+        "~/.local/state when XDG_STATE_HOME is unset)",
     )
     p.add_argument(
         "--token-file", type=Path, default=None, help="file holding the service token (default: $OCRR_TOKEN)"
