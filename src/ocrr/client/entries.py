@@ -120,7 +120,7 @@ def _included(i: int, leaf: bytes, doc: object, checkpoint: Checkpoint, where: s
         ) from None
     raise EntryMismatch(
         f"entry {i}: the signed log holds other bytes than the correction you sent (its leaf is "
-        f"{base64.b64encode(theirs).decode('ascii')}, yours {base64.b64encode(leaf).decode('ascii')}): the service "
+        f"{_b64(theirs)}, yours {_b64(leaf)}): the service "
         "stored something other than what you sent; report it to its operator with this evidence",
         i,
         {"checkpoint": checkpoint.note, "stored_leaf": doc.get("leaf_hash"), "sent_leaf": _b64(leaf)},
