@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("ocrr.cli.ledger", "add_commands"),
     "serve": ("ocrr.cli.serve", "add_serve"),
     "witness": ("ocrr.cli.witness", "add_commands"),
+    "client": ("ocrr.cli.client", "add_parser"),
 }
 
 
