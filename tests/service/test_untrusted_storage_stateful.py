@@ -84,9 +84,21 @@ class Service:
         self.ledger, self.key, self.port = ledger, key, port
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
+        self.refusal = ""
 
     def start(self) -> bool:
-        """Start it; True once /health answers, False if it refused to start (exited)."""
+        """Start it; True once /health answers, False if it refused to start (exited; its
+        message in ``refusal``). A port another process took meanwhile is not a refusal: it
+        starts again on another port."""
+        for _ in range(5):
+            started = self._start_once()
+            if started or not ("pick another --port" in self.refusal or "already in use" in self.refusal):
+                return started
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        return False
+
+    def _start_once(self) -> bool:
         command = [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(self.ledger)]
         command += [
             "--port",
@@ -106,6 +118,7 @@ class Service:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.refusal = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 self.proc = None
                 return False
             try:
@@ -140,7 +153,7 @@ class UntrustedStorage(RuleBasedStateMachine):
         self.ledger, self.key = self.dir / "ledger.db", self.dir / "key.pem"
         Signer.generate(ORIGIN).save(self.key)
         self.service = Service(self.ledger, self.key, free_port())
-        assert self.service.start(), "ocrr serve refused to start on a new ledger"
+        assert self.service.start(), f"ocrr serve refused to start on a new ledger: {self.service.refusal}"
         self.acked: list[tuple[str, str]] = []  # (label, text) of every acknowledged correction, by id
         self.signed: dict[int, str] = {}  # size -> root (base64) of every signed head or checkpoint seen
         self.honest: Path | None = None  # a copy of the storage before the current tampering
@@ -263,7 +276,7 @@ class UntrustedStorage(RuleBasedStateMachine):
         self.service.stop(kill=kill)
         started = self.service.start()
         if self.tamper in (None, "bogus_checkpoint"):
-            assert started, "ocrr serve refused honest storage"
+            assert started, f"ocrr serve refused honest storage: {self.service.refusal}"
             h = self.get("/health", headers=AUTH).json()
             assert h["status"] == "ok" and h["entries"] == len(self.acked), f"acknowledged entries lost: {h}"
 
@@ -365,7 +378,7 @@ class UntrustedStorage(RuleBasedStateMachine):
         self.service.stop()
         _replace(self.ledger, self.honest)
         self.tamper, self.edited = None, None
-        assert self.service.start(), "ocrr serve refused the restored, honest copy"
+        assert self.service.start(), f"ocrr serve refused the restored, honest copy: {self.service.refusal}"
         h = self.get("/health", headers=AUTH).json()
         assert h["status"] == "ok" and h["entries"] == len(self.acked), f"restored copy lost entries: {h}"
 
