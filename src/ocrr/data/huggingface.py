@@ -46,7 +46,7 @@ def load_huggingface(
         )
     else:
         hub_name, _, config = spec.partition(":")
-        parts, source = _from_hub(hub_name, config or None), f"the hub's {spec}"
+        parts, source = _from_hub(hub_name, config or None), f"{spec} (Hugging Face hub)"
         default_name = hub_name.rsplit("/", 1)[-1] + (f"-{config}" if config else "")
 
     splits = {}
