@@ -110,7 +110,8 @@ def _from_hub(hub_name: str, config: str | None) -> dict[str, Any]:
     spec = hub_name + (f":{config}" if config else "")
     if os.environ.get("OCRR_OFFLINE", "").strip().lower() in ("1", "true", "yes"):
         raise OcrrError(
-            f"hf:{spec} is on the Hugging Face hub, and downloads are disabled by OCRR_OFFLINE=1. "
+            f"hf:{spec} is no local folder, so it names a Hugging Face hub dataset, and downloads are "
+            "disabled by OCRR_OFFLINE=1. "
             f"{_OFFLINE_FIX}, or unset OCRR_OFFLINE (HF_HUB_OFFLINE=1 then reads the hub's local cache)."
         )
     datasets = _datasets_library()
