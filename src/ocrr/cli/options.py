@@ -19,14 +19,15 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         default="banking77",
-        help="banking77 | clinc150 | demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>]",
+        help="banking77 | clinc150 | demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>]"
+        " | hf:<folder> | hf:<name>[:<config>] (Hugging Face, pip install 'ocrr[hf]')",
     )
     p.add_argument(
         "--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache, download)"
     )
     p.add_argument("--no-oos", action="store_true", help="CLINC150: drop the out-of-scope class")
-    p.add_argument("--text-col", default=None, help="your CSV/JSONL: the text column (default 'text')")
-    p.add_argument("--label-col", default=None, help="your CSV/JSONL: the label column (default 'label')")
+    p.add_argument("--text-col", default=None, help="your CSV/JSONL/hf: the text column (default 'text')")
+    p.add_argument("--label-col", default=None, help="your CSV/JSONL/hf: the label column (default 'label')")
     p.add_argument(
         "--test-fraction",
         type=float,

@@ -1,4 +1,4 @@
-"""Datasets: built-in public sets, a synthetic generator, the demo, and user files.
+"""Datasets: built-in public sets, a synthetic generator, the demo, user files, Hugging Face datasets.
 
 ``load_dataset(name, ...)`` is the one entry point; every loader returns a
 :class:`Dataset` whose splits keep their source order.
@@ -39,7 +39,15 @@ OPTIONS: dict[str, dict[str, Option]] = {
         "seed": Option(kind=int, help="seed of that random split"),
         "name": Option(kind=str, allow_none=True, help="the dataset's name; none: the train file's stem"),
     },
+    "hf": {
+        "text_col": Option(kind=str, help="the text column"),
+        "label_col": Option(kind=str, help="the label column (a ClassLabel gives its names)"),
+        "train_split": Option(kind=str, help="the split to train on"),
+        "test_split": Option(kind=str, help="the split to test on (e.g. validation)"),
+        "name": Option(kind=str, allow_none=True, help="the dataset's name; none: the folder's or hub dataset's"),
+    },
 }
+_HF_PREFIX = "hf:"
 _TABLE_PREFIXES = {"csv:": "csv", "jsonl:": "jsonl"}
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
 
@@ -48,7 +56,8 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     """Load a dataset by name.
 
     ``name`` is one of :data:`DATASETS`, or user data as ``csv:TRAIN[,TEST]``,
-    ``jsonl:TRAIN[,TEST]``, or a path (``TRAIN[,TEST]``) ending in .csv/.jsonl.
+    ``jsonl:TRAIN[,TEST]``, or a path (``TRAIN[,TEST]``) ending in .csv/.jsonl;
+    or a Hugging Face dataset as ``hf:PATH`` (a saved DatasetDict) or ``hf:NAME[:CONFIG]``.
     ``data_dir`` is where to look for banking77/clinc150 files first (see
     :mod:`ocrr.data.locate`). ``options`` go to the loader: ``oos`` for
     clinc150; the generator's parameters for synthetic; ``text_col``,
@@ -63,6 +72,10 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
         return load_clinc150(data_dir, **options)
     if kind == "synthetic":
         return make_synthetic(**options)
+    if kind == "hf":  # imports the datasets library (an extra) only when asked for
+        from ocrr.data.huggingface import load_huggingface
+
+        return load_huggingface(paths[0], **options)
     # The demo and user tables are read with pandas, which the service (it imports this
     # package) does not otherwise load: imported when a table is read.
     if kind == "demo":
@@ -78,6 +91,8 @@ def _parse(name: str) -> tuple[str, str | None, list[str]]:
     """(loader kind, table format or None, table paths) for a dataset name."""
     if name in DATASETS:
         return name, None, []
+    if name.lower().startswith(_HF_PREFIX) and name[len(_HF_PREFIX) :].strip():
+        return "hf", None, [name[len(_HF_PREFIX) :].strip()]
     for prefix, fmt in _TABLE_PREFIXES.items():
         if name.lower().startswith(prefix):
             return "table", fmt, _table_paths(name[len(prefix) :], name)
@@ -85,7 +100,8 @@ def _parse(name: str) -> tuple[str, str | None, list[str]]:
         return "table", None, _table_paths(name, name)
     raise OcrrError(
         f"Unknown dataset {name!r}. Use one of {', '.join(DATASETS)}, "
-        "or your own file as csv:TRAIN[,TEST] or jsonl:TRAIN[,TEST]."
+        "your own file as csv:TRAIN[,TEST] or jsonl:TRAIN[,TEST], "
+        "or a Hugging Face dataset as hf:FOLDER or hf:NAME[:CONFIG]."
     )
 
 
