@@ -34,7 +34,10 @@ try:
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
     from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 except ImportError as err:
-    raise OcrrError(f"--track mlflow needs MLflow, which is not installed ({err.name}): {INSTALL}") from None
+    _missing = (err.name or "mlflow").split(".")[0]
+    raise OcrrError(
+        f"--track mlflow needs {'MLflow' if _missing == 'mlflow' else _missing}, which is not installed: {INSTALL}"
+    ) from None
 
 DEFAULT_FOLDER = "mlruns"
 EXPERIMENT = "ocrr"  # the MLflow experiment runs go to, unless $MLFLOW_EXPERIMENT_NAME names another
