@@ -86,6 +86,7 @@ def test_every_checkpoint_is_logged_with_the_corrections_so_far_as_its_step(trac
     root, client, experiment_id = tracked
     _, children = _parent_and_children(client, experiment_id, "run-tracked")
     table = pd.read_csv(root / "run-tracked" / "per_checkpoint.csv")
+    footprints = pd.read_csv(root / "run-tracked" / "footprints.csv")
     for child in children:
         rows = table[table["system"] == child.data.params["system"]]
         history = {name: client.get_metric_history(child.info.run_id, name) for name in ("items_seen", "acc_novel")}
@@ -96,7 +97,8 @@ def test_every_checkpoint_is_logged_with_the_corrections_so_far_as_its_step(trac
         assert [step for step, _ in logged] == [step for step, _ in expected]
         assert [value for _, value in logged] == pytest.approx([value for _, value in expected], abs=1e-6)
         footprint = client.get_metric_history(child.info.run_id, "footprint_entries")
-        assert [m.value for m in footprint] == [rows["footprint_entries"].iloc[-1]]
+        entries = footprints.loc[footprints["system"] == child.data.params["system"], "footprint_entries"]
+        assert [(m.step, m.value) for m in footprint] == [(rows["corrections"].max(), entries.item())]
 
 
 @pytest.mark.slow
