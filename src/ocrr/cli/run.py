@@ -11,7 +11,9 @@ from rich.table import Table
 
 from ocrr.cli.common import console, print_hint
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
+from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
 from ocrr.engine.fork_server import available_cores, start_fork_server
+from ocrr.engine.tracking import open_tracker, parent_run
 from ocrr.errors import OcrrError
 
 
@@ -52,6 +54,7 @@ def add_parser(sub) -> None:
         help="worker processes for the runs (default: one per core; 1: every run in this process)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_track_option(p)
     p.set_defaults(handler=run)
 
 
@@ -61,6 +64,7 @@ def run(args) -> int:
     jobs = args.jobs or available_cores()
     if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
         start_fork_server()
+    tracker = open_tracker(args.track)  # a missing MLflow or a store out of reach stops here, before any work
     # Imported only now, so that the fork server starts before them (pandas and the engine: ~0.3 s).
     from ocrr.cli.progress import RunProgress
     from ocrr.engine.experiment import plan_experiment, run_experiment, write_outputs
@@ -83,15 +87,19 @@ def run(args) -> int:
         dataset = plan.load_dataset()
     out = args.out or Path("results") / f"{dataset.name}-{exp.policy.replace(':', '')}"
     started = time.perf_counter()
-    with RunProgress(screen, args.quiet) as progress:
-        result = run_experiment(
-            plan,
-            dataset,
-            embed_progress=progress.embedding,
-            on_checkpoint=progress.checkpoints(len(plan.tasks)),
-            jobs=jobs,
-        )
-    paths = write_outputs(result, out)
+    with parent_run(tracker, out.name, experiment_params(exp, plan.systems, out)) as tracker:
+        with RunProgress(screen, args.quiet) as progress:
+            result = run_experiment(
+                plan,
+                dataset,
+                embed_progress=progress.embedding,
+                on_checkpoint=progress.checkpoints(len(plan.tasks)),
+                jobs=jobs,
+                tracker=tracker,
+            )
+        paths = write_outputs(result, out)
+        if tracker is not None:
+            log_run_folder(tracker, paths, out)
     _print_table(screen, result)
     screen.print(
         f"{len(result.per_checkpoint)} checkpoints in {time.perf_counter() - started:.1f} s; "

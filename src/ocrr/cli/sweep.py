@@ -10,8 +10,10 @@ from ocrr.cli.common import console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
 from ocrr.cli.progress import SweepProgress
+from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
 from ocrr.engine.fork_server import start_fork_server
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
+from ocrr.engine.tracking import open_tracker, parent_run
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
 from ocrr.studies import encoder_swap
@@ -92,6 +94,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the grid and what is already done; run nothing")
     p.add_argument("--report", action="store_true", help="also write the report (as ocrr report OUT)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_track_option(p)
     p.set_defaults(handler=run)
 
 
@@ -144,7 +147,12 @@ def run(args) -> int:
         )
         return 0
     progress = SweepProgress(screen, quiet=args.quiet)
-    result = run_sweep(grid, out, executor=executor, jobs=jobs, address=address, progress=progress)
+    tracking = parent_run(open_tracker(args.track), Path(out).name, sweep_params(grid, preset, Path(out)))
+    with tracking as tracker:  # a missing MLflow or a store out of reach stops here, before any work
+        result = run_sweep(grid, out, executor=executor, jobs=jobs, address=address, progress=progress, tracker=tracker)
+        report = build_report(out).out if args.report and len(result.results) else None
+        if tracker is not None and len(result.results):
+            log_sweep_folder(tracker, Path(out), report)
     n_runs = result.results[["task_id"]].drop_duplicates().shape[0] if len(result.results) else 0
     screen.print(
         f"{len(result.tasks)} runs in the grid: {len(result.skipped)} already done, {len(result.ran)} ran, "
@@ -166,8 +174,8 @@ def run(args) -> int:
         )
     if result.failed:
         screen.print("Fix the cause and run the same command again: finished runs are kept, failed ones retried.")
-    if args.report and len(result.results):
-        screen.print(f"report: {build_report(out).html}")
+    if report is not None:
+        screen.print(f"report: {report / 'report.html'}")
     elif len(result.results):
         screen.print(f"Tables, figures and report.html: ocrr report {out}", highlight=False)
     return 1 if result.failed else 0
@@ -228,6 +236,7 @@ def _refuse_what_the_staged_preset_sets(args, preset: str, config: dict) -> None
         "--eval-cap": args.eval_cap,
         "--every": args.every,
         "--no-oos": args.no_oos or None,
+        "--track": args.track,  # its stages are sweeps of their own: not tracked yet
     }
     ignored = [flag for flag, value in given.items() if value is not None]
     ignored += [f"{key} (in {args.config})" for key in config if key != "preset"]

@@ -38,6 +38,8 @@ from ocrr.engine.results import (
 from ocrr.engine.sweep import Grid, Task, prepare_data
 from ocrr.engine.sweep.execute import task_frames
 from ocrr.engine.sweep.executors import LocalExecutor, SerialExecutor
+from ocrr.engine.sweep.track import track_failure, track_task
+from ocrr.engine.tracking import Tracker
 from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
 from ocrr.protocols.base import Protocol
@@ -134,12 +136,14 @@ def run_experiment(
     embed_progress=None,
     on_checkpoint: Callable | None = None,
     jobs: int = 1,
+    tracker: Tracker | None = None,
 ) -> ExperimentResult:
     """Run every (seed, system) of the cell: in this process, or with ``jobs`` > 1 on that
     many worker processes (the same numbers: ``ocrr.engine.sweep.executors``).
     ``on_checkpoint(task, cp)`` hears every checkpoint in this process, and only each run's
     last one from workers. The first failing run raises its error. Give the plan
-    (``plan_experiment``) when you already have it, so its grid is not built again."""
+    (``plan_experiment``) when you already have it, so its grid is not built again.
+    ``tracker`` (ocrr.engine.tracking) is told each run as its output arrives."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise OcrrError(f"jobs must be a whole number of worker processes, at least 1; got {jobs!r}")
     plan = exp if isinstance(exp, ExperimentPlan) else plan_experiment(exp)
@@ -152,7 +156,11 @@ def run_experiment(
     executor = SerialExecutor(on_checkpoint) if jobs == 1 or len(tasks) == 1 else LocalExecutor(jobs)
     for task, output in executor.run(tasks, data):
         if isinstance(output, BaseException):
+            if tracker is not None:
+                track_failure(tracker, task, data[task.data_key], f"{type(output).__name__}: {output}")
             raise output
+        if tracker is not None:
+            track_task(tracker, task, data[task.data_key], output)
         outputs[task.task_id] = output
         if on_checkpoint and executor.name != "serial":
             on_checkpoint(task, _RunDone(max((m["step"] for m in output["metrics"]), default=0)))

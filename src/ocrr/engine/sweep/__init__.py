@@ -31,6 +31,8 @@ from ocrr.engine.sweep.store import (
     save_task,
     write_manifest,
 )
+from ocrr.engine.sweep.track import track_failure, track_task
+from ocrr.engine.tracking import Tracker
 from ocrr.errors import OcrrError
 
 
@@ -65,7 +67,10 @@ def run_sweep(
     jobs: int | None = None,
     address: str | None = None,
     progress: Progress | None = None,
+    tracker: Tracker | None = None,
 ) -> SweepResult:
+    """Run the grid's unfinished tasks into ``out``; ``tracker`` (ocrr.engine.tracking) is told
+    each run that runs now, as its output arrives here (never from a worker)."""
     started = time.perf_counter()
     out = Path(out)
     progress = progress or Progress()
@@ -94,7 +99,12 @@ def run_sweep(
             outputs = runner.run(todo, data)
             try:
                 for task, output in outputs:
-                    progress.task_done(task, _record(out, log, task, output, ran, failed))
+                    ok = _record(out, log, task, output, ran, failed)
+                    if tracker is not None and ok:
+                        track_task(tracker, task, data[task.data_key], output)
+                    elif tracker is not None:
+                        track_failure(tracker, task, data[task.data_key], failed[-1][1])
+                    progress.task_done(task, ok)
             finally:
                 outputs.close()  # an interrupt here still shuts the pool down
     except KeyboardInterrupt:
