@@ -1,7 +1,7 @@
 """Old name of ``ocrr.ledger``: ``ocrr.audit`` and ``ocrr.audit.<module>`` still import, and
 are the same module objects as the ``ocrr.ledger`` modules that hold those names now (the
-file's store and scan moved to ``ocrr.ledger.sqlite``; export and import of either engine
-are ``ocrr.ledger.location``'s). New code imports ``ocrr.ledger``."""
+file's store and scan moved into the SQLite engine's subpackage; export and import of either
+engine are ``ocrr.ledger.location``'s). New code imports ``ocrr.ledger``."""
 
 from __future__ import annotations
 

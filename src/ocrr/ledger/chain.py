@@ -1,7 +1,7 @@
 """The in-memory hash chain: a SHA-256 hash-chained, append-only list of labelled vectors.
 
 The OCRR substrate stores every user correction here (``ocrr.ledger.Ledger`` is this chain
-plus its file: ``ocrr.ledger.file``). Each entry's hash covers
+plus its file: ``ocrr.ledger.sqlite.file``). Each entry's hash covers
 its own fields plus the previous entry's hash, so editing, deleting, reordering
 or inserting any past entry breaks the chain and ``verify()`` says where.
 Truncating the tail leaves a valid (shorter) chain; that is only caught when

@@ -136,7 +136,20 @@ def import_jsonl(
     export, checked hash for hash, atomically; refused unless ``expect_size``/``expect_root``
     (bytes, hex or base64) or a signed C2SP ``checkpoint`` with its ``verifier_key`` describe
     the imported log exactly, when given. Returns the new ledger, open."""
-    expected = dict(expect_size=expect_size, expect_root=expect_root, checkpoint=checkpoint, verifier_key=verifier_key)
     if isinstance(location, str) and is_database_url(location):
-        return import_into_database(src, location, **expected)
-    return import_file(src, location, **expected)
+        return import_into_database(
+            src,
+            location,
+            expect_size=expect_size,
+            expect_root=expect_root,
+            checkpoint=checkpoint,
+            verifier_key=verifier_key,
+        )
+    return import_file(
+        src,
+        location,
+        expect_size=expect_size,
+        expect_root=expect_root,
+        checkpoint=checkpoint,
+        verifier_key=verifier_key,
+    )

@@ -101,20 +101,25 @@ def check_entry(
 
 
 def check_stored_rows(
-    rows: Iterable[tuple], start: int, prev: bytes, dim: int
+    rows: Iterable[tuple], start: int, prev: bytes, dim: int, trusted: int = 0
 ) -> Iterator[tuple[str, str | None, bytes, bytes, bytes]]:
     """Check stored rows ``(id, label, text, vector, prev_hash, hash[, stored leaf])``, in id
     order from ``start``, against the chain ending in ``prev``: gap-free ids, links, hashes
-    (rehashed) and, when stored, leaves. Yields (label, text, vector, hash, Merkle leaf) per
-    row; raises Damage at the first bad one. The check of every row a store takes in."""
+    and, when stored, leaves. Yields (label, text, vector, hash, Merkle leaf) per row; raises
+    Damage at the first bad one. Rows before ``trusted`` are not rehashed: their stored leaf
+    is taken (a checkpoint vouches for them). The check of every row a store takes in."""
     i = start
     for row in rows:
         id_, label, text, vec, prev_hash, digest = (_bytes(x) for x in row[:6])
         if type(id_) is not int or id_ != i:
             raise Damage(i, f"entry {i}: id is {id_!r}, expected {i} (an entry was dropped, duplicated or moved)")
-        leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, dim)
-        assert leaf is not None  # rehashed (the default), so it has its leaf
-        if len(row) > 6 and _bytes(row[6]) != leaf:
+        leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, dim, rehash=i >= trusted)
+        stored = _bytes(row[6]) if len(row) > 6 else None
+        if leaf is None:  # not rehashed
+            if not isinstance(stored, bytes) or len(stored) != 32:
+                raise Damage(i, f"entry {i}: its stored Merkle leaf is not 32 bytes")
+            leaf = stored
+        elif stored is not None and stored != leaf:
             raise Damage(i, f"entry {i}: its stored Merkle leaf does not match its contents")
         yield label, text, vec, digest, leaf
         prev = digest

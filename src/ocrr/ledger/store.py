@@ -34,7 +34,6 @@ class _ReadWriteLock(Protocol):
 class LedgerStore(Protocol):
     """A durable, checked, append-only ledger (see the module's docstring)."""
 
-    path: Path | str  # where it lives, as messages show it (a URL without its password)
     dim: int | None
     tree: MerkleTree
     report: LedgerReport  # the outcome of the last check
@@ -42,6 +41,9 @@ class LedgerStore(Protocol):
     commits: int  # group commits this process wrote
     followed: int  # entries other processes committed, taken in by this one
     broken_at: int | None  # the entry that stopped taking in others' entries
+
+    @property
+    def path(self) -> Path | str: ...  # where it lives, as messages show it (a URL without its password)
 
     @property
     def lock(self) -> _ReadWriteLock: ...  # write: the mirror changes; read: a consistent view

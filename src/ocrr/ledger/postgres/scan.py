@@ -19,34 +19,13 @@ from ocrr.ledger.checkpoint_records import sort_records
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres.schema import FORMAT, VERSION, has_note_column
 from ocrr.ledger.rows import MAX_DIM
-from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
+from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_stored_rows, ok_report
 
-__all__ = ["ROW_COLUMNS", "check_rows", "report_of"]
+__all__ = ["ROW_COLUMNS", "report_of"]
 
 _F4LE = np.dtype("<f4")
 _FETCH = 4096
 ROW_COLUMNS = "seq, label, text, vector, prev_hash, hash, leaf"
-
-
-def check_rows(rows, start: int, prev: bytes, dim: int, tree: MerkleTree | None, trusted: int = 0):
-    """Check stored rows ``start..`` (``ROW_COLUMNS``, in seq order) against the chain ending
-    in ``prev``; append their leaves to ``tree``. Yields (label, text, vector bytes, hash) per
-    row; raises Damage at the first bad one. Rows before ``trusted`` are not rehashed: their
-    stored leaf is taken (a checkpoint vouches for them)."""
-    i = start
-    for seq, label, text, vec, prev_hash, digest, leaf in rows:
-        if seq != i:
-            raise Damage(i, f"entry {i}: id is {seq!r}, expected {i} (an entry was dropped, duplicated or moved)")
-        computed = check_entry(i, label, text, bytes(vec), bytes(prev_hash), bytes(digest), prev, dim, i >= trusted)
-        if computed is not None and computed != bytes(leaf):
-            raise Damage(i, f"entry {i}: its stored Merkle leaf does not match its contents")
-        if tree is not None:
-            if len(leaf) != 32:
-                raise Damage(i, f"entry {i}: its stored Merkle leaf is not 32 bytes")
-            tree.append(bytes(leaf))
-        prev = bytes(digest)
-        yield label, text, bytes(vec), prev
-        i += 1
 
 
 def _scan(conn, trust_until: int | None, vkeys: Sequence[str] = ()) -> Scan:
@@ -77,7 +56,8 @@ def _scan(conn, trust_until: int | None, vkeys: Sequence[str] = ()) -> Scan:
     with conn.cursor(name="ocrr_scan") as cur:  # server-side: rows arrive in batches, not all at once
         cur.itersize = _FETCH
         cur.execute(f"SELECT {ROW_COLUMNS} FROM ocrr_entries ORDER BY seq")
-        for label, text, vec, prev in check_rows(cur, 0, GENESIS, width, tree, trusted):
+        for label, text, vec, prev, leaf in check_stored_rows(cur, 0, GENESIS, width, trusted):
+            tree.append(leaf)
             i = len(hashes)
             if i >= size:
                 raise Damage(

@@ -110,7 +110,7 @@ class DurableLedger(HeldLedger):
         if not path.exists() and not path.parent.is_dir():
             raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
         path = path.resolve()  # symlinks followed: SQLite keeps its log beside the file's own name, so does ocrr
-        writer = join_writers(path)  # before SQLite opens it: one name per file (ocrr.ledger.file_locks)
+        writer = join_writers(path)  # before SQLite opens it: one name per file (ocrr.ledger.sqlite.locks)
         try:
             return cls._open_held(path, writer, dim, verify, apply, signer)
         except BaseException:
