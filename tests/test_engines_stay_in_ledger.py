@@ -26,9 +26,7 @@ def engine_mentions(root: Path) -> list[str]:
 
 def test_no_engine_is_named_outside_the_ledger_package():
     found = engine_mentions(SRC)
-    assert not found, "engines named outside ocrr.ledger (use LedgerStore / ocrr.ledger.location):\n" + "\n".join(
-        found
-    )
+    assert not found, "engines named outside ocrr.ledger (use LedgerStore / ocrr.ledger.location):\n" + "\n".join(found)
 
 
 def test_the_check_finds_an_engine_named(tmp_path):

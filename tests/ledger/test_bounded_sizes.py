@@ -16,10 +16,9 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
-from ocrr.ledger.location import scan_location
+from ocrr.ledger.location import export_jsonl, import_jsonl, scan_location
 from ocrr.ledger.sqlite.scan import scan_file
 from ocrr.ledger.sqlite.store import DurableLedger
-from ocrr.ledger.location import export_jsonl, import_jsonl
 
 DIM = 8
 N = 2000

@@ -23,9 +23,9 @@ import pytest
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer, TreeHead
+from ocrr.ledger.location import export_jsonl, import_jsonl
 from ocrr.ledger.sqlite.scan import scan_file
 from ocrr.ledger.sqlite.store import DurableLedger
-from ocrr.ledger.location import export_jsonl, import_jsonl
 
 DIM = 8
 

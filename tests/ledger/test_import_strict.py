@@ -12,8 +12,8 @@ import pytest
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.location import export_jsonl, import_jsonl
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 4
 

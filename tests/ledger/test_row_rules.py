@@ -16,9 +16,9 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import Chain
+from ocrr.ledger.location import export_jsonl, import_jsonl
 from ocrr.ledger.rows import UNIT_TOLERANCE, check_rows
 from ocrr.ledger.sqlite.store import DurableLedger
-from ocrr.ledger.location import export_jsonl, import_jsonl
 from ocrr.systems.persistent import open_substrate
 
 DIM = 8
