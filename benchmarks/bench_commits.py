@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 384
 

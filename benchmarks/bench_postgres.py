@@ -160,7 +160,7 @@ def _run(label: str, ledger: str, replicas: int, args) -> dict:
 def _store_worker(url: str, gather: float, threads: int, seconds: float, dim: int) -> None:
     """One writer process: ``threads`` threads each appending one entry at a time; prints the count."""
     from ocrr.ledger.location import open_store
-    from ocrr.ledger.postgres import PostgresLedger
+    from ocrr.ledger.postgres.store import PostgresLedger
 
     led = (
         PostgresLedger.open(url, verify="checkpoint", gather=gather)
@@ -216,8 +216,8 @@ def _follow_lag(cluster, args) -> None:
     then reading the entries), both in this process; the timer (1 s) bounds it otherwise."""
     from tests.ledger.pg_cluster import drop_schema, new_schema
 
-    from ocrr.ledger.postgres import PostgresLedger
-    from ocrr.ledger.postgres_follow import Follower
+    from ocrr.ledger.postgres.store import PostgresLedger
+    from ocrr.ledger.postgres.follow import Follower
 
     schema = new_schema(cluster)
     try:

@@ -79,7 +79,7 @@ LIMIT_SECONDS = 2.0  # how long the plain SQLite insert loop runs
 def build_ledger(path: Path, entries: int, encoder: str) -> tuple[np.ndarray, list[str], list[str]]:
     from ocrr.data import load_dataset
     from ocrr.encoders import embed_dataset
-    from ocrr.ledger.store import DurableLedger
+    from ocrr.ledger.sqlite.store import DurableLedger
 
     data = load_dataset("demo")
     texts, labels = list(data.train.texts), list(data.train.labels)
@@ -623,7 +623,7 @@ def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
             except subprocess.TimeoutExpired:
                 server.kill()
 
-        from ocrr.ledger.store import DurableLedger
+        from ocrr.ledger.sqlite.store import DurableLedger
 
         t0 = time.perf_counter()
         with DurableLedger.open(path) as led:  # full check of chain and tree, or it raises

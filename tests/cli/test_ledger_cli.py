@@ -14,7 +14,7 @@ import pytest
 
 from ocrr.cli.main import main
 from ocrr.ledger.heads import verify_checkpoint
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 
 VERIFY_PY = Path(__file__).resolve().parents[2] / "src" / "ocrr" / "ledger" / "verify.py"
 

@@ -18,8 +18,8 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.cli.main import main
 from ocrr.ledger.heads import verify_checkpoint
-from ocrr.ledger.postgres import PostgresLedger
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.postgres.store import PostgresLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 
 VERIFY_PY = Path(__file__).resolve().parents[2] / "src" / "ocrr" / "ledger" / "verify.py"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from ocrr.cli.main import main
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 
 ORIGIN = "example.com/cli-signed"
 

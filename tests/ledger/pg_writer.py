@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.postgres import PostgresLedger
+from ocrr.ledger.postgres.store import PostgresLedger
 
 DIM = 8
 

@@ -16,10 +16,9 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
-from ocrr.ledger.location import scan_location
-from ocrr.ledger.scan import scan_file
-from ocrr.ledger.store import DurableLedger
-from ocrr.ledger.transfer import export_jsonl, import_jsonl
+from ocrr.ledger.location import export_jsonl, import_jsonl, scan_location
+from ocrr.ledger.sqlite.scan import scan_file
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 8
 N = 2000
@@ -121,7 +120,7 @@ def _tamper(url: str, sql: str) -> None:
     ],
 )
 def test_a_database_head_claiming_an_absurd_size_or_dim_is_reported_not_allocated(pg_url, sql):
-    from ocrr.ledger.postgres import PostgresLedger
+    from ocrr.ledger.postgres.store import PostgresLedger
 
     with PostgresLedger.open(pg_url, dim=DIM) as pg:
         pg.extend(_unit(N), [f"l{i % 3}" for i in range(N)], None)
@@ -134,7 +133,7 @@ def test_a_database_head_claiming_an_absurd_size_or_dim_is_reported_not_allocate
 
 
 def test_a_postgres_import_header_with_an_absurd_dim_is_refused(ledger, tmp_path, pg_url):
-    from ocrr.ledger.postgres_transfer import import_into_database
+    from ocrr.ledger.postgres.transfer import import_into_database
 
     export_jsonl(ledger, tmp_path / "a.jsonl")
     bad = _header(tmp_path / "a.jsonl", tmp_path / "bad.jsonl", dim=10**12)

@@ -18,7 +18,7 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.checkpoint_records import record_note
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import open_store, scan_location
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 4
 ORIGIN = "example.com/records-test"

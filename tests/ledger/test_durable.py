@@ -15,7 +15,7 @@ import pytest
 from ocrr.errors import OcrrError
 from ocrr.ledger import Ledger
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.store import DurableLedger, scan_file
+from ocrr.ledger.sqlite.store import DurableLedger, scan_file
 from ocrr.ledger.verify import entry_leaf_hash, verify_consistency, verify_inclusion
 
 DIM = 4

@@ -17,7 +17,7 @@ from old_format import write_old_format
 
 from ocrr.errors import OcrrError
 from ocrr.ledger import DurableLedger, Ledger, migrate
-from ocrr.ledger.scan import scan_file
+from ocrr.ledger.sqlite.scan import scan_file
 
 KILLS = 45
 
@@ -169,9 +169,9 @@ def test_migrate_refuses_to_overwrite_and_copies_a_current_file(tmp_path):
 def test_old_import_paths_still_work():
     import ocrr.audit
     import ocrr.audit.store
-    import ocrr.ledger.store
+    import ocrr.ledger.sqlite.store
 
-    assert ocrr.audit.store is ocrr.ledger.store and ocrr.audit.Ledger is Ledger
+    assert ocrr.audit.store is ocrr.ledger.sqlite.store and ocrr.audit.Ledger is Ledger
     assert ocrr.audit.DurableLedger is DurableLedger
 
 

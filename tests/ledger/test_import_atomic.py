@@ -23,9 +23,9 @@ import pytest
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer, TreeHead
-from ocrr.ledger.scan import scan_file
-from ocrr.ledger.store import DurableLedger
-from ocrr.ledger.transfer import export_jsonl, import_jsonl
+from ocrr.ledger.location import export_jsonl, import_jsonl
+from ocrr.ledger.sqlite.scan import scan_file
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 8
 
@@ -157,7 +157,7 @@ def test_stale_sqlite_journals_at_the_target_are_refused_not_replayed(exports):
 
 _CHILD = """
 import sys
-from ocrr.ledger.transfer import import_jsonl
+from ocrr.ledger.location import import_jsonl
 print("ready", flush=True)
 import_jsonl(sys.argv[1], sys.argv[2]).close()
 print("done", flush=True)

@@ -12,8 +12,8 @@ import pytest
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.store import DurableLedger
-from ocrr.ledger.transfer import export_jsonl, import_jsonl
+from ocrr.ledger.location import export_jsonl, import_jsonl
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 4
 
@@ -71,7 +71,7 @@ def test_import_into_a_file_refuses(export, tmp_path, name, edit, message):
 
 @pytest.mark.parametrize("name, edit, message", CASES[:3], ids=[c[0] for c in CASES[:3]])
 def test_import_into_postgres_refuses(export, pg_url, name, edit, message):
-    from ocrr.ledger.postgres_transfer import import_into_database
+    from ocrr.ledger.postgres.transfer import import_into_database
 
     with pytest.raises(OcrrError, match=message):
         import_into_database(edit(export), pg_url)

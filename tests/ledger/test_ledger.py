@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ocrr.errors import OcrrError
 from ocrr.ledger import GENESIS, Entry, Ledger, VerifyResult, entry_digest
-from ocrr.ledger.scan import scan_file
+from ocrr.ledger.sqlite.scan import scan_file
 
 # ---------------------------------------------------------------- strategies
 floats32 = st.floats(width=32, allow_nan=False, allow_infinity=False)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 4
 
@@ -27,7 +27,7 @@ _CHILD = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from ocrr.ledger.store import DurableLedger
+    from ocrr.ledger.sqlite.store import DurableLedger
     with DurableLedger.open(sys.argv[1], dim=4) as led:
         print("open", len(led), flush=True)
         for line in sys.stdin:

@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-import ocrr.ledger.store as store
-from ocrr.ledger.store import DurableLedger
+import ocrr.ledger.sqlite.store as store
+from ocrr.ledger.sqlite.store import DurableLedger
 
 # SQLite's busy timeout is 5 s; a short one makes any wait in its busy handler show at once.
 _BUSY_TIMEOUT_MS = 20
@@ -18,14 +18,14 @@ _BUSY_TIMEOUT_MS = 20
 
 @pytest.fixture
 def short_busy_timeout(monkeypatch):
-    connect = store._connect
+    connect = store.connect
 
     def connect_short(path, readonly=False):
         conn = connect(path, readonly)
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         return conn
 
-    monkeypatch.setattr(store, "_connect", connect_short)
+    monkeypatch.setattr(store, "connect", connect_short)
 
 
 def _vecs(rng, m, d=8):

@@ -14,12 +14,12 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.location import open_store, scan_location
-from ocrr.ledger.postgres import PostgresLedger, redact
-from ocrr.ledger.postgres_schema import roles_sql
-from ocrr.ledger.postgres_transfer import import_into_database
-from ocrr.ledger.store import DurableLedger
-from ocrr.ledger.transfer import export_jsonl, import_jsonl
+from ocrr.ledger.location import export_jsonl, import_jsonl, open_store, scan_location
+from ocrr.ledger.postgres.schema import roles_sql
+from ocrr.ledger.postgres.store import PostgresLedger
+from ocrr.ledger.postgres.transfer import import_into_database
+from ocrr.ledger.postgres.url import redact
+from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verify import verify_consistency, verify_inclusion
 
 DIM = 8

@@ -19,8 +19,8 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import scan_location
-from ocrr.ledger.postgres import PostgresLedger
-from ocrr.ledger.postgres_follow import Follower
+from ocrr.ledger.postgres.follow import Follower
+from ocrr.ledger.postgres.store import PostgresLedger
 
 DIM = 8
 

@@ -14,9 +14,9 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
-from ocrr.ledger.postgres_transfer import import_into_database
-from ocrr.ledger.store import DurableLedger
-from ocrr.ledger.transfer import export_jsonl
+from ocrr.ledger.location import export_jsonl
+from ocrr.ledger.postgres.transfer import import_into_database
+from ocrr.ledger.sqlite.store import DurableLedger
 
 
 def _export(folder, dim: int, n: int = 6):

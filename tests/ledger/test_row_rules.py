@@ -16,9 +16,9 @@ from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import Chain
+from ocrr.ledger.location import export_jsonl, import_jsonl
 from ocrr.ledger.rows import UNIT_TOLERANCE, check_rows
-from ocrr.ledger.store import DurableLedger
-from ocrr.ledger.transfer import export_jsonl, import_jsonl
+from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.systems.persistent import open_substrate
 
 DIM = 8
@@ -101,7 +101,7 @@ def test_import_refuses_a_row_of_another_dimension_than_the_header(tmp_path):
 
 @pytest.mark.parametrize("kind", ["huge", "not unit"])
 def test_postgres_import_refuses_the_row(pg_url, tmp_path, kind):
-    from ocrr.ledger.postgres_transfer import import_into_database
+    from ocrr.ledger.postgres.transfer import import_into_database
 
     _ledger_with(tmp_path / "src.db", _bad_rows()[kind])
     export_jsonl(tmp_path / "src.db", tmp_path / "bad.jsonl")

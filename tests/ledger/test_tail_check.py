@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ocrr.errors import LedgerIntegrityError
-from ocrr.ledger.scan import scan_file
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.scan import scan_file
+from ocrr.ledger.sqlite.store import DurableLedger
 
 DIM = 8
 

@@ -12,7 +12,7 @@ psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (p
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import LedgerIntegrityError
-from ocrr.ledger.postgres import PostgresLedger
+from ocrr.ledger.postgres.store import PostgresLedger
 
 DIM = 8
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.scan import _report_of
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.scan import report_of
+from ocrr.ledger.sqlite.store import DurableLedger
 
 N, DIM = 12, 3
 FIELDS = ("id", "label", "text", "vector", "prev_hash", "hash")
@@ -171,7 +171,7 @@ def test_every_tampering_is_detected_and_located(images, ts):
         conn.execute("BEGIN")
         try:
             expected = _tamper(conn, images["rows_b"], t)
-            report, _ = _report_of(conn, None)
+            report, _ = report_of(conn, None)
         finally:
             conn.execute("ROLLBACK")  # back to the intact file for the next tampering
         _check(report, expected)
@@ -179,7 +179,7 @@ def test_every_tampering_is_detected_and_located(images, ts):
 
 def test_untouched_images_verify(images):
     for name in ("a", "b"):
-        report, scan = _report_of(_load(images[name]), None)
+        report, scan = report_of(_load(images[name]), None)
         assert report.ok and report.size == N
 
 
@@ -216,8 +216,8 @@ def test_truncation_with_consistent_metadata_needs_an_outside_head(images, tmp_p
     conn.executemany("UPDATE meta SET value = ? WHERE key = ?", [(7, "size"), (rows[6][5], "chain_head")])
     conn.execute("DELETE FROM checkpoints")
     conn.execute("DELETE FROM nodes WHERE (idx + 1) << level > 7")
-    report, scan = _report_of(conn, None)
+    report, scan = report_of(conn, None)
     assert report.ok and report.size == 7
-    full = _report_of(_load(images["a"]), None)[1]
+    full = report_of(_load(images["a"]), None)[1]
     # The consistency check against the held head of size 12 cannot be made: 12 > 7.
     assert len(scan.tree) < len(full.tree)

@@ -11,7 +11,7 @@ import pytest
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verified_read import read_verified
 from ocrr.ledger.verify import entry_bytes, leaf_hash
 
@@ -35,7 +35,7 @@ def _sqlite(path):
 
 def _postgres(url):
     psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
-    from ocrr.ledger.postgres import PostgresLedger
+    from ocrr.ledger.postgres.store import PostgresLedger
 
     def tamper(sql: str) -> None:
         with psycopg.connect(url, autocommit=True) as conn:

@@ -18,7 +18,7 @@ from ocrr.cli.main import main as ocrr
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verify import entry_bytes, leaf_hash
 from ocrr.ledger.verify import main as verify
 

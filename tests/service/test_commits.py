@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.service.commits import Commits
 
 D = 8

@@ -16,7 +16,7 @@ requests = pytest.importorskip("requests")
 from service_helpers import TOKEN, free_port, open_state, running, seed, serve_workers, session_on  # noqa: E402
 
 from ocrr.ledger.heads import Signer  # noqa: E402
-from ocrr.ledger.scan import scan_file  # noqa: E402
+from ocrr.ledger.sqlite.scan import scan_file  # noqa: E402
 from ocrr.service.app import create_app  # noqa: E402
 from ocrr.service.config import ServiceConfig  # noqa: E402
 from ocrr.service.metrics import Counters  # noqa: E402

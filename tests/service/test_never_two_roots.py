@@ -18,7 +18,7 @@ from service_helpers import TOKEN, HashingEncoder, free_port, open_state, runnin
 
 from ocrr.errors import LedgerIntegrityError
 from ocrr.ledger.heads import Signer, verify_checkpoint, verify_head
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.service.app import create_app
 
 ORIGIN = "example.com/never-two-roots"

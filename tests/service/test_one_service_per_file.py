@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 
 from ocrr.errors import OcrrError  # noqa: E402
-from ocrr.ledger.store import DurableLedger  # noqa: E402
+from ocrr.ledger.sqlite.store import DurableLedger  # noqa: E402
 from ocrr.service.supervisor import claim  # noqa: E402
 
 _HOLDER = textwrap.dedent(

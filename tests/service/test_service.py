@@ -313,7 +313,7 @@ def test_ocrr_serve_starts_answers_and_shuts_down_cleanly(tmp_path):
     import sys
     import time
 
-    from ocrr.ledger.store import DurableLedger
+    from ocrr.ledger.sqlite.store import DurableLedger
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -78,7 +78,7 @@ def test_create_app_opens_the_state_from_a_config_and_closes_it_at_shutdown(tmp_
     requests = pytest.importorskip("requests")
     from service_helpers import TOKEN, running
 
-    from ocrr.ledger.store import DurableLedger
+    from ocrr.ledger.sqlite.store import DurableLedger
     from ocrr.service.app import create_app
 
     app = create_app(ServiceConfig(ledger=tmp_path / "l.db", token=TOKEN))

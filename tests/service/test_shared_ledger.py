@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.store import DurableLedger, scan_file
+from ocrr.ledger.sqlite.store import DurableLedger, scan_file
 from ocrr.systems.persistent import open_substrate
 
 

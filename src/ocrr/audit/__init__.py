@@ -1,5 +1,7 @@
 """Old name of ``ocrr.ledger``: ``ocrr.audit`` and ``ocrr.audit.<module>`` still import, and
-are the same module objects as their ``ocrr.ledger`` counterparts. New code imports ``ocrr.ledger``."""
+are the same module objects as the ``ocrr.ledger`` modules that hold those names now (the
+file's store and scan moved into the SQLite engine's subpackage; export and import of either
+engine are ``ocrr.ledger.location``'s). New code imports ``ocrr.ledger``."""
 
 from __future__ import annotations
 
@@ -8,7 +10,15 @@ import importlib.abc
 import importlib.util
 import sys
 
-_MODULES = ("merkle", "verify", "heads", "scan", "store", "transfer")
+# old module name -> the module under ocrr.ledger with its names now
+_MODULES = {
+    "merkle": "merkle",
+    "verify": "verify",
+    "heads": "heads",
+    "scan": "sqlite.scan",
+    "store": "sqlite.store",
+    "transfer": "location",
+}
 
 
 class _Alias(importlib.abc.MetaPathFinder):
@@ -23,7 +33,7 @@ class _Alias(importlib.abc.MetaPathFinder):
 
 class _AliasLoader(importlib.abc.Loader):
     def create_module(self, spec):
-        module = importlib.import_module("ocrr.ledger." + spec.name.rsplit(".", 1)[1])
+        module = importlib.import_module("ocrr.ledger." + _MODULES[spec.name.rsplit(".", 1)[1]])
         sys.modules[spec.name] = module
         return module
 

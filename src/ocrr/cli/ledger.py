@@ -14,13 +14,20 @@ import sys
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
-from ocrr.ledger.file import migrate
 from ocrr.ledger.heads import Signer, TreeHead, check_vkey
-from ocrr.ledger.location import as_location, default_origin_of, display, is_database_url, scan_location
-from ocrr.ledger.postgres_transfer import import_into_database
+from ocrr.ledger.location import (
+    as_location,
+    default_origin_of,
+    display,
+    export_jsonl,
+    export_lines,
+    import_jsonl,
+    scan_location,
+)
 from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path
-from ocrr.ledger.transfer import export_jsonl, export_lines, import_jsonl, root_bytes
+from ocrr.ledger.transfer import root_bytes
 from ocrr.ledger.verify import (
     CannotCheck,
     ProofError,
@@ -302,8 +309,7 @@ def _cmd_export(args) -> int:
 def _cmd_import(args) -> int:
     note = None if args.checkpoint is None else _read_checkpoint(args.checkpoint)
     vkey = None if args.verifier_key is None else _read_vkey(args.verifier_key)
-    load = import_into_database if is_database_url(args.path) else import_jsonl
-    with load(
+    with import_jsonl(
         args.jsonl,
         args.path,
         expect_size=args.expect_size,

@@ -1,7 +1,7 @@
 """The in-memory hash chain: a SHA-256 hash-chained, append-only list of labelled vectors.
 
 The OCRR substrate stores every user correction here (``ocrr.ledger.Ledger`` is this chain
-plus its file: ``ocrr.ledger.file``). Each entry's hash covers
+plus its file: ``ocrr.ledger.sqlite.file``). Each entry's hash covers
 its own fields plus the previous entry's hash, so editing, deleting, reordering
 or inserting any past entry breaks the chain and ``verify()`` says where.
 Truncating the tail leaves a valid (shorter) chain; that is only caught when
@@ -38,11 +38,11 @@ GENESIS: bytes = hashlib.sha256(b"ocrr-ledger-genesis-v1").digest()
 
 # Bumping the tag changes every digest; do it only with a new file format.
 _DIGEST_TAG = b"ocrr-ledger-entry-v1\x00"
-_F4LE = np.dtype("<f4")  # fixed byte order, so digests agree across machines
+F4LE = np.dtype("<f4")  # fixed byte order, so digests agree across machines
 _ID_LABEL_LEN = struct.Struct("<QI")
 _TEXT_PRESENT_LEN = struct.Struct("<BI")
 _U32 = struct.Struct("<I")
-_INITIAL_CAPACITY = 64
+INITIAL_CAPACITY = 64
 
 
 def entry_digest(id: int, label: str, text: str | None, vector: np.ndarray, prev_hash: bytes) -> bytes:
@@ -52,7 +52,7 @@ def entry_digest(id: int, label: str, text: str | None, vector: np.ndarray, prev
     tag | id u64 | len(label) u32, label utf-8 | text: 0x00 if None, else
     0x01, len u32, utf-8 | dim u32 | dim little-endian float32 | prev_hash.
     """
-    vec = np.ascontiguousarray(vector, dtype=_F4LE)
+    vec = np.ascontiguousarray(vector, dtype=F4LE)
     if vec.ndim != 1:
         raise ValueError(f"vector must be 1-D, got shape {vec.shape}")
     if len(prev_hash) != 32:
@@ -141,7 +141,7 @@ class Chain:
         self._ro: np.ndarray | None = None  # read-only view of _buf, handed out to callers
         self._ahead: GrowAhead | None = None  # set by grow_ahead()
         if self._dim is not None:
-            self._set_buffer(self._allocate(_INITIAL_CAPACITY, self._dim))
+            self._set_buffer(self._allocate(INITIAL_CAPACITY, self._dim))
         self._ids: list[int] = []
         self._labels: list[str] = []
         self._texts: list[str | None] = []
@@ -199,7 +199,7 @@ class Chain:
     def vectors(self) -> np.ndarray:
         """Read-only (n, dim) float32 view of all vectors in id order."""
         if self._ro is None:
-            empty = np.empty((0, 0), _F4LE)
+            empty = np.empty((0, 0), F4LE)
             empty.flags.writeable = False
             return empty
         return self._ro[: self._n]
@@ -304,7 +304,7 @@ class Chain:
             if d < 1:
                 raise OcrrError("vector is empty; pass a vector with at least one component")
             self._dim = d
-            self._set_buffer(self._allocate(max(_INITIAL_CAPACITY, extra), d))
+            self._set_buffer(self._allocate(max(INITIAL_CAPACITY, extra), d))
         elif d != self._dim:
             raise OcrrError(
                 f"vector has dimension {d} but this ledger holds dimension {self._dim}; "
@@ -341,8 +341,8 @@ class Chain:
         """An uninitialised (rows, dim) buffer: in RAM, or the whole scratch file re-mapped
         at the new size (growing a file keeps its first rows; the tail is a sparse hole)."""
         if self._vec_file is None:
-            return np.empty((rows, dim), _F4LE)
-        size = rows * dim * _F4LE.itemsize
+            return np.empty((rows, dim), F4LE)
+        size = rows * dim * F4LE.itemsize
         try:
             if os.fstat(self._vec_file.fileno()).st_size < size:
                 self._vec_file.truncate(size)
@@ -351,7 +351,7 @@ class Chain:
                 f"cannot grow the ledger's vector file to {size / 1e9:.1f} GB ({e}); free disk space "
                 "or pass another vectors_on_disk folder"
             ) from e
-        return np.memmap(self._vec_file, dtype=_F4LE, mode="r+", shape=(rows, dim))
+        return np.memmap(self._vec_file, dtype=F4LE, mode="r+", shape=(rows, dim))
 
     @property
     def on_disk(self) -> bool:
@@ -429,7 +429,7 @@ class Chain:
         n = len(ids)
         if n:
             assert dim is not None, "stored entries come with their dim"
-            buf = np.empty((max(_INITIAL_CAPACITY, n), dim), _F4LE)
+            buf = np.empty((max(INITIAL_CAPACITY, n), dim), F4LE)
             buf[:n] = vectors
             chain._set_buffer(buf)
         chain._ids, chain._labels, chain._texts = list(ids), list(labels), list(texts)

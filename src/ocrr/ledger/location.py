@@ -1,27 +1,51 @@
 """Where a ledger lives: a file path (SQLite, the embedded default) or a PostgreSQL URL.
 
-The one place a location given by a user becomes a store: ``open_store`` (a
-``DurableLedger`` on the file, or a ``PostgresLedger`` for ``postgresql://…`` /
-``postgres://…``) and ``scan_location`` (check it read-only). ``as_location`` keeps a URL
-a string where a path would become a ``Path``.
+The one place a location given by a user becomes a store, and the one module outside the
+engines' subpackages that names both: ``open_store`` (a ``DurableLedger`` on the file, or a
+``PostgresLedger`` for ``postgresql://…`` / ``postgres://…``; either is a ``LedgerStore``),
+``scan_location`` (check it read-only), ``export_lines``/``export_jsonl`` and
+``import_jsonl`` (the JSONL export of ``ocrr.ledger.transfer``, out of and into either),
+``claim_service`` (a file held as its one service). ``as_location`` keeps a URL a string
+where a path would become a ``Path``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer, default_origin
-from ocrr.ledger.postgres import PostgresLedger, connect, is_database_url, redact
-from ocrr.ledger.postgres_scan import report_of
-from ocrr.ledger.scan import LedgerReport, _Scan, scan_file
-from ocrr.ledger.store import Apply, DurableLedger
+from ocrr.ledger.held import Apply
+from ocrr.ledger.postgres.scan import report_of
+from ocrr.ledger.postgres.store import PostgresLedger
+from ocrr.ledger.postgres.transfer import import_into_database
+from ocrr.ledger.postgres.url import connect, is_database_url, redact
+from ocrr.ledger.scan import LedgerReport, Scan
+from ocrr.ledger.sqlite.locks import FileHold, claim_service
+from ocrr.ledger.sqlite.scan import scan_file
+from ocrr.ledger.sqlite.store import DurableLedger
+from ocrr.ledger.sqlite.transfer import import_file
+from ocrr.ledger.store import LedgerStore
+from ocrr.ledger.transfer import lines_of, write_export
 
-__all__ = ["Location", "as_location", "default_origin_of", "display", "is_database_url", "open_store", "scan_location"]
+__all__ = [
+    "FileHold",
+    "Location",
+    "as_location",
+    "claim_service",
+    "default_origin_of",
+    "display",
+    "export_jsonl",
+    "export_lines",
+    "import_jsonl",
+    "is_database_url",
+    "open_store",
+    "scan_location",
+]
 
 Location = str | os.PathLike[str]
 
@@ -52,7 +76,7 @@ def open_store(
     verify: str = "full",
     apply: Apply | None = None,
     signer: Signer | None = None,
-) -> DurableLedger:
+) -> LedgerStore:
     """Open (creating if missing) and check the ledger at ``location``; refuse a damaged one.
     ``signer``: signs checkpoint records, and only its records are trusted (none without)."""
     if isinstance(location, str) and is_database_url(location):
@@ -62,7 +86,7 @@ def open_store(
 
 def scan_location(
     location: Location, verify: str = "full", vkeys: Sequence[str] = ()
-) -> tuple[LedgerReport, _Scan | None]:
+) -> tuple[LedgerReport, Scan | None]:
     """Check the ledger at ``location`` (read-only, nothing created): the report and, when
     intact, what it holds. ``vkeys``: the verifier keys whose checkpoint records are trusted
     (none: no record is, and ``verify="checkpoint"`` rehashes every entry)."""
@@ -82,3 +106,50 @@ def scan_location(
         ) from None
     finally:
         conn.close()
+
+
+def export_lines(location: Location, verify: str = "full") -> Iterator[str]:
+    """The JSONL lines (with newlines) of a ledger (a file or a database URL); refuses a damaged one."""
+    report, scan = scan_location(location, verify)
+    if not report:
+        where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+        raise OcrrError(f"ledger {display(location)} is damaged{where}: {report.reason}; not exporting it")
+    assert scan is not None  # an intact report comes with what the scan read
+    return lines_of(report, scan)
+
+
+def export_jsonl(location: Location, out: str | os.PathLike[str], verify: str = "full") -> int:
+    """Write the JSONL export of the ledger at ``location`` to ``out`` (atomically); return the entry count."""
+    return write_export(export_lines(location, verify), out)
+
+
+def import_jsonl(
+    src: str | os.PathLike[str],
+    location: Location,
+    *,
+    expect_size: int | None = None,
+    expect_root: bytes | str | None = None,
+    checkpoint: str | None = None,
+    verifier_key: str | None = None,
+) -> LedgerStore:
+    """Create the ledger at ``location`` (a new file, or an empty database schema) from a JSONL
+    export, checked hash for hash, atomically; refused unless ``expect_size``/``expect_root``
+    (bytes, hex or base64) or a signed C2SP ``checkpoint`` with its ``verifier_key`` describe
+    the imported log exactly, when given. Returns the new ledger, open."""
+    if isinstance(location, str) and is_database_url(location):
+        return import_into_database(
+            src,
+            location,
+            expect_size=expect_size,
+            expect_root=expect_root,
+            checkpoint=checkpoint,
+            verifier_key=verifier_key,
+        )
+    return import_file(
+        src,
+        location,
+        expect_size=expect_size,
+        expect_root=expect_root,
+        checkpoint=checkpoint,
+        verifier_key=verifier_key,
+    )

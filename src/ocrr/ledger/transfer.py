@@ -1,28 +1,25 @@
-"""Export a ledger file to JSONL and import it back, hash for hash.
+"""The export format: JSONL lines a ledger exports to and imports from, hash for hash.
 
 Line 1 is a header: ``{"format": "ocrr-ledger-jsonl", "version": 1, "dim", "size",
 "root", "chain_head"}``; then one line per entry, in id order: ``{"id", "label", "text",
 "vector", "prev_hash", "hash"}``. Vectors are base64 of the little-endian float32 bytes,
 hashes base64 too, so an entry's Merkle leaf can be recomputed from its line with
-``ocrr.ledger.verify.entry_leaf_hash``. The same file always exports to the same bytes.
-Import rebuilds a new durable ledger and refuses a file whose entries do not hash to
-the chain and root its header (and each line) claim, or whose log is not the one a head
-the caller holds describes (``expect_size``/``expect_root``, or a signed C2SP checkpoint
-and its verifier key). It is atomic: the file is built in a temporary folder beside the
-target, checked, fsynced and linked into place, so the target is either absent or
-complete even if the process is killed; the next import removes a killed one's folder.
+``ocrr.ledger.verify.entry_leaf_hash``. The same ledger always exports to the same bytes.
+
+This module is the format, for every engine: ``lines_of`` writes it, ``write_export``
+puts it in a file atomically, ``parse_line``/``parse_entry``/``checked_header``/
+``checked_rows`` read it back strictly, ``expectations`` turns what the caller holds (an
+expected size and root, or a signed C2SP checkpoint and its verifier key) into the heads
+the imported log must match. Reading a ledger (``ocrr.ledger.location.export_jsonl``) and
+building one (``ocrr.ledger.sqlite.transfer``, ``ocrr.ledger.postgres.transfer``) are the
+engines' part.
 """
 
 from __future__ import annotations
 
 import base64
-import fcntl
-import glob
 import json
 import os
-import shutil
-import sqlite3
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,36 +28,35 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import verify_checkpoint
-from ocrr.ledger.location import display, scan_location
 from ocrr.ledger.rows import check_dim, check_rows
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.scan import LedgerReport, Scan, b64
 
-__all__ = ["export_jsonl", "import_jsonl"]
+__all__ = [
+    "FORMAT",
+    "checked_header",
+    "checked_rows",
+    "expectations",
+    "fsync_folder",
+    "lines_of",
+    "parse_entry",
+    "parse_line",
+    "root_bytes",
+    "write_export",
+]
 
-_FORMAT = "ocrr-ledger-jsonl"
-_CHUNK = 4096
-_WORK = ".import-"  # the temporary folder beside the target: .<name>.import-<random>
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
+FORMAT = "ocrr-ledger-jsonl"
 
 
 def _dumps(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def export_lines(path: str | os.PathLike[str], verify: str = "full") -> Iterator[str]:
-    """The JSONL lines (with newlines) of a ledger (a file or a database URL); refuses a damaged one."""
-    report, scan = scan_location(path, verify)
-    if not report:
-        where = "" if report.first_bad is None else f" at entry {report.first_bad}"
-        raise OcrrError(f"ledger {display(path)} is damaged{where}: {report.reason}; not exporting it")
-    assert scan is not None  # an intact report comes with what the scan read
+def lines_of(report: LedgerReport, scan: Scan) -> Iterator[str]:
+    """The JSONL lines (with newlines) of an intact ledger: its check's report and what it read."""
     yield (
         _dumps(
             {
-                "format": _FORMAT,
+                "format": FORMAT,
                 "version": 1,
                 "dim": scan.dim,
                 "size": report.size,
@@ -79,9 +75,9 @@ def export_lines(path: str | os.PathLike[str], verify: str = "full") -> Iterator
                     "id": i,
                     "label": scan.labels[i],
                     "text": scan.texts[i],
-                    "vector": _b64(vec),
-                    "prev_hash": _b64(prev),
-                    "hash": _b64(scan.hashes[i]),
+                    "vector": b64(vec),
+                    "prev_hash": b64(prev),
+                    "hash": b64(scan.hashes[i]),
                 }
             )
             + "\n"
@@ -89,14 +85,14 @@ def export_lines(path: str | os.PathLike[str], verify: str = "full") -> Iterator
         prev = scan.hashes[i]
 
 
-def export_jsonl(path: str | os.PathLike[str], out: str | os.PathLike[str], verify: str = "full") -> int:
-    """Write the JSONL export of ledger ``path`` to ``out`` (atomically); return the entry count."""
+def write_export(lines: Iterator[str], out: str | os.PathLike[str]) -> int:
+    """Write an export's ``lines`` to ``out`` (atomically, fsynced); return the entry count."""
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     n = -1
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            for line in export_lines(path, verify):
+            for line in lines:
                 f.write(line)
                 n += 1
             f.flush()
@@ -104,46 +100,11 @@ def export_jsonl(path: str | os.PathLike[str], out: str | os.PathLike[str], veri
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_folder(out.parent)
+    fsync_folder(out.parent)
     return n
 
 
-def import_jsonl(
-    src: str | os.PathLike[str],
-    path: str | os.PathLike[str],
-    *,
-    expect_size: int | None = None,
-    expect_root: bytes | str | None = None,
-    checkpoint: str | None = None,
-    verifier_key: str | None = None,
-) -> DurableLedger:
-    """Create the durable ledger ``path`` from a JSONL export and check it hash for hash.
-
-    The ledger is built beside ``path`` (in a temporary folder of the same directory),
-    checked, fsynced and only then linked into place, so ``path`` is either absent or
-    the complete ledger, whatever happens to this process; a refused import leaves
-    nothing. ``expect_size``/``expect_root`` (bytes, hex or base64) or a signed C2SP
-    ``checkpoint`` note with its ``verifier_key`` (from ``ocrr ledger keygen``) must
-    describe the imported log exactly, else the import is refused. Returns the new
-    ledger, open.
-    """
-    src, path = Path(src).expanduser(), Path(path).expanduser()
-    want = _expectations(expect_size, expect_root, checkpoint, verifier_key)
-    _clean_stale(path)
-    _check_target(path)
-    work, lock = _workdir(path)
-    try:
-        built = work / "ledger.db"
-        _build(src, built, want)
-        _place(built, path)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        os.close(lock)  # after the folder is gone: an unlocked folder is always stale
-    # Built and checked above, with a checkpoint at its full size: trust it up to there.
-    return DurableLedger.open(path, verify="checkpoint")
-
-
-def _expectations(
+def expectations(
     expect_size: int | None, expect_root: bytes | str | None, checkpoint: str | None, verifier_key: str | None
 ) -> list[tuple[str, int | None, bytes | None]]:
     """(what, size, root) pairs the imported log must match; the checkpoint's signature checked now."""
@@ -185,110 +146,7 @@ def root_bytes(root: bytes | str | None) -> bytes | None:
     return raw
 
 
-def _check_target(path: Path) -> None:
-    if path.exists():
-        raise OcrrError(f"{path} already exists; import into a new file (ledgers are append-only)")
-    if not path.parent.is_dir():
-        raise OcrrError(f"cannot create ledger {path}: directory {path.parent} does not exist; create it first")
-    for suffix in ("-wal", "-shm", "-journal"):
-        side = Path(f"{path}{suffix}")
-        if side.exists():  # SQLite would replay a stale journal into the new file
-            raise OcrrError(
-                f"{side} is left from a ledger that is no longer there; remove it (or import to another path)"
-            )
-
-
-def _workdir(path: Path) -> tuple[Path, int]:
-    """A temporary folder beside ``path``, locked for as long as this import runs."""
-    work = Path(tempfile.mkdtemp(prefix=f".{path.name}{_WORK}", dir=path.parent))
-    lock = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.fstat(lock).st_ino != work.stat().st_ino:  # pragma: no cover - removed before we locked it
-        os.close(lock)
-        raise OcrrError(f"the import's temporary folder {work} was removed meanwhile; run the import again")
-    return work, lock
-
-
-def _clean_stale(path: Path) -> None:
-    """Remove the temporary folders of killed imports into ``path`` (unlocked: nobody runs them)."""
-    for work in path.parent.glob(f".{glob.escape(path.name)}{_WORK}*"):
-        try:
-            lock = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(lock)
-            continue  # an import running now
-        shutil.rmtree(work, ignore_errors=True)
-        os.close(lock)
-
-
-def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | None]]) -> None:
-    """Import ``src`` into the new file ``built``, check it, and leave it closed, on disk, alone."""
-    try:
-        f = open(src, encoding="utf-8")
-    except OSError as e:
-        raise OcrrError(f"cannot read {src} ({e}); pass a file written by `ocrr ledger export`") from e
-    with f:
-        header = _parse(f.readline(), src, 1)
-        dim = checked_header(header, src, want)
-        with DurableLedger.open(built, dim=dim) as ledger:
-            lineno = 1
-            batch: list[tuple] = []
-            for line in f:
-                lineno += 1
-                batch.append(_entry(_parse(line, src, lineno), len(ledger) + len(batch), src, lineno))
-                if len(batch) == _CHUNK:
-                    _flush(ledger, batch, src, dim)
-            _flush(ledger, batch, src, dim)
-            if (
-                len(ledger) != header.get("size")
-                or _b64(ledger.root()) != header.get("root")
-                or _b64(ledger.chain_head) != header.get("chain_head")
-            ):
-                raise OcrrError(
-                    f"{src}: the imported entries do not give the size, root and chain head its "
-                    "header records (lines missing or edited); the export is not trustworthy"
-                )
-            for what, size, root in want:
-                if size is not None and len(ledger) != size:
-                    raise OcrrError(f"{src} holds {len(ledger)} entries but {what} has {size}; import refused")
-                if root is not None and ledger.root() != root:
-                    raise OcrrError(
-                        f"{src}: the root of its {len(ledger)} entries is {_b64(ledger.root())}, but {what} "
-                        f"has {_b64(root)}: the entries differ from the log you expected (forged or another "
-                        "log); import refused"
-                    )
-            ledger._record_checkpoint()  # what the reopening at the target trusts
-    with sqlite3.connect(built, isolation_level=None) as conn:  # everything in the main file, no WAL left
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    fd = os.open(built, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _place(built: Path, path: Path) -> None:
-    """Put the finished file at ``path`` in one step, never over an existing file; fsync the folder."""
-    try:
-        os.link(built, path)  # atomic and refuses to replace: a file that appeared meanwhile stays
-    except FileExistsError:
-        raise OcrrError(
-            f"{path} appeared while importing (another import or service?); import into a new file"
-        ) from None
-    except OSError:  # a file system without hard links
-        if path.exists():
-            raise OcrrError(f"{path} appeared while importing; import into a new file") from None
-        os.replace(built, path)
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     """Make a new name in ``folder`` durable (the file's own fsync does not cover its name)."""
     dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -301,10 +159,10 @@ def checked_header(header: dict, src: Path, want: list[tuple[str, int | None, by
     """The dimension an export's header line claims, once the header is one of ours and its
     size and dimension are bounded by what the file can hold (nothing is allocated for a
     claim before this); a size the caller expects must be the header's too."""
-    if header.get("format") != _FORMAT or header.get("version") != 1:
+    if header.get("format") != FORMAT or header.get("version") != 1:
         raise OcrrError(
             f"{src} is not an ocrr ledger export (its first line must be the "
-            f"{_FORMAT} v1 header); pass a file written by `ocrr ledger export`"
+            f"{FORMAT} v1 header); pass a file written by `ocrr ledger export`"
         )
     size, dim = header.get("size"), header.get("dim")
     if type(size) is not int or size < 0:
@@ -339,7 +197,7 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _parse(line: str, src: Path, lineno: int) -> dict:
+def parse_line(line: str, src: Path, lineno: int) -> dict:
     """One line of an export as a JSON object, strictly: no duplicate keys, no NaN or Infinity."""
     try:
         obj = json.loads(line, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
@@ -352,7 +210,8 @@ def _parse(line: str, src: Path, lineno: int) -> dict:
     return obj
 
 
-def _entry(obj: dict, expected_id: int, src: Path, lineno: int) -> tuple:
+def parse_entry(obj: dict, expected_id: int, src: Path, lineno: int) -> tuple:
+    """An entry line's (vector, label, text, hash), once its id is ``expected_id``."""
     try:
         if type(obj["id"]) is not int:  # not 1.0, true or "1": what another reader takes for an id
             raise ValueError(f"id {obj['id']!r} is not an integer")
@@ -371,21 +230,3 @@ def checked_rows(vecs: np.ndarray, dim: int | None, src: Path, first: int) -> np
 
 
 _IMPORT_FIX = "ocrr's doors take only these rows, so the export was not written by ocrr or was edited; import refused"
-
-
-def _flush(ledger: DurableLedger, batch: list, src: Path, dim: int | None) -> None:
-    if not batch:
-        return
-    first = len(ledger)
-    try:
-        vecs = np.stack([b[0] for b in batch])
-    except ValueError:
-        raise OcrrError(f"{src}: entries {first}..{first + len(batch) - 1} have vectors of different sizes") from None
-    ledger.extend(checked_rows(vecs, dim, src, first), [b[1] for b in batch], [b[2] for b in batch])
-    for j, b in enumerate(batch):
-        if ledger.entry_hash(first + j) != b[3]:
-            raise OcrrError(
-                f"{src}: entry {first + j} does not hash to the value its line records "
-                "(label, text, vector or an earlier entry edited)"
-            )
-    batch.clear()

@@ -30,7 +30,7 @@ from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from ocrr.errors import LedgerIntegrityError, OcrrError
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.tiles import TILE_WIDTH, Tile, entry_bundle, parse_tile_path, tile_bytes, tile_width
 from ocrr.service.schemas import error_responses
 from ocrr.service.served import served_entries
@@ -125,7 +125,7 @@ class AuditRoutes:
         if self.state.damage is not None:
             raise HTTPException(503, self.state.damage_reason())
 
-    def _ledger(self) -> DurableLedger:
+    def _ledger(self) -> LedgerStore:
         """The ledger with what every worker committed taken in (fail closed if it does not chain on)."""
         self._require_intact()
         led = self.state.substrate.ledger

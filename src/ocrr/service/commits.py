@@ -1,7 +1,7 @@
 """Corrections from the event loop into the ledger's group commit, without a thread each.
 
 ``await commits.append(vecs, labels, texts)`` queues the entries with
-``DurableLedger.submit`` and returns their ids once they are on disk. The ledger's one
+``LedgerStore.submit`` and returns their ids once they are on disk. The ledger's one
 committer thread commits whatever is queued as one group (one fsync), and the answers come
 back to the event loop in one wake-up per group: a thread per waiting correction cost,
 per correction, a hand-off to the pool, a wake-up of every waiting thread at each commit
@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.store import LedgerStore
 
 
 class Commits:
     """Appends to ``ledger`` for the coroutines of one event loop."""
 
-    def __init__(self, ledger: DurableLedger):
+    def __init__(self, ledger: LedgerStore):
         self.ledger = ledger
         self._settled: list[tuple[asyncio.Future, range | None, BaseException | None]] = []
         self._lock = threading.Lock()  # _settled: filled by the committer thread, emptied by the loop
@@ -36,7 +36,7 @@ class Commits:
     ) -> asyncio.Future:
         """A future of the entries' ids, set once they are committed (or of the error that
         failed them). ``check``: run by the committer just before the group is written
-        (``DurableLedger.submit``). Bad input raises here, before anything is queued."""
+        (``LedgerStore.submit``). Bad input raises here, before anything is queued."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.ledger.submit(vecs, labels, texts, lambda ids, err: self._done(loop, future, ids, err), check)

@@ -41,7 +41,7 @@ from fastapi.security import HTTPBearer
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import TreeHead
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.store import LedgerStore
 from ocrr.service.commits import Commits
 from ocrr.service.pool import PredictPool
 from ocrr.service.review_page import review_page
@@ -280,14 +280,14 @@ class Routes:
             raise HTTPException(503, self.state.damage_reason()) from None
 
     # -- the ledger, as every worker committed it -----------------------------------------
-    def _fresh_ledger(self) -> DurableLedger:
+    def _fresh_ledger(self) -> LedgerStore:
         """The ledger, with what every worker committed taken in."""
         led = self.state.substrate.ledger
         led.refresh()
         return led
 
     @contextmanager
-    def _ledger_held(self) -> Iterator[DurableLedger]:
+    def _ledger_held(self) -> Iterator[LedgerStore]:
         """The ledger, taken in and read-locked: its size stays put while a proof is made."""
         self._require_intact()
         led = self._fresh_ledger()
@@ -409,7 +409,7 @@ def _predictions(explanations) -> bytes:
     )
 
 
-def _unchanged_since(led: DurableLedger, version: int | None) -> tuple | None:
+def _unchanged_since(led: LedgerStore, version: int | None) -> tuple | None:
     """What a cached /verify result is keyed on: the file's data_version and the (device,
     inode, size, modification time) of the file and of its ``-wal`` (None while it has none);
     None for a store without a data_version (a database), whose results are never reused."""

@@ -11,12 +11,12 @@ from __future__ import annotations
 from fastapi import HTTPException
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.verified_read import VerifiedEntry, read_verified
 from ocrr.service.state import ServiceState
 
 
-def served_entries(state: ServiceState, led: DurableLedger, lo: int, hi: int) -> list[VerifiedEntry]:
+def served_entries(state: ServiceState, led: LedgerStore, lo: int, hi: int) -> list[VerifiedEntry]:
     """Entries ``lo``..``hi - 1`` of ``led`` (``hi`` at most what it holds), each verified."""
     try:
         return read_verified(led, led, lo, hi)

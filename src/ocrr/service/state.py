@@ -23,14 +23,12 @@ from ocrr.data import load_dataset
 from ocrr.data.records import Dataset
 from ocrr.encoders.base import l2_normalise
 from ocrr.encoders.cache import cache_path, load_cached, save_cached, texts_sha256
-from ocrr.errors import LedgerIntegrityError, OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import default_origin_of, display
-from ocrr.ledger.postgres import PostgresLedger
-from ocrr.ledger.postgres_follow import Follower
-from ocrr.ledger.scan import LedgerReport, scan_file
+from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.signed_state import SignedState, default_state_path
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, prometheus_text
@@ -72,7 +70,7 @@ class ServiceState:
     # (monotonic time, report, what the file looked like: routes._unchanged_since) of the last full /verify
     last_full: tuple[float, dict, tuple | None] | None = None
     verify_lock: threading.Lock = field(default_factory=threading.Lock)
-    # Damage is shared through the file's verification records (``DurableLedger.damage_since``):
+    # Damage is shared through the file's verification records (``LedgerStore.damage_since``):
     # the id of the latest record already looked at (at start: the latest one then, so damage
     # recorded before the start, which the start's check found gone, is not honoured).
     damage_seen: int = -1
@@ -141,7 +139,7 @@ class ServiceState:
         try:
             led.refresh()  # what other workers committed: the file holds at least what memory holds
         except OcrrError as e:
-            if _unreachable(led):
+            if _unreachable(led, e):
                 return _unreachable_report(led, e)
             out = {"ok": False, "size": len(led), "first_bad": len(led), "reason": str(e)}
             self.fail(out)
@@ -155,7 +153,7 @@ class ServiceState:
             if out["ok"] and verify == "checkpoint":
                 out = self._check_old_slice(held) or out
         except OcrrError as e:
-            if not _unreachable(led):
+            if not _unreachable(led, e):
                 raise
             return _unreachable_report(led, e)
         if not out["ok"]:
@@ -282,8 +280,7 @@ def build_state(
         check_every=config.check_every,
         damage_seen=damage_after,
     )
-    if isinstance(sub.ledger, PostgresLedger):
-        follow(state, sub.ledger)
+    follow(state, sub.ledger)
     return state
 
 
@@ -305,35 +302,32 @@ def _signing_state(
         state.close()
 
 
-def follow(state: ServiceState, ledger: PostgresLedger, every: float = FOLLOW_EVERY) -> Follower:
-    """A replica on a database ledger keeps its index current: a follower thread takes in what
-    the other replicas commit (on NOTIFY, at least every ``every`` s, after reconnecting);
-    entries that do not chain on make this replica fail closed and tell the others; damage
-    another replica recorded is looked for on every tick (not on the predict path)."""
+def follow(state: ServiceState, ledger: LedgerStore, every: float = FOLLOW_EVERY) -> object | None:
+    """A replica on a database ledger keeps its index current: the store's follower (if its
+    engine has one: ``LedgerStore.follow``) takes in what the other replicas commit (on NOTIFY,
+    at least every ``every`` s, after reconnecting); entries that do not chain on make this
+    replica fail closed and tell the others; damage another replica recorded is looked for
+    on every tick (not on the predict path). A file's readers refresh instead: None."""
 
     def damaged(e: OcrrError) -> None:
         state.fail({"ok": False, "size": len(ledger), "first_bad": ledger.broken_at, "reason": str(e)})
 
-    follower = Follower(ledger, every, on_error=damaged, on_tick=state.honour_shared_damage).start()
-    follower.listening.wait(10)  # caught up once before serving (else requests pull themselves)
-    return follower
+    return ledger.follow(every, on_error=damaged, on_tick=state.honour_shared_damage)
 
 
-def _unreachable(led: DurableLedger) -> bool:
-    """Whether an error of ``led`` was its database being out of reach (not damage: a
-    PostgreSQL store that found damage holds it in ``_broken``)."""
-    return isinstance(led, PostgresLedger) and led._broken is None
+def _unreachable(led: LedgerStore, e: OcrrError) -> bool:
+    """Whether ``e``, raised by ``led``, was its storage being out of reach (not damage: a store
+    that found damage has failed closed, ``broken``)."""
+    return isinstance(e, LedgerStorageError) and led.broken is None
 
 
-def _unreachable_report(led: DurableLedger, e: OcrrError) -> dict:
+def _unreachable_report(led: LedgerStore, e: OcrrError) -> dict:
     return {"ok": False, "unreachable": True, "size": len(led), "first_bad": None, "reason": f"not checked: {e}"}
 
 
-def _check_now(led: DurableLedger) -> LedgerReport:
+def _check_now(led: LedgerStore) -> LedgerReport:
     """The quick check of the ledger as stored now: what follows its last checkpoint."""
-    if isinstance(led, PostgresLedger):
-        return led.scan("checkpoint")[0]
-    return scan_file(led.path, "checkpoint", led.vkeys)[0]
+    return led.scan("checkpoint")[0]
 
 
 def _new_token(config: ServiceConfig, log: Callable[[str], None]) -> str:

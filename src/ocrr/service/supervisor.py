@@ -7,7 +7,7 @@ connection to the same ledger file. The kernel hands each new connection to one 
 (each listens on its own socket of that port), and a worker holding more than its share
 hands it on to the least-loaded one (``balance.py``). They agree on the ledger: a worker's commit
 first takes in, checked, what the others committed, and every predict, head and proof
-first takes in what is new (``DurableLedger.refresh``), so any worker answers for every
+first takes in what is new (``LedgerStore.refresh``), so any worker answers for every
 correction acknowledged before the request arrived, whichever worker acknowledged it.
 
 The ``ocrr serve`` process checks the ledger once, fully, and seeds it if asked, before
@@ -19,7 +19,7 @@ uvicorn stops (requests in flight are answered, commits in flight land), then ex
 One service per ledger and per port (``claim``): the supervisor holds, for its life, an
 exclusive lock on ``<ledger>.serve-lock`` (not the ledger's ``-writer`` lock, which the
 workers share to append), one on the ledger file itself, whatever name it is reached by
-(``ocrr.ledger.file_locks``: a bind mount or a hard link is no second ledger), and one on
+(``ocrr.ledger.location.claim_service``: a bind mount or a hard link is no second ledger), and one on
 the port, and first binds the port without SO_REUSEPORT, so a port some other process
 listens on is refused rather than shared.
 Workers never outlive their supervisor (``_worker_main``): on Linux the kernel sends them
@@ -47,8 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.file_locks import FileHold, claim_service
-from ocrr.ledger.location import is_database_url
+from ocrr.ledger.location import FileHold, claim_service, is_database_url
 from ocrr.service.balance import Mesh
 from ocrr.service.metrics import MAX_ROUTES, Counters
 from ocrr.service.orphans import die_with_parent
@@ -129,7 +128,7 @@ def claim(ledger: str | os.PathLike[str], host: str, port: int) -> Claim:
     created = not real.exists()
     served: FileHold | None = None
     try:
-        served = claim_service(real)  # through any name (ocrr.ledger.file_locks)
+        served = claim_service(real)  # through any name (ocrr.ledger.location.claim_service)
         port_lock = _lock_port(host, port) if port else None
         port = _probe(host, port)
         if port_lock is None and port:

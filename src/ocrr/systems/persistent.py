@@ -23,7 +23,8 @@ from ocrr.index.vote import vote, vote_rows
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import display, open_store
 from ocrr.ledger.rows import check_rows
-from ocrr.ledger.store import DurableLedger, LedgerReport
+from ocrr.ledger.scan import LedgerReport
+from ocrr.ledger.store import LedgerStore
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
 from ocrr.systems.substrate import Substrate
@@ -58,7 +59,7 @@ class PersistentSubstrate:
     """A substrate (``system``) over a durable ledger (``ledger``). Thread-safe: many
     threads may predict while corrections are committed."""
 
-    def __init__(self, ledger: DurableLedger, system: Substrate):
+    def __init__(self, ledger: LedgerStore, system: Substrate):
         self.ledger, self.system = ledger, system
 
     # -- learning -------------------------------------------------------------------

@@ -6,7 +6,7 @@ included, is one transaction under the head row's lock: every line is checked as
 ``expect_size``/``expect_root`` or a signed checkpoint), and anything wrong rolls it all
 back, so the database holds the complete, checked log or nothing of it (no tables either,
 nor a dimension fixed by the refused export). Export needs nothing of its own:
-``transfer.export_lines`` reads either store.
+``ocrr.ledger.location.export_lines`` reads either store.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.group_commit import check_batch
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.postgres import PostgresLedger, connect, redact
-from ocrr.ledger.postgres_schema import create_schema
-from ocrr.ledger.transfer import _b64, _entry, _expectations, _parse, checked_header, checked_rows
+from ocrr.ledger.postgres.schema import create_schema
+from ocrr.ledger.postgres.store import PostgresLedger
+from ocrr.ledger.postgres.url import connect, redact
+from ocrr.ledger.scan import b64
+from ocrr.ledger.transfer import checked_header, checked_rows, expectations, parse_entry, parse_line
 from ocrr.ledger.verify import entry_bytes
 
 __all__ = ["import_into_database"]
@@ -48,7 +50,7 @@ def import_into_database(
     import psycopg
 
     src = Path(src).expanduser()
-    want = _expectations(expect_size, expect_root, checkpoint, verifier_key)
+    want = expectations(expect_size, expect_root, checkpoint, verifier_key)
     try:
         f = open(src, encoding="utf-8")
     except OSError as e:
@@ -56,7 +58,7 @@ def import_into_database(
     conn = connect(url)
     try:
         with f:
-            header = _parse(f.readline(), src, 1)
+            header = parse_line(f.readline(), src, 1)
             dim = checked_header(header, src, want)
             with conn.transaction():  # the tables too: a refused import leaves the schema as it found it
                 create_schema(conn, dim)
@@ -92,7 +94,7 @@ def _load(conn, f, src: Path, dim: int | None) -> tuple[MerkleTree, bytes, int]:
     batch: list[tuple] = []
     for line in f:
         lineno += 1
-        batch.append(_entry(_parse(line, src, lineno), n + len(batch), src, lineno))
+        batch.append(parse_entry(parse_line(line, src, lineno), n + len(batch), src, lineno))
         if len(batch) == _CHUNK:
             prev, n = _insert(conn, batch, tree, prev, n, src, dim)
     if batch:
@@ -128,7 +130,7 @@ def _insert(conn, batch: list, tree: MerkleTree, prev: bytes, n: int, src: Path,
 
 
 def _check_result(src: Path, header: dict, want: list, n: int, tree: MerkleTree, prev: bytes) -> None:
-    if n != header.get("size") or _b64(tree.root()) != header.get("root") or _b64(prev) != header.get("chain_head"):
+    if n != header.get("size") or b64(tree.root()) != header.get("root") or b64(prev) != header.get("chain_head"):
         raise OcrrError(
             f"{src}: the imported entries do not give the size, root and chain head its header records "
             "(lines missing or edited); the export is not trustworthy"
@@ -138,6 +140,6 @@ def _check_result(src: Path, header: dict, want: list, n: int, tree: MerkleTree,
             raise OcrrError(f"{src} holds {n} entries but {what} has {size}; import refused")
         if root is not None and tree.root() != root:
             raise OcrrError(
-                f"{src}: the root of its {n} entries is {_b64(tree.root())}, but {what} has {_b64(root)}: "
+                f"{src}: the root of its {n} entries is {b64(tree.root())}, but {what} has {b64(root)}: "
                 "the entries differ from the log you expected (forged or another log); import refused"
             )

@@ -1,10 +1,10 @@
 """The durable ledger kept in PostgreSQL: ``PostgresLedger``, the SQLite store's twin.
 
-Same entries, chain hash, Merkle tree, proofs and checkpoints as ``DurableLedger`` (whose
-interface it inherits: group commit, the in-memory mirror, proofs), so an export of either
-imports into the other byte for byte. Selected by a URL ``postgresql://…`` wherever a
-ledger path is accepted (``ocrr.ledger.location``). Tables and triggers:
-``ocrr.ledger.postgres_schema``.
+Same entries, chain hash, Merkle tree, proofs and checkpoints as the SQLite store: both are
+``HeldLedger``s (``ocrr.ledger.held``: group commit, the in-memory mirror, proofs, the checks
+of every row taken in), so an export of either imports into the other byte for byte.
+Selected by a URL ``postgresql://…`` wherever a ledger path is accepted
+(``ocrr.ledger.location``). Tables and triggers: ``ocrr.ledger.postgres.schema``.
 
 Appends. One transaction per group commit: ``SELECT … FROM ocrr_head FOR UPDATE`` (the
 head row's lock serialises writers across processes and machines, so ids stay gap-free),
@@ -15,7 +15,7 @@ arrive while a commit runs, or within ``gather`` seconds of the first, go in tog
 (group commit: one WAL flush for all of them). docs/postgres.md has the measurements.
 
 Followers. ``refresh`` takes in what other processes committed;
-``ocrr.ledger.postgres_follow.Follower`` is a thread that does it on every NOTIFY the insert
+``follow`` starts ``ocrr.ledger.postgres.follow.Follower``, a thread that does it on every NOTIFY the insert
 trigger sends, on a timer, and after reconnecting.
 
 psycopg 3 and psycopg_pool are imported inside functions: they are the optional extra
@@ -28,27 +28,21 @@ import json
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import numpy as np
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
-from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.group_commit import Pending
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.postgres_scan import ROW_COLUMNS, check_rows, report_of
-from ocrr.ledger.postgres_schema import create_schema
-from ocrr.ledger.scan import LedgerReport, _Damage, _Scan
-from ocrr.ledger.store import Apply, DurableLedger
+from ocrr.ledger.held import Apply, HeldLedger, damage_in
+from ocrr.ledger.postgres.follow import Follower
+from ocrr.ledger.postgres.scan import ROW_COLUMNS, report_of
+from ocrr.ledger.postgres.schema import create_schema
+from ocrr.ledger.postgres.url import configure, connect, psycopg_modules, redact
+from ocrr.ledger.scan import LedgerReport, Scan
 from ocrr.ledger.tail import StoredTail
 
-__all__ = ["PostgresLedger", "is_database_url", "redact", "connect"]
+__all__ = ["PostgresLedger"]
 
-_F4LE = np.dtype("<f4")
-_SCHEMES = ("postgresql://", "postgres://")
 _WAIT = 5.0  # seconds a request waits for a pooled connection (the database down: then it fails)
-_INSTALL = "pip install 'ocrr[postgres]' (psycopg 3 and psycopg-pool)"
 _INSERT = (
     "WITH added AS (INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
     "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[]) "
@@ -60,65 +54,23 @@ _INSERT = (
 _TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
 
 
-def is_database_url(location: object) -> bool:
-    """Whether a ledger location names a PostgreSQL database rather than a file."""
-    return isinstance(location, str) and location.startswith(_SCHEMES)
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def _psycopg():
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError as e:
-        raise OcrrError(f"a PostgreSQL ledger needs psycopg ({e}); {_INSTALL}") from None
-    return psycopg, psycopg_pool
-
-
-def _configure(conn) -> None:
-    # Acknowledged = flushed to the WAL on disk; whatever the server's or role's default says.
-    conn.execute("SET synchronous_commit = on")
-
-
-def connect(url: str, **kwargs):
-    """A psycopg connection (autocommit, ``synchronous_commit = on``), or an OcrrError naming the fix."""
-    psycopg, _ = _psycopg()
-    try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=10, **kwargs)
-    except psycopg.Error as e:
-        raise OcrrError(
-            f"cannot connect to the ledger database {redact(url)} ({str(e).strip()}); check the URL, that the "
-            "server runs, and the role's password (PGPASSWORD or ~/.pgpass keep it out of the URL)"
-        ) from None
-    _configure(conn)
-    return conn
-
-
-class PostgresLedger(DurableLedger):
+class PostgresLedger(HeldLedger):
     """A ledger in a PostgreSQL schema; acknowledges appends once committed and flushed.
 
     ``PostgresLedger.open(url)`` creates the tables if missing, checks the whole ledger
     (``verify="full"``) or what follows its last checkpoint (``"checkpoint"``), refuses a
-    damaged one naming the first bad entry, and mirrors it in memory as ``DurableLedger``
-    does. ``path`` is the URL without its password; ``url`` the one to connect with.
+    damaged one naming the first bad entry, and mirrors it in memory as every store does
+    (``HeldLedger``). ``path`` is the URL without its password; ``url`` the one to connect with.
     """
 
-    def __init__(self, url: str, pool, schema: str, scan, report: LedgerReport, apply: Apply | None, gather: float):
-        # DurableLedger's state, without its SQLite file (its methods that need the file are overridden here).
+    def __init__(
+        self, url: str, pool, schema: str, scan: Scan, report: LedgerReport, apply: Apply | None, gather: float
+    ):
         self.url, self.schema, self._pool = url, schema, pool
-        self.path = redact(url)  # type: ignore[assignment]  # a URL, not a file: shown in messages
+        self.path = redact(url)  # shown in messages
         self._start_mirror(scan, report)
         self.gather = gather
-        self.broken_at: int | None = None  # the entry that stopped taking in others' entries
-        self.follower: Any = None  # the postgres_follow.Follower taking in others' entries, if one runs
+        self.follower: Any = None  # the Follower taking in others' entries, if one runs
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
@@ -127,7 +79,7 @@ class PostgresLedger(DurableLedger):
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
-    def open(  # type: ignore[override]  # a URL where the file store takes a path
+    def open(
         cls,
         url: str,
         dim: int | None = None,
@@ -139,14 +91,14 @@ class PostgresLedger(DurableLedger):
     ) -> PostgresLedger:
         """Connect, create the tables if missing, check the ledger; refuse a damaged one.
         ``signer``: signs checkpoint records and is the key whose records are trusted (as
-        ``DurableLedger.open``)."""
+        the SQLite store's ``open``)."""
         if verify not in ("full", "checkpoint"):
             raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
             raise OcrrError(f"dim must be a positive integer, got {dim!r}")
         if isinstance(gather, bool) or not isinstance(gather, int | float) or not 0 <= gather <= 1:
             raise OcrrError(f"gather must be seconds in [0, 1], got {gather!r}")
-        psycopg, psycopg_pool = _psycopg()
+        psycopg, psycopg_pool = psycopg_modules()
         conn = connect(url)
         try:
             schema = conn.execute("SELECT current_schema()").fetchone()[0]
@@ -185,7 +137,7 @@ class PostgresLedger(DurableLedger):
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": 10},
-            configure=_configure,
+            configure=configure,
             check=psycopg_pool.ConnectionPool.check_connection,  # a server restart leaves dead connections
             open=True,
             name="ocrr-ledger",
@@ -202,7 +154,7 @@ class PostgresLedger(DurableLedger):
 
     def _db(self, what: str, fn: Callable):
         """Run ``fn(conn)`` on a pooled connection; a database error becomes an OcrrError."""
-        psycopg, psycopg_pool = _psycopg()
+        psycopg, psycopg_pool = psycopg_modules()
         try:
             with self._pool.connection(timeout=_WAIT) as conn:
                 return fn(conn)
@@ -274,35 +226,12 @@ class PostgresLedger(DurableLedger):
                 raise self._broken
             self._db("an append", write)
         except BaseException as e:
-            with self._follow:
-                if n0:
-                    self.tree.truncate(n0[0])
-                self._own = None
-                self._follow.notify_all()
             err = e if isinstance(e, OcrrError) else LedgerStorageError(f"ledger {self.path}: append failed ({e})")
-            for p in batch:
-                if not p.done:
-                    p.error, p.done = err, True
+            self._commit_failed(n0[0] if n0 else None, batch, err)
             return
         if not state:  # every item had the wrong dimension: failed by _same_dim
             return
-        self.commits += 1
-        self.dim = state["dim"]
-        ok = state["ok"]
-        with self._follow, self.lock.write():
-            self._own = None
-            self._follow.notify_all()
-            self._hashes.extend(state["digests"])
-            vecs = np.concatenate([p.vecs for p in ok]) if len(ok) > 1 else ok[0].vecs
-            try:
-                self._feed(vecs, [x for p in ok for x in p.labels], [x for p in ok for x in p.texts])
-            except BaseException as e:
-                self._broken = OcrrError(
-                    f"ledger {self.path}: the in-memory copy could not take committed entries ({e}); reopen the ledger"
-                )
-                raise self._broken from e
-        for p in ok:
-            p.done = True
+        self._commit_done(state["ok"], state["digests"], state["dim"])
 
     # -- other processes' entries -------------------------------------------------------
     def refresh(self) -> int:
@@ -348,39 +277,9 @@ class PostgresLedger(DurableLedger):
             rows = conn.execute(
                 f"SELECT {ROW_COLUMNS} FROM ocrr_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (n0, size)
             ).fetchall()
-            tree = MerkleTree()  # leaves checked first, added to the real tree only once all are good
-            try:
-                got = list(check_rows(rows, n0, self.chain_head, self.dim or 0, tree))
-            except _Damage as e:
-                self.broken_at = e.first_bad
-                raise LedgerIntegrityError(
-                    f"entry {e.first_bad}, written by another process, does not chain on from entry "
-                    f"{(e.first_bad or 0) - 1} ({e.reason})",
-                    e.first_bad,
-                ) from None
-            if len(got) != size - n0:
-                raise LedgerIntegrityError(
-                    f"the head says {size} entries but the database holds {n0 + len(got)}", n0 + len(got)
-                )
-            vecs = np.frombuffer(b"".join(g[2] for g in got), _F4LE).reshape(len(got), self.dim or 0)
-            with self.lock.write():
-                for k in range(len(got)):
-                    self.tree.append(tree.node(0, k))
-                self._hashes.extend(g[3] for g in got)
-                self._feed(vecs.astype(np.float32), [g[0] for g in got], [g[1] for g in got])
-        except BaseException as e:
-            message = (
-                f"ledger {self.path}: could not take in entries other processes committed ({e}); "
-                f"stop the replicas writing it and run `ocrr ledger verify {self.path}`"
-            )
-            self._broken = (
-                LedgerIntegrityError(message, e.first_bad)
-                if isinstance(e, LedgerIntegrityError)
-                else LedgerStorageError(message)
-            )
-            raise self._broken from e
-        self.followed += len(got)
-        return len(got)
+        except BaseException as e:  # the database failed mid-read: fail closed, as the take-in does
+            raise self._take_in_failed(e, "replicas") from e
+        return self._take_in_rows(rows, size, "replicas")
 
     # -- reading ------------------------------------------------------------------------
     def read_entries(self, lo: int = 0, hi: int | None = None):
@@ -396,42 +295,19 @@ class PostgresLedger(DurableLedger):
 
         yield from self._db("reading entries", read)
 
-    def check_slice(self, lo: int, hi: int) -> tuple[int, str] | None:
-        """Rehash entries ``lo``..``hi - 1`` as stored now against the chain held; the first that
-        differs. Raises OcrrError when the database cannot be reached (that is no damage)."""
-        hi = min(hi, len(self))
-        if lo >= hi or self.dim is None:
-            return None
-        rows = self._db(
+    def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
+        """The rows ``lo``..``hi - 1`` as stored now. Raises LedgerStorageError when the database
+        cannot be reached (that is no damage)."""
+        return self._db(
             "reading entries",
             lambda conn: conn.execute(
                 f"SELECT {ROW_COLUMNS} FROM ocrr_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (lo, hi)
             ).fetchall(),
         )
-        try:
-            for i, (*_, digest) in enumerate(
-                check_rows(rows, lo, self._hashes[lo - 1] if lo else GENESIS, self.dim, None), lo
-            ):
-                if digest != self._hashes[i]:
-                    return i, f"entry {i}: its hash differs from the one committed (history rewritten)"
-        except _Damage as e:
-            return (lo if e.first_bad is None else e.first_bad), e.reason
-        if len(rows) != hi - lo:
-            return lo + len(rows), f"entry {lo + len(rows)} is missing (entries were removed)"
-        return None
 
-    def scan(self, verify: str = "full") -> tuple[LedgerReport, _Scan | None]:
+    def scan(self, verify: str = "full") -> tuple[LedgerReport, Scan | None]:
         """Check the ledger as stored now (read-only): the report, and what it holds when intact."""
         return self._db("the check", lambda conn: report_of(conn, None if verify == "full" else 0, self.vkeys))
-
-    def verify(self, verify: str = "full") -> LedgerReport:
-        """Re-read and check the database now; record a checkpoint if intact (full check)."""
-        report, _ = self.scan(verify)
-        self.report = report
-        if report and verify == "full":
-            self.refresh()
-            self._record_checkpoint(min(report.size, len(self)))
-        return report
 
     # -- records beside the log ---------------------------------------------------------
     def _record_checkpoint(self, size: int | None = None) -> None:
@@ -477,16 +353,7 @@ class PostgresLedger(DurableLedger):
             )
         except OcrrError:
             return None
-        bad = None
-        for _, text in rows:
-            try:
-                report = json.loads(text)
-            except ValueError:
-                report = {"ok": False, "reason": "a verification record in the database is unreadable"}
-            if not isinstance(report, dict) or report.get("ok") is not True:
-                bad = report if isinstance(report, dict) else {"ok": False, "reason": "a bad verification record"}
-                break
-        return (rows[-1][0] if rows else after), bad
+        return damage_in(rows, after, "the database")
 
     def last_verification(self) -> dict | None:
         row = self._db(
@@ -494,6 +361,20 @@ class PostgresLedger(DurableLedger):
             lambda conn: conn.execute("SELECT report FROM ocrr_verifications ORDER BY id DESC LIMIT 1").fetchone(),
         )
         return json.loads(row[0]) if row else None
+
+    def follow(
+        self,
+        every: float,
+        on_error: Callable[[OcrrError], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> Follower:
+        """Start a follower thread (``ocrr.ledger.postgres.follow``) that keeps this replica
+        current: on every NOTIFY, at least every ``every`` seconds and after reconnecting;
+        ``on_error`` gets the damage that stops it, ``on_tick`` runs after every look.
+        Returns once it has caught up once (or after 10 s: requests then pull themselves)."""
+        follower = Follower(self, every, on_error=on_error, on_tick=on_tick).start()
+        follower.listening.wait(10)
+        return follower
 
     def close(self) -> None:
         """Stop the follower, wait for the commit in flight, then close the pool. Idempotent."""

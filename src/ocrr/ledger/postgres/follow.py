@@ -3,10 +3,11 @@
 PostgreSQL's NOTIFY (sent by the insert trigger, payload the ledger's schema) is only a
 wake-up: notifications are lost while a connection is down. So the follower re-reads from
 the last entry it holds (``PostgresLedger.pull``) on every notification, at least every
-``every`` seconds, and after each reconnect; a replica that fell behind catches up the same
-way. Entries that do not chain on (history rewritten in the database) stop it and are
-passed to ``on_error`` (the service then fails closed). ``on_tick`` runs after every look
-(the service looks there for damage other replicas recorded, off its request path).
+``every`` seconds, and after each reconnect (``PostgresLedger.follow`` starts one); a
+replica that fell behind catches up the same way. Entries that do not chain on (history
+rewritten in the database) stop it and are passed to ``on_error`` (the service then fails
+closed). ``on_tick`` runs after every look (the service looks there for damage other
+replicas recorded, off its request path).
 """
 
 from __future__ import annotations
@@ -14,12 +15,26 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.postgres import PostgresLedger, connect
-from ocrr.ledger.postgres_schema import CHANNEL
+from ocrr.ledger.postgres.schema import CHANNEL
+from ocrr.ledger.postgres.url import connect
 
-__all__ = ["Follower"]
+__all__ = ["Followed", "Follower"]
+
+
+class Followed(Protocol):
+    """What a follower uses of the ledger it keeps current (a ``PostgresLedger``)."""
+
+    url: str
+    schema: str
+    follower: Any
+
+    @property
+    def broken(self) -> BaseException | None: ...
+
+    def pull(self) -> int: ...
 
 
 class Follower:
@@ -29,7 +44,7 @@ class Follower:
 
     def __init__(
         self,
-        ledger: PostgresLedger,
+        ledger: Followed,
         every: float = 1.0,
         on_error: Callable[[OcrrError], None] | None = None,
         on_tick: Callable[[], None] | None = None,
@@ -95,7 +110,7 @@ class Follower:
                         self.polls += 1
                     self._catch_up()
             except OcrrError as e:
-                if self.ledger._broken is not None or self._stop.is_set():  # damage: stop following
+                if self.ledger.broken is not None or self._stop.is_set():  # damage: stop following
                     self._stopped_by(e)
                     return
                 self.error = str(e)
@@ -120,7 +135,7 @@ class Follower:
             self.on_tick()
 
     def _stopped_by(self, e: OcrrError) -> None:
-        if self.ledger._broken is not None:
+        if self.ledger.broken is not None:
             self.damage = e
             if self.on_error is not None:
                 self.on_error(e)

@@ -1,8 +1,8 @@
 """``Ledger``: the hash chain users hold, in memory or backed by a ledger file.
 
 ``Ledger(dim)`` is the in-memory chain (``ocrr.ledger.chain.Chain``). ``Ledger.open(path)``
-puts a ledger file behind it, in the one format (``ocrr.ledger.scan``) that the durable store
-(``ocrr.ledger.store.DurableLedger``) writes: appends go to memory at once and to the file
+puts a ledger file behind it, in the one format (``ocrr.ledger.sqlite.schema``) that the durable store
+(``ocrr.ledger.sqlite.store.DurableLedger``) writes: appends go to memory at once and to the file
 on ``flush()``, ``close()`` or leaving a ``with`` block, all of them in one transaction
 that returns once it is on disk. A process killed at any moment leaves a file that reopens
 with every flushed entry and an intact chain.
@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.chain import _F4LE, _INITIAL_CAPACITY, Chain
-from ocrr.ledger.scan import LedgerReport, _add_tree, _schema
-from ocrr.ledger.store import DurableLedger
+from ocrr.ledger.chain import F4LE, INITIAL_CAPACITY, Chain
+from ocrr.ledger.scan import LedgerReport
+from ocrr.ledger.sqlite.schema import add_tree, create_tables
+from ocrr.ledger.sqlite.store import DurableLedger
 
 __all__ = ["Ledger", "migrate"]
 
@@ -109,7 +110,7 @@ class Ledger(Chain):
             end <= self._n
             and self._labels[start:end] == list(labels)
             and self._texts[start:end] == list(texts)
-            and self.vectors[start:end].tobytes() == np.ascontiguousarray(vectors, _F4LE).tobytes()
+            and self.vectors[start:end].tobytes() == np.ascontiguousarray(vectors, F4LE).tobytes()
         )
 
     def flush(self) -> None:
@@ -169,9 +170,9 @@ class Ledger(Chain):
             conn = sqlite3.connect(tmp, isolation_level=None)  # rollback journal: a finished file has no sidecar
             try:
                 conn.execute("BEGIN")
-                _schema(conn, self._dim)
+                create_tables(conn, self._dim)
                 conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", self._rows())
-                _add_tree(conn, self._rows())
+                add_tree(conn, self._rows())
                 conn.execute("COMMIT")
             finally:
                 conn.close()
@@ -244,7 +245,7 @@ class Ledger(Chain):
             ledger = cls(dim if type(dim) is int and dim >= 1 else None, vectors_on_disk=vectors_on_disk)
             if count:
                 assert dim is not None  # checked above: a file with entries has a valid dim
-                ledger._set_buffer(ledger._allocate(max(_INITIAL_CAPACITY, count), dim))
+                ledger._set_buffer(ledger._allocate(max(INITIAL_CAPACITY, count), dim))
             cursor = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid")
             i = 0
             while rows := cursor.fetchmany(_LOAD_BATCH):  # streamed: a 10M-entry file never sits in memory twice
@@ -259,7 +260,7 @@ class Ledger(Chain):
                             f"{path}: entry {i} stores a vector of {size} bytes, expected {4 * dim} for dim {dim}; "
                             "the ledger file is corrupt or was modified; restore it from a backup"
                         )
-                    buf[i] = np.frombuffer(blob, _F4LE)
+                    buf[i] = np.frombuffer(blob, F4LE)
                     i += 1
                 ids, labels, texts, _, prevs, hashes = zip(*rows)
                 ledger._ids.extend(ids)

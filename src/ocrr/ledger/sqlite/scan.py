@@ -1,0 +1,202 @@
+"""The ledger file's check: read it back and judge it.
+
+The one ledger file format (``Ledger.open``/``save`` and ``DurableLedger`` all write it;
+its tables: ``ocrr.ledger.sqlite.schema``). ``scan_file`` / ``report_of`` read a file and
+check every entry (its id, link, stored hash and Merkle leaf), every stored node, the last
+commit's size and head, and every authenticated checkpoint, stopping at the first problem
+with a report that names the entry (the rules: ``ocrr.ledger.scan``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ocrr.errors import OcrrError
+from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.checkpoint_records import sort_records
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.rows import MAX_DIM
+from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
+from ocrr.ledger.sqlite.schema import FORMAT, VERSION, connect, has_note_column
+
+__all__ = ["LedgerReport", "report_of", "scan_file"]
+
+_F4LE = np.dtype("<f4")
+
+
+def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()) -> Scan:
+    """Read and check every entry; raise Damage at the first problem.
+
+    ``trust_until`` not None: entries before the last authenticated checkpoint (its note
+    signed by one of ``vkeys``) are not rehashed: their stored leaves build the tree, and
+    the checkpoint's root and chain head must match it. ``None`` trusts nothing (a full
+    check). Every authenticated checkpoint must match the entries; other rows are ignored."""
+    meta = {k: v for k, v in conn.execute("SELECT key, value FROM meta")}
+    if meta.get("format") != FORMAT or str(meta.get("version")) != str(VERSION):
+        raise Damage(
+            None,
+            f"not an ocrr ledger v{VERSION} file (meta format={meta.get('format')!r}, version={meta.get('version')!r})",
+        )
+    dim, size, head = meta.get("dim"), meta.get("size"), meta.get("chain_head")
+    if "durable" not in meta and "size" not in meta:
+        raise Damage(
+            None,
+            "the file is in the old ledger format (no commit record or Merkle tree); open it once with "
+            "Ledger.open(path), which checks and converts it in place, or run `ocrr ledger migrate OLD NEW`",
+        )
+    if meta.get("durable") != 1 or type(size) is not int or not isinstance(head, bytes):
+        raise Damage(
+            None,
+            "meta table lacks the committed size and chain head (not a durable ledger file, "
+            "or meta edited); import it with `ocrr ledger import`",
+        )
+    if not size:
+        width = 0  # no entries: the dim may be unset
+    elif type(dim) is int and 0 < dim <= MAX_DIM:
+        width = dim
+    else:
+        raise Damage(None, f"meta table has no valid dim ({dim!r}) but {size} committed entries")
+    note = "note" if has_note_column(conn) else "NULL"  # a file from before signed records, opened read-only
+    records = sort_records(conn.execute(f"SELECT size, chain_head, root, {note} FROM checkpoints"), vkeys)
+    checkpoints = records.authenticated
+    trusted = 0
+    if trust_until is not None and checkpoints:
+        trusted = min(checkpoints[-1][0], size)
+    stored = {}  # (level, idx) -> hash, all of it: ~100 bytes per entry while scanning
+    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes"):
+        stored[(level, idx)] = h
+    tree = MerkleTree()
+    labels, texts, hashes = [], [], []
+    held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+    rows = max(0, min(size, held))
+    # Bounded by what is held: the vectors of a valid file are in the file, so a dim claiming
+    # more than its bytes is refused (naming the first entry of another width) before allocating.
+    file_bytes = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+    if rows * width * _F4LE.itemsize > file_bytes:
+        wrong = conn.execute(
+            "SELECT id FROM entries WHERE length(vector) != ? ORDER BY id LIMIT 1", (width * _F4LE.itemsize,)
+        ).fetchone()
+        raise Damage(
+            None if wrong is None else wrong[0],
+            f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
+            f"entries, more than the file's {file_bytes} bytes (dim edited)",
+        )
+    vectors = np.empty((rows, width), _F4LE)
+    prev = GENESIS
+    i = 0
+    rows = conn.execute(
+        "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
+        "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries ORDER BY id"
+    )
+    while batch := rows.fetchmany(4096):
+        for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
+            if i >= size:
+                raise Damage(
+                    size,
+                    f"the file holds more entries than its last commit ({size}): entry {i} "
+                    "was added outside the ledger",
+                )
+            if t_id != "integer" or id_ != i:
+                raise Damage(i, f"entry {i}: id is {id_!r}, expected {i} (an entry was dropped, duplicated or moved)")
+            if t_lab != "text" or t_txt not in ("text", "null"):
+                raise Damage(i, f"entry {i}: label or text is not stored as text")
+            if t_vec != "blob":
+                raise Damage(i, f"entry {i}: vector is stored as {t_vec}, not as bytes (edited)")
+            try:
+                label = lab.decode("utf-8")
+                text = None if txt is None else txt.decode("utf-8")
+            except UnicodeDecodeError:
+                raise Damage(i, f"entry {i}: label or text is not valid UTF-8 (bytes edited)") from None
+            leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, width, rehash=i >= trusted)
+            if leaf is None:
+                leaf = stored.get((0, i))
+                if not isinstance(leaf, bytes) or len(leaf) != 32:
+                    raise Damage(i, f"entry {i}: its Merkle leaf is missing from the nodes table")
+            for level, k, h in tree.append(leaf):
+                if stored.pop((level, k), None) != h:
+                    lo = k << level
+                    raise Damage(
+                        lo,
+                        f"Merkle node (level {level}, index {k}) over entries {lo}.."
+                        f"{lo + (1 << level) - 1} is missing or does not match them",
+                    )
+            vectors[i] = np.frombuffer(vec, _F4LE)
+            labels.append(label)
+            texts.append(text)
+            hashes.append(digest)
+            prev = digest
+            i += 1
+            if i == trusted:
+                check_checkpoint(checkpoints[-1], tree, prev)
+    if i < size:
+        raise Damage(
+            i, f"the last commit recorded {size} entries but the file holds {i}: entries {i}..{size - 1} were removed"
+        )
+    if head != prev:
+        raise Damage(size, "the chain head recorded at the last commit does not match the last entry")
+    if stored:
+        (level, k), _ = min(stored.items())
+        raise Damage(
+            min(k << level, size), f"the nodes table holds a node (level {level}, index {k}) that no entry accounts for"
+        )
+    for cp in checkpoints:
+        check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= len(hashes) else None)
+    return Scan(
+        dim if type(dim) is int else None,
+        labels,
+        texts,
+        vectors,
+        hashes,
+        tree,
+        trusted,
+        records.ignored,
+        records.reasons,
+    )
+
+
+def scan_file(
+    path: str | os.PathLike[str], verify: str = "full", vkeys: Sequence[str] = ()
+) -> tuple[LedgerReport, Scan | None]:
+    """Check a ledger file (read-only); return the report and, when intact, what it holds.
+    ``vkeys``: the verifier keys whose checkpoint records are trusted (none: no record is,
+    and ``verify="checkpoint"`` rehashes every entry)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OcrrError(
+            f"ledger file {path} does not exist; check the path (create one with `ocrr ledger import` "
+            "or `ocrr serve --ledger`)"
+        )
+    if verify not in ("full", "checkpoint"):
+        raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
+    try:
+        conn = connect(path, readonly=True)
+        try:
+            conn.execute("BEGIN")  # one snapshot, even while a writer appends
+            return report_of(conn, None if verify == "full" else 0, vkeys)
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        return LedgerReport(False, 0, None, f"not a readable SQLite ledger ({e})"), None
+
+
+def report_of(
+    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()
+) -> tuple[LedgerReport, Scan | None]:
+    """Check the file open on ``conn`` inside the caller's transaction: the report and, when
+    intact, what it holds (``trust_until`` and ``vkeys`` as ``_scan``)."""
+    try:
+        scan = _scan(conn, trust_until, vkeys)
+    except Damage as d:
+        try:
+            n = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+        except sqlite3.Error:
+            n = 0
+        return LedgerReport(False, n, d.first_bad, d.reason), None
+    except (sqlite3.Error, TypeError, ValueError) as e:  # tables dropped or columns of the wrong kind
+        return LedgerReport(False, 0, None, f"the file's tables are damaged ({e})"), None
+    return ok_report(scan), scan
