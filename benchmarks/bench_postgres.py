@@ -216,8 +216,8 @@ def _follow_lag(cluster, args) -> None:
     then reading the entries), both in this process; the timer (1 s) bounds it otherwise."""
     from tests.ledger.pg_cluster import drop_schema, new_schema
 
-    from ocrr.ledger.postgres.store import PostgresLedger
     from ocrr.ledger.postgres.follow import Follower
+    from ocrr.ledger.postgres.store import PostgresLedger
 
     schema = new_schema(cluster)
     try:

@@ -234,6 +234,7 @@ def test_the_startup_line_says_https_with_tls(tmp_path, monkeypatch):
     seed_state = open_state(path, check_every=0)
     seed(seed_state)
     seed_state.close()
+
     class NotRun:  # the test reads the start-up line; no server, no TLS files
         started = True
 
