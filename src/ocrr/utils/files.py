@@ -42,3 +42,39 @@ def _new_file_beside(path: Path) -> str:
             return tmp
         except FileExistsError:
             continue
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def move_into_new(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Move ``src`` to ``dst`` in one step, never over an existing file (FileExistsError then).
+
+    Linux's ``renameat2(RENAME_NOREPLACE)`` does both at once, so no crash leaves the file
+    under two names (a ledger with two hard links is refused: SQLite keys its log on the name).
+    Where it is missing, a hard link then an unlink of ``src``; where links are missing too,
+    a check then ``os.replace`` (racy, and said so by the caller's message)."""
+    import ctypes
+    import errno
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), os.fspath(dst))
+        if err not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
+            raise OSError(err, os.strerror(err), os.fspath(dst))
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise
+    except OSError:
+        if os.path.exists(dst):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(dst)) from None
+        os.replace(src, dst)
+        return
+    os.unlink(src)

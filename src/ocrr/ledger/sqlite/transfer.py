@@ -24,6 +24,7 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.scan import b64
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.transfer import checked_header, checked_rows, expectations, fsync_folder, parse_entry, parse_line
+from ocrr.utils.files import move_into_new
 
 __all__ = ["import_file"]
 
@@ -157,15 +158,11 @@ def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | Non
 def _place(built: Path, path: Path) -> None:
     """Put the finished file at ``path`` in one step, never over an existing file; fsync the folder."""
     try:
-        os.link(built, path)  # atomic and refuses to replace: a file that appeared meanwhile stays
+        move_into_new(built, path)  # a file that appeared meanwhile stays; never two names at once
     except FileExistsError:
         raise OcrrError(
             f"{path} appeared while importing (another import or service?); import into a new file"
         ) from None
-    except OSError:  # a file system without hard links
-        if path.exists():
-            raise OcrrError(f"{path} appeared while importing; import into a new file") from None
-        os.replace(built, path)
     fsync_folder(path.parent)
 
 
