@@ -71,6 +71,33 @@ def test_tampered_storage_fails_the_service_closed_on_the_next_correction(tmp_pa
         assert _ids(path) == stored and len(state.substrate) == n  # nothing appended, nothing acknowledged
 
 
+@pytest.mark.parametrize(
+    "tampering, said",
+    [
+        (
+            "INSERT INTO entries SELECT {n}, label, text, vector, prev_hash, hash FROM entries WHERE id = 0",
+            "a row was inserted at id {n} past the head {n}",
+        ),
+        ("DELETE FROM entries WHERE id >= {k}", "entries {k}..{last} were removed from storage"),
+    ],
+    ids=["row-past-the-head", "tail-removed"],
+)
+def test_a_changed_tail_fails_the_service_closed_at_the_next_look_not_only_at_an_append(tmp_path, tampering, said):
+    """/health takes in what other writers committed; a file that changed but ends elsewhere
+    than the service holds is found there, before any correction is sent."""
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0)
+    seed(state)
+    n = len(state.substrate)
+    with running(create_app(state)) as url:
+        assert requests.get(f"{url}/health").status_code == 200
+        facts = {"n": n, "k": n - 3, "last": n - 1}
+        _sql(path, tampering.format(**facts))
+        health = requests.get(f"{url}/health")
+        assert health.status_code == 503 and said.format(**facts) in health.json()["reason"]
+        assert requests.get(f"{url}/head").status_code == 503
+
+
 @contextmanager
 def _file_writes_refused():
     """Every write of this process to a file past its first byte fails (EFBIG), as on a full disk."""

@@ -348,12 +348,20 @@ class DurableLedger(HeldLedger):
                 if self._own is None or size <= self._own[1]:
                     break
                 self._follow.wait()  # our commit's rows, then others': wait until ours are fed
-            if self._own is not None or size <= len(self._hashes):
-                self._version = version  # nothing new, or only our own commit's rows (fed by it)
+            if self._own is not None:
+                self._version = version  # only our own commit's rows (fed by it)
                 return 0
             self._watch.execute("BEGIN")  # one snapshot of the file
             try:
-                got = self._take_in(self._watch)
+                tail = StoredTail(*self._watch.execute(_TAIL, (len(self._hashes) - 1,)).fetchone())
+                if tail.size <= len(self._hashes):
+                    # Nothing new, but the file changed: it must still end where this ledger
+                    # does (rows removed or inserted behind its back fail it closed now, not
+                    # at the next append).
+                    self._check_tail(tail)
+                    got = 0
+                else:
+                    got = self._take_in(self._watch)
             finally:
                 self._watch.execute("COMMIT")
             self._version = version
