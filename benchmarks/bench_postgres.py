@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import statistics
@@ -30,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.ledger.pg_cluster
 
-TOKEN = "bench-token-0123456789abcdef-0123456789"
+TOKEN = secrets.token_urlsafe(32)  # a real random token: the service refuses weak ones
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

@@ -55,6 +55,7 @@ import hashlib
 import http.client
 import json
 import os
+import secrets
 import signal
 import socket
 import sqlite3
@@ -67,7 +68,7 @@ from pathlib import Path
 
 import numpy as np
 
-TOKEN = "bench-token-0123456789abcdef"
+TOKEN = secrets.token_urlsafe(32)  # a real random token: the service refuses weak ones
 KINDS = ("predict_vector", "predict_text", "correct")
 MIXED = (0.45, 0.10, 0.45)
 CORRECTIONS_ONLY = (0.0, 0.0, 1.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -22,7 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-TOKEN = "screenshot-token-0123456789"
+TOKEN = secrets.token_urlsafe(32)  # a real random token: the service refuses weak ones
 
 
 def main(out: str) -> None:

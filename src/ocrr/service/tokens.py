@@ -64,7 +64,8 @@ def token_weakness(token: str) -> str | None:
     name, size = _alphabet(symbols)
     bits = len(symbols) * math.log2(size)
     if bits < MIN_TOKEN_BITS:
-        return f"about {bits:.0f} bits: {len(symbols)} characters of {name} ({size} symbols)"
+        count = f"{len(symbols)} character{'s' if len(symbols) != 1 else ''}"
+        return f"about {bits:.0f} bits: {count} of {name} ({size} symbols)"
     n = len(symbols)
     distinct = len(set(symbols))
     # Chance a random token uses at most `distinct` characters: pick them, then every character among them.
