@@ -24,17 +24,17 @@ from pathlib import Path
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import (
-    _SIG_SIZE,
-    _b64,
-    _bad_checkpoint,
-    _parse_hash,
-    _parse_size,
-    _public_key,
-    _strict_b64,
-    _valid_key_name,
+    SIG_SIZE,
+    bad_checkpoint,
     check_origin,
+    parse_hash,
     parse_signed_note,
+    parse_size,
+    public_key,
+    strict_b64,
+    valid_key_name,
 )
+from ocrr.ledger.scan import b64
 
 __all__ = [
     "Cosigner",
@@ -68,14 +68,14 @@ def checkpoint_body(note: str | bytes) -> tuple[str, str, int, bytes]:
     body, _ = parse_signed_note(note)
     lines = body[:-1].split("\n")
     if len(lines) < 3:
-        raise _bad_checkpoint(f"{len(lines)} lines of text, not origin, tree size and root hash")
+        raise bad_checkpoint(f"{len(lines)} lines of text, not origin, tree size and root hash")
     if "" in lines:
-        raise _bad_checkpoint(f"line {lines.index('') + 1} of the text is empty")
+        raise bad_checkpoint(f"line {lines.index('') + 1} of the text is empty")
     try:
         origin = check_origin(lines[0])
     except OcrrError as e:
-        raise _bad_checkpoint(f"origin line: {e}") from None
-    return body, origin, _parse_size(lines[1]), _parse_hash(lines[2], "root hash")
+        raise bad_checkpoint(f"origin line: {e}") from None
+    return body, origin, parse_size(lines[1]), parse_hash(lines[2], "root hash")
 
 
 class Cosigner:
@@ -84,7 +84,7 @@ class Cosigner:
     def __init__(self, private_key, name: str):
         from cryptography.hazmat.primitives import serialization
 
-        if not isinstance(name, str) or not _valid_key_name(name):
+        if not isinstance(name, str) or not valid_key_name(name):
             raise OcrrError(f"witness name {name!r} must be non-empty, without spaces or '+' (e.g. witness.example/w1)")
         self._key = private_key
         self.name = name
@@ -96,7 +96,7 @@ class Cosigner:
     @property
     def vkey(self) -> str:
         """The verifier key logs and clients are configured with (type 0x04: cosignature/v1)."""
-        return f"{self.name}+{self.key_id.hex()}+{_b64(_COSIGNATURE_V1 + self.public_bytes)}"
+        return f"{self.name}+{self.key_id.hex()}+{b64(_COSIGNATURE_V1 + self.public_bytes)}"
 
     @classmethod
     def generate(cls, name: str) -> Cosigner:
@@ -138,7 +138,7 @@ class Cosigner:
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= _MAX_TIMESTAMP:
             raise OcrrError(f"a cosignature's timestamp must be an integer in [0, 2^63), got {t!r}")
         sig = self._key.sign(signed_message(body, t))
-        return f"\u2014 {self.name} {_b64(self.key_id + struct.pack('>Q', t) + sig)}\n"
+        return f"\u2014 {self.name} {b64(self.key_id + struct.pack('>Q', t) + sig)}\n"
 
 
 def _cosigner_key(vkey: str):
@@ -150,17 +150,17 @@ def _cosigner_key(vkey: str):
         if not isinstance(vkey, str):
             raise ValueError("not a string")
         name, key_id, key_b64 = vkey.strip().split("+", 2)
-        raw = _strict_b64(key_b64)
+        raw = strict_b64(key_b64)
     except ValueError as e:
         raise OcrrError(f"bad witness verifier key {vkey!r} ({e}); {_VKEY_FIX}") from None
     if raw[:1] == _ED25519:
-        name, _, public = _public_key(vkey)  # checks it as a note key, its 0x01 key id included
+        name, _, public = public_key(vkey)  # checks it as a note key, its 0x01 key id included
         from cryptography.hazmat.primitives import serialization
 
         public_bytes = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return name, _key_id(name, public_bytes), public
     problem = None
-    if not _valid_key_name(name):
+    if not valid_key_name(name):
         problem = "invalid key name"
     elif raw[:1] != _COSIGNATURE_V1 or len(raw) != 33:
         problem = "not an Ed25519 cosignature/v1 key (type 0x04, 32 bytes)"
@@ -188,7 +188,7 @@ def _timestamps(note: str | bytes, key) -> list[int]:
     for signer, kid, sig in sigs:
         if signer != name or kid != key_id:
             continue
-        t = struct.unpack(">Q", sig[:8])[0] if len(sig) == 8 + _SIG_SIZE else None
+        t = struct.unpack(">Q", sig[:8])[0] if len(sig) == 8 + SIG_SIZE else None
         try:
             if t is None or t > _MAX_TIMESTAMP:
                 raise InvalidSignature

@@ -38,7 +38,7 @@ __all__ = [
 _ORIGIN = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no space; '+' excluded below
 _ED25519 = b"\x01"
 _HASH_SIZE = 32
-_SIG_SIZE = 64  # an Ed25519 signature
+SIG_SIZE = 64  # an Ed25519 signature
 # Unicode white space (the White_Space property, what Go's unicode.IsSpace tests): a key
 # name may contain none of these (c2sp.org/signed-note).
 _SPACES = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
@@ -54,7 +54,7 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
 
-def _strict_b64(s: str) -> bytes:
+def strict_b64(s: str) -> bytes:
     """Standard base64 (RFC 4648 section 4) in its one canonical spelling: padded, no
     other characters, unused bits zero. Raises ValueError otherwise."""
     if not isinstance(s, str) or not s.isascii():
@@ -65,7 +65,7 @@ def _strict_b64(s: str) -> bytes:
     return raw
 
 
-def _valid_key_name(name: str) -> bool:
+def valid_key_name(name: str) -> bool:
     """A signed-note key name: non-empty, no Unicode space, no '+'."""
     return bool(name) and "+" not in name and not any(c in _SPACES for c in name)
 
@@ -74,7 +74,7 @@ def _bad_note(reason: str) -> OcrrError:
     return OcrrError(f"malformed signed note: {reason} (c2sp.org/signed-note); {_NOTE_FIX}")
 
 
-def _bad_checkpoint(reason: str) -> OcrrError:
+def bad_checkpoint(reason: str) -> OcrrError:
     return OcrrError(f"malformed checkpoint: {reason} (c2sp.org/tlog-checkpoint); {_NOTE_FIX}")
 
 
@@ -164,10 +164,10 @@ def parse_signed_note(note: str | bytes) -> tuple[str, list[tuple[str, bytes, by
         if not line.startswith("\u2014 "):
             raise _bad_note(f"signature line {n} {line[:40]!r} does not start with an em dash (U+2014) and a space")
         name, _, blob = line[2:].partition(" ")
-        if not _valid_key_name(name):
+        if not valid_key_name(name):
             raise _bad_note(f"signature line {n} has an invalid key name {name!r} (empty, a space or a '+')")
         try:
-            raw = _strict_b64(blob)
+            raw = strict_b64(blob)
         except ValueError:
             raise _bad_note(f"signature line {n} does not end in one canonical standard base64 string") from None
         if len(raw) < 5:
@@ -248,7 +248,7 @@ class Signer:
         return f"{text}\n\u2014 {self.origin} {_b64(self.key_id + sig)}\n"
 
 
-def _public_key(vkey: str):
+def public_key(vkey: str):
     """Parse a verifier key ``<name>+<8 hex digits key id>+<b64(0x01 || Ed25519 key)>``."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -256,11 +256,11 @@ def _public_key(vkey: str):
         if not isinstance(vkey, str):
             raise ValueError("not a string")
         name, key_id, key_b64 = vkey.strip().split("+", 2)
-        if not _valid_key_name(name):
+        if not valid_key_name(name):
             raise ValueError("invalid key name")
         if not re.fullmatch(r"[0-9a-fA-F]{8}", key_id):
             raise ValueError("the key id is not 8 hex digits")
-        raw = _strict_b64(key_b64)
+        raw = strict_b64(key_b64)
         if raw[:1] != _ED25519 or len(raw) != 33:
             raise ValueError("not an Ed25519 key")
         if hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4] != bytes.fromhex(key_id):
@@ -272,26 +272,26 @@ def _public_key(vkey: str):
 
 def check_vkey(vkey: str) -> str:
     """A verifier key as given, stripped, or an OcrrError naming what is wrong with it."""
-    _public_key(vkey)
+    public_key(vkey)
     return vkey.strip()
 
 
-def _parse_size(line: str) -> int:
+def parse_size(line: str) -> int:
     if not _TREE_SIZE.fullmatch(line) or int(line) > _MAX_TREE_SIZE:
-        raise _bad_checkpoint(
+        raise bad_checkpoint(
             f"tree size {line[:40]!r} is not a decimal number in ASCII digits without sign, "
             "leading zero or separator, below 2^63"
         )
     return int(line)
 
 
-def _parse_hash(line: str, what: str) -> bytes:
+def parse_hash(line: str, what: str) -> bytes:
     try:
-        raw = _strict_b64(line)
+        raw = strict_b64(line)
     except ValueError:
-        raise _bad_checkpoint(f"{what} {line[:60]!r} is not canonical standard base64") from None
+        raise bad_checkpoint(f"{what} {line[:60]!r} is not canonical standard base64") from None
     if len(raw) != _HASH_SIZE:
-        raise _bad_checkpoint(f"{what} is {len(raw)} bytes, not {_HASH_SIZE}")
+        raise bad_checkpoint(f"{what} is {len(raw)} bytes, not {_HASH_SIZE}")
     return raw
 
 
@@ -303,7 +303,7 @@ def verify_note(note: str | bytes, vkey: str) -> str:
     other parties' signatures (witnesses, a rotated key) are left alone."""
     from cryptography.exceptions import InvalidSignature
 
-    name, key_id, public = _public_key(vkey)
+    name, key_id, public = public_key(vkey)
     text, sigs = parse_signed_note(note)
     verified = False
     for signer, kid, sig in sigs:
@@ -312,7 +312,7 @@ def verify_note(note: str | bytes, vkey: str) -> str:
         if verified:
             continue  # a repeated signature by our key: Go's note.Open drops it too
         try:
-            if len(sig) != _SIG_SIZE:
+            if len(sig) != SIG_SIZE:
                 raise InvalidSignature
             public.verify(sig, text.encode("utf-8"))
         except InvalidSignature:
@@ -331,23 +331,23 @@ def verify_checkpoint(note: str | bytes, vkey: str) -> tuple[str, int, bytes]:
     Accepts exactly what c2sp.org/signed-note and c2sp.org/tlog-checkpoint allow: the
     note verifies (``verify_note``), and the body is origin, size and root hash, then
     optional non-empty extension lines."""
-    name = _public_key(vkey)[0]
+    name = public_key(vkey)[0]
     text = verify_note(note, vkey)
     lines = text[:-1].split("\n")
     if len(lines) < 3:
-        raise _bad_checkpoint(f"{len(lines)} lines of text, not origin, tree size and root hash")
+        raise bad_checkpoint(f"{len(lines)} lines of text, not origin, tree size and root hash")
     if "" in lines:
-        raise _bad_checkpoint(f"line {lines.index('') + 1} of the text is empty")
+        raise bad_checkpoint(f"line {lines.index('') + 1} of the text is empty")
     if lines[0] != name:
         raise OcrrError(f"checkpoint origin {lines[0]!r} is not the key's name {name!r}")
-    return name, _parse_size(lines[1]), _parse_hash(lines[2], "root hash")
+    return name, parse_size(lines[1]), parse_hash(lines[2], "root hash")
 
 
 def verify_head(signed: dict, vkey: str) -> TreeHead:
     """Check a signed tree head (as /head returns it) against a verifier key."""
     from cryptography.exceptions import InvalidSignature
 
-    name, key_id, public = _public_key(vkey)
+    name, key_id, public = public_key(vkey)
     try:
         if not isinstance(signed, dict):
             raise TypeError(f"expected a JSON object, got {type(signed).__name__}")
@@ -359,13 +359,13 @@ def verify_head(signed: dict, vkey: str) -> TreeHead:
             raise ValueError(f"origin {signed['origin']!r} is not the key's name {name!r}")
         hashes = []
         for what in ("root", "chain_head"):
-            raw = _strict_b64(signed[what])
+            raw = strict_b64(signed[what])
             if len(raw) != _HASH_SIZE:
                 raise ValueError(f"{what} is {len(raw)} bytes, not {_HASH_SIZE}")
             hashes.append(raw)
-        sig = _strict_b64(signed["signature"])
+        sig = strict_b64(signed["signature"])
         head = TreeHead(size, hashes[0], hashes[1], ts)
-        if len(sig) != _SIG_SIZE:
+        if len(sig) != SIG_SIZE:
             raise InvalidSignature
         public.verify(sig, head.text(name).encode())
     except (KeyError, ValueError, TypeError) as e:
