@@ -13,12 +13,14 @@ class Split:
     """One split of a dataset, items in the source file's order.
 
     ``texts`` is None for embedding-only data (the synthetic generator); then
-    ``vecs`` holds the L2-normalised float32 embeddings.
+    ``vecs`` holds the L2-normalised float32 embeddings. ``languages`` gives each item's
+    language where a dataset mixes several (Leyzer's source/target pairs); None otherwise.
     """
 
     labels: tuple[str, ...]
     texts: tuple[str, ...] | None = None
     vecs: np.ndarray | None = None
+    languages: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -32,6 +34,8 @@ class Dataset:
     ``domains`` maps a label to its domain where the dataset defines one
     (CLINC150); empty otherwise.
     ``files`` maps each source file name to its sha256, for ``config.json``.
+    ``licence``: terms a user must see before using the results (a run prints them); empty
+    when the dataset's licence asks nothing beyond attribution.
     """
 
     name: str
@@ -41,6 +45,7 @@ class Dataset:
     domains: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     notes: str = ""
+    licence: str = ""
 
     @property
     def has_text(self) -> bool:
