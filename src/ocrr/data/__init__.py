@@ -12,6 +12,7 @@ from typing import Any
 from ocrr.data.banking77 import load_banking77
 from ocrr.data.clinc150 import load_clinc150
 from ocrr.data.leyzer import LANGUAGES, load_leyzer
+from ocrr.data.leyzer import LICENCE as LEYZER_LICENCE
 from ocrr.data.records import Dataset, Split
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
@@ -46,6 +47,9 @@ OPTIONS: dict[str, dict[str, Option]] = {
         "name": Option(kind=str, allow_none=True, help="the dataset's name; none: the train file's stem"),
     },
 }
+# Licence terms a user must read before using a dataset's results (a run prints them first);
+# the others ask for attribution only, which their notes give.
+LICENCE_TERMS: dict[str, str] = {"leyzer": LEYZER_LICENCE}
 _TABLE_PREFIXES = {"csv:": "csv", "jsonl:": "jsonl"}
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
 
@@ -83,6 +87,11 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     from ocrr.data.tabular import load_table
 
     return load_table(paths[0], paths[1] if len(paths) > 1 else None, fmt=fmt, **options)
+
+
+def licence_terms(name: str) -> str:
+    """The terms to show before a run on dataset ``name`` (a spec: 'leyzer:lang=es-ES'); '' for none."""
+    return LICENCE_TERMS.get(spec_name(name), "")
 
 
 def _spec_options(name: str, options: dict) -> tuple[str, dict]:
@@ -124,4 +133,4 @@ def _table_paths(spec: str, name: str) -> list[str]:
     return paths
 
 
-__all__ = ["DATASETS", "Dataset", "Split", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "Split", "licence_terms", "load_dataset"]

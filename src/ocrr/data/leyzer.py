@@ -84,7 +84,6 @@ def load_leyzer(
         domains={intent: "/".join(sorted(names)) for intent, names in domains.items()},
         files={file_name(s, lang): found.sha256[file_name(s, lang)] for lang in languages for s in ("train", "test")},
         notes=notes,
-        licence=LICENCE,
     )
 
 

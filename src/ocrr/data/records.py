@@ -34,8 +34,6 @@ class Dataset:
     ``domains`` maps a label to its domain where the dataset defines one
     (CLINC150); empty otherwise.
     ``files`` maps each source file name to its sha256, for ``config.json``.
-    ``licence``: terms a user must see before using the results (a run prints them); empty
-    when the dataset's licence asks nothing beyond attribution.
     """
 
     name: str
@@ -45,7 +43,6 @@ class Dataset:
     domains: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     notes: str = ""
-    licence: str = ""
 
     @property
     def has_text(self) -> bool:
