@@ -27,6 +27,7 @@ PRESET_HELP = {
     "consolidating": "the consolidating memory, MbPA++ and its ablations",
     "ocl": "EvalOCL, Banking77",
     "encoders": "the main systems under each packaged encoder",
+    "language_shift": "Leyzer en->es and en->pl, MiniLM vs USE multilingual",
     "smoke": "seconds, synthetic",
     "cmr": "CMR paper: search on validation streams, then the test table",
     "cmr_table2": "and its Table 2",
