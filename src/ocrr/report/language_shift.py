@@ -15,15 +15,15 @@ TARGET, SOURCE, NOVEL = F.NOVEL, F.ORIGINAL, "#2ca02c"
 def language_shift_cell(protocol, rows: pd.DataFrame, summary: pd.DataFrame, title: str, styles: dict):
     header, body, _ = table(summary)
     systems = list(summary["system"])
-    curves = (("acc_target", TARGET, "target language"), ("acc_source", SOURCE, "source language"))
+    curves = [("acc_target", TARGET, "target language"), ("acc_source", SOURCE, "source language")]
     if "acc_novel" in rows.columns and rows["acc_novel"].notna().any():
-        curves += (("acc_novel", NOVEL, "held-out intents"),)
+        curves.append(("acc_novel", NOVEL, "held-out intents"))
     metrics = [c[0] for c in curves]
     held_out = ", held-out intents in the target language (green)" if len(curves) > 2 else ""
     figures = [
         (
             "recovery",
-            F.recovery_figure(rows, systems, title, curves),
+            F.recovery_figure(rows, systems, title, tuple(curves)),
             f"Recovery in a new language, {title}: accuracy on the target language's test items (blue) and "
             f"the source language's (orange){held_out} against corrections applied; line = mean over seeds, "
             "band = ± 1 std.",
