@@ -167,8 +167,8 @@ def test_the_study_preset_is_every_main_system_under_both_encoders_and_pairs():
     from ocrr.engine.sweep import resolve_grid
 
     tasks = resolve_grid("language_shift", {}).tasks(resolve=False)
-    assert len(tasks) == 11 * 2 * 2 * 3 * 3
+    assert len(tasks) == 10 * 2 * 2 * 3 * 3
     assert {t.dataset for t in tasks} == {"leyzer:source=en-US:target=es-ES", "leyzer:source=en-US:target=pl-PL"}
     assert {t.encoder for t in tasks} == {"minilm", "use_multilingual"}
     assert {t.protocol for t in tasks} == {"language_shift:eval_cap=400:every=50:n_heldout=0:stream_cap=0"}
-    assert "llm_icl:max_eval=100" in {t.system for t in tasks}
+    assert {"substrate", "consolidating", "knn_lm", "river_logreg", "online_linear"} <= {t.system for t in tasks}
