@@ -44,13 +44,14 @@ def test_protocols_lists_every_protocol_with_every_option_including_shift(capsys
     )
     blocks = "\n".join(lines[1:]).strip().split("\n\n")
     assert [block.split()[0] for block in blocks] == list(PROTOCOLS)  # every registered one, in order
+    pad = " " * (max(map(len, PROTOCOLS)) + 2)  # names are padded to the longest one
     assert blocks[0].splitlines() == [
-        "heldout  held-out classes (OCRR paper 3.2): recover novel classes, keep the original ones",
-        "         metrics: acc_novel, acc_original",
-        "         options: n_heldout=10, eval_cap=400, every=50, shift=none",
+        "heldout".ljust(len(pad)) + "held-out classes (OCRR paper 3.2): recover novel classes, keep the original ones",
+        pad + "metrics: acc_novel, acc_original",
+        pad + "options: n_heldout=10, eval_cap=400, every=50, shift=none",
     ]
     assert blocks[list(PROTOCOLS).index("ocl")].splitlines()[2] == (
-        "         options: batch=1, stay=0.0, upstream=0.0, split=test, checkpoints=20, windows=10, shift=none"
+        pad + "options: batch=1, stay=0.0, upstream=0.0, split=test, checkpoints=20, windows=10, shift=none"
     )
     for block in blocks:  # the common options are every protocol's
         assert all(f"{key}=" in block.splitlines()[2] for key in COMMON_OPTIONS)
@@ -66,7 +67,8 @@ def test_a_newly_registered_protocol_is_listed_with_its_options(capsys, monkeypa
     monkeypatch.setitem(PROTOCOLS, "toy", Toy)
     assert run_cli("protocols") == 0
     out = capsys.readouterr().out
-    assert "toy      a toy protocol\n         metrics: acc_toy\n         options: size=3, shift=none\n" in out
+    pad = " " * (max(map(len, PROTOCOLS)) + 2)
+    assert f"{'toy'.ljust(len(pad))}a toy protocol\n{pad}metrics: acc_toy\n{pad}options: size=3, shift=none\n" in out
     assert run_cli("protocols", "toy") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "toy: a toy protocol. Metrics: acc_toy."

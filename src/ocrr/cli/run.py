@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ocrr.cli.common import console, print_hint
+from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
 from ocrr.engine.fork_server import available_cores, start_fork_server
@@ -76,6 +77,7 @@ def run(args) -> int:
     plan = plan_experiment(exp)  # bad systems, options and protocols fail now, not after encoding
     for hint in _hints(args, plan.grid):
         print_hint(hint)
+    licence_banners(screen, [exp.dataset])
     try:
         dataset = plan.load_dataset()
     except OcrrError as err:

@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from ocrr.cli.common import console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
+from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
 from ocrr.cli.progress import SweepProgress
 from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
@@ -28,6 +29,7 @@ PRESET_HELP = {
     "consolidating": "the consolidating memory, MbPA++ and its ablations",
     "ocl": "EvalOCL, Banking77",
     "encoders": "the main systems under each packaged encoder",
+    "language_shift": "Leyzer en->es and en->pl, MiniLM vs USE multilingual",
     "smoke": "seconds, synthetic",
     "cmr": "CMR paper: search on validation streams, then the test table",
     "cmr_table2": "and its Table 2",
@@ -135,6 +137,7 @@ def run(args) -> int:
     hints += data_hints(grid.datasets, args.no_oos)
     for hint in hints + executor_hints(executor, jobs, address, args.report, args.dry_run):
         print_hint(hint)
+    licence_banners(screen, grid.datasets)
     if args.dry_run:
         tasks = grid.tasks()
         done = finished_ids(Path(out)) if Path(out).exists() else set()

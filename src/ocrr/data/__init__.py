@@ -11,18 +11,25 @@ from typing import Any
 
 from ocrr.data.banking77 import load_banking77
 from ocrr.data.clinc150 import load_clinc150
+from ocrr.data.leyzer import LANGUAGES, load_leyzer
+from ocrr.data.leyzer import LICENCE as LEYZER_LICENCE
 from ocrr.data.records import Dataset, Split
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
-from ocrr.specs import Option, validate
+from ocrr.specs import Option, format_spec, parse_spec, spec_name, validate
 
-DATASETS: tuple[str, ...] = ("banking77", "clinc150", "synthetic", "demo")
+DATASETS: tuple[str, ...] = ("banking77", "clinc150", "leyzer", "synthetic", "demo")
 
 # The options each loader takes through load_dataset (data_dir is separate), declared once;
 # their defaults are the loaders' own (ocrr.data.synthetic, ocrr.data.tabular, ...).
 OPTIONS: dict[str, dict[str, Option]] = {
     "banking77": {},
     "clinc150": {"oos": Option(kind=bool, help="keep out-of-scope as class 151 ('oos'); false: drop its items")},
+    "leyzer": {
+        "lang": Option(kind=str, choices=LANGUAGES, allow_none=True, help="one language's train and test files"),
+        "source": Option(kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language systems fit on"),
+        "target": Option(kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language the stream brings"),
+    },
     "synthetic": {
         "n_classes": Option(kind=int, low=2, help="classes"),
         "dim": Option(kind=int, low=1, help="vector dimension"),
@@ -48,6 +55,9 @@ OPTIONS: dict[str, dict[str, Option]] = {
     },
 }
 _HF_PREFIX = "hf:"
+# Licence terms a user must read before using a dataset's results (a run prints them first);
+# the others ask for attribution only, which their notes give.
+LICENCE_TERMS: dict[str, str] = {"leyzer": LEYZER_LICENCE}
 _TABLE_PREFIXES = {"csv:": "csv", "jsonl:": "jsonl"}
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
 
@@ -55,14 +65,17 @@ _TABLE_SUFFIXES = (".csv", ".jsonl", ".json")
 def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **options: Any) -> Dataset:
     """Load a dataset by name.
 
-    ``name`` is one of :data:`DATASETS`, or user data as ``csv:TRAIN[,TEST]``,
+    ``name`` is one of :data:`DATASETS`, optionally with its options as a spec
+    (``leyzer:lang=es-ES``), or user data as ``csv:TRAIN[,TEST]``,
     ``jsonl:TRAIN[,TEST]``, or a path (``TRAIN[,TEST]``) ending in .csv/.jsonl;
     or a Hugging Face dataset as ``hf:PATH`` (a saved DatasetDict) or ``hf:NAME[:CONFIG]``.
-    ``data_dir`` is where to look for banking77/clinc150 files first (see
+    ``data_dir`` is where to look for banking77/clinc150/leyzer files first (see
     :mod:`ocrr.data.locate`). ``options`` go to the loader: ``oos`` for
-    clinc150; the generator's parameters for synthetic; ``text_col``,
-    ``label_col``, ``test_fraction``, ``seed``, ``name`` for user files.
+    clinc150; ``lang`` or ``source`` and ``target`` for leyzer; the generator's
+    parameters for synthetic; ``text_col``, ``label_col``, ``test_fraction``,
+    ``seed``, ``name`` for user files.
     """
+    name, options = _spec_options(name, options)
     kind, fmt, paths = _parse(name)
     label = "user files" if kind == "table" else kind
     validate(f"dataset {label}", OPTIONS[kind], options)
@@ -70,6 +83,8 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
         return load_banking77(data_dir)
     if kind == "clinc150":
         return load_clinc150(data_dir, **options)
+    if kind == "leyzer":
+        return load_leyzer(data_dir, **options)
     if kind == "synthetic":
         return make_synthetic(**options)
     if kind == "hf":  # imports the datasets library (an extra) only when asked for
@@ -85,6 +100,26 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     from ocrr.data.tabular import load_table
 
     return load_table(paths[0], paths[1] if len(paths) > 1 else None, fmt=fmt, **options)
+
+
+def licence_terms(name: str) -> str:
+    """The terms to show before a run on dataset ``name`` (a spec: 'leyzer:lang=es-ES'); '' for none."""
+    return LICENCE_TERMS.get(spec_name(name), "")
+
+
+def _spec_options(name: str, options: dict) -> tuple[str, dict]:
+    """A built-in dataset named with options, 'leyzer:lang=es-ES', as (name, options); an option
+    given both in the spec and apart must agree."""
+    if ":" not in name or spec_name(name) not in DATASETS:
+        return name, options
+    base, given = parse_spec(name, "dataset", "leyzer:source=en-US:target=es-ES")
+    for key, value in given.items():
+        if key in options and options[key] != value:
+            raise OcrrError(
+                f"dataset {name!r} sets {key}={value} but it is also given as {key}={options[key]}; "
+                f"give it once, e.g. {format_spec(base, {**options, **given})}."
+            )
+    return base, {**options, **given}
 
 
 def _parse(name: str) -> tuple[str, str | None, list[str]]:
@@ -114,4 +149,4 @@ def _table_paths(spec: str, name: str) -> list[str]:
     return paths
 
 
-__all__ = ["DATASETS", "Dataset", "Split", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "Split", "licence_terms", "load_dataset"]

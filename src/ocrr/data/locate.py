@@ -41,7 +41,8 @@ class RemoteFile:
 
 
 # Known upstream copies and the sha256 of each file at these revisions
-# (PolyAI-LDN/task-specific-datasets @ 57ec275d, clinc/oos-eval @ 828f8093).
+# (PolyAI-LDN/task-specific-datasets @ 57ec275d, clinc/oos-eval @ 828f8093,
+# cartesinus/leyzer @ 615ccf13: a pinned commit, so its files cannot change under us).
 REMOTE_FILES: dict[str, dict[str, RemoteFile]] = {
     "banking77": {
         "train.csv": RemoteFile(
@@ -62,6 +63,22 @@ REMOTE_FILES: dict[str, dict[str, RemoteFile]] = {
             "https://raw.githubusercontent.com/clinc/oos-eval/master/data/domains.json",
             "b947b579d3b8e74b06f93b01083d8efaff2888b43a3e362533bd88a6e1211b3a",
         ),
+    },
+    # train and test of every language (the dev files are not used)
+    "leyzer": {
+        f"leyzer-{split}-{language}-0.1.0.tsv": RemoteFile(
+            "https://raw.githubusercontent.com/cartesinus/leyzer/615ccf1398c7e32b49e089d45da824d01179c50d/"
+            f"corpora/0.1.0/leyzer-{split}-{language}-0.1.0.tsv",
+            sha256,
+        )
+        for (split, language), sha256 in {
+            ("train", "en-US"): "a6e63e1c69eced750ebe1c1e3cbeb3d14a445cf5571377cbba32861da9ecd7f7",
+            ("test", "en-US"): "15c82f8117d8406e41fb3c78a9cbbeb470453827289c7520eff78bd810e77519",
+            ("train", "es-ES"): "9839c7300763d482a2647f5b4ec6bb76720cb32216fa131f0173e5e53001fbe6",
+            ("test", "es-ES"): "b62c8ca92b4ccd598f9a0fe5ca1f20d7a8f83ddd71cd04ebd004de8ef8bd97d1",
+            ("train", "pl-PL"): "55a93e61986e8cefc30a951904cb7da06e29fdc70a800d2f9bfd1eadf91e6b9f",
+            ("test", "pl-PL"): "1ca648c3aeca3f47897633796b1408e515079554cc54d6853813822571a37e67",
+        }.items()
     },
 }
 

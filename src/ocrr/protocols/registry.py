@@ -13,6 +13,7 @@ from ocrr.protocols.base import COMMON_OPTIONS, Protocol
 from ocrr.protocols.cmr import CmrProtocol
 from ocrr.protocols.drift import DriftProtocol
 from ocrr.protocols.heldout import HeldoutProtocol
+from ocrr.protocols.language_shift import LanguageShiftProtocol
 from ocrr.protocols.ocl import OclProtocol
 from ocrr.specs import Option, parse_spec
 
@@ -52,5 +53,5 @@ def lookup(name: str) -> type[Protocol]:
     return PROTOCOLS[name]
 
 
-for _builtin in (HeldoutProtocol, CmrProtocol, DriftProtocol, OclProtocol):
+for _builtin in (HeldoutProtocol, CmrProtocol, DriftProtocol, OclProtocol, LanguageShiftProtocol):
     register_protocol(_builtin)

@@ -15,7 +15,7 @@ into ``out``::
     report.html      all of the above in one self-contained page
 
 Each protocol's cells are drawn by its presentation, registered here by protocol name (the
-held-out, ocl and cmr ones below; any other protocol gets its main table and curves), and a
+held-out, ocl, cmr and language-shift ones below; any other protocol gets its main table and curves), and a
 study with a folder of its own registers a folder section (ocrr.report.presentation);
 everything is computed from the tidy per-checkpoint table, never from live objects.
 """
@@ -36,6 +36,7 @@ from ocrr.report.cmr import cmr_cell, cmr_stream_figures
 from ocrr.report.feedback import axis_tables
 from ocrr.report.heldout import heldout_cell
 from ocrr.report.html import Section, render
+from ocrr.report.language_shift import language_shift_cell
 from ocrr.report.load import first_run_predictions, load_predictions, load_results_any
 from ocrr.report.ocl import ocl_cell
 from ocrr.report.presentation import (
@@ -50,6 +51,7 @@ from ocrr.report.tables import cell_rows, cell_summary, cells, order_systems, se
 register_presentation("heldout", heldout_cell)
 register_presentation("ocl", ocl_cell)
 register_presentation("cmr", cmr_cell, cmr_stream_figures)
+register_presentation("language_shift", language_shift_cell)
 
 
 @dataclass

@@ -47,32 +47,37 @@ def save(fig: Figure, stem: Path) -> list[Path]:
     return [png, svg]
 
 
-def aligned_curves(rows: pd.DataFrame) -> pd.DataFrame:
+# The held-out protocol's recovery curves: (metric, colour, label)
+HELDOUT_CURVES = (("acc_novel", NOVEL, "novel"), ("acc_original", ORIGINAL, "original"))
+
+
+def aligned_curves(rows: pd.DataFrame, metrics: tuple[str, ...] = ("acc_novel", "acc_original")) -> pd.DataFrame:
     """Mean and std over seeds at each checkpoint step, for one system.
 
     Seeds' streams differ in length; a finished run keeps its final state, so its last
     checkpoint is carried forward to later steps rather than dropping out of the mean.
     """
     out = {}
-    for col in ("corrections", "acc_novel", "acc_original"):
+    for col in ("corrections", *metrics):
         wide = rows.pivot_table(index="step", columns="seed", values=col, aggfunc="first").sort_index().ffill()
         out[f"{col}_mean"] = wide.mean(axis=1)
         out[f"{col}_std"] = wide.std(axis=1, ddof=0).fillna(0.0)
     return pd.DataFrame(out).reset_index()
 
 
-def recovery_figure(rows: pd.DataFrame, systems: list[str], title: str) -> Figure:
-    """One panel per system: novel and original accuracy vs corrections, mean ± std band."""
+def recovery_figure(rows: pd.DataFrame, systems: list[str], title: str, curves: tuple = HELDOUT_CURVES) -> Figure:
+    """One panel per system: each of ``curves`` (held-out: novel and original accuracy) vs
+    corrections, mean ± std band."""
     n = len(systems)
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(3.4 * ncols, 2.7 * nrows + 0.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=True)).ravel()
     for ax, system in zip(axes, systems):
-        curves = aligned_curves(rows[rows["system"] == system])
-        x = curves["corrections_mean"]
-        for col, colour, label in (("acc_novel", NOVEL, "novel"), ("acc_original", ORIGINAL, "original")):
-            mean, std = curves[f"{col}_mean"], curves[f"{col}_std"]
+        aligned = aligned_curves(rows[rows["system"] == system], tuple(c[0] for c in curves))
+        x = aligned["corrections_mean"]
+        for col, colour, label in curves:
+            mean, std = aligned[f"{col}_mean"], aligned[f"{col}_std"]
             ax.plot(x, mean, color=colour, lw=1.8, label=label, marker="." if len(x) < 4 else None)
             ax.fill_between(x, (mean - std).clip(0, 1), (mean + std).clip(0, 1), color=colour, alpha=0.2, lw=0)
         ax.set_title(system, fontsize=10)

