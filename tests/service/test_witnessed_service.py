@@ -104,14 +104,14 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
 
     @contextmanager
-    def serving(self, ledger: Path, witnesses: list[Witness], stderr: Path):
+    def serving(self, ledger: Path, witnesses: list[Witness], stderr: Path, workers: int = 1):
         """Each ledger file with its own record of signed heads (and so its own witnessed head):
         a log whose operator keeps a record per copy, which only the witnesses can catch."""
         cmd = [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(ledger), "--port", str(self.port)]
         cmd += ["--key", str(self.folder / "log.pem"), "--origin", ORIGIN, "--signed-state", f"{ledger}.signed"]
         for w in witnesses:
             cmd += ["--witness", f"{w.url}={w.vkey}"]
-        cmd += ["--quorum", "1", "--check-every", "0"]
+        cmd += ["--quorum", "1", "--check-every", "0", "--workers", str(workers)]
         with open(stderr, "a") as err:
             proc = subprocess.Popen(cmd, env={**os.environ, "OCRR_TOKEN": TOKEN}, stderr=err)
 
@@ -201,6 +201,26 @@ def test_without_a_quorum_checkpoint_is_503_and_head_still_signed(tmp_path):
             client.correct(unit_vectors(1, 2), ["a"])
 
 
+def test_with_workers_one_process_witnesses_and_every_worker_serves_the_witnessed_head(world, tmp_path):
+    service, w1, w2 = world
+    with service.serving(tmp_path / "ledger.db", [w1, w2], tmp_path / "serve.log", workers=2) as url:
+        workers = {}
+        for _ in range(40):  # a new connection each: the kernel spreads them over the workers
+            h = requests.get(f"{url}/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).json()
+            workers[h["worker"]] = h["pid"]
+        assert sorted(workers) == [0, 1]
+        add_entries(url, 5, seed=1)
+        note = service.witnessed_at(5, [w1.vkey, w2.vkey], count=2)
+        answers = {
+            requests.get(f"{url}/checkpoint", timeout=10, headers={"Connection": "close"}).text for _ in range(20)
+        }
+        assert answers == {note}  # whichever worker answered
+        assert service.metric("ocrr_witnessed_size") == 5
+        # One process sent the checkpoints (the counters are summed over the workers): each witness
+        # was asked once per size (0 at the start, then 5), not once per worker.
+        assert service.metric("ocrr_witness_requests_total") <= 4
+
+
 def _grow_witnessed(service, witnesses, ledger, log, state, n, seed) -> int:
     """``n`` corrections through a client holding ``state``; the size they reach, cosigned."""
     with service.serving(ledger, witnesses, log), _client(service, witnesses, state) as client:
@@ -260,4 +280,3 @@ def test_a_ledger_rewound_from_an_old_backup_is_caught(world, tmp_path):
         assert verify_checkpoint(service.checkpoint().text, service.signer.vkey)[1] == 3
     assert w1.held_size() == 5 and w2.held_size() == 5
     assert "the ledger was rewound" in log.read_text()
-
