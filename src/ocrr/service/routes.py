@@ -232,6 +232,8 @@ class Routes:
             for i, leaf, proof in found
         ]
         head = await self._commit_head(size, root, chain)
+        if self.state.witnessing is not None:  # ocrr serve --witness: send the new head now
+            self.state.witnessing.nudge()
         return to_json({"ids": list(ids), "head": head, "proofs": proofs})
 
     def _require_token(self, request: Request, what: str = "a correction") -> None:

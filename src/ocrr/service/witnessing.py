@@ -193,6 +193,8 @@ class Witnessing:
         self._target: _Target | None = None
         self._published: WitnessedHead | None = None
         self._stop = threading.Event()
+        self._grown = threading.Condition()  # notified by ``nudge`` (a commit in this process)
+        self._generation = 0
         self._threads: list[threading.Thread] = []
         self._resume()
 
@@ -216,8 +218,19 @@ class Witnessing:
             thread.start()
             self._threads.append(thread)
 
+    def nudge(self) -> None:
+        """The ledger grew in this process: look now rather than at the next poll."""
+        with self._grown:
+            self._generation += 1
+            self._grown.notify_all()
+
+    def _wait_for_growth(self, seen: int) -> None:
+        with self._grown:
+            self._grown.wait_for(lambda: self._generation != seen or self._stop.is_set(), timeout=self.poll)
+
     def stop(self) -> None:
         self._stop.set()
+        self.nudge()
         for thread in self._threads:
             thread.join(timeout=self.timeout + 1)
         for link in self.links:
@@ -236,13 +249,14 @@ class Witnessing:
     # -- one witness's thread -------------------------------------------------------------
     def _run(self, link: _Link) -> None:
         while not self._stop.is_set():
+            seen = self._generation
             try:
                 target = self._newest()
             except Exception as e:  # noqa: BLE001 - a ledger that cannot be read now: try again later
                 link.problem = f"the ledger could not be read ({e})"
                 target = None
             if target is None or link.forked or link.vkey in target.lines or link.vkey in target.resumed_by:
-                self._stop.wait(self.poll)
+                self._wait_for_growth(seen)  # a commit here nudges; other workers' commits are polled
                 continue
             if self._send(link, target):
                 link.failures = 0
