@@ -258,7 +258,11 @@ class Witnessing:
             if target is None or link.forked or link.vkey in target.lines or link.vkey in target.resumed_by:
                 self._wait_for_growth(seen)  # a commit here nudges; other workers' commits are polled
                 continue
-            if self._send(link, target):
+            try:
+                sent = self._send(link, target)
+            except Exception as e:  # noqa: BLE001 - a bug or a ledger read failing: this thread must go on
+                sent = self._failed(link, f"{type(e).__name__}: {e}")
+            if sent:
                 link.failures = 0
             else:
                 link.failures += 1
