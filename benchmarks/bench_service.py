@@ -40,6 +40,12 @@ phase, the same paced load on ideal servers (``ideal_server.py``, one process pe
 that spend the service's CPU per request and do nothing else: the p99 that much CPU allows
 on this box when every request is alike.
 
+With ``--witnesses N`` each run is a pair, back to back on fresh ledgers: the service signing
+(``--key``) without witnesses, then with N local ``ocrr witness`` processes (``ocrr serve
+--witness``, quorum all of them); the second run also times, one correction at a time, the
+wait from a correction's answer to a /checkpoint cosigned by the quorum that covers it (the
+witnesses' round trip, plus up to the service's 0.1 s look for new entries).
+
 Run: PYTHONPATH=src python benchmarks/bench_service.py [--seconds 20] [--clients 8] [--rate 300,600] [--b64]
 [--repeat 4]
 Targets on a 2-core box: predict by vector p99 <= 5 ms at 1,000 requests/s offered
@@ -68,7 +74,8 @@ from pathlib import Path
 
 import numpy as np
 
-TOKEN = secrets.token_urlsafe(32)  # a real random token: the service refuses weak ones
+TOKEN = secrets.token_urlsafe(32)  # the service refuses weak tokens
+ORIGIN = "bench.invalid/ledger"  # the log's name when it signs (--sign, --witnesses)
 KINDS = ("predict_vector", "predict_text", "correct")
 MIXED = (0.45, 0.10, 0.45)
 CORRECTIONS_ONLY = (0.0, 0.0, 1.0)
@@ -459,6 +466,14 @@ def main() -> int:
         "--sign", action="store_true", help="serve with --key (a new key in the run's folder): heads are signed"
     )
     ap.add_argument(
+        "--witnesses",
+        type=int,
+        default=0,
+        metavar="N",
+        help="paired runs: signing without witnesses, then with N local `ocrr witness` processes; the "
+        "second also times a correction's wait for a cosigned checkpoint (implies --sign)",
+    )
+    ap.add_argument(
         "--b64",
         action="store_true",
         help="send vectors as base64 little-endian float32 (vectors_b64) instead of JSON lists",
@@ -471,6 +486,7 @@ def main() -> int:
     if (
         any(r <= 0 for r in rates)
         or min(args.clients, args.entries, args.workers, args.repeat) < 1
+        or args.witnesses < 0
         or min(args.seconds, args.burst) < 0
     ):
         ap.error(
@@ -501,7 +517,8 @@ def main() -> int:
         for phases in runs:
             phases = [p for p in phases if p[1] > 0]
             if phases:
-                ok &= serve_and_load(args, phases, p99s, latencies)
+                for witnesses in (0, args.witnesses) if args.witnesses else (0,):  # paired: without, then with
+                    ok &= serve_and_load(args, phases, p99s, latencies, witnesses)
     if args.repeat > 1:
         print(f"\np99 over {args.repeat} runs (target for predicts by vector: <= {TARGET_P99_MS:g} ms):")
         for tag, values in p99s.items():
@@ -531,19 +548,71 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def _signing(args, folder: Path) -> list[str]:
-    """``--key`` for ``ocrr serve`` with ``--sign``: a new key in ``folder``."""
-    if not args.sign:
+def _signing(args, folder: Path, witnesses: list[tuple[str, str]] = ()) -> list[str]:
+    """``--key`` for ``ocrr serve`` with ``--sign`` (or witnesses): a new key in ``folder``, and
+    ``--witness URL=VKEY`` per witness."""
+    if not args.sign and not args.witnesses:
         return []
+    out = ["--key", str(folder / "key.pem"), "--origin", ORIGIN]
+    for url, vkey in witnesses:
+        out += ["--witness", f"{url}={vkey}"]
+    return out
+
+
+def start_witnesses(n: int, folder: Path, log) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
+    """``n`` ``ocrr witness serve`` processes witnessing the key made in ``folder``; their (url, vkey)."""
+    from ocrr.ledger.cosignature import Cosigner
     from ocrr.ledger.heads import Signer
 
-    Signer.generate("bench.invalid/ledger").save(folder / "key.pem")
-    return ["--key", str(folder / "key.pem"), "--origin", "bench.invalid/ledger"]
+    signer = Signer.generate(ORIGIN)
+    signer.save(folder / "key.pem")
+    procs, found = [], []
+    for k in range(n):
+        cosigner = Cosigner.generate(f"bench.invalid/w{k}")
+        cosigner.save(folder / f"witness{k}.pem")
+        port = free_port()
+        cmd = [sys.executable, "-m", "ocrr.cli", "witness", "serve", "--state", str(folder / f"witness{k}.db")]
+        cmd += ["--new-state", "--key", str(folder / f"witness{k}.pem"), "--name", cosigner.name]
+        cmd += ["--port", str(port), "--log", f"{ORIGIN}={signer.vkey}"]
+        procs.append(subprocess.Popen(cmd, stderr=log))
+        found.append((f"http://127.0.0.1:{port}", cosigner.vkey))
+    for proc, (url, _) in zip(procs, found):
+        while True:  # a child process's port: no event to wait on
+            assert proc.poll() is None, "ocrr witness serve exited (see the server log)"
+            try:
+                get(int(url.rsplit(":", 1)[1]), "/")
+                break
+            except OSError:
+                time.sleep(0.1)
+    return procs, found
 
 
-def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
-    """A fresh ledger and ``ocrr serve`` on it, the phases' loads, a clean stop, and the check
-    that the reopened ledger verifies and holds every acknowledged correction."""
+def witnessed_wait(port: int, base: np.ndarray, n: int = 30) -> str:
+    """Milliseconds from a correction's answer to a cosigned /checkpoint covering it, one at a time."""
+    took = []
+    for k in range(n):
+        vec = base[k] / np.linalg.norm(base[k])
+        body = json.dumps({"vectors": [vec.round(6).tolist()], "labels": ["bench"], "texts": [f"witnessed {k}"]})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/correct", body, {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        size = json.loads(conn.getresponse().read())["ids"][0] + 1
+        conn.close()
+        t0 = time.perf_counter()
+        while int(get(port, "/checkpoint").split("\n")[1]) < size:
+            time.sleep(0.002)  # another process's background work: nothing to wait on but its answer
+        took.append(1000 * (time.perf_counter() - t0))
+    return (
+        f"a correction's wait for a cosigned /checkpoint covering it, one at a time ({n}): median "
+        f"{np.median(took):.0f} ms, p90 {np.percentile(took, 90):.0f} ms, max {max(took):.0f} ms"
+    )
+
+
+def serve_and_load(args, phases, p99s: dict, latencies: dict, witnesses: int = 0) -> bool:
+    """A fresh ledger and ``ocrr serve`` on it (with ``witnesses`` local witnesses), the phases'
+    loads, a clean stop, and the check that the reopened ledger verifies and holds every
+    acknowledged correction."""
+    if args.witnesses:
+        phases = [(f"{tag}, {witnesses} witnesses", *rest) for tag, *rest in phases]
     with tempfile.TemporaryDirectory(prefix="ocrr-bench-service-") as tmp:
         path = Path(tmp) / "ledger.db"
         t0 = time.perf_counter()
@@ -555,6 +624,15 @@ def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
         port = free_port()
         env = {**os.environ, "OCRR_TOKEN": TOKEN}
         log = open(Path(tmp) / "server.log", "w+")  # a file, not a pipe: a full pipe would stall the server
+        witness_procs: list[subprocess.Popen] = []
+        witnessed: list[tuple[str, str]] = []
+        if args.sign or args.witnesses:
+            if witnesses:
+                witness_procs, witnessed = start_witnesses(witnesses, Path(tmp), log)
+            else:
+                from ocrr.ledger.heads import Signer
+
+                Signer.generate(ORIGIN).save(Path(tmp) / "key.pem")
         encoder = [] if args.no_text else ["--encoder", args.encoder]
         if args.encoder_nice is not None:
             encoder += ["--encoder-nice", str(args.encoder_nice)]
@@ -572,7 +650,7 @@ def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
                 "--workers",
                 str(args.workers),
                 *(["--pin-workers"] if args.pin_workers else []),
-                *_signing(args, Path(tmp)),
+                *_signing(args, Path(tmp), witnessed),
             ],
             env=env,
             stderr=log,
@@ -617,12 +695,24 @@ def serve_and_load(args, phases, p99s: dict, latencies: dict) -> bool:
                     group_sizes.append((tag, max(1, round(n_acked / max(commits, 1)))))
                 if interval:
                     paced.append((tag, mix, interval, cpu_per_request(loads, measured[2][0])))
+            if witnesses:
+                text = get(port, "/metrics")
+                print(
+                    f"witnesses: {_metric(text, 'ocrr_witness_requests_total'):.0f} add-checkpoint requests, "
+                    f"{_metric(text, 'ocrr_witness_failures_total'):.0f} failed, "
+                    f"{_metric(text, 'ocrr_witness_refusals_total'):.0f} refused; witnessed head "
+                    f"{_metric(text, 'ocrr_witness_lag_entries'):.0f} entries behind the log"
+                )
+                print(witnessed_wait(port, base))
         finally:
             server.send_signal(signal.SIGTERM)  # clean shutdown: waits for requests in flight
             try:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
+            for proc in witness_procs:
+                proc.terminate()
+                proc.wait(timeout=30)
 
         from ocrr.ledger.sqlite.store import DurableLedger
 

@@ -119,6 +119,24 @@ def add_serve(sub) -> None:
         "<key>.signed; keep it where the ledger's storage cannot reach it)",
     )
     s.add_argument(
+        "--witness",
+        action="append",
+        default=[],
+        metavar="URL=VKEY",
+        help="a C2SP tlog-witness (`ocrr witness serve`) to send each new checkpoint to: its URL and its "
+        "cosignature verifier key (`ocrr witness keygen` prints it); repeat per witness. Needs --key. "
+        "/checkpoint then serves the latest checkpoint cosigned by --quorum of them (which may be older "
+        "than /head; 503 until one is), while /correct answers at once with the log-signed head",
+    )
+    s.add_argument(
+        "--quorum",
+        type=int,
+        default=None,
+        metavar="K",
+        help="how many of the --witness must cosign a checkpoint before /checkpoint serves it (1 to their "
+        "number; default: all of them)",
+    )
+    s.add_argument(
         "--quick-open", action="store_true", help="on open, rehash only the entries after the last checkpoint"
     )
     s.add_argument(
@@ -193,5 +211,7 @@ def _cmd_serve(args) -> int:
         insecure_public=args.insecure_public,
         allowed_hosts=args.allowed_hosts,
         header_timeout=args.header_timeout,
+        witnesses=tuple(args.witness),
+        quorum=args.quorum,
     )
     return serve(config)

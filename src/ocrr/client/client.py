@@ -24,7 +24,7 @@ import numpy as np
 from ocrr.client.audit import AuditReport, audit_tiles
 from ocrr.client.checkpoints import Checkpoint, CheckpointVerifier, QuorumCheck, check_extends
 from ocrr.client.entries import Sent, check_sent_entries
-from ocrr.client.errors import BadProof, QuorumNotMet
+from ocrr.client.errors import BadProof, QuorumNotMet, ServiceUnavailable
 from ocrr.client.transport import DEFAULT_TIMEOUT, Transport
 from ocrr.client.trusted_state import MemoryState, TrustedState
 from ocrr.errors import OcrrError
@@ -110,12 +110,22 @@ class Client:
     def _entry_proof(self, index: int, size: int) -> dict:
         return self.http.get_json(f"/proof/inclusion/{index}/entry", auth=True, params={"size": size})
 
-    def _witnessed(self, size: int) -> Checkpoint:
+    def _witnessed(self, size: int, answered_note: str) -> Checkpoint:
         """The service's cosigned checkpoint, once it covers ``size`` entries (witnesses cosign a
         new checkpoint a moment after the commit); QuorumNotMet after ``witness_wait`` seconds."""
         deadline = time.monotonic() + self.witness_wait
         while True:
-            checkpoint = self.verifier.verify(self.http.get_text("/checkpoint"))
+            try:
+                checkpoint = self.verifier.verify(self.http.get_text("/checkpoint"))
+            except ServiceUnavailable as e:  # 503: no checkpoint has reached the witnesses' quorum yet
+                if time.monotonic() >= deadline:
+                    raise QuorumNotMet(
+                        f"the correction was committed at size {size}, but after {self.witness_wait:g} s the "
+                        f"service serves no witnessed checkpoint ({e})",
+                        answered_note,
+                    ) from None
+                time.sleep(0.2)  # polling a remote service: no event to wait on
+                continue
             if checkpoint.size >= size:
                 return checkpoint
             if time.monotonic() >= deadline:
@@ -148,9 +158,12 @@ class Client:
             answer = self.http.post_json("/correct", body, auth=True)
             ids, note, proofs = _correct_answer(answer, len(sent))
             answered = self.verifier.verify(note, witnessed=False)
+            held = state.load()
+            if held is not None:  # a fork or a rollback shows in the log-signed head, before any witness
+                check_extends(held, answered, self._consistency)
             trusted = answered
             if self.verifier.quorum:
-                trusted = self._witnessed(answered.size)
+                trusted = self._witnessed(answered.size, answered.note)
                 check_extends(answered, trusted, self._consistency)
             self._advance(state, trusted)
             check_sent_entries(ids, sent, answered, proofs, trusted, self._entry_proof)

@@ -66,6 +66,8 @@ def create_app(
     async def lifespan(app: FastAPI):
         if state.check_every > 0:
             threading.Thread(target=check_in_background, name="ocrr-check", daemon=True).start()
+        if state.slot == 0:  # one process per service sends checkpoints to the witnesses (--witness)
+            state.start_witnessing()
         if freeze_heap:
             # What start-up loaded (libraries, the app, the ledger's state) lives as long as
             # the process; left to the collector, each full collection walks all of it again,
@@ -74,6 +76,8 @@ def create_app(
             gc.freeze()
         yield
         stop.set()
+        if state.witnessing is not None:
+            state.witnessing.stop()
         routes.shutdown()
         # Waits for the commit in flight (acknowledged corrections are on disk already).
         (state.close or state.substrate.close)()

@@ -1,7 +1,10 @@
 """The read endpoints an auditor needs to check the log with their own tools.
 
 * ``GET /checkpoint``: the signed C2SP checkpoint (c2sp.org/tlog-checkpoint) of the log as it
-  is now, ``text/plain``; with ``GET /tile/...`` below, the service is a C2SP tlog-tiles log
+  is now, ``text/plain``. With witnesses (``ocrr serve --witness``), the latest checkpoint a
+  quorum of them cosigned instead, their cosignature lines attached (``service/witnessing.py``):
+  it may be older than ``/head``, and is 503 until a first checkpoint reaches the quorum. With
+  ``GET /tile/...`` below, the service is a C2SP tlog-tiles log
   (c2sp.org/tlog-tiles) that Go's ``golang.org/x/mod/sumdb/note`` and ``sumdb/tlog``, or any
   other tiles client, can audit.
 * ``GET /tile/<L>/<N>[.p/<W>]``: hash tiles (``ocrr.ledger.tiles``). Full tiles never change
@@ -94,7 +97,12 @@ class AuditRoutes:
             self.checkpoint,
             response_class=PlainTextResponse,
             responses={
-                200: {**text, "description": "the signed checkpoint note"},
+                200: {
+                    **text,
+                    "description": "the signed checkpoint note; with witnesses (ocrr serve --witness), the latest "
+                    "one a quorum of them cosigned, with their cosignature lines (it may be older than /head; "
+                    "/correct answers at once with the log-signed head, not cosigned)",
+                },
                 **error_responses(404, 503, by_ref=True),
             },
         )
@@ -156,6 +164,8 @@ class AuditRoutes:
                 404, "this service signs no checkpoints: restart it with --key (create one with `ocrr ledger keygen`)"
             )
         led = self._ledger()
+        if self.state.witnessed is not None:
+            return self._witnessed_checkpoint(led)
         with led.lock.read():
             size = len(led)
             root = led.root(size)
@@ -169,6 +179,28 @@ class AuditRoutes:
                 self._require_intact()
                 raise
         return Response(got[2], media_type=_TEXT, headers={"Cache-Control": CHECKPOINT_CACHE})
+
+    def _witnessed_checkpoint(self, led: LedgerStore) -> Response:
+        """The witnessed head (verified on read: the log's signature, the quorum, and that the
+        ledger held extends it), or 503 saying what is missing."""
+        witnessed = self.state.witnessed
+        assert witnessed is not None
+        try:
+            head, why = witnessed.current(led)
+        except LedgerIntegrityError as e:
+            self.state.fail({"ok": False, "size": len(led), "first_bad": None, "reason": str(e)})
+            self._require_intact()
+            raise
+        if head is None:
+            sending = self.state.witnessing
+            problems = sending.problems() if sending is not None else ""
+            urls = ", ".join(url for url, _ in self.state.witnesses)
+            raise HTTPException(
+                503,
+                f"{why} ({urls}){': ' + problems if problems else ''}. /checkpoint serves only a checkpoint cosigned "
+                "by the quorum; /head and /correct's answers are signed by the log alone meanwhile",
+            )
+        return Response(head.note, media_type=_TEXT, headers={"Cache-Control": CHECKPOINT_CACHE})
 
     def verifier_key(self) -> Response:
         """The note verifier key of the service's signing key (``<origin>+<key id hex>+<base64

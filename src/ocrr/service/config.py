@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.cosignature import check_cosigner_vkey
 from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
 from ocrr.service.hosts import allowed_hosts
@@ -50,6 +51,11 @@ class ServiceConfig:
     insecure_public: bool = False  # allow a non-loopback host without TLS (--insecure-public)
     allowed_hosts: tuple[str, ...] | None = None  # Host names answered; None: loopback names and host (hosts.py)
     header_timeout: float = 10.0  # seconds a connection has to send a request's headers (header_timeout.py)
+    # Witnesses that cosign the service's checkpoints (service/witnessing.py): (url, vkey) pairs, as
+    # --witness URL=VKEY; quorum: how many must cosign a checkpoint before /checkpoint serves it
+    # (None: all of them).
+    witnesses: tuple[tuple[str, str], ...] = ()
+    quorum: int | None = None
 
     def __post_init__(self) -> None:
         # Paths may come as strings; a frozen dataclass stores the converted value this way.
@@ -108,6 +114,33 @@ class ServiceConfig:
                 f"--header-timeout takes seconds > 0 (how long a client may take to send a request's headers), "
                 f"got {value!r}"
             )
+        self._check_witnesses()
+
+    def _check_witnesses(self) -> None:
+        """--witness URL=VKEY (each URL and witness once) and --quorum K (1 to their number;
+        default: all of them); witnesses cosign signed checkpoints, so they need --key."""
+        pairs = tuple(parse_witness(w) if isinstance(w, str) else _witness_pair(w) for w in self.witnesses)
+        object.__setattr__(self, "witnesses", pairs)
+        if not pairs:
+            if self.quorum is not None:
+                raise OcrrError("--quorum counts witnesses: give them with --witness URL=VKEY, or drop --quorum")
+            return
+        if self.key is None:
+            raise OcrrError(
+                "--witness cosigns the checkpoints the service signs: give --key too (create one with "
+                "`ocrr ledger keygen`)"
+            )
+        for i, (url, vkey) in enumerate(pairs):
+            for other_url, other_vkey in pairs[:i]:
+                if url == other_url or vkey == other_vkey:
+                    raise OcrrError(f"--witness {url}={vkey} is given twice: give each witness once")
+        quorum = len(pairs) if self.quorum is None else self.quorum
+        if not _is_int(quorum) or not 1 <= quorum <= len(pairs):
+            raise OcrrError(
+                f"--quorum takes 1 to the number of witnesses given ({len(pairs)}), got {quorum!r}: the "
+                "number that must cosign a checkpoint before /checkpoint serves it"
+            )
+        object.__setattr__(self, "quorum", quorum)
 
     @property
     def tls(self) -> bool:
@@ -133,6 +166,26 @@ class ServiceConfig:
     def verify(self) -> str:
         """How much of the ledger file is rehashed on open (``open_substrate``'s ``verify``)."""
         return "checkpoint" if self.quick_open else "full"
+
+
+def parse_witness(text: str) -> tuple[str, str]:
+    """``URL=VKEY`` (a witness's base URL and its cosignature verifier key) -> (url, vkey)."""
+    url, sep, vkey = text.partition("=") if isinstance(text, str) else ("", "", "")
+    if not sep:
+        raise OcrrError(
+            f"--witness {text!r} is not URL=VKEY: give the witness's URL, '=', and the vkey "
+            "`ocrr witness keygen` printed (e.g. http://127.0.0.1:8780=witness.example/w1+…)"
+        )
+    return _witness_pair((url, vkey))
+
+
+def _witness_pair(pair: object) -> tuple[str, str]:
+    if not isinstance(pair, tuple | list) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+        raise OcrrError(f"a witness is a (URL, VKEY) pair or 'URL=VKEY', got {pair!r}")
+    url, vkey = pair[0].strip().rstrip("/"), pair[1]
+    if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
+        raise OcrrError(f"--witness URL {url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8780)")
+    return url, check_cosigner_vkey(vkey)
 
 
 def check_token(token: str, where: str) -> None:

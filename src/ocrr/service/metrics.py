@@ -24,7 +24,16 @@ MAX_ROUTES = 32
 #: Upper bounds (seconds, inclusive) of the request-duration histogram's buckets; +Inf is the count.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: What each worker publishes besides its requests (copied from the ledger and the pool).
-GAUGES = ("commits", "searches", "pooled", "full_scans", "followed")
+GAUGES = (
+    "commits",
+    "searches",
+    "pooled",
+    "full_scans",
+    "followed",
+    "witness_requests",  # these three from the process that obtains cosignatures (service/witnessing.py)
+    "witness_failures",
+    "witness_refusals",
+)
 
 
 class Counters:
@@ -176,4 +185,30 @@ def prometheus_text(totals: dict, entries: int, workers: int, uptime: float) -> 
         "# TYPE ocrr_uptime_seconds gauge",
         f"ocrr_uptime_seconds {uptime:.3f}",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def witness_metrics(totals: dict, witnessed: int | None, entries: int) -> str:
+    """The witnessing's part of ``/metrics`` (``ocrr serve --witness``): requests sent to the
+    witnesses, failures and refusals, the size of the witnessed head and its lag behind the log."""
+    lines = [
+        "# HELP ocrr_witness_requests_total add-checkpoint requests sent to the witnesses.",
+        "# TYPE ocrr_witness_requests_total counter",
+        f"ocrr_witness_requests_total {totals['witness_requests']}",
+        "# HELP ocrr_witness_failures_total Witness requests without a valid answer (down, timed out, garbled).",
+        "# TYPE ocrr_witness_failures_total counter",
+        f"ocrr_witness_failures_total {totals['witness_failures']}",
+        "# HELP ocrr_witness_refusals_total Checkpoints a witness refused (a fork, a rollback, an unknown log or key).",
+        "# TYPE ocrr_witness_refusals_total counter",
+        f"ocrr_witness_refusals_total {totals['witness_refusals']}",
+    ]
+    if witnessed is not None:
+        lines += [
+            "# HELP ocrr_witnessed_size Entries in the checkpoint /checkpoint serves (cosigned by the quorum).",
+            "# TYPE ocrr_witnessed_size gauge",
+            f"ocrr_witnessed_size {witnessed}",
+            "# HELP ocrr_witness_lag_entries Entries committed but not yet in a cosigned checkpoint.",
+            "# TYPE ocrr_witness_lag_entries gauge",
+            f"ocrr_witness_lag_entries {max(0, entries - witnessed)}",
+        ]
     return "\n".join(lines) + "\n"

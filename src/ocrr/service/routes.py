@@ -144,6 +144,11 @@ class Routes:
             dependencies=[Depends(_bearer)],  # the schema's auth; the endpoint checks the token itself
             openapi_extra=body_doc(CorrectRequest),
             responses=error_responses(400, 401, 413, 422, 503),
+            description=(
+                "Append the corrections; answered once they are on disk, with their ids, the ledger's new head "
+                "signed by the log (its key alone: with witnesses, `ocrr serve --witness`, it is not cosigned; "
+                "/checkpoint serves a cosigned checkpoint covering it a moment later) and their inclusion proofs."
+            ),
         )
         app.add_api_route("/head", self.head, responses=error_responses(400, 413, 503))
         proof_errors = error_responses(400, 404, 413, 422, 503)
@@ -232,6 +237,8 @@ class Routes:
             for i, leaf, proof in found
         ]
         head = await self._commit_head(size, root, chain)
+        if self.state.witnessing is not None:  # ocrr serve --witness: send the new head now
+            self.state.witnessing.nudge()
         return to_json({"ids": list(ids), "head": head, "proofs": proofs})
 
     def _require_token(self, request: Request, what: str = "a correction") -> None:

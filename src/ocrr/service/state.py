@@ -31,7 +31,8 @@ from ocrr.ledger.signed_state import SignedState, default_state_path
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
-from ocrr.service.metrics import Counters, prometheus_text
+from ocrr.service.metrics import Counters, prometheus_text, witness_metrics
+from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.persistent import PersistentSubstrate, open_substrate
 
 #: Entries older than the last checkpoint the background check rehashes per tick (about 45 ms
@@ -81,6 +82,12 @@ class ServiceState:
     check_slice: int = CHECK_SLICE
     slice_at: int = 0
     _prefix: tuple[int, str] | None = None  # (size, root b64) of the last prefix reported by /predict
+    # ocrr serve --witness: the witnesses (url, vkey), the witnessed head every worker serves at
+    # /checkpoint, and (in one process: the only one, or worker 0) what obtains the cosignatures.
+    witnesses: tuple[tuple[str, str], ...] = ()
+    witnessed: WitnessedFile | None = None
+    witnessing: Witnessing | None = None
+    log: Callable[[str], None] = print
 
     def fail(self, report: dict, share: bool = True) -> None:
         """Go read-only and unhealthy over ``report`` (the first damage found stays) and, with
@@ -224,7 +231,33 @@ class ServiceState:
         with self.lock:
             counters.publish(commits=self.substrate.ledger.commits)  # this worker's, current
             totals = counters.totals()
-        return prometheus_text(totals, len(self.substrate.ledger), self.workers, time.time() - self.started)
+        entries = len(self.substrate.ledger)
+        text = prometheus_text(totals, entries, self.workers, time.time() - self.started)
+        if self.witnessed is not None:
+            head, _ = self.witnessed.load()
+            text += witness_metrics(totals, None if head is None else head.size, entries)
+        return text
+
+    def start_witnessing(self) -> None:
+        """Start obtaining cosignatures (``ocrr serve --witness``; one process per service)."""
+        if self.witnessed is None or self.signer is None or self.witnessing is not None:
+            return
+        counters = self._counters()
+
+        def failed(reason: str) -> None:
+            self.fail({"ok": False, "size": len(self.substrate), "first_bad": None, "reason": reason})
+
+        self.witnessing = Witnessing(
+            self.signer,
+            self.substrate.ledger,
+            list(self.witnesses),
+            self.witnessed,
+            self.log,
+            damaged=lambda: self.damage is not None,
+            fail=failed,
+            publish=counters.publish,
+        )
+        self.witnessing.start()
 
 
 def build_state(
@@ -280,8 +313,38 @@ def build_state(
         check_every=config.check_every,
         damage_seen=damage_after,
     )
+    if config.witnesses and signer is not None:
+        assert config.key is not None and config.quorum is not None  # ServiceConfig checked both
+        state.witnesses, state.log = config.witnesses, log
+        state.witnessed = WitnessedFile(
+            witnessed_path(config.key, config.signed_state),
+            signer.vkey,
+            [v for _, v in config.witnesses],
+            config.quorum,
+        )
+        _check_witnessed(state, config)
     follow(state, sub.ledger)
     return state
+
+
+def _check_witnessed(state: ServiceState, config: ServiceConfig) -> None:
+    """Refuse a ledger that does not extend the head its witnesses cosigned (rewound or forked
+    since); a witnessed head that no longer verifies or meets the quorum is only said."""
+    assert state.witnessed is not None
+    head, why = state.witnessed.load()
+    if why and state.witnessed.path.exists():
+        state.log(f"witnessing: {why}")
+    if head is None:
+        return
+    try:
+        state.witnessed.current(state.substrate.ledger)
+    except LedgerIntegrityError as e:
+        state.close()
+        raise LedgerIntegrityError(
+            f"not serving ledger {display(config.ledger)}: {e}. Only if going back is deliberate, move "
+            f"{state.witnessed.path} aside (clients and witnesses holding the later checkpoint will refuse "
+            "this log)"
+        ) from None
 
 
 @contextmanager
