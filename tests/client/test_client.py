@@ -226,7 +226,7 @@ def test_a_service_down_or_failed_closed_is_said_so(log, tmp_path):
         with sqlite3.connect(ledger) as conn:  # a row edited behind the service's back
             conn.execute("UPDATE entries SET label = 'edited' WHERE id = 1")
         assert requests.get(f"{url}/verify", headers=AUTH).json()["ok"] is False
-        with pytest.raises(ServiceUnavailable, match="answers 503 to /checkpoint .* it failed closed"):
+        with pytest.raises(ServiceUnavailable, match="answers 503 to /checkpoint .* the service failed closed"):
             client.head()
         assert client.held().size == 3
 

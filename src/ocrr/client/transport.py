@@ -60,10 +60,14 @@ class Transport:
                 "accepted; check the URL and that `ocrr serve` is running"
             ) from None
         if r.status_code == 503:
-            raise ServiceUnavailable(
-                f"the service answers 503 to {path} ({_detail(r)}): it failed closed and answers nothing "
-                "until its operator restores its storage; nothing was accepted"
+            # /checkpoint is 503 also while no head has its witnesses' quorum yet: the service's
+            # own reason says which; only other answers mean it failed closed.
+            why = (
+                "no checkpoint has the witnesses' quorum yet, or the service failed closed (its reason above)"
+                if path.startswith("/checkpoint")
+                else "it failed closed and answers nothing until its operator restores its storage"
             )
+            raise ServiceUnavailable(f"the service answers 503 to {path} ({_detail(r)}): {why}; nothing was accepted")
         if r.status_code >= 400:
             hint = " (check the token)" if r.status_code == 401 else ""
             raise ServiceRefused(f"the service refused {method} {path} with {r.status_code}: {_detail(r)}{hint}")
