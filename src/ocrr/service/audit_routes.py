@@ -37,7 +37,7 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.tiles import TILE_WIDTH, Tile, entry_bundle, parse_tile_path, tile_bytes, tile_width
 from ocrr.service.schemas import error_responses
 from ocrr.service.served import served_entries
-from ocrr.service.state import ServiceState
+from ocrr.service.state import ServiceState, failure_report
 
 FULL_TILE_CACHE = "public, max-age=31536000, immutable"
 PARTIAL_TILE_CACHE = "public, max-age=60"  # the same bytes forever too, but soon replaced by a wider tile
@@ -140,7 +140,7 @@ class AuditRoutes:
         try:
             led.refresh()
         except OcrrError as e:
-            self.state.fail({"ok": False, "first_bad": len(led), "reason": str(e)})
+            self.state.fail(failure_report(e, len(led)))
             self._require_intact()
         return led
 

@@ -61,7 +61,7 @@ from ocrr.service.schemas import (
     to_json,
 )
 from ocrr.service.served import served_entries
-from ocrr.service.state import ServiceState
+from ocrr.service.state import ServiceState, failure_report
 from ocrr.service.threads import one_omp_thread
 from ocrr.systems.persistent import POOLED_BELOW
 
@@ -392,7 +392,7 @@ class Routes:
             try:
                 self._fresh_ledger()
             except OcrrError as e:  # what another worker committed does not chain on
-                state.fail({"ok": False, "first_bad": len(state.substrate), "reason": str(e)})
+                state.fail(failure_report(e, len(state.substrate)))
         body: dict = {"status": "ok", "entries": len(state.substrate)}
         if state.damage is not None:
             body = {"status": "unhealthy", "first_bad": state.damage.get("first_bad"), "reason": state.damage_reason()}

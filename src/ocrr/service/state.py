@@ -148,7 +148,7 @@ class ServiceState:
         except OcrrError as e:
             if _unreachable(led, e):
                 return _unreachable_report(led, e)
-            out = {"ok": False, "size": len(led), "first_bad": len(led), "reason": str(e)}
+            out = failure_report(e, len(led))
             self.fail(out)
             return out
         held = len(led)
@@ -258,6 +258,14 @@ class ServiceState:
             publish=counters.publish,
         )
         self.witnessing.start()
+
+
+def failure_report(e: OcrrError, held: int) -> dict:
+    """The damage report of an error met taking in what storage holds: an integrity failure
+    names its first bad entry; any other names the first entry this process does not hold."""
+    first_bad = e.first_bad if isinstance(e, LedgerIntegrityError) else held
+    reason = e.reason if isinstance(e, LedgerIntegrityError) else str(e)
+    return {"ok": False, "size": held, "first_bad": first_bad, "reason": reason}
 
 
 def build_state(
