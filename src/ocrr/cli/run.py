@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ocrr.cli.common import console, print_hint
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
+from ocrr.cli.paths import output_folder
 from ocrr.engine.fork_server import available_cores, start_fork_server
 from ocrr.errors import OcrrError
 
@@ -58,6 +59,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise OcrrError(f"--jobs must be at least 1 (1: every run in this process), got {args.jobs}")
+    output_folder(args.out or Path("results"))  # results are written at the end: check now
     jobs = args.jobs or available_cores()
     if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
         start_fork_server()

@@ -9,6 +9,7 @@ from rich.markup import escape
 from ocrr.cli.common import console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
+from ocrr.cli.paths import output_folder
 from ocrr.cli.progress import SweepProgress
 from ocrr.engine.fork_server import start_fork_server
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
@@ -121,6 +122,7 @@ def run(args) -> int:
         **heldout_shortcuts(args),
     )
     out = args.out or Path(config.get("out") or Path("results") / f"sweep-{preset or 'custom'}")
+    output_folder(Path(out), "--out" if args.out else "the sweep folder")
     executor = args.executor or config.get("executor", "local")
     if executor == "local" and not args.dry_run:  # the workers' imports load in the fork server meanwhile
         start_fork_server()
