@@ -118,7 +118,8 @@ def test_systems_is_one_line_per_system_and_fits_a_screen(capsys, piped):
     assert len(lines) <= 90 and max(len(line) for line in lines) <= 120  # piped output: 120 columns
     assert lines[3:5] == [
         "│ retrieval:           │" + " " * 95 + "│",
-        "│ substrate            │ hash-chained append-only ledger, k=5 cosine neighbours, margin-band (0.05) majority vote      │",
+        "│ substrate            │ hash-chained append-only ledger, k=5 cosine neighbours, margin-band (0.05) "
+        "majority vote      │",
     ]
     assert "Aliases: bounded_fifo_100, _500, _1000, _5000 (= bounded_fifo:budget=N)" in lines
     assert "│ consolidating_head   │ consolidating answering with the head alone" in out
@@ -348,3 +349,24 @@ def test_systems_on_a_terminal_fits_its_width(capsys, monkeypatch):
     # the name column holds the longest name, the description all the rest: no column of blanks
     assert "│ substrate            │ hash-chained append-only ledger, k=5 cosine neighbou… │" in table
     assert "│ online continual     │" + " " * 55 + "│" in table  # a long family folds in its heading
+
+
+def test_run_refuses_the_same_column_for_text_and_label(tmp_path, capsys):
+    data = tmp_path / "mine.csv"
+    data.write_text("text,label\n" + "".join(f"item {i},l{i % 3}\n" for i in range(30)), encoding="utf-8")
+    argv = ("--text-col", "label", "--label-col", "label", "--quiet", "--out", tmp_path / "r")
+    assert run_cli("run", "--dataset", f"csv:{data}", *argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --text-col and --label-col both name the column 'label'"), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_run_help_says_what_the_command_does_and_the_default_dataset(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one help line per option
+    with pytest.raises(SystemExit):
+        run_cli("run", "--help")
+    out = capsys.readouterr().out
+    description = out.split("\n\n")[1]
+    assert description.startswith("Run systems through a protocol"), out
+    dataset_help = next(line for line in out.splitlines() if line.strip().startswith("--dataset DATASET"))
+    assert "(default banking77" in dataset_help

@@ -19,7 +19,8 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         default="banking77",
-        help="banking77 | clinc150 | demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>]",
+        help="banking77 | clinc150 | demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>] "
+        "(default banking77)",
     )
     p.add_argument(
         "--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache, download)"

@@ -17,7 +17,13 @@ from ocrr.errors import OcrrError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="run systems through a protocol (default: held-out classes); write tables")
+    p = sub.add_parser(
+        "run",
+        help="run systems through a protocol (default: held-out classes); write tables",
+        description="Run systems through a protocol (default: held-out classes) on one dataset, one "
+        "correction policy and each seed; print the results table and write the tables to --out. "
+        "Without the real datasets: --dataset demo (bundled), or --fallback-demo.",
+    )
     add_data_options(p)
     p.add_argument(
         "--protocol",
