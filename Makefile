@@ -16,11 +16,13 @@ TORCH  ?= torch==2.13.0
 # What the linters read (the docs' Markdown is left as written).
 LINTED := src tests benchmarks scripts docs/hooks
 
-# The tests run in a new random order each time (pytest-randomly); the seed is printed,
-# and `make test SEED=<seed>` replays that order.
+# The tests run in a new random order each time (pytest-randomly), spread over one process per
+# core (pytest-xdist); the seed is printed. `make test SEED=<seed> TEST_JOBS=0` replays that
+# order in one process.
 ifndef SEED
 SEED := $(shell python3 -c "import random; print(random.randrange(1_000_000))")
 endif
+TEST_JOBS ?= auto
 
 .PHONY: setup run test lint docs docs-serve bench clean
 
@@ -49,8 +51,8 @@ run: setup
 	    --fallback-demo --out results/main
 
 test: setup
-	@echo "test order: --randomly-seed=$(SEED) (replay it with: make test SEED=$(SEED))"
-	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED)
+	@echo "test order: --randomly-seed=$(SEED) (replay it with: make test SEED=$(SEED) TEST_JOBS=0)"
+	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED) -n $(TEST_JOBS)
 
 lint: setup
 	$(BIN)/ruff check $(LINTED)
