@@ -89,3 +89,11 @@ def test_a_good_output_file_is_written(folder, capsys):
     ledger = _ledger(folder / "l.db")
     assert run_cli("ledger", "export", ledger, "--out", "entries.jsonl") == 0
     assert len((folder / "entries.jsonl").read_text().splitlines()) == 4  # a header, then 3 entries
+
+
+def test_serve_fit_without_an_encoder_is_refused_before_the_ledger_is_made(folder, capsys):
+    """--fit demo has texts, so it needs --encoder: refused at the door, with no ledger file left behind."""
+    assert run_cli("serve", "--ledger", "x.db", "--fit", "demo", "--port", "0") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --fit demo needs an encoder for its texts; add --encoder minilm"), err
+    assert sorted(p.name for p in folder.iterdir()) == ["afile"]
