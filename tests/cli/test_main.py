@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,8 +88,11 @@ RUN_ON_TWO_WORKERS = (
 def _run_script(folder, body: str) -> subprocess.CompletedProcess:
     """Save ``body`` as a script and run it as a user does: ``python script.py``."""
     (folder / "script.py").write_text(f"import sys\nfrom ocrr.cli.main import main\n\n{body}\n", encoding="utf-8")
+    # this ocrr, wherever the script runs (a relative PYTHONPATH would not reach it from there)
+    paths = [str(Path(ocrr.__file__).parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run(
-        [sys.executable, "script.py"], cwd=folder, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "script.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False
     )
 
 
