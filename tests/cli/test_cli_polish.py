@@ -94,7 +94,9 @@ def test_protocols_name_lists_its_options_and_shift(capsys):
 
 
 def listed_rows(out: str) -> list[str]:
-    return [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
+    """The systems listed (a family's heading row has no description)."""
+    cells = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    return [cell[1].strip() for cell in cells if cell[2].strip()]
 
 
 @pytest.fixture
@@ -111,11 +113,18 @@ def test_systems_is_one_line_per_system_and_fits_a_screen(capsys, piped):
     aliases = {f"{base}_{n}" for base in ("bounded_reservoir", "bounded_fifo") for n in (100, 500, 1000, 5000)}
     assert aliases | set(rows) == set(REGISTRY) and not aliases & set(rows)
     assert len(rows) == len(set(rows))  # each system once, on one line
-    assert len(lines) == len(rows) + 4 + 3  # table borders and header, 2 alias lines, 1 footer
-    assert len(lines) <= 60 and max(len(line) for line in lines) <= 120  # piped output: 120 columns
-    assert "│ substrate            │ retrieval                 │ hash-chained append-only ledger" in out
+    families = list(dict.fromkeys(REGISTRY[name].family for name in rows))
+    # table borders and header, a heading per family (one folds onto 2 lines) and a rule between
+    # families, 2 alias lines, 1 footer
+    assert len(lines) == len(rows) + 4 + len(families) + 1 + len(families) - 1 + 3
+    assert len(lines) <= 90 and max(len(line) for line in lines) <= 120  # piped output: 120 columns
+    assert lines[3:5] == [
+        "│ retrieval:           │" + " " * 95 + "│",
+        "│ substrate            │ hash-chained append-only ledger, k=5 cosine neighbours, margin-band (0.05) "
+        "majority vote      │",
+    ]
     assert "Aliases: bounded_fifo_100, _500, _1000, _5000 (= bounded_fifo:budget=N)" in lines
-    assert "│ consolidating_head   │                           │ consolidating answering with the head alone" in out
+    assert "│ consolidating_head   │ consolidating answering with the head alone" in out
     assert lines[-1] == (
         "One system's options: ocrr systems NAME. Hyperparameters: ocrr systems FAMILY, or ocrr systems --all."
     )
@@ -337,6 +346,29 @@ def test_systems_on_a_terminal_fits_its_width(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     assert run_cli("systems") == 0
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in capsys.readouterr().out.splitlines()]
-    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    table = [line for line in lines if line[:1] in "┏┃┡│├└"]
     assert len(table) == len(lines) - 3 and {len(line) for line in table} == {80}
-    assert "│ substrate            │ retrieval                 │ hash-chained append-only… │" in table
+    # the name column holds the longest name, the description all the rest: no column of blanks
+    assert "│ substrate            │ hash-chained append-only ledger, k=5 cosine neighbou… │" in table
+    assert "│ online continual     │" + " " * 55 + "│" in table  # a long family folds in its heading
+
+
+def test_run_refuses_the_same_column_for_text_and_label(tmp_path, capsys):
+    data = tmp_path / "mine.csv"
+    data.write_text("text,label\n" + "".join(f"item {i},l{i % 3}\n" for i in range(30)), encoding="utf-8")
+    argv = ("--text-col", "label", "--label-col", "label", "--quiet", "--out", tmp_path / "r")
+    assert run_cli("run", "--dataset", f"csv:{data}", *argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --text-col and --label-col both name the column 'label'"), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_run_help_says_what_the_command_does_and_the_default_dataset(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one help line per option
+    with pytest.raises(SystemExit):
+        run_cli("run", "--help")
+    out = capsys.readouterr().out
+    description = out.split("\n\n")[1]
+    assert description.startswith("Run systems through a protocol"), out
+    dataset_help = next(line for line in out.splitlines() if line.strip().startswith("--dataset DATASET"))
+    assert "(default banking77" in dataset_help

@@ -560,3 +560,10 @@ def test_user_files_take_a_name_option(tmp_path):
     data = load_dataset(f"csv:{tmp_path / 'a.csv'},{tmp_path / 'b.csv'}", name="helpdesk")
     assert data.name == "helpdesk"
     assert sorted(set(data.train.labels)) == ["greet", "leave"]
+
+
+def test_table_refuses_one_column_for_both_text_and_label(tmp_path):
+    """--text-col label --label-col label would learn to echo each label: refused, naming both options."""
+    path = write_csv(tmp_path / "d.csv", ["text", "label"], [["a", "x"], ["b", "y"]])
+    with pytest.raises(OcrrError, match=r"--text-col and --label-col both name the column 'label'"):
+        load_table(path, text_col="label", label_col="label")

@@ -3,15 +3,17 @@
 Each page is one test case. Its blocks run in order (the convention is in
 ``tests/docs/doc_blocks.py``) with the installed ``ocrr`` console script first on PATH,
 ``OCRR_DATA_DIR`` unset and every download switched off (``OCRR_OFFLINE=1``,
-``HF_HUB_OFFLINE=1``), in folders under a temporary directory. The pages share one user
-cache, so the demo set is encoded once per session. What ran, and the blocks marked
-``not-run`` with their reasons, are printed (``pytest -rP`` or ``-s`` shows them); a
-tutorial must run at least one command.
+``HF_HUB_OFFLINE=1``), in folders under a temporary directory. A Python block runs as a
+user saves and runs it, ``python file.py`` (so a worker pool imports it, as it would theirs).
+The pages share one user cache, so the demo set is encoded once per session. What ran, and
+the blocks marked ``not-run`` with their reasons, are printed (``pytest -rP`` or ``-s`` shows
+them); a tutorial must run at least one command.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +32,7 @@ PAGES = [
 ]
 BLOCK_TIMEOUT_S = 300  # one block; the slowest (the first demo encoding) took 20-65 s on a busy 2-core box
 SCRIPTS = Path(sysconfig.get_path("scripts"))  # where pip put the `ocrr` console script
+PYTEST_SUMMARY = re.compile(r"^(\d+) passed\b", re.MULTILINE)  # pytest -q's last line
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +65,9 @@ def test_documented_commands_run_offline(page, shared_cache, tmp_path):
                 (folder / block.title).parent.mkdir(parents=True, exist_ok=True)
                 (folder / block.title).write_text(block.text, encoding="utf-8")
                 continue
-            ran += _run(block, folder, env, groups)
+            count, output = _run(block, folder, env, groups)
+            ran += count
+            _check_pytest_summary(block, output, blocks[index + 1 : index + 2])
     finally:
         _end(groups)
     print(f"\n{page.relative_to(ROOT)}: {ran} commands run")
@@ -87,12 +92,14 @@ def _offline_env(cache: Path) -> dict[str, str]:
     return env
 
 
-def _run(block: Block, folder: Path, env: dict[str, str], groups: list[int]) -> int:
-    """Run one block in ``folder``; return how many commands it held. Fails naming the block."""
+def _run(block: Block, folder: Path, env: dict[str, str], groups: list[int]) -> tuple[int, str]:
+    """Run one block in ``folder``; return how many commands it held, and what it printed. Fails naming the block."""
     if block.language == "bash":
         argv, count, shown = ["bash", "-c", bash_script(block.commands)], len(block.commands), block.commands
-    else:
-        argv, count, shown = [sys.executable, "-c", block.text], 1, [block.text]
+    else:  # saved and run as a user does (`python file.py`): a worker pool then imports this file
+        script = folder / f"doc_block_{block.line}.py"
+        script.write_text(block.text, encoding="utf-8")
+        argv, count, shown = [sys.executable, script.name], 1, [block.text]
     started = time.monotonic()
     proc = subprocess.Popen(
         argv,
@@ -121,7 +128,18 @@ def _run(block: Block, folder: Path, env: dict[str, str], groups: list[int]) -> 
             + f"\n--- output ---\n{_tail(output)}"
         )
     print(f"{block.where}: {count} command(s) in {time.monotonic() - started:.1f} s")
-    return count
+    return count, output
+
+
+def _check_pytest_summary(block: Block, output: str, shown_after: list[Block]) -> None:
+    """Where a page shows the pytest summary a command prints ("31 passed in 0.56s"), the command
+    prints that count today: a check added to the suite must not leave the page stale."""
+    if not shown_after or shown_after[0].language != "text":
+        return
+    promised = PYTEST_SUMMARY.findall(shown_after[0].text)
+    if promised:
+        got = PYTEST_SUMMARY.findall(output)
+        assert got == promised, f"{shown_after[0].where} shows {promised} passed; {block.where} printed {got}"
 
 
 def _end(groups: list[int]) -> None:

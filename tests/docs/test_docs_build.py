@@ -134,3 +134,10 @@ def test_the_cli_hook_fills_only_its_page_and_insists_on_the_marker():
     assert hook.MARKER not in filled and "## `ocrr run`" in filled
     with pytest.raises(ValueError, match="marker"):
         hook.on_page_markdown("# CLI without the marker", Page(hook.PAGE))
+
+
+def test_the_site_loads_no_font_from_the_web(site):
+    """theme.font: false: the pages use the system fonts, so an offline reader (or ``ocrr serve``'s
+    /docs on a closed network) sees the site as it is, without requests to a font CDN."""
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert "fonts.googleapis.com" not in index and "fonts.gstatic.com" not in index

@@ -55,3 +55,14 @@ def test_vectors_cached_without_a_cost_file_still_load(tmp_path):
     cost_path(next(tmp_path.glob("glove-*/*.npy"))).unlink()  # as an older ocrr left them
     again = embed_dataset(_dataset(), "glove", cache_dir=tmp_path)
     assert again.source == "cache" and again.cost is None and again.sha256 == first.sha256
+
+
+def test_an_unreachable_model_fails_before_encoding_starts(tmp_path, monkeypatch):
+    """Offline, a model neither packaged nor in the Hugging Face cache fails at once with its clear
+    error: no progress bar sitting at 0/N while the hub is retried."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty Hugging Face cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = []
+    with pytest.raises(OcrrError, match=r"could not load the sentence-transformers model 'someone/no-such-model'"):
+        embed_dataset(_dataset(), "st:someone/no-such-model", progress=started.append, cache_dir=tmp_path)
+    assert started == []  # the bar never started

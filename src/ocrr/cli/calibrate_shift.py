@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ocrr.cli.paths import output_folder
 from ocrr.data import load_dataset
 from ocrr.errors import OcrrError
 from ocrr.protocols import PROTOCOLS, make_protocol
@@ -34,6 +35,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.k_max < 1 or (args.s_max is not None and args.s_max < 0):
         raise OcrrError("calibrate-shift needs --k-max >= 1 and --s-max >= 0.")
+    if args.out is not None:
+        output_folder(args.out)
     name, options = parse_spec(args.protocol, "protocol", "ocl:stay=0.9")
     validation = "split" not in options and "split" in getattr(PROTOCOLS.get(name), "options", {})
     protocol = make_protocol(args.protocol, **({"split": "val"} if validation else {}))

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from ocrr.cli.paths import output_file
 from ocrr.errors import OcrrError
 from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
@@ -297,6 +298,8 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_export(args) -> int:
+    if args.out is not None:
+        output_file(args.out)
     if args.out is None:
         for line in export_lines(args.path):
             sys.stdout.write(line)
@@ -366,6 +369,7 @@ def _cmd_migrate(args) -> int:
 def _cmd_keygen(args) -> int:
     if args.key.exists():
         raise OcrrError(f"{args.key} already exists; choose another path (keys are never overwritten)")
+    output_file(args.key, None)
     signer = Signer.generate(args.origin)
     signer.save(args.key)
     print(signer.vkey)

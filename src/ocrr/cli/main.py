@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
+import stat
 import sys
 
 from ocrr import __version__
@@ -33,8 +35,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# What a worker process that re-runs an unguarded script says (``_rerun_by_a_worker``).
+UNGUARDED_SCRIPT = (
+    "this script starts ocrr at its top level, so every worker process, which imports the script, "
+    'starts it again: put the script\'s calls under `if __name__ == "__main__":` '
+    "(or run with --jobs 1, which starts no worker)"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if _rerun_by_a_worker():
+        print_error(OcrrError(UNGUARDED_SCRIPT))
+        raise SystemExit(2)  # ends this worker; the command that started it reports the dead worker
     parser = build_parser(_chosen_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -48,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `ocrr ... | head` closed the pipe: not an error of ours
-        # Python would complain again when it flushes stdout at exit; send the rest nowhere.
+    except BrokenPipeError:
+        if not _stdout_closed():  # another pipe (e.g. to a worker process): a failure, not a reader leaving
+            raise
+        # `ocrr ... | head` closed the pipe: not an error of ours. Python would complain again
+        # when it flushes stdout at exit; send the rest nowhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
@@ -72,6 +88,35 @@ def _chosen_command(argv: list[str]) -> str | None:
     if argv[:1] == ["--version"]:
         return ""
     return argv[0] if argv and argv[0] in COMMANDS else None
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``ocrr ... | head``): the one broken pipe
+    that is not a failure. Where poll cannot tell (no ``select.poll``), it is taken as a failure."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+    except (OSError, ValueError):  # no file behind stdout (closed, or replaced by an object)
+        return False
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _rerun_by_a_worker() -> bool:
+    """Whether a worker process is running the user's script again as it starts: multiprocessing
+    runs the script that started the pool in each worker, under the name ``__mp_main__``. A script
+    whose calls sit under ``if __name__ == "__main__":`` never calls ``main`` then, and a worker's
+    task that calls ``main`` does not run from the script's top level."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
         default="banking77",
         help="banking77 | clinc150 | leyzer:lang=es-ES | leyzer:source=en-US:target=es-ES | demo | synthetic "
         "| csv:<train>[,<test>] | jsonl:<train>[,<test>] | hf:<folder> | hf:<name>[:<config>] (Hugging Face, "
-        "pip install 'ocrr[hf]')",
+        "pip install 'ocrr[hf]') (default banking77)",
     )
     p.add_argument(
         "--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache, download)"

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ocrr.cli.common import console
+from ocrr.cli.paths import output_folder
 from ocrr.report import build_report
 
 # (each registers its folder section: `ocrr report` on a --preset cmr / --preset encoders folder)
@@ -21,6 +22,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    if args.out is not None:
+        output_folder(args.out)
     report = build_report(args.results, args.out)
     screen = console()
     for title in report.tables:

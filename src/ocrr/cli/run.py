@@ -12,6 +12,7 @@ from rich.table import Table
 from ocrr.cli.common import console, print_hint
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
+from ocrr.cli.paths import output_folder
 from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
 from ocrr.engine.fork_server import available_cores, start_fork_server
 from ocrr.engine.tracking import open_tracker, parent_run
@@ -19,7 +20,13 @@ from ocrr.errors import OcrrError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="run systems through a protocol (default: held-out classes); write tables")
+    p = sub.add_parser(
+        "run",
+        help="run systems through a protocol (default: held-out classes); write tables",
+        description="Run systems through a protocol (default: held-out classes) on one dataset, one "
+        "correction policy and each seed; print the results table and write the tables to --out. "
+        "Without the real datasets: --dataset demo (bundled), or --fallback-demo.",
+    )
     add_data_options(p)
     p.add_argument(
         "--protocol",
@@ -62,6 +69,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise OcrrError(f"--jobs must be at least 1 (1: every run in this process), got {args.jobs}")
+    output_folder(args.out or Path("results"))  # results are written at the end: check now
     jobs = args.jobs or available_cores()
     if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
         start_fork_server()

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ocrr.cli.common import console
+from ocrr.cli.paths import output_folder
 from ocrr.errors import OcrrError
 from ocrr.index.ivf_tune import min_queries_for
 from ocrr.studies.scale.config import APPROXIMATE_BACKENDS, ScaleConfig
@@ -171,6 +172,7 @@ def run(args) -> int:
     if not 0 <= args.target_recall <= 1:
         raise OcrrError(f"--target-recall must be in [0, 1] (0: no tuning), got {args.target_recall}.")
     _check_tuning(args)
+    output_folder(args.out)
     if args.nlist < 0 or args.nprobe < 1 or args.rerank < 1:
         raise OcrrError("need --nlist >= 0 (0: automatic), --nprobe >= 1 and --rerank >= 1.")
     if args.threads < 1:

@@ -187,6 +187,7 @@ def _encoder_nice(value: str) -> int | str:
 
 
 def _cmd_serve(args) -> int:
+    _check_fit(args.fit, args.encoder)
     config = ServiceConfig(
         ledger=args.ledger,
         system=args.system,
@@ -215,3 +216,13 @@ def _cmd_serve(args) -> int:
         quorum=args.quorum,
     )
     return serve(config)
+
+
+def _check_fit(fit: str | None, encoder: str | None) -> None:
+    """--fit with texts needs --encoder: refused before anything opens (or creates) the ledger."""
+    if fit is None or encoder is not None:
+        return
+    from ocrr.engine.sweep.grid import EMBEDDING_ONLY
+
+    if fit.split(":")[0] not in EMBEDDING_ONLY:
+        raise OcrrError(f"--fit {fit} needs an encoder for its texts; add --encoder minilm")

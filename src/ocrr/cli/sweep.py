@@ -10,6 +10,7 @@ from ocrr.cli.common import console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
+from ocrr.cli.paths import output_folder
 from ocrr.cli.progress import SweepProgress
 from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
 from ocrr.engine.fork_server import start_fork_server
@@ -126,6 +127,7 @@ def run(args) -> int:
         **heldout_shortcuts(args),
     )
     out = args.out or Path(config.get("out") or Path("results") / f"sweep-{preset or 'custom'}")
+    output_folder(Path(out), "--out" if args.out else "the sweep folder")
     executor = args.executor or config.get("executor", "local")
     if executor == "local" and not args.dry_run:  # the workers' imports load in the fork server meanwhile
         start_fork_server()

@@ -64,23 +64,28 @@ def _print_system(name: str) -> int:
 
 
 def _print_short(rows: list[str], aliases: dict) -> None:
-    """One line per system (families together), its description cut to the screen: builds no system."""
+    """One line per system under a line naming its family, its description cut to the screen: builds
+    no system. The family heads its group rather than filling a column that is empty on most rows,
+    so the descriptions get the width (an 80-column terminal shows ~50 characters of each)."""
     screen = console(fit_terminal=True)
     name_width = max(map(len, rows), default=4)
-    family_width = max((len(REGISTRY[n].family) for n in rows), default=6)
-    # the name and family in full; the description gets what is left of the line (10: borders, padding)
-    room = max(screen.width - name_width - family_width - 10, 20)
+    # the name in full (a longer family folds onto a second line); the description gets what is
+    # left of the line (7: borders and padding)
+    room = max(screen.width - name_width - 7, 20)
     table = Table()
-    table.add_column("name", no_wrap=True, min_width=name_width)
-    table.add_column("family", no_wrap=True, min_width=family_width)
+    table.add_column("name", min_width=name_width, max_width=name_width)
     table.add_column("what it is", no_wrap=True)
     previous = None
     for name in rows:
         entry = REGISTRY[name]
+        if entry.family != previous:
+            if previous is not None:
+                table.add_section()
+            table.add_row(Text(f"{entry.family}:", style="bold"), "")
+            previous = entry.family
         summary = Text(entry.summary)
         summary.truncate(room, overflow="ellipsis")
-        table.add_row(name, entry.family if entry.family != previous else "", summary)
-        previous = entry.family
+        table.add_row(name, summary)
     screen.print(table)
     for base, (key, members) in _alias_groups(aliases).items():
         screen.print(f"Aliases: {_alias_list(base, members)} (= {_alias_spec(base, key, members)})", highlight=False)

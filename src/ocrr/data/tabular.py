@@ -36,6 +36,11 @@ def load_table(
     ``fmt`` ("csv" or "jsonl") overrides the format read from the extension.
     ``name`` defaults to the train file's stem.
     """
+    if text_col == label_col:
+        raise OcrrError(
+            f"--text-col and --label-col both name the column {text_col!r}: the texts and their labels must "
+            "be two columns; name the text column with --text-col and the label column with --label-col"
+        )
     train_path = Path(train_path)
     train_rows = _read_rows(train_path, text_col, label_col, fmt)
     files = {train_path: sha256_of(train_path)}

@@ -82,6 +82,9 @@ def embed_dataset(
     path = cache_path(enc.id, texts_sha256(texts), cache_dir)
     vecs = load_cached(path, len(texts))
     if vecs is None:
+        check = getattr(enc, "check_available", None)  # a model that cannot be had fails before the bar starts
+        if check is not None:
+            check()
         tick = progress(len(texts)) if progress else None
         vecs, cost = encode_timed(enc, texts, progress=tick)
         save_cached(path, vecs)

