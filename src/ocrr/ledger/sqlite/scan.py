@@ -173,6 +173,7 @@ def scan_file(
         )
     if verify not in ("full", "checkpoint"):
         raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
+    _require_sqlite(path)
     try:
         conn = connect(path, readonly=True)
         try:
@@ -182,6 +183,25 @@ def scan_file(
             conn.close()
     except sqlite3.Error as e:
         return LedgerReport(False, 0, None, f"not a readable SQLite ledger ({e})"), None
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _require_sqlite(path: Path) -> None:
+    """Refuse a file that is no SQLite database at all (a CSV passed by mistake) as what it is,
+    not as a damaged ledger."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise OcrrError(f"cannot read ledger file {path} ({e.strerror}); check its permissions") from None
+    if head and head != _SQLITE_MAGIC:
+        raise OcrrError(
+            f"{path} is not an ocrr ledger: it is not an SQLite file (it starts with {head[:12]!r}). Pass the "
+            "file `ocrr serve --ledger` or `ocrr ledger import` wrote; if this was one, its first bytes are "
+            "destroyed: restore it from a backup"
+        )
 
 
 def report_of(
