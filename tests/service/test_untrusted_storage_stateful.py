@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +157,7 @@ class UntrustedStorage(RuleBasedStateMachine):
         assert self.service.start(), f"ocrr serve refused to start on a new ledger: {self.service.refusal}"
         self.acked: list[tuple[str, str]] = []  # (label, text) of every acknowledged correction, by id
         self.signed: dict[int, str] = {}  # size -> root (base64) of every signed head or checkpoint seen
-        self.honest: Path | None = None  # a copy of the storage before the current tampering
+        self.undo: Callable[[], object] | None = None  # makes the storage honest again (service stopped)
         self.tamper: str | None = None  # the kind of tampering in force (None: storage is honest)
         self.edited: int | None = None  # the entry whose label was edited
         self.older: tuple[Path, int] | None = None  # an older copy of the file, and its size
@@ -280,45 +281,54 @@ class UntrustedStorage(RuleBasedStateMachine):
             h = self.get("/health", headers=AUTH).json()
             assert h["status"] == "ok" and h["entries"] == len(self.acked), f"acknowledged entries lost: {h}"
 
-    # -- tampering (one kind at a time; the operator restores afterwards) ------------------------
-    def _before_tampering(self) -> None:
-        self.honest = self.dir / "honest.db"
-        backup(self.ledger, self.honest)
-
+    # -- tampering (one kind at a time; the operator undoes it afterwards) ------------------------
+    # Each tampering leaves ``self.undo``: what an operator who found it does to the storage (with
+    # the service stopped) to make it honest again: every acknowledged entry, nothing else. (A
+    # backup taken before the tampering would do only while nothing was acknowledged since.)
     @precondition(lambda self: self.service.running and self.tamper is None and self.acked)
     @rule(data=st.data())
     def tamper_edit(self, data) -> None:
         i = data.draw(st.integers(0, len(self.acked) - 1))
-        self._before_tampering()
         sql(self.ledger, "UPDATE entries SET label = 'forged' WHERE id = ?", (i,))
+        label = self.acked[i][0]
+        self.undo = lambda: sql(self.ledger, "UPDATE entries SET label = ? WHERE id = ?", (label, i))
         self.tamper, self.edited = "edit", i
 
     @precondition(lambda self: self.service.running and self.tamper is None and len(self.acked) >= 2)
     @rule()
     def tamper_delete_tail(self) -> None:
-        self._before_tampering()
         n = len(self.acked)
+        conn = sqlite3.connect(self.ledger, timeout=30)
+        try:
+            row = conn.execute("SELECT * FROM entries WHERE id = ?", (n - 1,)).fetchone()
+        finally:
+            conn.close()
         sql(self.ledger, "DELETE FROM entries WHERE id = ?", (n - 1,))
+        self.undo = lambda: sql(self.ledger, "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", row)
         self.tamper = "delete_tail"
 
     @precondition(lambda self: self.service.running and self.tamper is None and self.acked)
     @rule()
     def tamper_insert_past_head(self) -> None:
-        self._before_tampering()
         n = len(self.acked)
         row = (n, "forged", "forged", bytes(4 * DIM), bytes(32), bytes(32))
         sql(self.ledger, "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", row)
+        self.undo = lambda: sql(self.ledger, "DELETE FROM entries WHERE id = ?", (n,))
         self.tamper = "insert_past_head"
 
     @precondition(lambda self: self.service.running and self.tamper is None and self.acked)
     @rule()
     def tamper_bogus_checkpoint(self) -> None:
-        self._before_tampering()
         n = len(self.acked)
-        columns = [r[1] for r in sqlite3.connect(self.ledger).execute("PRAGMA table_info(checkpoints)")]
+        conn = sqlite3.connect(self.ledger, timeout=30)
+        try:
+            columns = [r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")]
+        finally:
+            conn.close()
         values = [n, bytes(32), bytes(32), time.time()] + [None] * (len(columns) - 4)
         marks = ", ".join("?" * len(values))
         sql(self.ledger, f"INSERT OR REPLACE INTO checkpoints VALUES ({marks})", tuple(values))
+        self.undo = lambda: sql(self.ledger, "DELETE FROM checkpoints WHERE size = ?", (n,))
         self.tamper = "bogus_checkpoint"
 
     @precondition(lambda self: self.service.running and self.tamper is None)
@@ -343,8 +353,10 @@ class UntrustedStorage(RuleBasedStateMachine):
         """Storage rewound behind the operator's back to a copy older than a signed head: the
         restarted service must not sign anything that contradicts what it signed."""
         assert self.older is not None
-        self._before_tampering()
         self.service.stop()
+        honest = self.dir / "honest.db"
+        backup(self.ledger, honest)  # SQLite's own copy: the file with its log folded in
+        self.undo = lambda: _replace(self.ledger, honest)
         _replace(self.ledger, self.older[0])
         self.tamper = "rewind"
         if self.service.start():
@@ -374,10 +386,10 @@ class UntrustedStorage(RuleBasedStateMachine):
     @precondition(lambda self: self.tamper is not None)
     @rule()
     def operator_restores(self) -> None:
-        assert self.honest is not None
+        assert self.undo is not None
         self.service.stop()
-        _replace(self.ledger, self.honest)
-        self.tamper, self.edited = None, None
+        self.undo()
+        self.tamper, self.edited, self.undo = None, None, None
         assert self.service.start(), f"ocrr serve refused the restored, honest copy: {self.service.refusal}"
         h = self.get("/health", headers=AUTH).json()
         assert h["status"] == "ok" and h["entries"] == len(self.acked), f"restored copy lost entries: {h}"

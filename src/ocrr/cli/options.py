@@ -19,9 +19,9 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         default="banking77",
-        help="banking77 | clinc150 | leyzer:lang=es-ES | leyzer:source=en-US:target=es-ES | demo | synthetic "
-        "| csv:<train>[,<test>] | jsonl:<train>[,<test>] | hf:<folder> | hf:<name>[:<config>] (Hugging Face, "
-        "pip install 'ocrr[hf]') (default banking77)",
+        help="(default banking77) banking77 | clinc150 | leyzer:lang=es-ES | leyzer:source=en-US:target=es-ES | "
+        "demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>] | hf:<folder> | hf:<name>[:<config>] "
+        "(Hugging Face, pip install 'ocrr[hf]')",
     )
     p.add_argument(
         "--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache, download)"

@@ -173,10 +173,10 @@ def scan_file(
         )
     if verify not in ("full", "checkpoint"):
         raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
-    _require_sqlite(path)
     try:
         conn = connect(path, readonly=True)
         try:
+            _require_sqlite(conn, path)
             conn.execute("BEGIN")  # one snapshot, even while a writer appends
             return report_of(conn, None if verify == "full" else 0, vkeys)
         finally:
@@ -185,23 +185,22 @@ def scan_file(
         return LedgerReport(False, 0, None, f"not a readable SQLite ledger ({e})"), None
 
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SQLITE_NOTADB = 26  # SQLite's result code for a file that is no database
 
 
-def _require_sqlite(path: Path) -> None:
+def _require_sqlite(conn: sqlite3.Connection, path: Path) -> None:
     """Refuse a file that is no SQLite database at all (a CSV passed by mistake) as what it is,
-    not as a damaged ledger."""
+    not as a damaged ledger. Asked of SQLite, not read with open(): closing a descriptor of
+    the file would drop every POSIX lock this process's SQLite connections hold on it."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
-    except OSError as e:
-        raise OcrrError(f"cannot read ledger file {path} ({e.strerror}); check its permissions") from None
-    if head and head != _SQLITE_MAGIC:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as e:
+        if getattr(e, "sqlite_errorcode", None) != _SQLITE_NOTADB:
+            raise
         raise OcrrError(
-            f"{path} is not an ocrr ledger: it is not an SQLite file (it starts with {head[:12]!r}). Pass the "
-            "file `ocrr serve --ledger` or `ocrr ledger import` wrote; if this was one, its first bytes are "
-            "destroyed: restore it from a backup"
-        )
+            f"{path} is not an ocrr ledger: it is not an SQLite file. Pass the file `ocrr serve --ledger` or "
+            "`ocrr ledger import` wrote; if this was one, its first bytes are destroyed: restore it from a backup"
+        ) from None
 
 
 def report_of(
