@@ -27,10 +27,12 @@ from ocrr.ledger.heads import (
     SIG_SIZE,
     bad_checkpoint,
     check_origin,
+    load_private_key,
     parse_hash,
     parse_signed_note,
     parse_size,
     public_key,
+    save_private_key,
     strict_b64,
     valid_key_name,
 )
@@ -106,29 +108,13 @@ class Cosigner:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the private key as PKCS#8 PEM, readable by its owner only (as ``Signer.save``)."""
-        from cryptography.hazmat.primitives import serialization
-
-        pem = self._key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
+        save_private_key(self._key, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], name: str) -> Cosigner:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
         path = Path(path).expanduser()
         fix = f"create one with `ocrr witness keygen {path} --name NAME`"
-        try:
-            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        except (OSError, ValueError, TypeError) as e:
-            raise OcrrError(f"cannot read the witness key {path} ({e}); {fix}") from e
-        if not isinstance(key, Ed25519PrivateKey):
-            raise OcrrError(f"{path} is not an Ed25519 private key; {fix}")
-        return cls(key, name)
+        return cls(load_private_key(path, "witness key", fix), name)
 
     def cosign(self, note: str | bytes, timestamp: int | None = None) -> str:
         """The cosignature line (ending in a newline) over the checkpoint ``note``'s body,

@@ -176,6 +176,30 @@ def parse_signed_note(note: str | bytes) -> tuple[str, list[tuple[str, bytes, by
     return text, out
 
 
+def save_private_key(key, path: str | os.PathLike[str]) -> None:
+    """Write an Ed25519 private key as PKCS#8 PEM, readable by its owner only, never over a file."""
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+
+
+def load_private_key(path: Path, what: str, fix: str):
+    """The Ed25519 private key in the PEM file ``path``, or an OcrrError naming ``what`` and ``fix``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as e:
+        raise OcrrError(f"cannot read the {what} {path} ({e}); {fix}") from e
+    if not isinstance(key, Ed25519PrivateKey):
+        raise OcrrError(f"{path} is not an Ed25519 private key; {fix}")
+    return key
+
+
 class Signer:
     """An Ed25519 key that signs tree heads and checkpoints under ``origin``."""
 
@@ -202,30 +226,12 @@ class Signer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the private key as PKCS#8 PEM, readable by its owner only."""
-        from cryptography.hazmat.primitives import serialization
-
-        pem = self._key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
+        save_private_key(self._key, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], origin: str) -> Signer:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
         path = Path(path).expanduser()
-        try:
-            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        except (OSError, ValueError, TypeError) as e:
-            raise OcrrError(
-                f"cannot read the signing key {path} ({e}); create one with `ocrr ledger keygen {path}`"
-            ) from e
-        if not isinstance(key, Ed25519PrivateKey):
-            raise OcrrError(f"{path} is not an Ed25519 private key; create one with `ocrr ledger keygen {path}`")
-        return cls(key, origin)
+        return cls(load_private_key(path, "signing key", f"create one with `ocrr ledger keygen {path}`"), origin)
 
     def sign_head(self, head: TreeHead) -> dict:
         sig = self._key.sign(head.text(self.origin).encode())
