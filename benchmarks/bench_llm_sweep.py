@@ -27,8 +27,8 @@ from ocrr.engine.sweep.grid import Grid
 from ocrr.engine.sweep.store import load_metrics
 from ocrr.policies.basic import make_policy
 from ocrr.systems import make_system
-from ocrr.systems.llm_cache import default_cache_path
-from ocrr.systems.llm_icl import shared_cache
+from ocrr.systems.llm.cache import default_cache_path
+from ocrr.systems.llm.icl import shared_cache
 from ocrr.utils.threads import pin_threads
 
 

@@ -79,7 +79,7 @@ def _stop(procs) -> None:
 
 
 def _seed(ledger: str, n: int, dim: int) -> None:
-    from ocrr.systems.persistent import open_substrate
+    from ocrr.systems.substrate.persistent import open_substrate
 
     rng = np.random.default_rng(0)
     v = rng.standard_normal((n, dim)).astype(np.float32)

@@ -2,7 +2,7 @@
 
 river_logreg (and river_ovr_balanced) learn with ``OneVsRestClassifier(LogisticRegression(
 SGD(0.01)))``: each correction is one binary ``learn_one`` per class. river_softmax learns
-with ``SoftmaxRegression(SGD(0.01))``, in pure Python dicts. ``ocrr.systems.river_mirror``
+with ``SoftmaxRegression(SGD(0.01))``, in pure Python dicts. ``ocrr.systems.river.mirror``
 runs the same step for every class at once in numpy. For each model and class count this
 prints, per correction, river's ``learn_one`` and the mirror's, then reading the weights
 for prediction (river's dicts into a matrix, or the mirror's copy), and, as the limit, the
@@ -27,8 +27,8 @@ import time
 import numpy as np
 from river import linear_model, multiclass, optim
 
-from ocrr.systems.river_mirror import SUM_COMPENSATES, OvRLogRegMirror, SoftmaxMirror
-from ocrr.systems.river_systems import RiverLogReg, RiverSoftmax, as_features
+from ocrr.systems.river.classifiers import RiverLogReg, RiverSoftmax, as_features
+from ocrr.systems.river.mirror import SUM_COMPENSATES, OvRLogRegMirror, SoftmaxMirror
 
 DIM = 384
 

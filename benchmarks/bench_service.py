@@ -112,7 +112,7 @@ def bare_predict(path: Path, base: np.ndarray, repeats: int = 200) -> str:
     from ocrr.index.exact import ExactIndex
     from ocrr.service.pool import SHORTLIST_CODE
     from ocrr.service.threads import one_omp_thread
-    from ocrr.systems.persistent import open_substrate
+    from ocrr.systems.substrate.persistent import open_substrate
 
     rng = np.random.default_rng(1)
     queries = base[rng.integers(len(base), size=repeats)] + rng.normal(0, 0.02, (repeats, base.shape[1]))

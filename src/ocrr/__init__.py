@@ -10,7 +10,7 @@ _moved.install()  # old module paths (ocrr.experiment, ...) name their new home
 def __getattr__(name: str):
     # ocrr.open_substrate without importing the systems (and torch) on `import ocrr`.
     if name == "open_substrate":
-        from ocrr.systems.persistent import open_substrate
+        from ocrr.systems.substrate.persistent import open_substrate
 
         return open_substrate
     raise AttributeError(f"module 'ocrr' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from ocrr.ledger.chain import Chain
 from ocrr.ledger.location import export_jsonl, import_jsonl
 from ocrr.ledger.rows import UNIT_TOLERANCE, check_rows
 from ocrr.ledger.sqlite.store import DurableLedger
-from ocrr.systems.persistent import open_substrate
+from ocrr.systems.substrate.persistent import open_substrate
 
 DIM = 8
 

@@ -21,7 +21,7 @@ pytest.importorskip("fastapi", reason="the service extra is not installed (pip i
 from service_helpers import TOKEN, free_port, serve_workers, wait_for_workers  # noqa: E402
 
 from ocrr.service.balance import Balancer, Mesh  # noqa: E402
-from ocrr.systems.persistent import open_substrate  # noqa: E402
+from ocrr.systems.substrate.persistent import open_substrate  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

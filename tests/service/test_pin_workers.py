@@ -20,7 +20,7 @@ if not hasattr(os, "sched_getaffinity"):
 
 from service_helpers import TOKEN, free_port, serve_workers, session_on, wait_for_workers  # noqa: E402
 
-from ocrr.systems.persistent import open_substrate  # noqa: E402
+from ocrr.systems.substrate.persistent import open_substrate  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -13,7 +13,7 @@ import pytest
 
 from ocrr.index.exact import new_shortlist
 from ocrr.index.shortlist import Shortlist
-from ocrr.systems.persistent import open_substrate
+from ocrr.systems.substrate.persistent import open_substrate
 
 pytest.importorskip("faiss")
 
@@ -116,7 +116,7 @@ def test_rows_beyond_the_8bit_range_are_scored_exactly_until_enough_widen_it(tmp
 
 
 def test_rows_beyond_the_8bit_range_keep_their_place_when_others_are_removed():
-    from ocrr.systems.persistent import _pooled_scan
+    from ocrr.systems.substrate.persistent import _pooled_scan
 
     rng = np.random.default_rng(8)
     vecs = rng.normal(size=(2000, 32)).astype(np.float32)
@@ -241,7 +241,7 @@ def test_searches_during_commits_answer_from_a_consistent_ledger(tmp_path):
 def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix(code):
     """Two searches run at once: one may copy in rows that the other's (older, shorter)
     matrix does not hold. The older search must answer for its own rows only, exactly."""
-    from ocrr.systems.persistent import _pooled_scan
+    from ocrr.systems.substrate.persistent import _pooled_scan
 
     rng = np.random.default_rng(3)
     vecs = rng.normal(size=(1500, 32)).astype(np.float32)
@@ -259,7 +259,7 @@ def test_a_shortlist_that_holds_newer_rows_answers_for_the_older_matrix(code):
 
 @pytest.mark.parametrize("code", CODES)
 def test_concurrent_searches_and_appends_answer_as_a_full_scan_of_their_snapshot(code):
-    from ocrr.systems.persistent import _pooled_scan
+    from ocrr.systems.substrate.persistent import _pooled_scan
 
     rng = np.random.default_rng(4)
     vecs = rng.normal(size=(3000, 32)).astype(np.float32)

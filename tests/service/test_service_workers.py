@@ -20,7 +20,7 @@ requests = pytest.importorskip("requests")
 from service_helpers import TOKEN, session_on, wait_for_workers  # noqa: E402
 
 from ocrr.ledger.sqlite.store import DurableLedger  # noqa: E402
-from ocrr.systems.persistent import open_substrate  # noqa: E402
+from ocrr.systems.substrate.persistent import open_substrate  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

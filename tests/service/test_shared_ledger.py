@@ -13,7 +13,7 @@ import pytest
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.sqlite.store import DurableLedger, scan_file
-from ocrr.systems.persistent import open_substrate
+from ocrr.systems.substrate.persistent import open_substrate
 
 
 def _vecs(rng, m, d=8):

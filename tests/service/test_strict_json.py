@@ -18,7 +18,7 @@ requests = pytest.importorskip("requests")
 from service_helpers import DIM, open_state, running, seed  # noqa: E402
 
 from ocrr.service.app import create_app  # noqa: E402
-from ocrr.systems.persistent import POOLED_BELOW  # noqa: E402
+from ocrr.systems.substrate.persistent import POOLED_BELOW  # noqa: E402
 
 
 def _no_constant(name: str):

@@ -23,7 +23,7 @@ from service_helpers import TOKEN  # noqa: E402
 from ocrr.errors import OcrrError  # noqa: E402
 from ocrr.service.config import ServiceConfig  # noqa: E402
 from ocrr.service.supervisor import Backoff, bind, claim, supervise  # noqa: E402
-from ocrr.systems.persistent import open_substrate  # noqa: E402
+from ocrr.systems.substrate.persistent import open_substrate  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ENV = {**os.environ, "OCRR_TOKEN": TOKEN}

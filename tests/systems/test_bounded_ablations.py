@@ -7,8 +7,8 @@ import pytest
 
 from ocrr.index import ExactIndex
 from ocrr.systems import Batch, make_system
-from ocrr.systems.bounded import BoundedReservoir
-from ocrr.systems.training import derive_seed
+from ocrr.systems.seeds import derive_seed
+from ocrr.systems.substrate.bounded import BoundedReservoir
 
 
 def unit_vectors(n, dim=8, seed=0):

@@ -36,7 +36,7 @@ def test_the_constructor_gets_the_values_as_written():
 
 def test_checks_come_before_the_constructor_runs(monkeypatch):
     from ocrr.systems.registry import Registered
-    from ocrr.systems.substrate import Substrate
+    from ocrr.systems.substrate.core import Substrate
 
     built = []
 

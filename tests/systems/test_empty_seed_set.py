@@ -62,7 +62,7 @@ def test_online_linear_fitted_on_nothing_starts_from_the_seeded_initial_head(toy
     import torch
 
     monkeypatch.setenv("OCRR_CACHE_DIR", str(tmp_path))
-    from ocrr.systems.training import SeedTraining, seed_head
+    from ocrr.systems.heads.training import SeedTraining, seed_head
 
     lin = make_system("online_linear", labels=toy.labels, seed=3).fit(empty_seed(toy))
     x = torch.zeros((0, toy.train.vecs.shape[1]), dtype=torch.float32)

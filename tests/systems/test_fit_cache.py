@@ -74,7 +74,7 @@ def test_concurrent_requests_for_one_key_build_it_once(tmp_path):
 def test_seed_head_from_the_disk_cache_equals_a_fresh_training(monkeypatch):
     import torch
 
-    from ocrr.systems import training
+    from ocrr.systems.heads import training
 
     ds = clustered_dataset(n_classes=6, dim=8, n_train=20, n_test=5)
     x, y = torch.from_numpy(ds.train.vecs), torch.arange(len(ds.train.vecs)) % 6

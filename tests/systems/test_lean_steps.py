@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from tests.conftest import python_output
 
 from ocrr.checks.data import check_data
-from ocrr.systems.lean_steps import AdamW, FusedAdamW, clip_grad_norm, linear_cross_entropy_grads
-from ocrr.systems.refine import RefiningHead
+from ocrr.systems.heads.lean_steps import AdamW, FusedAdamW, clip_grad_norm, linear_cross_entropy_grads
+from ocrr.systems.heads.refine import RefiningHead
+from ocrr.systems.heads.training import SeedTraining, init_linear, train_seed
 from ocrr.systems.registry import make_system
-from ocrr.systems.training import SeedTraining, init_linear, train_seed
 from ocrr.utils.threads import pinned_threads
 
 
@@ -232,7 +232,7 @@ def test_seed_training_of_a_linear_head_builds_no_torch_optimiser():
     sweep worker); training a seed head must not."""
     code = (
         "import sys, torch\n"
-        "from ocrr.systems.training import SeedTraining, init_linear, train_seed\n"
+        "from ocrr.systems.heads.training import SeedTraining, init_linear, train_seed\n"
         "g = torch.Generator().manual_seed(0)\n"
         "train_seed(init_linear(8, 3, g), torch.randn(40, 8), torch.arange(40) % 3, SeedTraining(epochs=2), g)\n"
         "print('torch._dynamo' in sys.modules)"
@@ -271,8 +271,8 @@ def test_correction_steps_equal_their_autograd_steps(spec, label_list, monkeypat
     """Whole systems: a correction's step without the graph leaves the same head, hence the
     same answers, as autograd's. Given only the seed's labels, the head grows for each label
     first met in a correction (LwF then distils into its first rows only)."""
-    from ocrr.systems.continual import AGEM, LwF
-    from ocrr.systems.linear import OnlineLinear
+    from ocrr.systems.heads.continual import AGEM, LwF
+    from ocrr.systems.heads.linear import OnlineLinear
 
     data = check_data()
     stream = data.stream[:60]

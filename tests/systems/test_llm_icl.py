@@ -17,8 +17,8 @@ from ocrr.batch import Batch
 from ocrr.data import load_dataset
 from ocrr.engine.experiment import Experiment, run_experiment
 from ocrr.errors import OcrrError
-from ocrr.systems.llm_cache import AnswerCache, answer_key
-from ocrr.systems.llm_prompt import fit_prompt, render
+from ocrr.systems.llm.cache import AnswerCache, answer_key
+from ocrr.systems.llm.prompt import fit_prompt, render
 from ocrr.systems.registry import make_system
 
 pytestmark = pytest.mark.skipif(
@@ -84,7 +84,7 @@ def test_scores_reusing_the_prompt_cache_equal_full_forward_passes(demo):
     log-likelihood of each label that a separate full forward of prompt + label gives."""
     import torch
 
-    from ocrr.systems.llm_backends import LocalScorer, load_local_model
+    from ocrr.systems.llm.backends import LocalScorer, load_local_model
 
     scorer = LocalScorer("smollm2")
     prompt = render("chat", [("my card has not arrived", "card_arrival")], "where is my new card")
@@ -105,8 +105,8 @@ def test_a_score_does_not_depend_on_the_prompts_scored_before_it():
     """The examples' key-value cache is reused by the next prompt with the same examples; the
     score must be the one a scorer that never saw those examples gives, bit for bit, and it
     must read fewer tokens."""
-    from ocrr.systems.llm_backends import LocalScorer
-    from ocrr.systems.llm_prompt import CONTENT_FREE
+    from ocrr.systems.llm.backends import LocalScorer
+    from ocrr.systems.llm.prompt import CONTENT_FREE
 
     examples = [("my card has not arrived", "card_arrival"), ("I lost my card", "lost_or_stolen_card")]
     labels = ["card_arrival", "lost_or_stolen_card"]
@@ -119,7 +119,7 @@ def test_a_score_does_not_depend_on_the_prompts_scored_before_it():
 
 
 def test_bf16_is_another_model_to_the_answer_cache():
-    from ocrr.systems.llm_backends import LocalScorer
+    from ocrr.systems.llm.backends import LocalScorer
 
     assert LocalScorer("tiny-random").identity != LocalScorer("tiny-random", precision="bf16").identity
     with pytest.raises(OcrrError, match="precision=fp32"):
@@ -134,7 +134,7 @@ def test_rerun_hits_the_cache_and_gives_the_same_answers(demo, tmp_path):
     answers = first.predict(queries)
     assert first.stats.calls > 0 and len(AnswerCache(path)) == first.stats.calls
     # a new process would open the file afresh: clear the in-memory layer
-    from ocrr.systems import llm_icl
+    from ocrr.systems.llm import icl as llm_icl
 
     llm_icl._SHARED_CACHES.clear()
     again = build(spec, labels, seed)
@@ -157,7 +157,7 @@ def test_corrections_are_remembered_and_shown_to_the_model(demo):
 
 
 def test_byte_identical_results_under_the_runner(tmp_path):
-    from ocrr.systems import llm_icl
+    from ocrr.systems.llm import icl as llm_icl
 
     paths = []
     for run in ("a", "b"):

@@ -1,5 +1,5 @@
 """llm_icl's openai backend against a real OpenAI-compatible server on 127.0.0.1 serving the
-packaged model (ocrr.systems.llm_server, started in the test): log-probability scoring, the
+packaged model (tests/systems/llm_server.py, started in the test): log-probability scoring, the
 fallback to constrained choice, the API key, and the error when the endpoint is down."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import threading
 
 import numpy as np
 import pytest
+from tests.systems.llm_server import make_server
 
 from ocrr.batch import Batch
 from ocrr.errors import OcrrError
-from ocrr.systems.llm_openai import OpenAIScorer
-from ocrr.systems.llm_server import make_server
+from ocrr.systems.llm.openai_backend import OpenAIScorer
 from ocrr.systems.registry import make_system
 
 pytestmark = pytest.mark.skipif(

@@ -18,7 +18,7 @@ from tests.conftest import clustered_dataset  # noqa: E402
 
 from ocrr.errors import OcrrError  # noqa: E402
 from ocrr.systems import Batch, make_system  # noqa: E402
-from ocrr.systems.lora import LoRA, resolve_targets  # noqa: E402
+from ocrr.systems.heads.lora import LoRA, resolve_targets  # noqa: E402
 from ocrr.systems.registry import execution_settings  # noqa: E402
 
 TINY = "lora:model=tiny-random:progress=false"

@@ -1,4 +1,4 @@
-"""The CMR refinement methods (ocrr.systems.refine, ocrr.systems.replay) on small data."""
+"""The CMR refinement methods (ocrr.systems.heads.refine, ocrr.systems.replay.cmr) on small data."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from ocrr.batch import Batch
 from ocrr.checks.data import check_data
 from ocrr.errors import OcrrError
-from ocrr.systems.refine import per_example_fisher
+from ocrr.systems.heads.refine import per_example_fisher
 from ocrr.systems.registry import make_system
-from ocrr.systems.replay import MaxLossReplay, MIRReplay
+from ocrr.systems.replay.cmr import MaxLossReplay, MIRReplay
 
 REFINING = ["cft", "online_l2", "online_ewc", "er", "mir", "max_loss", "mir_l2", "offline_refining"]
 

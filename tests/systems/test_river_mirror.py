@@ -8,9 +8,10 @@ import pytest
 from river import linear_model, multiclass, optim
 from tests.conftest import clustered_dataset
 
-from ocrr.systems import Batch, make_system, river_mirror
-from ocrr.systems.river_mirror import OvRLogRegMirror, SoftmaxMirror
-from ocrr.systems.river_systems import RiverSystem, as_features
+from ocrr.systems import Batch, make_system
+from ocrr.systems.river import mirror as river_mirror
+from ocrr.systems.river.classifiers import RiverSystem, as_features
+from ocrr.systems.river.mirror import OvRLogRegMirror, SoftmaxMirror
 
 
 def river_ovr(lr=0.01, **kwargs):

@@ -8,9 +8,10 @@ from tests.conftest import clustered_dataset
 
 from ocrr.errors import OcrrError
 from ocrr.systems import Batch, make_system
-from ocrr.systems.continual import LwF, agem_project, predicted_class_fisher, reservoir_indices
-from ocrr.systems.linear import OnlineLinear
-from ocrr.systems.river_systems import as_features
+from ocrr.systems.buffers import reservoir_indices
+from ocrr.systems.heads.continual import LwF, agem_project, predicted_class_fisher
+from ocrr.systems.heads.linear import OnlineLinear
+from ocrr.systems.river.classifiers import as_features
 
 ZOO = ["ewc", "a_gem", "lwf", "knn_lm", "river_logreg", "river_softmax", "river_ovr_balanced"]
 RIVER = ["river_logreg", "river_softmax", "river_ovr_balanced"]

@@ -15,7 +15,7 @@ import os
 #: What a worker imports to run any task. The fork server imports them once, and every worker
 #: forked from it starts with them loaded (torch alone is over a second on two cores; the
 #: systems import it only when a head is built, so it is named here).
-WORKER_MODULES = ("ocrr.engine.sweep.execute", "ocrr.systems", "ocrr.systems.linear", "torch", "ocrr.protocols")
+WORKER_MODULES = ("ocrr.engine.sweep.execute", "ocrr.systems", "ocrr.systems.heads.linear", "torch", "ocrr.protocols")
 _PINNED_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

@@ -26,7 +26,7 @@ from concurrent.futures import Executor
 import numpy as np
 
 from ocrr.index.exact import AnyShortlist, ExactIndex, new_shortlist
-from ocrr.systems.persistent import Explanation, PersistentSubstrate
+from ocrr.systems.substrate.persistent import Explanation, PersistentSubstrate
 
 #: The code of the shortlist pooled searches go through (``exact.SHORTLIST_CODES``).
 SHORTLIST_CODE = "i8"

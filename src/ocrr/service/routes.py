@@ -63,7 +63,7 @@ from ocrr.service.schemas import (
 from ocrr.service.served import served_entries
 from ocrr.service.state import ServiceState, failure_report
 from ocrr.service.threads import one_omp_thread
-from ocrr.systems.persistent import POOLED_BELOW
+from ocrr.systems.substrate.persistent import POOLED_BELOW
 
 # A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: about
 # 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.

@@ -33,7 +33,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, prometheus_text, witness_metrics
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
-from ocrr.systems.persistent import PersistentSubstrate, open_substrate
+from ocrr.systems.substrate.persistent import PersistentSubstrate, open_substrate
 
 #: Entries older than the last checkpoint the background check rehashes per tick (about 45 ms
 #: at dimension 384 on the 2-core box), in turn: all of them every ceil(entries / this) ticks.

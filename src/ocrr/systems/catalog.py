@@ -42,15 +42,17 @@ def register(name: str, target: str, family: str, summary: str, *, in_all: bool 
 
 register(
     "substrate",
-    "substrate:Substrate",
+    "substrate.core:Substrate",
     "retrieval",
     "hash-chained append-only ledger, k=5 cosine neighbours, margin-band (0.05) majority vote",
 )
-register("static_knn", "knn:StaticKNN", "strawman", "the substrate's vote over the seed set only; never updated")
-register("static_linear", "linear:StaticLinear", "strawman", "softmax head over the known classes, trained once")
+register(
+    "static_knn", "substrate.static:StaticKNN", "strawman", "the substrate's vote over the seed set only; never updated"
+)
+register("static_linear", "heads.linear:StaticLinear", "strawman", "softmax head over the known classes, trained once")
 register(
     "online_linear",
-    "linear:OnlineLinear",
+    "heads.linear:OnlineLinear",
     "strawman",
     "softmax head over all classes, one SGD step (lr 0.05) per correction",
 )
@@ -59,7 +61,7 @@ register(
 
 register(
     "bounded_reservoir",
-    "bounded:BoundedReservoir",
+    "substrate.bounded:BoundedReservoir",
     "retrieval",
     "substrate searching at most `budget` entries, a uniform sample (Vitter's Algorithm R) of seed "
     "+ corrections; the full ledger is kept for audit",
@@ -67,20 +69,27 @@ register(
 )
 register(
     "bounded_fifo",
-    "bounded:BoundedFIFO",
+    "substrate.bounded:BoundedFIFO",
     "retrieval",
     "substrate searching only the newest `budget` entries (seed included); the full ledger is kept for audit",
     in_all=False,
 )
-for _factory, _base in (("bounded:BoundedReservoir", "bounded_reservoir"), ("bounded:BoundedFIFO", "bounded_fifo")):
+for _factory, _base in (
+    ("substrate.bounded:BoundedReservoir", "bounded_reservoir"),
+    ("substrate.bounded:BoundedFIFO", "bounded_fifo"),
+):
     for _n in BUDGETS:  # the paper's names: an alias per budget of the storage sweep
         register(f"{_base}_{_n}", _factory, "retrieval", f"{_base} with budget={_n}", budget=_n)
 register(
-    "substrate_k1", "substrate:Substrate", "ablation", "substrate with k=1: the nearest entry's label, no vote", k=1
+    "substrate_k1",
+    "substrate.core:Substrate",
+    "ablation",
+    "substrate with k=1: the nearest entry's label, no vote",
+    k=1,
 )
 register(
     "substrate_sumsim",
-    "substrate:Substrate",
+    "substrate.core:Substrate",
     "ablation",
     "substrate voting by summed similarity over all k neighbours (no margin band)",
     margin=None,
@@ -88,7 +97,7 @@ register(
 )
 register(
     "substrate_count_only",
-    "substrate:Substrate",
+    "substrate.core:Substrate",
     "ablation",
     "substrate's band count only; ties go to the label that sorts first (no max-sim, no recency)",
     tiebreak_maxsim=False,
@@ -96,7 +105,7 @@ register(
 )
 register(
     "substrate_no_recency",
-    "substrate:Substrate",
+    "substrate.core:Substrate",
     "ablation",
     "substrate without the recency tie-break (max-sim ties go to the label that sorts first)",
     tiebreak_recency=False,
@@ -106,7 +115,7 @@ register(
 
 register(
     "robust_substrate",
-    "robust_substrate:RobustSubstrate",
+    "substrate.robust:RobustSubstrate",
     "retrieval",
     "substrate whose corrections vote half until an entry of the same label is among their 5 nearest "
     "(the band anchored at the best corroborated neighbour)",
@@ -117,43 +126,43 @@ register(
 
 register(
     "ewc",
-    "continual:EWC",
+    "heads.continual:EWC",
     "continual",
     "online_linear + Fisher-weighted L2 penalty to the seed head (lambda 1000, Fisher on 2000 seed items)",
 )
 register(
     "a_gem",
-    "continual:AGEM",
+    "heads.continual:AGEM",
     "continual",
     "online_linear + 1000-item seed reservoir; each step projected off the memory-batch (64) gradient",
 )
 register(
     "lwf",
-    "continual:LwF",
+    "heads.continual:LwF",
     "continual",
     "online_linear + distillation to a frozen seed-head teacher (KL at T=2, lambda 1)",
 )
 register(
     "knn_lm",
-    "knn_lm:KNNLM",
+    "hybrid.knn_lm:KNNLM",
     "hybrid",
     "frozen seed head interpolated (0.5) with a growing cosine k-NN datastore (k=5, softmax at tau 0.1)",
 )
 register(
     "river_logreg",
-    "river_systems:RiverLogReg",
+    "river.classifiers:RiverLogReg",
     "online-ml",
     "river one-vs-rest LogisticRegression, SGD 0.01, one pass over 3000 seed items (paper config)",
 )
 register(
     "river_softmax",
-    "river_systems:RiverSoftmax",
+    "river.classifiers:RiverSoftmax",
     "online-ml",
     "river SoftmaxRegression, SGD 0.01, one pass over 3000 seed items (fair river baseline)",
 )
 register(
     "river_ovr_balanced",
-    "river_systems:RiverOvRBalanced",
+    "river.classifiers:RiverOvRBalanced",
     "online-ml",
     "river_logreg whose new-class models first replay the 3000 stored seed items as negatives",
 )
@@ -162,7 +171,7 @@ register(
 
 register(
     "lora",
-    "lora:LoRA",
+    "heads.lora:LoRA",
     "fine-tuning",
     "reads text: packaged MiniLM (mean-pooled) + LoRA r=8/alpha 16 on query+value of every block + head "
     "over all classes; seed: 2 epochs AdamW 1e-3, batch 32; one SGD step (lr 5e-4) per correction",
@@ -170,7 +179,7 @@ register(
 )
 register(
     "lora_deberta",
-    "lora:LoRA",
+    "heads.lora:LoRA",
     "fine-tuning",
     "the paper's lora: microsoft/deberta-v3-large ([CLS] pooling, query_proj+value_proj); needs the model "
     "from the Hugging Face hub or its cache, and realistically a GPU (lora_deberta:device=cuda)",
@@ -184,35 +193,39 @@ register(
 # Not in `--systems all` (the OCRR paper's systems): the cmr protocol and its sweep preset name them.
 
 for _name, _factory, _summary in (
-    ("cmr_frozen", "refine:FrozenUpstream", "FrozenUpstream: the upstream softmax head, never refined"),
+    ("cmr_frozen", "heads.refine:FrozenUpstream", "FrozenUpstream: the upstream softmax head, never refined"),
     (
         "cft",
-        "refine:RefiningHead",
+        "heads.refine:RefiningHead",
         "continual fine-tuning of the upstream head on the revealed errors: 5 epochs of AdamW "
         "(lr 1e-2, batch 16, clip 1.0) per correct() call",
     ),
-    ("online_l2", "refine:OnlineL2Reg", "cft + lambda (0.01) * ||theta - theta_{t-1}||^2"),
+    ("online_l2", "heads.refine:OnlineL2Reg", "cft + lambda (0.01) * ||theta - theta_{t-1}||^2"),
     (
         "online_ewc",
-        "refine:OnlineEWC",
+        "heads.refine:OnlineEWC",
         "cft + online EWC (Schwarz et al. 2018): running Fisher of the errors (gamma 0.9), lambda 1",
     ),
     (
         "er",
-        "replay:ExperienceReplay",
+        "replay.cmr:ExperienceReplay",
         "cft + bi-memory experience replay: 32 items, half upstream, half past errors, every "
         "call, mixed with the errors",
     ),
-    ("mir", "replay:MIRReplay", "er choosing, of 256 candidates per memory, the items a virtual cft update hurts most"),
+    (
+        "mir",
+        "replay.cmr:MIRReplay",
+        "er choosing, of 256 candidates per memory, the items a virtual cft update hurts most",
+    ),
     (
         "max_loss",
-        "replay:MaxLossReplay",
+        "replay.cmr:MaxLossReplay",
         "er choosing, of 256 candidates per memory, the items with the largest loss after a virtual cft update",
     ),
-    ("mir_l2", "replay:MIRWithL2", "mir trained with the online_l2 penalty (lambda 0.01)"),
+    ("mir_l2", "replay.cmr:MIRWithL2", "mir trained with the online_l2 penalty (lambda 0.01)"),
     (
         "offline_refining",
-        "replay:OfflineRefining",
+        "replay.cmr:OfflineRefining",
         "upper reference: f_0 retrained after each call on every error so far "
         "plus as many upstream items (slow under the held-out protocol)",
     ),
@@ -249,10 +262,10 @@ for _name, _summary, _defaults in (
         {"cosine": True},
     ),
 ):
-    register(_name, "ocl_replay:OclReplay", "online continual learning", _summary, in_all=False, **_defaults)
+    register(_name, "replay.ocl:OclReplay", "online continual learning", _summary, in_all=False, **_defaults)
 register(
     "acm",
-    "ocl_replay:NearestNeighbour",
+    "replay.ocl:NearestNeighbour",
     "online continual learning",
     "ACM: 1-nearest-neighbour (cosine) over every item given so far",
     in_all=False,
@@ -262,7 +275,7 @@ register(
 
 register(
     "consolidating",
-    "consolidating:ConsolidatingMemory",
+    "hybrid.consolidating:ConsolidatingMemory",
     "hybrid",
     "substrate ledger + vote for instant fixes; a softmax head re-fitted from the ledger every 10 corrections "
     "(50 AdamW steps, half corrections); vote where an unconsolidated entry is in the band, else the mixture "
@@ -272,7 +285,7 @@ register(
 
 register(
     "mbpa",
-    "mbpa:MbPAPlusPlus",
+    "hybrid.mbpa:MbPAPlusPlus",
     "hybrid",
     "MbPA++ on embeddings: memory of seed + every correction, one SGD step (lr 0.05) per correction plus "
     "replay of 32 memories every 10, local adaptation on the 32 nearest memories (30 steps, lr 0.5, "
@@ -298,11 +311,11 @@ for _name, _summary, _defaults in (  # ablations: which part carries the gain (v
         {"background": True},
     ),
 ):
-    register(_name, "consolidating:ConsolidatingMemory", "ablation", _summary, in_all=False, **_defaults)
+    register(_name, "hybrid.consolidating:ConsolidatingMemory", "ablation", _summary, in_all=False, **_defaults)
 
 register(
     "llm_icl",
-    "llm_icl:LLMICL",
+    "llm.icl:LLMICL",
     "llm",
     "substrate ledger; the k=4 nearest corrections as examples in a prompt, the packaged SmolLM2-135M-Instruct "
     "scoring each retrieved label by log-likelihood (prior + contextual calibration); needs the extra ocrr[llm]",

@@ -43,8 +43,9 @@ from ocrr.batch import Batch
 from ocrr.ledger.chain import VerifyResult
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint
-from ocrr.systems.substrate import Substrate
-from ocrr.systems.training import derive_seed
+from ocrr.systems.buffers import fifo_keep, reservoir_slots
+from ocrr.systems.seeds import derive_seed
+from ocrr.systems.substrate.core import Substrate
 
 
 class BoundedSubstrate(Substrate):
@@ -163,9 +164,7 @@ class BoundedReservoir(BoundedSubstrate):
 
     def _decide(self, n_before: int, draws: np.ndarray) -> np.ndarray:
         """Slot each offered item goes to, or -1 (Algorithm R); ``draws`` uniform in [0, 1)."""
-        t = n_before + np.arange(len(draws), dtype=np.int64)
-        j = np.floor(draws * (t + 1)).astype(np.int64)  # uniform in [0, t]
-        return np.where(t < self.budget, t, np.where(j < self.budget, j, -1))
+        return reservoir_slots(n_before, draws, self.budget)
 
     def _admit(self, ids):
         slot = self._decide(self.offered_, self.rng_.random(len(ids)))
@@ -200,10 +199,7 @@ class BoundedFIFO(BoundedSubstrate):
         self.live_ = np.empty(0, np.int64)  # ascending = arrival order
 
     def _admit(self, ids):
-        keep = np.arange(max(0, len(ids) - self.budget), len(ids))
-        n_evict = max(0, len(self.live_) + len(keep) - self.budget)
-        evicted = self.live_[:n_evict]
-        self.live_ = np.concatenate([self.live_[n_evict:], ids[keep]])
+        keep, evicted, self.live_ = fifo_keep(self.live_, ids, self.budget)
         return keep, evicted
 
     def live_ids(self) -> np.ndarray:

@@ -1,6 +1,6 @@
 """A small OpenAI-compatible server for a local GGUF model: what llm_icl's openai backend is tested against.
 
-    python -m ocrr.systems.llm_server --model smollm2 --port 8080 [--no-logprobs]
+    python -m tests.systems.llm_server --model smollm2 --port 8080 [--no-logprobs]
 
 Standard library HTTP (``http.server``), one model call at a time, three routes:
 
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ocrr.systems.llm_backends import LocalScorer, load_local_model, torch_threads
+from ocrr.systems.llm.backends import LocalScorer, load_local_model, torch_threads
 
 MAX_NEW_TOKENS = 32
 

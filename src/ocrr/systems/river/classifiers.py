@@ -44,8 +44,8 @@ from ocrr.errors import OcrrError
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.fit_cache import cached_fit
-from ocrr.systems.river_mirror import OvRLogRegMirror, RiverMirror, SoftmaxMirror
-from ocrr.systems.training import derive_seed
+from ocrr.systems.river.mirror import OvRLogRegMirror, RiverMirror, SoftmaxMirror
+from ocrr.systems.seeds import derive_seed
 
 if TYPE_CHECKING:  # river itself is imported when a model is built (_river)
     from river.base import Classifier

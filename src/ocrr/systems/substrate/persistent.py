@@ -27,7 +27,7 @@ from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.store import LedgerStore
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
-from ocrr.systems.substrate import Substrate
+from ocrr.systems.substrate.core import Substrate
 
 __all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
 

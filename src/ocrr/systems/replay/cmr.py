@@ -27,35 +27,11 @@ import torch
 
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.refine import OnlineL2Reg, Penalty, RefiningHead, l2_penalty, output_layer, per_item_loss
-from ocrr.systems.training import derive_seed
+from ocrr.systems.buffers import Memory
+from ocrr.systems.heads.refine import OnlineL2Reg, Penalty, RefiningHead, l2_penalty, output_layer, per_item_loss
+from ocrr.systems.seeds import derive_seed
 
 MODES = ("mixed", "two_stage")
-
-
-class Memory:
-    """A growing store of (vector, label index) rows; capacity doubles as it fills."""
-
-    def __init__(self, dim: int):
-        self.x = torch.empty((0, dim))
-        self.y = torch.empty(0, dtype=torch.int64)
-        self.n = 0
-
-    def __len__(self) -> int:
-        return self.n
-
-    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        need = self.n + len(y)
-        if need > len(self.y):
-            cap = max(need, 2 * len(self.y), 64)
-            grown_x, grown_y = torch.empty((cap, self.x.shape[1])), torch.empty(cap, dtype=torch.int64)
-            grown_x[: self.n], grown_y[: self.n] = self.x[: self.n], self.y[: self.n]
-            self.x, self.y = grown_x, grown_y
-        self.x[self.n : need], self.y[self.n : need] = x, y
-        self.n = need
-
-    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[idx], self.y[idx]
 
 
 # A replay set R_t: (memory, row indices) for M_u, then for M_o.

@@ -9,7 +9,7 @@ the held-out protocol ``correct`` gets one item at a time: the same rule, E_t = 
 
 This module: the upstream head (``cmr_frozen``), continual fine-tuning (``cft``) and the
 two regularisers (``online_l2``, ``online_ewc``). The replay family is in
-``ocrr.systems.replay``.
+``ocrr.systems.replay.cmr``.
 
 Defaults (the validation-stream search picks the final ones), from one CLINC150 cmr stream
 (seed 0, default stream settings) over the issue's grids: lr 1e-2 and 5 epochs (OEC^(T)
@@ -20,7 +20,7 @@ sums over every weight of the head, and already at 0.1 it blocks most fixes (EFR
 against 0.73 at 0.01).
 
 Randomness: the linear upstream head is the shared memoised seed head of
-``ocrr.systems.training`` (so f_0 is the same as online_linear's, EWC's, ...); the
+``ocrr.systems.heads.training`` (so f_0 is the same as online_linear's, EWC's, ...); the
 mini-batch order and the rows added for new labels come from torch generators derived from
 the run seed and a fixed key (not the spec), so every method with the same seed shuffles the
 same way: CFT and OnlineEWC with lambda 0 take exactly the same steps.
@@ -37,10 +37,11 @@ from torch.func import functional_call, grad, vmap
 from ocrr.batch import Batch
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
+from ocrr.systems.heads.lean_steps import AdamW, clip_grad_norm, linear_cross_entropy_grads
+from ocrr.systems.heads.linear import LinearHead
+from ocrr.systems.heads.training import carry_rows, init_linear, train_seed
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.lean_steps import AdamW, clip_grad_norm, linear_cross_entropy_grads
-from ocrr.systems.linear import LinearHead
-from ocrr.systems.training import carry_rows, derive_seed, init_linear, train_seed
+from ocrr.systems.seeds import derive_seed
 
 HEADS = ("linear", "mlp")
 # A tensor; the float 0.0 only for a head without parameters (a sum over none of them).
@@ -180,7 +181,7 @@ class RefiningHead(UpstreamHead):
         if not len(y):
             return
         # torch.optim.AdamW, clip_grad_norm_ and (a linear head without a penalty) backward(),
-        # the same arithmetic at a fraction of the per-step cost: ocrr.systems.lean_steps
+        # the same arithmetic at a fraction of the per-step cost: ocrr.systems.heads.lean_steps
         params = list(head.parameters())
         opt = AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         linear = head if penalty is None and isinstance(head, torch.nn.Linear) and head.bias is not None else None

@@ -41,14 +41,16 @@ from ocrr.errors import OcrrError
 from ocrr.index.vote import band, vote
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors
+from ocrr.systems.buffers import LABEL_SAMPLINGS, label_sampler
+from ocrr.systems.heads.training import SeedTraining, carry_rows, init_linear, seed_head
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.substrate import Substrate
-from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
+from ocrr.systems.seeds import derive_seed
+from ocrr.systems.substrate.core import Substrate
 
-if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.linear)
+if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.heads.linear)
     import torch
 
-    from ocrr.systems.lean_steps import AdamW
+    from ocrr.systems.heads.lean_steps import AdamW
 
 COMBINE = ("mix", "fresh", "head", "vote")
 _BACKGROUND: ThreadPoolExecutor | None = None
@@ -73,7 +75,7 @@ def _on_torch_threads(threads: int, work, *args):
     return work(*args)
 
 
-SAMPLING = ("prior", "balanced", "share")
+SAMPLING = LABEL_SAMPLINGS
 
 
 class ConsolidatingMemory(Substrate):
@@ -217,7 +219,7 @@ class ConsolidatingMemory(Substrate):
         two give the same heads. Returns (head, space, optimizer, rows trained on, seconds)."""
         import torch
 
-        from ocrr.systems.lean_steps import AdamW, linear_cross_entropy_grads
+        from ocrr.systems.heads.lean_steps import AdamW, linear_cross_entropy_grads
 
         t0 = time.perf_counter()
         n = len(vecs)
@@ -265,45 +267,8 @@ class ConsolidatingMemory(Substrate):
         return state
 
     def _sampler(self, y_all: torch.Tensor, gen: torch.Generator):
-        """A function drawing one mini-batch of ledger rows.
-
-        ``prior``: a label at its seed-set frequency (one known only from corrections at the
-        median label's), then one of its entries uniformly.
-        ``balanced``: a label uniformly among those the ledger holds, then one of its entries
-        uniformly, so a new class with a handful of corrections weighs as much as a seed class
-        of hundreds and no class's prior grows with its count. ``share``: ``correction_share``
-        of the batch uniformly from the corrections, the rest uniformly from the ledger."""
-        import torch
-
-        n, size = len(y_all), self.refit_batch
-        if self.sampling in ("prior", "balanced"):
-            order = torch.argsort(y_all, stable=True)
-            present, counts = torch.unique_consecutive(y_all[order], return_counts=True)
-            starts = torch.cumsum(counts, 0) - counts
-            weight = torch.ones(len(counts), dtype=torch.float64)
-            if self.sampling == "prior":  # seed labels at their seed frequency, new ones at the median's
-                seed_counts = torch.bincount(y_all[: self.n_seed_], minlength=int(present.max()) + 1)[present]
-                typical = seed_counts[seed_counts > 0].double().median() if (seed_counts > 0).any() else 1.0
-                weight = torch.where(
-                    seed_counts > 0, seed_counts.double(), torch.as_tensor(typical, dtype=torch.float64)
-                )
-
-            def by_label() -> torch.Tensor:
-                c = torch.multinomial(weight, size, replacement=True, generator=gen)
-                within = (torch.rand(size, generator=gen, dtype=torch.float64) * counts[c]).long()
-                return order[starts[c] + torch.minimum(within, counts[c] - 1)]
-
-            return by_label
-        n_corr = n - self.n_seed_
-        from_corr = int(round(self.correction_share * size)) if n_corr > 0 else 0
-
-        def share() -> torch.Tensor:
-            idx = torch.randint(0, n, (size - from_corr,), generator=gen)
-            if from_corr:
-                idx = torch.cat([idx, self.n_seed_ + torch.randint(0, n_corr, (from_corr,), generator=gen)])
-            return idx
-
-        return share
+        """A function drawing one mini-batch of ledger rows, by ``sampling`` (buffers.label_sampler)."""
+        return label_sampler(y_all, self.n_seed_, self.refit_batch, self.sampling, self.correction_share, gen)
 
     def _refit_seed(self, number: int) -> int:
         ss = np.random.SeedSequence([derive_seed(self.seed, "consolidating-refit"), number])

@@ -24,10 +24,10 @@ from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.linear import SEED_OPTIONS, LinearHead
-from ocrr.systems.substrate import INDEX_OPTIONS, SearchIndex, index_arguments
+from ocrr.systems.heads.linear import SEED_OPTIONS, LinearHead
+from ocrr.systems.substrate.core import INDEX_OPTIONS, SearchIndex, index_arguments
 
-if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.linear)
+if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.heads.linear)
     import torch
 
 

@@ -37,11 +37,11 @@ from ocrr.batch import Batch
 from ocrr.index.exact import ExactIndex
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
-from ocrr.systems.linear import HeadSystem
-from ocrr.systems.replay import Memory
-from ocrr.systems.training import SeedTraining, derive_seed, init_linear, train_seed
+from ocrr.systems.buffers import SAMPLERS, Memory, rehearsal_indices
+from ocrr.systems.heads.linear import HeadSystem
+from ocrr.systems.heads.training import SeedTraining, init_linear, train_seed
+from ocrr.systems.seeds import derive_seed
 
-SAMPLERS = ("uniform", "fifo", "mixed")
 HEADS = ("linear", "mlp")
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -186,16 +186,7 @@ class OclReplay(HeadSystem, System):
 
     def rehearsal_batch(self) -> torch.Tensor:
         """Store rows of one update, by the sampler."""
-        n = len(self.store_)
-        m = min(self.batch_size, n)
-        newest = torch.arange(n - m, n)
-        if self.sampler == "fifo":
-            return newest
-        uniform = torch.randperm(n, generator=self.sample_generator_)
-        if self.sampler == "uniform":
-            return uniform[:m]
-        half = m // 2  # mixed: the newest half, the rest uniform
-        return torch.cat([newest[m - half :], uniform[: m - half]])
+        return rehearsal_indices(len(self.store_), self.batch_size, self.sampler, self.sample_generator_)
 
     def footprint(self) -> Footprint:
         fp = super().footprint()

@@ -52,8 +52,9 @@ from ocrr.encoders.sentence_transformer import packaged_minilm_path
 from ocrr.errors import OcrrError
 from ocrr.specs import Option, spec_name
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
+from ocrr.systems.heads.training import carry_rows, init_linear
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.training import carry_rows, derive_seed, init_linear
+from ocrr.systems.seeds import derive_seed
 
 if TYPE_CHECKING:  # peft is optional: imported when a model is built
     from peft import PeftModel

@@ -15,13 +15,14 @@ import numpy as np
 from ocrr.batch import Batch
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
+from ocrr.systems.heads.training import SeedTraining, carry_rows, init_linear, seed_head
 from ocrr.systems.labels import LabelSpace
-from ocrr.systems.training import SeedTraining, carry_rows, derive_seed, init_linear, seed_head
+from ocrr.systems.seeds import derive_seed
 
 if TYPE_CHECKING:  # torch is imported where a head is built or run: naming a system (a sweep's
     import torch  # plan, `ocrr systems`) must not cost torch's second of imports
 
-# The seed training of every head (ocrr.systems.training.SeedTraining), declared once.
+# The seed training of every head (ocrr.systems.heads.training.SeedTraining), declared once.
 SEED_OPTIONS = {
     "seed_epochs": Option(kind=int, low=0, help="epochs of seed training"),
     "seed_lr": Option(kind=float, gt=0, help="AdamW learning rate of seed training"),
@@ -212,7 +213,7 @@ class OnlineLinear(LinearHead):
         formulas without the graph (lean_steps: the same bits, about half the time)."""
         head = self._fitted_head()
         if type(self)._correction_loss is OnlineLinear._correction_loss:
-            from ocrr.systems.lean_steps import linear_cross_entropy_grads
+            from ocrr.systems.heads.lean_steps import linear_cross_entropy_grads
 
             linear_cross_entropy_grads(head, x, y)
             return

@@ -30,8 +30,8 @@ from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors
-from ocrr.systems.linear import OnlineLinear
-from ocrr.systems.training import derive_seed
+from ocrr.systems.heads.linear import OnlineLinear
+from ocrr.systems.seeds import derive_seed
 
 
 class MbPAPlusPlus(IndexedSystem, OnlineLinear):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ocrr.batch import Batch
 from ocrr.systems.base import require_labels
-from ocrr.systems.substrate import Substrate
+from ocrr.systems.substrate.core import Substrate
 
 
 class StaticKNN(Substrate):

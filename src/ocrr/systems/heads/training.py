@@ -12,7 +12,6 @@ cache, systems/fit_cache.py) and copied.
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections import OrderedDict
 from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, cast
@@ -20,15 +19,10 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from ocrr.systems.fit_cache import cached_fit
+from ocrr.systems.seeds import derive_seed
 
-if TYPE_CHECKING:  # imported where a head is built: ``derive_seed``'s users need no torch
+if TYPE_CHECKING:  # torch is imported where a head is built
     import torch
-
-
-def derive_seed(seed: int, key: str) -> int:
-    """A stable 63-bit seed from the run seed and a name (never Python's hash())."""
-    ss = np.random.SeedSequence([int(seed), zlib.crc32(key.encode("utf-8"))])
-    return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 @dataclass(frozen=True)
@@ -100,7 +94,7 @@ def _linear_step(head: torch.nn.Linear, cfg: SeedTraining):
     """``_autograd_step`` for a linear head, bit for bit: autograd's gradient formulas and
     torch's fused AdamW kernel, without the graph and the optimiser's machinery (22-35 %
     sooner; tests/systems/test_lean_steps.py checks it against torch)."""
-    from ocrr.systems.lean_steps import FusedAdamW, linear_cross_entropy_grads
+    from ocrr.systems.heads.lean_steps import FusedAdamW, linear_cross_entropy_grads
 
     opt = FusedAdamW([head.weight, head.bias], lr=cfg.lr, weight_decay=cfg.weight_decay)
 

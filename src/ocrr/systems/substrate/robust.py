@@ -28,7 +28,7 @@ from ocrr.batch import Batch
 from ocrr.index.vote import VoteRule, band, keep_best
 from ocrr.specs import Option
 from ocrr.systems.base import check_vectors
-from ocrr.systems.substrate import Substrate
+from ocrr.systems.substrate.core import Substrate
 
 
 def trusted_vote(

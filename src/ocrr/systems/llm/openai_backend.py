@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ocrr.errors import OcrrError
-from ocrr.systems.llm_backends import Scores
+from ocrr.systems.llm.backends import Scores
 
 SCORING_MODES = ("auto", "logprobs", "choice")
 REJECTED = -1e9  # a candidate the constrained choice did not pick

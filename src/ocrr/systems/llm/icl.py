@@ -3,7 +3,7 @@
 Memory: the substrate's append-only ledger (seed set and every correction, texts kept), so
 nothing learned is overwritten and the store can be verified like the substrate's. To predict
 an item, its ``k`` nearest stored entries (cosine, ``ocrr.index``) become the examples of a
-prompt (``ocrr.systems.llm_prompt``) and the model scores each candidate label's tokens by
+prompt (``ocrr.systems.llm.prompt``) and the model scores each candidate label's tokens by
 log-likelihood after the prompt; the highest score wins. The answer is always one of the
 candidates: the retrieved examples' labels (``candidates=retrieved``), or every label known
 so far (``candidates=all``). When the neighbours agree on a single label there is nothing to
@@ -15,10 +15,10 @@ k neighbours carrying the label; ``contextual`` subtracts each label's score aft
 examples with the query replaced by "N/A" (Zhao et al. 2021: the label's bias in that
 context); ``both`` does both.
 
-Backends: ``local`` (``ocrr.systems.llm_backends``: a GGUF model through transformers, the
-packaged SmolLM2-135M-Instruct by default) or ``openai`` (``ocrr.systems.llm_openai``: any
+Backends: ``local`` (``ocrr.systems.llm.backends``: a GGUF model through transformers, the
+packaged SmolLM2-135M-Instruct by default) or ``openai`` (``ocrr.systems.llm.openai_backend``: any
 OpenAI-compatible endpoint named by the environment). Every score goes through the answer
-cache (``ocrr.systems.llm_cache``), so a rerun costs look-ups only.
+cache (``ocrr.systems.llm.cache``), so a rerun costs look-ups only.
 
 ``max_eval``: the most items of each checkpoint evaluation set to score (0: all). The system
 offers ``evaluation_subset(name, n)``, a seeded sample the same at every checkpoint; a runner
@@ -35,12 +35,12 @@ from ocrr.batch import Batch
 from ocrr.errors import OcrrError
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
-from ocrr.systems.llm_backends import PACKAGED, PRECISIONS, LocalScorer, Scores, require_llm_extra
-from ocrr.systems.llm_cache import AnswerCache, CallStats, Progress, answer_key, default_cache_path
-from ocrr.systems.llm_openai import SCORING_MODES, OpenAIScorer
-from ocrr.systems.llm_prompt import CONTENT_FREE, TEMPLATES, continuation, fit_prompt
-from ocrr.systems.substrate import Substrate
-from ocrr.systems.training import derive_seed
+from ocrr.systems.llm.backends import PACKAGED, PRECISIONS, LocalScorer, Scores, require_llm_extra
+from ocrr.systems.llm.cache import AnswerCache, CallStats, Progress, answer_key, default_cache_path
+from ocrr.systems.llm.openai_backend import SCORING_MODES, OpenAIScorer
+from ocrr.systems.llm.prompt import CONTENT_FREE, TEMPLATES, continuation, fit_prompt
+from ocrr.systems.seeds import derive_seed
+from ocrr.systems.substrate.core import Substrate
 
 BACKENDS = ("local", "openai")
 CANDIDATES = ("retrieved", "all")

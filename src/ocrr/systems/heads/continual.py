@@ -14,10 +14,11 @@ import numpy as np
 
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint
-from ocrr.systems.linear import OnlineLinear
-from ocrr.systems.training import derive_seed
+from ocrr.systems.buffers import reservoir_indices
+from ocrr.systems.heads.linear import OnlineLinear
+from ocrr.systems.seeds import derive_seed
 
-if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.linear)
+if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.heads.linear)
     import torch
 
 
@@ -130,17 +131,6 @@ class EWC(OnlineLinear):
         )
 
 
-def reservoir_indices(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Vitter's Algorithm R over items 0..n-1 in order: a uniform sample of min(n, size)."""
-    keep = np.arange(min(n, size))
-    if n > size:
-        draws = rng.integers(0, np.arange(size + 1, n + 1))  # item i draws j in [0, i]
-        for i, j in zip(range(size, n), draws.tolist()):
-            if j < size:
-                keep[j] = i
-    return keep
-
-
 def agem_project(g: torch.Tensor, g_mem: torch.Tensor) -> torch.Tensor:
     """A-GEM: if g conflicts with the memory gradient (g . g_mem < 0), drop its component
     along g_mem, so the step does not increase the memory loss to first order."""
@@ -189,7 +179,7 @@ class AGEM(OnlineLinear):
         from its formulas without the graph (lean_steps)."""
         import torch
 
-        from ocrr.systems.lean_steps import linear_cross_entropy_gradients
+        from ocrr.systems.heads.lean_steps import linear_cross_entropy_gradients
 
         weight_grad, bias_grad = linear_cross_entropy_gradients(self._fitted_head(), x, y)
         return torch.cat([weight_grad.reshape(-1), bias_grad])
@@ -260,7 +250,7 @@ class LwF(OnlineLinear):
 
     def _correction_grads(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """``_correction_loss``'s gradients without the graph (lean_steps: the same bits)."""
-        from ocrr.systems.lean_steps import linear_lwf_grads
+        from ocrr.systems.heads.lean_steps import linear_lwf_grads
 
         if type(self)._correction_loss is not LwF._correction_loss:
             super()._correction_grads(x, y)  # a subclass's own loss: autograd

@@ -1,0 +1,1 @@
+"""Replay: the storage policies every replay method shares (``buffers``), CMR's replay family and EvalOCL's methods."""

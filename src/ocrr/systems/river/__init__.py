@@ -1,0 +1,1 @@
+"""The river family: river's online classifiers and their bit-exact numpy mirrors."""
