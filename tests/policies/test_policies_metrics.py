@@ -8,7 +8,8 @@ import pytest
 
 from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
-from ocrr.protocols.heldout import corrections_to, summarise
+from ocrr.protocols.heldout import summarise
+from ocrr.protocols.summary import corrections_to
 
 
 def test_oracle_corrects_every_error():
@@ -55,10 +56,10 @@ def table(curves):
 
 def test_corrections_to_threshold_is_the_first_checkpoint_reaching_it():
     df = table({("s", 0): [(0, 0.0, 0.9), (40, 0.1, 0.9), (70, 0.55, 0.9), (90, 0.45, 0.9), (100, 0.7, 0.9)]})
-    assert corrections_to(df, 10) == 40
-    assert corrections_to(df, 50) == 70
-    assert corrections_to(df, 70) == 100
-    assert math.isnan(corrections_to(df, 80))
+    assert corrections_to(df, 10, "acc_novel") == 40
+    assert corrections_to(df, 50, "acc_novel") == 70
+    assert corrections_to(df, 70, "acc_novel") == 100
+    assert math.isnan(corrections_to(df, 80, "acc_novel"))
 
 
 def test_summary_means_stds_and_reach_counts():

@@ -26,6 +26,8 @@ from ocrr.protocols.summary import (
     RUN_KEYS,
     add_footprints,
     add_online_accuracy,
+    corrections_to,
+    corrections_to_across_seeds,
     fmt_acc,
     fmt_buffer,
     fmt_corrections,
@@ -118,13 +120,6 @@ def heldout_scenario(
 # --- results: the paper's Table 1 numbers ---------------------------------------------------------
 
 
-def corrections_to(run: pd.DataFrame, threshold_pct: float) -> float:
-    """Corrections at the first checkpoint whose novel accuracy reaches the threshold; NaN if never."""
-    run = run.sort_values("step")
-    hit = run["acc_novel"].to_numpy() >= threshold_pct / 100.0 - 1e-12
-    return float(run["corrections"].to_numpy()[np.argmax(hit)]) if hit.any() else float("nan")
-
-
 def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
     """One row per run: final accuracies and corrections to each threshold."""
     rows = []
@@ -138,7 +133,7 @@ def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
             steps=int(last["step"]),
         )
         for t in THRESHOLDS:
-            row[f"corrections_to_{t}"] = corrections_to(run, t)
+            row[f"corrections_to_{t}"] = corrections_to(run, t, "acc_novel")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -153,10 +148,7 @@ def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = No
         for col in ("final_novel", "final_original"):
             row[f"{col}_mean"], row[f"{col}_std"] = mean_and_std(cell[col])
         row["corrections_mean"] = float(cell["corrections"].mean())
-        for t in THRESHOLDS:
-            reached = cell[f"corrections_to_{t}"].dropna()
-            row[f"corrections_to_{t}_mean"] = float(reached.mean()) if len(reached) else float("nan")
-            row[f"corrections_to_{t}_reached"] = int(len(reached))
+        row.update(corrections_to_across_seeds(cell, THRESHOLDS))
         rows.append(row)
     return add_footprints(pd.DataFrame(rows), footprints)
 

@@ -41,6 +41,8 @@ from ocrr.protocols.summary import (
     RUN_KEYS,
     add_footprints,
     add_online_accuracy,
+    corrections_to,
+    corrections_to_across_seeds,
     fmt_acc,
     fmt_buffer,
     fmt_corrections,
@@ -156,13 +158,6 @@ def language_shift_scenario(
 # --- results ----------------------------------------------------------------------------------
 
 
-def corrections_to(run: pd.DataFrame, threshold_pct: float) -> float:
-    """Corrections at the first checkpoint whose target accuracy reaches the threshold; NaN if never."""
-    run = run.sort_values("step")
-    hit = run["acc_target"].to_numpy() >= threshold_pct / 100.0 - 1e-12
-    return float(run["corrections"].to_numpy()[np.argmax(hit)]) if hit.any() else float("nan")
-
-
 def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
     """One row per run: target accuracy before the stream, final accuracies, corrections to 50/70 %."""
     rows = []
@@ -174,7 +169,7 @@ def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
             row[f"final_{name}"] = float(last[f"acc_{name}"]) if f"acc_{name}" in run.columns else math.nan
         row.update(corrections=int(last["corrections"]), steps=int(last["step"]))
         for t in THRESHOLDS:
-            row[f"corrections_to_{t}"] = corrections_to(run, t)
+            row[f"corrections_to_{t}"] = corrections_to(run, t, "acc_target")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -188,10 +183,7 @@ def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = No
         for col in ("start_target", *(f"final_{name}" for name in FINALS)):
             row[f"{col}_mean"], row[f"{col}_std"] = mean_and_std(cell[col])
         row["corrections_mean"] = float(cell["corrections"].mean())
-        for t in THRESHOLDS:
-            reached = cell[f"corrections_to_{t}"].dropna()
-            row[f"corrections_to_{t}_mean"] = float(reached.mean()) if len(reached) else math.nan
-            row[f"corrections_to_{t}_reached"] = int(len(reached))
+        row.update(corrections_to_across_seeds(cell, THRESHOLDS))
         rows.append(row)
     return add_footprints(pd.DataFrame(rows), footprints)
 

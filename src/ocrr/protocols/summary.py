@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 CELL_KEYS = ["dataset", "encoder", "policy", "system"]  # one table row: a system in one setting
@@ -71,6 +72,23 @@ def final_values(per_checkpoint: pd.DataFrame, metrics: list[str], footprints: p
 
 
 # --- numbers as the tables print them ------------------------------------------------------------
+
+
+def corrections_to(run: pd.DataFrame, threshold_pct: float, accuracy: str) -> float:
+    """Corrections at the first checkpoint whose ``accuracy`` column reaches the threshold; NaN if never."""
+    run = run.sort_values("step")
+    hit = run[accuracy].to_numpy() >= threshold_pct / 100.0 - 1e-12
+    return float(run["corrections"].to_numpy()[np.argmax(hit)]) if hit.any() else float("nan")
+
+
+def corrections_to_across_seeds(cell: pd.DataFrame, thresholds: tuple[int, ...]) -> dict[str, float | int]:
+    """Per threshold: the mean corrections over the seeds that reached it, and how many did."""
+    out: dict[str, float | int] = {}
+    for t in thresholds:
+        reached = cell[f"corrections_to_{t}"].dropna()
+        out[f"corrections_to_{t}_mean"] = float(reached.mean()) if len(reached) else math.nan
+        out[f"corrections_to_{t}_reached"] = int(len(reached))
+    return out
 
 
 def fmt_acc(mean: float, std: float, n: int) -> str:
