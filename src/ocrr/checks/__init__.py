@@ -173,7 +173,7 @@ def _skipping_unavailable(check: Check, skip: Callable[[str], None]) -> Check:
 @contextmanager
 def _one_torch_thread() -> Iterator[None]:
     """One torch thread while checking, as the runner pins it: on a shared small machine the
-    default pool made the checks' tiny models 10-20x slower."""
+    default pool made the checks' tiny models many times slower (docs/reference/measurements.md)."""
     torch = sys.modules.get("torch")  # never imported here: only systems that use torch load it
     if torch is None:
         yield

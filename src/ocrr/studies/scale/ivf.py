@@ -43,7 +43,7 @@ from ocrr.utils.heap import release_free_heap
 
 #: Rows per add in the second pass. An add holds the rows read and, inside FAISS, their
 #: residuals (4 x dim bytes a row each): 16k rows keep that near 50 MB at d = 384, where
-#: 64k rows added 165 MB to the peak of a 10M build. FAISS sorts each add's rows by list
+#: 64k rows raised the peak of a 10M build (docs/reference/measurements.md). FAISS sorts each add's rows by list
 #: with a stable sort, so the lists come out the same for any chunking.
 ADD_ROWS = 16_384
 
