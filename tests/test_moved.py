@@ -71,6 +71,18 @@ def test_an_alias_leaves_the_new_package_untouched(fresh_imports):
     assert "ocrr.audit.store" not in {m.__name__ for m in vars(ocrr.ledger).values() if hasattr(m, "__spec__")}
 
 
+def test_a_folder_an_old_package_left_behind_does_not_pass_for_it(tmp_path, monkeypatch, fresh_imports):
+    """git leaves an old package's untracked __pycache__ folder behind: without the table coming
+    first, it would import as an empty namespace package."""
+    for old in ("audit", "sweep"):
+        (tmp_path / old / "__pycache__").mkdir(parents=True)
+    monkeypatch.setattr(ocrr, "__path__", [*ocrr.__path__, str(tmp_path)])
+    with pytest.warns(DeprecationWarning, match="ocrr.audit has moved"):
+        from ocrr.audit import Ledger  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match="ocrr.sweep has moved"):
+        importlib.import_module("ocrr.sweep")
+
+
 def test_every_new_home_imports():
     for old, home in MOVED.items():
         if not old.endswith(".*"):

@@ -14,8 +14,9 @@ A key ending in ``.*`` covers the submodules of an old package whose own entry i
 keep their names under the new package. A module that became a package of the same name (say
 ``ocrr.systems.substrate`` holding ``substrate/core.py``) needs no entry: its path still imports.
 
-Installed by ``import ocrr`` at the end of ``sys.meta_path``, so it is asked only about names
-nothing else found: an entry never hides a module that exists.
+Installed by ``import ocrr`` at the front of ``sys.meta_path``: a folder an old package left
+behind (a ``__pycache__`` that git does not remove) would otherwise import as an empty
+namespace package. So an entry must never name a module that exists (tests/test_moved.py).
 """
 
 from __future__ import annotations
@@ -152,4 +153,4 @@ class MovedModules(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
-        sys.meta_path.append(MovedModules())
+        sys.meta_path.insert(0, MovedModules())
