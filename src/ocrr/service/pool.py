@@ -1,7 +1,7 @@
 """Predicts by vector that arrive together share one search.
 
-A search reads every stored vector (10k x 384 float32 is 15 MB; a 20k ledger no longer
-fits this box's cache), so under concurrent load the service spends its time streaming
+A search reads every stored vector (10k x 384 float32 is 15 MB, more than a small box's
+caches hold), so under concurrent load the service spends its time streaming
 the same matrix once per request. The pool collects the predicts that reach the event
 loop in the same turn (and those that arrive while a search runs), and answers them with
 one pass over the vectors (``PersistentSubstrate.explain_each``: each answer is the one

@@ -43,7 +43,7 @@ def pin_to_core(slot: int) -> int:
     """Keep this thread, and every thread it starts from now on, on one core: the
     ``slot``-th of the cores this process may use (round the list again past its end).
     Returns that core. A worker that stays on its core finds its own data in that core's
-    caches (10k rows of 384 as 8-bit codes are 3.8 MB; a core's L2 here holds 4 MB) rather
+    caches (10k rows of 384 as 8-bit codes are 3.8 MB, the size of a small core's L2) rather
     than what another worker left there. Linux only (``ServiceConfig`` refuses it elsewhere)."""
     core = core_for_slot(slot)
     os.sched_setaffinity(0, {core})  # 0: this thread; threads started later inherit its mask
