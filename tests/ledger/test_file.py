@@ -166,15 +166,6 @@ def test_migrate_refuses_to_overwrite_and_copies_a_current_file(tmp_path):
         assert led.chain_head == ref.head
 
 
-def test_old_import_paths_still_work():
-    import ocrr.audit
-    import ocrr.audit.store
-    import ocrr.ledger.sqlite.store
-
-    assert ocrr.audit.store is ocrr.ledger.sqlite.store and ocrr.audit.Ledger is Ledger
-    assert ocrr.audit.DurableLedger is DurableLedger
-
-
 def test_refusing_a_file_that_is_not_a_database_leaves_no_descriptor_open(tmp_path):
     """The refused open closes its SQLite connection itself (not left to the garbage collector)."""
     import gc

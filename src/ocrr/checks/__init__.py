@@ -117,6 +117,23 @@ def check_system(system: Checkable) -> list[str]:
     Raises CheckFailed (an AssertionError) naming the first check that fails, or
     SystemUnavailable (an OcrrError) if the system needs an extra that is not installed.
     Returns the names of the checks that passed.
+
+    Examples:
+        >>> from ocrr.checks import check_system
+        >>> passed = check_system("substrate:k=3")
+        >>> passed[:2]
+        ['check_fit_returns_self_and_predicts_one_label_per_item', 'check_unfitted_system_refuses']
+
+        A system that breaks the protocol is told the first check it fails:
+
+        >>> from ocrr.systems.substrate import Substrate
+        >>> class Careless(Substrate):
+        ...     def correct(self, batch):
+        ...         return self  # neither checks that it was fitted nor learns
+        >>> check_system(Careless)
+        Traceback (most recent call last):
+        ...
+        ocrr.checks.CheckFailed: Careless failed check_unfitted_system_refuses: correct() before fit() raised nothing...
     """
     subject = Subject(system)
     passed = []
@@ -156,7 +173,7 @@ def _skipping_unavailable(check: Check, skip: Callable[[str], None]) -> Check:
 @contextmanager
 def _one_torch_thread() -> Iterator[None]:
     """One torch thread while checking, as the runner pins it: on a shared small machine the
-    default pool made the checks' tiny models 10-20x slower."""
+    default pool made the checks' tiny models many times slower (docs/reference/measurements.md)."""
     torch = sys.modules.get("torch")  # never imported here: only systems that use torch load it
     if torch is None:
         yield

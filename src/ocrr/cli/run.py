@@ -74,7 +74,7 @@ def run(args) -> int:
     if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
         start_fork_server()
     tracker = open_tracker(args.track)  # a missing MLflow or a store out of reach stops here, before any work
-    # Imported only now, so that the fork server starts before them (pandas and the engine: ~0.3 s).
+    # Imported only now, so that the fork server starts before them (pandas and the engine are slow to import).
     from ocrr.cli.progress import RunProgress
     from ocrr.engine.experiment import plan_experiment, run_experiment, write_outputs
 

@@ -30,7 +30,7 @@ def tokens(text: str) -> list[str]:
 
 
 class GloveEncoder:
-    """Mean of GloVe 6B 50d vectors; the vocabulary loads on the first texts (~0.5 s)."""
+    """Mean of GloVe 6B 50d vectors; the vocabulary loads on the first texts (once per process)."""
 
     def __init__(self) -> None:
         self.id = "glove"

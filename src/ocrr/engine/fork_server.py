@@ -1,10 +1,11 @@
 """Start the fork server that sweep and run workers are forked from, before anything heavy loads.
 
-A worker imports numpy, the systems and torch before its first task: about 1.3 s on two
-cores. The fork server (multiprocessing's ``forkserver`` start method) imports them once,
-while the command does its own imports, and every worker forked from it starts with them
-loaded. This module imports nothing of ocrr's, so a command can start the server first
-thing: the engine and the CLI's other modules (pandas, the protocols) take another 0.4 s.
+A worker imports numpy, the systems and torch before its first task, which takes longer
+than many tasks (docs/reference/measurements.md). The fork server (multiprocessing's
+``forkserver`` start method) imports them once, while the command does its own imports,
+and every worker forked from it starts with them loaded. This module imports nothing of
+ocrr's, so a command can start the server first thing, and the engine and the CLI's other
+modules (pandas, the protocols) load meanwhile.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import multiprocessing as mp
 import os
 
 #: What a worker imports to run any task. The fork server imports them once, and every worker
-#: forked from it starts with them loaded (torch alone is over a second on two cores; the
+#: forked from it starts with them loaded (torch is the slowest of them to import; the
 #: systems import it only when a head is built, so it is named here).
 WORKER_MODULES = ("ocrr.engine.sweep.execute", "ocrr.systems", "ocrr.systems.heads.linear", "torch", "ocrr.protocols")
 _PINNED_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

@@ -1,17 +1,17 @@
 """``auto``: exact search while the index is small, an inverted file once it grows past a threshold.
 
-Below ``threshold`` live entries (default 200 000) exact search is cheap enough and
-gives 100 % recall. Measured here (benchmarks/bench_index.py, 384-d, one core): one
-exact query costs 1.3 ms at 10k, 17 ms at 100k, 179 ms at 1M entries -- about 35 ms at
-the threshold. The first ``add`` that takes the index past the threshold builds the
-``switch_to`` backend from the stored vectors: ``ivf_pq`` (``auto``) or ``ivf_sq8``
-(``auto_sq8``), whose k-means is trained on an even spread of everything stored and
-whose re-rank reads the same float32 rows the exact index read (the ledger's buffer
-when borrowed), so no vector is copied. IVF rather than HNSW: at 1M entries HNSW at the
-paper's settings kept recall@5 0.43 and vote accuracy 0.77 and took 16 minutes to build
-(docs/scale/), while IVF with re-rank keeps the vote (docs/scale/ivf.md). ``switch_to``
-"hnsw" / "hnsw_sq8" gives the old behaviour. The switch is one-way and bumps ``epoch``;
-``reason`` says which backend answers and why, and the switch is logged.
+Below ``threshold`` live entries (default 200 000) exact search is cheap enough and gives
+100 % recall: one exact query's cost grows linearly with the entries, and at the threshold
+it is still an interactive answer (docs/scale/scale-sigma0.1.md has it from 10k to 1M;
+benchmarks/bench_index.py measures it). The first ``add`` that takes the index past the
+threshold builds the ``switch_to`` backend from the stored vectors: ``ivf_pq`` (``auto``)
+or ``ivf_sq8`` (``auto_sq8``), whose k-means is trained on an even spread of everything
+stored and whose re-rank reads the same float32 rows the exact index read (the ledger's
+buffer when borrowed), so no vector is copied. IVF rather than HNSW: at 1M entries HNSW at
+the paper's settings kept recall@5 0.43 and vote accuracy 0.77 and took far longer to
+build (docs/scale/ivf.md), while IVF with re-rank keeps the vote (docs/scale/ivf.md).
+``switch_to`` "hnsw" / "hnsw_sq8" gives the old behaviour. The switch is one-way and bumps
+``epoch``; ``reason`` says which backend answers and why, and the switch is logged.
 """
 
 from __future__ import annotations
@@ -139,5 +139,6 @@ class AutoIndex:
 
 
 def _exact_ms(n: int) -> float:
-    """One exact 384-d query's measured cost, scaled linearly (179 ms at 1M on one core)."""
+    """One exact 384-d query's cost on one core, scaled linearly from its figure at 1M entries
+    (docs/scale/scale-sigma0.1.md); for a log message only."""
     return 179.0 * n / 1_000_000

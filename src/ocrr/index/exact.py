@@ -63,11 +63,12 @@ def exact_search(
 
 
 def _close_gaps(buf: np.ndarray, n: int, gone: np.ndarray) -> int:
-    """Drop the rows at positions ``gone`` (ascending, below ``n``) of the C-contiguous
-    ``buf`` in place, the others keeping their order; return how many rows remain. Each run
-    of kept rows moves once, with memmove: numpy's assignment between overlapping slices
-    goes through a temporary copy (a bounded index evicting one of 20k rows of 384: 1.0 ms
-    against 4.8 ms). Rows from the new length on are left as they were, as before."""
+    """Drop the rows at positions ``gone`` (ascending, below ``n``) of the C-contiguous ``buf`` in
+    place, the others keeping their order; return how many rows remain. Each run of kept rows
+    moves once, with memmove: numpy's assignment between overlapping slices goes through a
+    temporary copy, several times slower for a bounded index evicting one row
+    (docs/reference/measurements.md). Rows from the new length on are left as they were, as
+    before."""
     if not buf.flags.c_contiguous:
         raise ValueError("_close_gaps needs a C-contiguous buffer")
     row, base, dst = buf.strides[0], buf.ctypes.data, int(gone[0])
@@ -266,8 +267,8 @@ class ExactIndex:
             if known is not None:
                 return known
         if n_q < GEMV_BELOW:
-            # A matrix-matrix product first packs the whole entry matrix (~5 ms at 9k x 384),
-            # a matrix-vector product streams it once (~0.6 ms): few queries go one by one.
+            # A matrix-matrix product first packs the whole entry matrix, a matrix-vector product
+            # streams it once (docs/reference/measurements.md): few queries go one by one.
             if start == 0 and n_rows * self.dim >= SHORTLIST_FROM_FLOATS and self.use_shortlist:
                 row_ids = None if isinstance(ids, int) else ids
                 return self.shortlist().search(vecs, queries, kk, lambda m, q, k: _scan_few(m, ids, q, k), row_ids)

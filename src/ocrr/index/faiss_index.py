@@ -277,9 +277,9 @@ class FaissIndex:
             kf = min(kk, live_in_faiss)
             sims, pos = self._index.search(queries, kf, params=self._search_params())
             if staged is None and kf == kk and pos.min() >= 0:
-                # Fast path (a single query costs ~0.3 ms in FAISS; generic merging would add
-                # ~0.2 ms): FAISS returns rows sorted by similarity desc; only runs of equal
-                # similarities need the id-desc tie order, and those are rare.
+                # Fast path (generic merging would cost nearly as much as FAISS's search of one
+                # query, docs/reference/measurements.md): FAISS returns rows sorted by similarity
+                # desc; only runs of equal similarities need the id-desc tie order, and those are rare.
                 ids = self._pos_ids[pos]
                 if kk == 1 or not (np.any(sims[:, 1:] == sims[:, :-1]) or np.any(sims[:, 1:] > sims[:, :-1])):
                     return sims, ids

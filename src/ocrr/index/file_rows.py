@@ -1,12 +1,13 @@
 """Float32 rows of a file, read with ``pread`` instead of a memory map.
 
-An IVF index re-ranks its candidates from the stored float32 vectors, which at 10M
-entries (15 GB) live in a file. Read through a memory map, every page a re-rank touches
-is mapped into the process, and the kernel maps the already-cached pages around it too
-(fault-around: about 70x the bytes actually read here, ``ocrr.studies.scale.memory``), so a
-process that needs 3 GB of its own shows 15-17 GB resident. Read with ``pread``, the
-file's pages stay in the kernel's page cache, shared and reclaimable, and the process
-holds only what it copied out. The re-rank reads a few rows per query either way.
+An IVF index re-ranks its candidates from the stored float32 vectors, which at 10M entries
+(15 GB) live in a file. Read through a memory map, every page a re-rank touches is mapped
+into the process, and the kernel maps the already-cached pages around it too
+(fault-around: many times the bytes actually read, ``ocrr.studies.scale.memory``), so the
+process's resident size shows much of the file besides its own memory
+(docs/reference/measurements.md). Read with ``pread``, the file's pages stay in the
+kernel's page cache, shared and reclaimable, and the process holds only what it copied
+out. The re-rank reads a few rows per query either way.
 
 ``FileRows`` is what the index's ``source`` returns: ``rows[i]``, ``rows[ids]`` (a
 gather, one read per run of consecutive rows), ``rows[lo:hi]`` (a lazy view),

@@ -2,13 +2,13 @@
 
 The same contract as ``index/shortlist.py`` (a coded scan finds candidates, their float32
 scores decide, and the answer is the full scan's, bit for bit), with another scan. FAISS's
-8-bit scan decodes every code to a float before it multiplies, in one dependency chain:
-0.27 ms per 10k rows of 384 on the 2-core box, about what the float32 scan over four times
-the bytes takes. Here the codes are signed bytes around one centre, the query is rounded
-to signed bytes too, and SimSIMD sums their products as integers (VNNI where the CPU has
-it): 0.15 ms. At 384 dimensions every partial sum is an integer below 2^24 in magnitude
-(384 x 127 x 127), so the sum is exact in any of its kernels; it is checked once per process
-and dimension (``dot_is_exact``), extremes included.
+8-bit scan decodes every code to a float before it multiplies, in one dependency chain: it
+takes about as long as the float32 scan over four times the bytes. Here the codes are
+signed bytes around one centre, the query is rounded to signed bytes too, and SimSIMD sums
+their products as integers (VNNI where the CPU has it), in about half the time
+(docs/service.md, "How a request runs"). At 384 dimensions every partial sum is an integer
+below 2^24 in magnitude (384 x 127 x 127), so the sum is exact in any of its kernels; it
+is checked once per process and dimension (``dot_is_exact``), extremes included.
 
 The two roundings are known, so the coded score is a proven distance from the exact one.
 With a row ``v`` coded as ``c`` (``v ~ m + h c``: centre ``m``, step ``h``) and the query
@@ -55,9 +55,9 @@ from ocrr.utils.rwlock import RWLock
 _LEVELS = 127  # codes and query bytes in [-127, 127]: products fit VNNI's signed bytes
 _SLACK = 1 + 1e-6  # float64 rounding of the scores and norms, many times over
 _INITIAL_ROWS = 1024
-# Rows coded at once: each float64 temporary takes 0.4 MB, which the allocator reuses. Whole,
-# 12k rows made 37 MB temporaries whose first touch cost ~85 ms each on the 2-core VM (330 ms
-# in all, against 30 ms in blocks of 128; 43 ms in blocks of 1,024).
+# Rows coded at once: each float64 temporary takes 0.4 MB, which the allocator reuses. Coded
+# whole, thousands of rows made temporaries so large that touching their fresh memory cost
+# ten times the coding in blocks (docs/reference/measurements.md).
 _ADD_ROWS = 128
 # A query with more candidates than this (many rows nearly tied with its k-th best) is
 # scanned in full: scoring them one group at a time would cost more.

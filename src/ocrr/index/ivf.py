@@ -28,9 +28,10 @@ inverted file of their own instead of a flat scan: assigning 10M vectors to 8192
 centroids is a 64 TFLOP matrix product. The centroids are grouped by k-means into
 ``round(sqrt(nlist))`` groups; a vector is compared with the group centres, then with the
 centroids of its nearest groups (two when adding, enough for twice ``nprobe`` centroids
-when searching). Measured here on 8192 centroids of 384-d clustered data: the exact
-nearest centroid for 100 % of added vectors at 0.11 CPU-s per 20,000, against 93 % at 0.24
-s for the HNSW graph (M=32, efSearch 16) used before -- the assignment is most of an add.
+when searching). On 8192 centroids of 384-d clustered data it finds the exact nearest
+centroid for every added vector in half the CPU time of the HNSW graph (M=32, efSearch 16)
+used before, which missed some (docs/reference/measurements.md) -- the assignment is most
+of an add.
 
 Retraining trigger. The centroids describe the entries seen at training. When the live
 entries exceed ``retrain_growth`` (default 4) times the training count, lists are on
@@ -283,7 +284,7 @@ class IVFIndex:
         index = self._new_ivf(centroids)
         if not index.is_trained:  # the codes (sq8 range, PQ codebooks) learn from residuals
             # One OpenMP thread: PQ training is 192 tiny k-means runs whose thread hand-offs
-            # dominate on a busy box (33k x 384-d: 77 s on 2 threads, 3.3 s on 1, measured here).
+            # dominate on a busy box (docs/scale/ivf.md has the two timings).
             threads = faiss.omp_get_max_threads()
             faiss.omp_set_num_threads(1)
             try:
@@ -407,7 +408,7 @@ class IVFIndex:
         )
         self.nprobe, self.rerank = self.tuning["nprobe"], self.tuning["rerank"]
         self.tuned_at = len(self)
-        release_free_heap()  # the tuning's scoring buffers: ~90 MB left resident at 4M entries otherwise
+        release_free_heap()  # the tuning's scoring buffers would stay resident otherwise (ocrr.utils.heap)
         return self.tuning
 
     # -- the index interface --------------------------------------------------------------

@@ -88,7 +88,7 @@ def two_level_kmeans(x: np.ndarray, k: int, seed: int, max_points_per_centroid: 
     k_of = shares(np.bincount(group, minlength=n_groups), k)
     parts = []
     # One OpenMP thread for the small k-means runs: on a busy box their thread hand-offs cost
-    # more than the arithmetic (measured here: 118 s on 2 threads for the 91 groups of 8192 lists).
+    # more than the arithmetic (docs/reference/measurements.md).
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:

@@ -14,8 +14,8 @@ from ocrr.index.exact import top_k
 
 #: Candidate rows gathered at once: queries are scored in blocks of about this many bytes of
 #: float32 rows, so tuning 600 queries x 1,025 candidates at 10M entries holds ~16 MB of
-#: gathered rows (and their expansion) instead of 945 MB (measured at 10M with 64 MB blocks:
-#: the tuning still added 160 MB to the anonymous peak).
+#: gathered rows (and their expansion) instead of 945 MB (larger blocks still showed in the
+#: anonymous peak at 10M: docs/reference/measurements.md).
 BLOCK_BYTES = 16 << 20
 
 

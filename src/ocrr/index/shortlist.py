@@ -64,11 +64,11 @@ CODES = ("fp16", "sq8")  # "i8": index/int8_shortlist.py (``exact.new_shortlist`
 # beyond the ones it was fitted to stay inside it.
 WIDEN = 0.125
 # Rows outside the 8-bit range that searches score exactly before every row is coded again
-# with a wider range (a stall: 20k rows of 384 take ~40 ms). MiniLM embeddings rarely step
+# with a wider range (a stall for the searches meanwhile). MiniLM embeddings rarely step
 # outside: none of the 11k-19k later rows of banking77 or clinc150 left a range fitted to
 # their first 2,000 (2 of clinc150's left one fitted to its first 500).
 MAX_OUTSIDE = 64
-_AHEAD_ROWS = 1 << 12  # rows copied into the next copy per hold of the read lock (~1 ms)
+_AHEAD_ROWS = 1 << 12  # rows copied into the next copy per hold of the read lock (short: searches wait)
 
 FullScan = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 

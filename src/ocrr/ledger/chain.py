@@ -228,7 +228,7 @@ class Chain:
                 raise OcrrError(
                     f"append takes one vector of shape (d,) or (1, d), got shape {vec.shape}; use extend() for several"
                 )
-        if np.count_nonzero(np.isfinite(vec)) != vec.size:  # ~1 µs cheaper than .all()
+        if np.count_nonzero(np.isfinite(vec)) != vec.size:  # cheaper than .all() on one row
             raise OcrrError("vector contains NaN or inf; check the encoder output before appending")
         n = self.append_checked(vec, label, text)
         return Entry(n, label, text, self._view()[n], self._prev[n], self._hashes[n])

@@ -133,7 +133,26 @@ def root_from_inclusion_proof(index: int, size: int, leaf: bytes, proof: list[by
 
 
 def verify_inclusion(index: int, size: int, leaf: bytes, proof: list[bytes] | None, root: bytes) -> None:
-    """Raise ProofError unless ``leaf`` is entry ``index`` of the tree of ``size`` with ``root``."""
+    """Raise ProofError unless ``leaf`` is entry ``index`` of the tree of ``size`` with ``root``.
+
+    Examples:
+        A log of three entries, its tree built with this module's hashes: entry 2's proof is
+        the root of the subtree beside it (``ocrr ledger prove`` and the service hand out such
+        proofs; this module's names, whether imported from ocrr or from a copy of the file).
+
+        >>> a, b, c = leaf_hash(b"entry 0"), leaf_hash(b"entry 1"), leaf_hash(b"entry 2")
+        >>> root = node_hash(node_hash(a, b), c)
+        >>> verify_inclusion(2, 3, c, [node_hash(a, b)], root)  # None: entry 2 is in the log
+        >>> verify_inclusion(0, 3, a, [b, c], root)
+
+        A proof that does not lead to the root you trust is refused, saying why:
+
+        >>> try:
+        ...     verify_inclusion(2, 3, leaf_hash(b"forged"), [node_hash(a, b)], root)
+        ... except ProofError as err:
+        ...     print(err)
+        inclusion proof for entry 2 of 3 gives root ..., not ...
+    """
     root = _check_hash(root, "root")
     got = root_from_inclusion_proof(index, size, leaf, list(proof or []))
     if got != root:

@@ -2,7 +2,7 @@
 noise rate, the delay and the budget (uncertainty vs random selection), the robust substrate
 next to the plain one, and the drift protocol's table and recovery curves.
 
-    python -m ocrr.report.feedback --feedback results/sweep-feedback --robust results/sweep-robust \\
+    ocrr report --feedback results/sweep-feedback --robust results/sweep-robust \\
         --drift results/sweep-drift --out docs/feedback
 
 Each argument is a sweep folder (``ocrr sweep --config docs/feedback/<name>.toml``); any may be
@@ -12,7 +12,6 @@ table), final values at the end of the stream.
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ocrr.engine.sweep import MAIN_SWEEP_SYSTEMS
+from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
 from ocrr.report.load import load_results_any
 
@@ -306,16 +306,17 @@ def write_report(
     return written
 
 
+# Its command line is ``ocrr report --feedback … --robust … --drift …`` now (the CLI's job).
+MOVED_COMMAND = (
+    "python -m ocrr.report.feedback has moved: run `ocrr report --feedback SWEEP --robust SWEEP --drift SWEEP "
+    "--out FOLDER` instead (the same options)"
+)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ocrr.report.feedback", description=__doc__.split("\n\n")[0])
-    for name in ("feedback", "robust", "drift"):
-        parser.add_argument(f"--{name}", type=Path, default=None, help=f"sweep folder of docs/feedback/{name}.toml")
-    parser.add_argument("--out", type=Path, default=Path("docs/feedback"))
-    args = parser.parse_args(argv)
-    for path in write_report(args.out, args.feedback, args.robust, args.drift):
-        print(path)
-    return 0
+    """Moved: this report's command line is ``ocrr report --feedback … --robust … --drift …``."""
+    raise OcrrError(MOVED_COMMAND)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(MOVED_COMMAND)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ocrr.errors import OcrrError
 from ocrr.report.figures import metric_curves_figure
 
 
@@ -34,8 +35,13 @@ class Presentation:
 
 def default_cell(protocol, rows: pd.DataFrame, summary: pd.DataFrame, title: str, styles: dict):
     """The main table and every metric's curves (online accuracy too, when measured)."""
-    if hasattr(protocol, "report_cell"):  # a protocol written before presentations were plug-ins
-        return protocol.report_cell(rows, summary, title, styles)
+    if hasattr(protocol, "report_cell"):  # written before presentations were plug-ins: say how to port it
+        raise OcrrError(
+            f"the protocol {protocol.name!r} draws its report cells with a report_cell method, which ocrr report "
+            "no longer calls: register it as a presentation instead, "
+            f"ocrr.report.presentation.register_presentation({protocol.name!r}, cell) with "
+            "cell(protocol, rows, summary, title, styles)"
+        )
     header, body, note = protocol.table(summary)
     metrics = [m for m in protocol.metrics if m in rows.columns] + (
         ["online_accuracy"] if "online_accuracy" in rows.columns else []

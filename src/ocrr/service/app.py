@@ -71,7 +71,7 @@ def create_app(
         if freeze_heap:
             # What start-up loaded (libraries, the app, the ledger's state) lives as long as
             # the process; left to the collector, each full collection walks all of it again,
-            # a pause of 20-30 ms that every request in flight waits out.
+            # a pause that every request in flight waits out (docs/service.md, "How a request runs").
             gc.collect()
             gc.freeze()
         yield

@@ -2,7 +2,8 @@
 
 A transformer encoding one sentence runs hundreds of small torch ops, each releasing and
 re-taking the GIL; inside the service process it would compete with every request for
-that lock (a predict by text took ~300 ms under load that way, for ~18 ms of CPU). In
+that lock (a predict by text then waits many times its own CPU time under load:
+docs/reference/measurements.md). In
 its own process it uses another core and the service only waits on a pipe. One request
 at a time goes to the model (a lock), which is also what a small box can afford.
 
@@ -108,8 +109,9 @@ def _reply(out, obj: dict, payload: bytes = b"") -> None:
 def _lower_priority(nice: int | str) -> None:
     """Make this process yield a core to the service's threads.
 
-    Measured on the 2-core box (8 clients, the issue's mix, 4 runs each): a predict by
-    vector's p99 was 9.0-13.1 ms with niceness 10 and 6.6-10.6 ms with SCHED_IDLE. A niced
+    Under the service benchmark's standard mix (benchmarks/bench_service.py), a predict by
+    vector's p99 is lower with SCHED_IDLE than with niceness 10 (docs/service.md, "What the
+    defaults rest on"). A niced
     task still runs its share of each scheduling period, and a request thread woken on its
     core can wait for that; a SCHED_IDLE task is preempted at once by any other."""
     if nice == "idle":

@@ -1,7 +1,7 @@
 """Predicts by vector that arrive together share one search.
 
-A search reads every stored vector (10k x 384 float32 is 15 MB; a 20k ledger no longer
-fits this box's cache), so under concurrent load the service spends its time streaming
+A search reads every stored vector (10k x 384 float32 is 15 MB, more than a small box's
+caches hold), so under concurrent load the service spends its time streaming
 the same matrix once per request. The pool collects the predicts that reach the event
 loop in the same turn (and those that arrive while a search runs), and answers them with
 one pass over the vectors (``PersistentSubstrate.explain_each``: each answer is the one
@@ -12,10 +12,9 @@ busy, and then for the first to finish and its own; nothing waits on a timer.
 The pass goes through a signed 8-bit shortlist (``index/int8_shortlist.py``,
 ``SHORTLIST_CODE``): a quarter of the float32 bytes, scanned as integer dot products, the
 answer still proven exact. Each worker process holds its own copy, and what two workers
-stream at once decides the speed: at 20k entries of 384, two processes each scanning 500
-times a second took a median of 0.34 ms per scan over FAISS's 8-bit codes against 0.53 ms
-over float16 (alone, both take 0.28 ms); SimSIMD's integer scan of the same bytes takes
-0.15 ms per 10k rows, where FAISS's takes 0.27.
+stream at once decides the speed: with two processes scanning, FAISS's 8-bit codes beat
+float16, though alone both take the same time, and SimSIMD's integer scan of the same bytes
+takes about half of FAISS's (docs/service.md, "How a request runs", has the figures).
 """
 
 from __future__ import annotations
@@ -86,7 +85,7 @@ class PredictPool:
             task.add_done_callback(lambda t: self._finish(batch, t.result()))
 
     def warm(self) -> None:
-        """Build the shortlist now (10k rows: ~20 ms), not during the first requests."""
+        """Build the shortlist now (a pass over every row), not during the first requests."""
         if self.use_shortlist and self.shortlist is None and self.substrate.ledger.dim:
             index, dim = self.substrate.system.index_, self.substrate.ledger.dim
             # The substrate's own coded copy when its rows are the ledger's (one copy per

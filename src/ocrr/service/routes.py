@@ -65,14 +65,14 @@ from ocrr.service.state import ServiceState, failure_report
 from ocrr.service.threads import one_omp_thread
 from ocrr.systems.substrate.persistent import POOLED_BELOW
 
-# A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: about
-# 2 ms on one core of the 2-core box) runs on the event loop; bigger ones in a thread.
+# A predict scanning at most this many float32s (queries x entries x dimension, ~32 MB: a
+# short scan, docs/reference/measurements.md) runs on the event loop; bigger ones in a thread.
 INLINE_FLOATS = 8_000_000
 # A pooled search (predicts of fewer than 8 vectors, service/pool.py) runs on the event loop
-# up to this many entries x dimension (~20k entries of 384: a shortlist pass of 0.3-1 ms that
-# releases the GIL), beyond it on a search thread. Measured on the 2-core box (8 clients, the
-# issue's mix, 4 runs each): by-vector p99 8.0-8.6 ms on the loop, 10.7-11.4 ms through a
-# thread, whose two hand-offs each wait for a busy core to be scheduled.
+# up to this many entries x dimension (~20k entries of 384: a short shortlist pass that
+# releases the GIL), beyond it on a search thread: the service benchmark's by-vector p99 is
+# lower on the loop (docs/service.md, "What the defaults rest on") than through a thread,
+# whose two hand-offs each wait for a busy core to be scheduled.
 POOL_INLINE_FLOATS = 8_000_000
 #: The routes the shortcut (service/shortcut.py) sends straight to their endpoint.
 HOT = {("POST", "/predict"), ("POST", "/correct")}

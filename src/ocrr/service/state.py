@@ -35,8 +35,9 @@ from ocrr.service.metrics import Counters, prometheus_text, witness_metrics
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_substrate
 
-#: Entries older than the last checkpoint the background check rehashes per tick (about 45 ms
-#: at dimension 384 on the 2-core box), in turn: all of them every ceil(entries / this) ticks.
+#: Entries older than the last checkpoint the background check rehashes per tick (a slice
+#: short enough for requests not to notice, docs/reference/measurements.md), in turn: all of
+#: them every ceil(entries / this) ticks.
 CHECK_SLICE = 8_000
 #: Seconds between the predict path's looks for damage another worker recorded in the file.
 DAMAGE_POLL = 1.0

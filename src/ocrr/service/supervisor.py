@@ -1,14 +1,14 @@
 """``ocrr serve --workers N``: N processes answering on one port, over one ledger file.
 
-One Python process answers at most what one GIL allows (measured: ~700 requests/s of
-predicts and corrections, a core and a half), so on a box with more cores the service
-runs N workers, each a full copy of the app with its own substrate and its own SQLite
-connection to the same ledger file. The kernel hands each new connection to one of them
-(each listens on its own socket of that port), and a worker holding more than its share
-hands it on to the least-loaded one (``balance.py``). They agree on the ledger: a worker's commit
-first takes in, checked, what the others committed, and every predict, head and proof
-first takes in what is new (``LedgerStore.refresh``), so any worker answers for every
-correction acknowledged before the request arrived, whichever worker acknowledged it.
+One Python process answers at most what one GIL allows (docs/service.md, "Figures": the
+standard mix on one worker), so on a box with more cores the service runs N workers, each
+a full copy of the app with its own substrate and its own SQLite connection to the same
+ledger file. The kernel hands each new connection to one of them (each listens on its own
+socket of that port), and a worker holding more than its share hands it on to the
+least-loaded one (``balance.py``). They agree on the ledger: a worker's commit first takes
+in, checked, what the others committed, and every predict, head and proof first takes in
+what is new (``LedgerStore.refresh``), so any worker answers for every correction
+acknowledged before the request arrived, whichever worker acknowledged it.
 
 The ``ocrr serve`` process checks the ledger once, fully, and seeds it if asked, before
 any worker starts (``server.serve``); workers then open it from that checkpoint. The

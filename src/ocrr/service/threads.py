@@ -15,8 +15,8 @@ from threadpoolctl import threadpool_limits
 
 def limit_threads() -> None:
     """Requests run in parallel threads: one BLAS / OpenMP / torch thread each beats pools that
-    fight over the cores (a 10k x 384 search: ~2 ms with one thread, ~8 ms with two; MiniLM
-    on one sentence: 18 ms of CPU with one thread, 87 with two). Call once everything is loaded."""
+    fight over the cores (a search and a MiniLM sentence each cost several times as much with
+    two threads: docs/reference/measurements.md). Call once everything is loaded."""
     import faiss  # noqa: F401 - loaded before the limit, which then covers its OpenMP pool (the predict shortlist)
 
     threadpool_limits(1)
@@ -31,8 +31,8 @@ def one_omp_thread() -> None:
     """One OpenMP thread for the FAISS calls of this thread (the shortlist's scan). OpenMP's
     thread count is a per-thread setting that new threads take from the environment, and
     FAISS's wheel brings its own OpenMP runtime that threadpoolctl does not reach: left at
-    one thread per core, its idle workers spin after every search (measured: twice the
-    server's CPU per request at one client), taking the core the other requests need. The
+    one thread per core, its idle workers spin after every search (multiplying the server's
+    CPU per request: docs/reference/measurements.md), taking the core the other requests need. The
     service's parallelism is its own threads, one search per core."""
     faiss = sys.modules.get("faiss")
     if faiss is not None:
@@ -43,7 +43,7 @@ def pin_to_core(slot: int) -> int:
     """Keep this thread, and every thread it starts from now on, on one core: the
     ``slot``-th of the cores this process may use (round the list again past its end).
     Returns that core. A worker that stays on its core finds its own data in that core's
-    caches (10k rows of 384 as 8-bit codes are 3.8 MB; a core's L2 here holds 4 MB) rather
+    caches (10k rows of 384 as 8-bit codes are 3.8 MB, the size of a small core's L2) rather
     than what another worker left there. Linux only (``ServiceConfig`` refuses it elsewhere)."""
     core = core_for_slot(slot)
     os.sched_setaffinity(0, {core})  # 0: this thread; threads started later inherit its mask

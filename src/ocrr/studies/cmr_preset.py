@@ -44,9 +44,10 @@ from ocrr.utils.files import atomic_write_text
 
 CFT = {"lr": "cft", "epochs": "cft"}
 REPLAY_GRID = {"replay_size": [32, 64], "replay_every": [1, 3]}
-# Grids scaled to a softmax head on frozen embeddings. The L2 grid lies below the issue's
-# example {0.1, 1, 10, 100}: the penalty sums over every weight of the head, and already at
-# 0.1 it blocks most fixes (one CLINC150 stream: EFR 0.14 against 0.73 at 0.01).
+# The paper's grids (CMR, Lin et al. 2022, appendix A.2: searched for BART-base) scaled to a
+# softmax head on frozen embeddings. The L2 grid lies below the paper's {1, 5, ..., 100}: the
+# penalty sums over every weight of the head, and already at 0.1 it blocks most fixes (one
+# CLINC150 stream: EFR 0.14 against 0.73 at 0.01). The search's scores: docs/cmr/clinc150.md.
 SEARCH_SPACES = [
     Space("cft", {"lr": [1e-3, 3e-3, 1e-2, 3e-2], "epochs": [1, 5, 10]}),
     Space("online_l2", {"l2_lambda": [0.001, 0.01, 0.1, 1.0]}, CFT),
@@ -60,7 +61,8 @@ SEARCH_SPACES = [
         {**CFT, "replay_size": "mir", "replay_every": "mir", "candidates": "mir"},
     ),
     # 10 epochs scored 0.0007 above 5 on CLINC150's validation streams at twice the cost of
-    # the preset's most expensive run: the grid stops at 5 to keep the preset in 15 minutes
+    # the preset's most expensive run: the grid stops at 5 to keep the preset's cost within
+    # what docs/tutorials/cmr-and-evalocl.md promises
     Space("offline_refining", {"epochs": [1, 5]}, {"lr": "cft"}),
 ]
 # Table 1 rows around the picks: the other replay interval and the other candidate pool

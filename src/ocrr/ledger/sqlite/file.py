@@ -42,6 +42,29 @@ class Ledger(Chain):
 
     ``Ledger(dim)`` is in memory; ``Ledger.open(path)`` also writes each entry to a ledger
     file when flushed; ``save``/``load`` write and read whole files.
+
+    Examples:
+        >>> import os, tempfile
+        >>> from ocrr.ledger import Ledger
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(folder.name, "ledger.db")
+        >>> with Ledger.open(path, dim=3) as ledger:  # the entries are on disk when the block ends
+        ...     ledger.append([1.0, 0.0, 0.0], "refund", "I want my money back").id
+        ...     ledger.extend([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], ["transfer", "card"])
+        0
+        range(1, 3)
+
+        Each entry's hash covers the one before it: opening the file checks the whole chain.
+
+        >>> ledger = Ledger.open(path)
+        >>> len(ledger), ledger.labels, ledger[0].text
+        (3, ('refund', 'transfer', 'card'), 'I want my money back')
+        >>> ledger.verify()
+        VerifyResult(ok=True, first_bad=None, reason='ok: 3 entries, chain intact')
+        >>> ledger[1].prev_hash == ledger[0].hash
+        True
+        >>> ledger.close()
+        >>> folder.cleanup()
     """
 
     def __init__(self, dim: int | None = None, vectors_on_disk: str | os.PathLike[str] | None = None) -> None:

@@ -71,7 +71,7 @@ class DurableLedger(HeldLedger):
         try:
             self._watch = connect(path)  # reads the file's size for refresh, beside the writing connection
             # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
-            # polls with sleeps of up to 100 ms (measured: corrections' p99 87 ms with two writers).
+            # polls with sleeps of up to 100 ms (two writers there: docs/reference/measurements.md).
             self._writer = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT, 0o644)
         except (OSError, sqlite3.Error) as e:
             conn.close()

@@ -6,7 +6,7 @@ RAM when the study keeps the vectors anyway, else a scratch file in ``vectors_di
 written with ``pwrite`` and read with ``pread`` (``ocrr.index.file_rows``), so that only
 the rows a query re-ranks are read (10M x 384 float32 = 15.4 GB stays on disk and in the
 kernel's page cache, mapped into no process: through a memory map the kernel also maps
-the cached neighbours of every page a re-rank touches, about 70x the bytes read, and the
+the cached neighbours of every page a re-rank touches, many times the bytes read, and the
 process then shows the file as its own resident memory; ``ocrr.studies.scale.memory``).
 ``time_cold_queries`` measures what a query costs when the rows are not cached at all.
 
@@ -43,7 +43,7 @@ from ocrr.utils.heap import release_free_heap
 
 #: Rows per add in the second pass. An add holds the rows read and, inside FAISS, their
 #: residuals (4 x dim bytes a row each): 16k rows keep that near 50 MB at d = 384, where
-#: 64k rows added 165 MB to the peak of a 10M build. FAISS sorts each add's rows by list
+#: 64k rows raised the peak of a 10M build (docs/reference/measurements.md). FAISS sorts each add's rows by list
 #: with a stable sort, so the lists come out the same for any chunking.
 ADD_ROWS = 16_384
 

@@ -6,8 +6,8 @@ into the process -- here the memory-mapped float32 vector file the IVF re-rank r
 Those pages belong to the kernel's page cache, are clean (read-only mapping) and are
 reclaimed under memory pressure; they count in the process's RSS as soon as it maps
 them. The kernel also maps already-cached neighbours of a faulting page ("fault-around";
-measured here on a freshly written file: touching 2,000 random 1.5 kB rows added 730 MB
-of RssFile, against 10 MB when the file was not cached), so RssFile says how much of the
+on a freshly written file, touching random rows added hundreds of times their bytes to
+RssFile, and little when the file was not cached: docs/scale/ivf.md), so RssFile says how much of the
 file was in the page cache near the rows read, not how much the queries needed.
 ``ru_maxrss`` (the peak of the two together) is what the study reported before.
 

@@ -37,7 +37,7 @@ Two query sets are scored at every scale (same build):
 
 Peak memory is ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of a fresh process per
 scale (``isolate=True``; psutil is not installed), so it includes the interpreter,
-numpy and FAISS (~0.2 GB) and the transient chunk buffers, not just the index; the CSV
+numpy and FAISS and the transient chunk buffers, not just the index; the CSV
 also has the sampled peaks of anonymous and file-backed resident memory separately, and
 both at each phase (``ocrr.studies.scale.memory`` says what each means). With ``cold_queries``
 the IVF kinds are also timed right after the vector file left the page cache, and the first
@@ -403,8 +403,8 @@ def _child_main(argv: list[str]) -> None:
         raw[key] = tuple(raw[key])
     raw["also_time"] = tuple(tuple(x) for x in raw.get("also_time", ()))
     # This process is the scale's own. FAISS's inverted lists grow by doubling; mapped, the
-    # copies they outgrow leave no holes in the heap (ocrr.utils.heap: a built 4M IVF-PQ
-    # held 634 MiB, 469 MiB mapped).
+    # copies they outgrow leave no holes in the heap (ocrr.utils.heap; docs/scale/ivf.md has
+    # what it saved at 4M entries).
     map_allocations_from(64 << 10)
     print(json.dumps(run_scale(n, ScaleConfig(**raw))))
 

@@ -12,7 +12,7 @@ layer under a mean cross-entropy), so the parameters come out bit for bit the sa
 
 The seed heads train with ``fused=True``: ``FusedAdamW`` calls that same fused kernel
 with the same arguments. Building torch's first optimiser in a process also imports
-``torch._dynamo`` (about 0.9 s); these steps never do.
+``torch._dynamo`` (slow: docs/reference/measurements.md); these steps never do.
 """
 
 from __future__ import annotations

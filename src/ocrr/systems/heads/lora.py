@@ -25,7 +25,8 @@ output. Only adapters and head are trained; the base weights are frozen througho
 * Prediction is batched under ``torch.inference_mode()``: texts of equal token length
   are run together (no padding), at most ``predict_batch_size`` (128) per forward.
 * Threads: whatever the caller set (the runner pins torch to 1). ``threads=N`` sets N for
-  each call and restores it; on a shared 2-core machine 2 threads measured 5-25x slower.
+  each call and restores it; on a shared small machine 2 threads were several times slower
+  (docs/reference/measurements.md).
 
 Randomness (adapter init, head init and growth, seed-batch order) comes from seeds
 derived with ``derive_seed(seed, "lora/...")``, independent of the spec's other

@@ -12,10 +12,11 @@ two regularisers (``online_l2``, ``online_ewc``). The replay family is in
 ``ocrr.systems.replay.cmr``.
 
 Defaults (the validation-stream search picks the final ones), from one CLINC150 cmr stream
-(seed 0, default stream settings) over the issue's grids: lr 1e-2 and 5 epochs (OEC^(T)
+(seed 0, default stream settings) over the preset's grids (``ocrr.studies.cmr_preset``: the
+paper's appendix A.2 grids scaled to a head on frozen embeddings): lr 1e-2 and 5 epochs (OEC^(T)
 0.83; 10 epochs or lr 3e-2 fix more errors but wipe the upstream classes, UKR^(T) < 0.25),
 batch 16, clip 1.0, EWC lambda 1 (of {1, 10, 100, 1000}: OEC^(T) 0.79, 0.72, 0.69, 0.14)
-and gamma 0.9. L2 lambda 0.01 lies *below* the issue's grid {0.1, 1, 10, 100}: the penalty
+and gamma 0.9. L2 lambda 0.01 lies *below* the paper's grid {1, 5, ..., 100}: the penalty
 sums over every weight of the head, and already at 0.1 it blocks most fixes (EFR 0.14,
 against 0.73 at 0.01).
 

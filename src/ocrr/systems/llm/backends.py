@@ -22,10 +22,10 @@ Models (``model=`` of llm_icl):
 * ``tiny-random``: a 2-layer, 32-wide Llama initialised from a fixed seed with SmolLM2's
   tokenizer, for fast tests of the machinery (its answers are noise).
 
-Why transformers and not llama-cpp-python (measured on two CPU cores, docs/llm.md): it installs
-from wheels (llama-cpp-python is an sdist, a 7-minute compile), scores a query in about 1 s
-against 1.6-1.8 s, and its fp32 arithmetic is deterministic at a fixed thread count; it pays
-16-28 s once per process to dequantise the weights (``load_local_model`` keeps them).
+Why transformers and not llama-cpp-python (docs/llm.md has the measurements): it installs
+from wheels (llama-cpp-python is an sdist that compiles for minutes), scores a query faster,
+and its fp32 arithmetic is deterministic at a fixed thread count; it pays once per process
+to dequantise the weights (``load_local_model`` keeps them).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ paper's Mixed-Tuning) or first R_t, then E_t (``mode=two_stage``, ER as Rolnick 
 * OfflineRefining (the upper reference): f_0 serves the stream; when it ends, f_0 is
   fine-tuned once on all of its errors plus as many upstream items (f_0 -> f_T).
 
-Defaults inside the issue's grids: |R_t| 32 (the paper's pick), k 1, c 256, mixed.
+Defaults inside the preset's search grids (``ocrr.studies.cmr_preset``, after the paper's
+appendix A.2 and Table 1): |R_t| 32 (the paper's pick), k 1, c 256, mixed.
 """
 
 from __future__ import annotations

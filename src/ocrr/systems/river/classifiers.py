@@ -26,8 +26,8 @@ bit, checked against the installed river once per process (another river model, 
 river that computes differently, learns through river itself). ``model_`` is river's
 model in the same state.
 
-Prediction is batched: river scores one dict at a time (~2 ms per query at 77 classes x
-384 features), so the models' weights are read into a numpy matrix after each learning
+Prediction is batched: river scores one dict at a time (slow at 77 classes x 384
+features: docs/reference/measurements.md), so the models' weights are read into a numpy matrix after each learning
 step and queries are scored with the same formula river's ``predict_one`` uses (tests
 check ``predict == predict_one``).
 """

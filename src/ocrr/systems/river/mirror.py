@@ -1,8 +1,8 @@
 """river's linear classifiers under SGD, learned in numpy bit for bit.
 
 river learns one dict at a time: a correction to a 77-class one-vs-rest model runs 77
-binary ``learn_one`` calls of about 40 µs each, and reading the weights back for
-prediction costs as much again. That made river_logreg half of a sweep's CPU.
+binary ``learn_one`` calls, and reading the weights back for prediction costs as much
+again. That made river_logreg the largest share of a sweep's CPU (docs/reference/measurements.md).
 
 The arithmetic of one step is small and fixed (river 0.26). For one-vs-rest logistic
 regression (``linear_model.base.GLM._fit`` with ``optim.SGD`` and ``optim.losses.Log``),

@@ -251,6 +251,29 @@ def open_substrate(
     (``Chain.grow_ahead``), for a process that answers requests while the ledger grows.
     ``signer``: signs the ledger's checkpoint records; only its records let ``"checkpoint"``
     skip rehashing (without one, every entry is rehashed).
+
+    Examples:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import ocrr
+        >>> folder = tempfile.TemporaryDirectory()
+        >>> path = os.path.join(folder.name, "corrections.db")
+        >>> substrate = ocrr.open_substrate(path, dim=4)
+        >>> substrate.correct(np.eye(4, dtype=np.float32)[:2], ["refund", "transfer"], ["money back", "send"])
+        range(0, 2)
+        >>> substrate.predict(np.array([[0.9, 0.1, 0.0, 0.0]], dtype=np.float32))
+        ['refund']
+        >>> substrate.close()
+
+        The corrections are in the file: opening it again checks it and learns them back.
+
+        >>> again = ocrr.open_substrate(path)
+        >>> again.predict(np.array([[0.0, 1.0, 0.0, 0.0]], dtype=np.float32))
+        ['transfer']
+        >>> again.verify().ok
+        True
+        >>> again.close()
+        >>> folder.cleanup()
     """
     if isinstance(system, str):
         system = make_system(system, seed=seed)
