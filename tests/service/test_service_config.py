@@ -133,3 +133,25 @@ def test_a_serving_process_freezes_its_start_up_heap_and_an_embedding_one_does_n
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["plain", "False", "serving", "True"]
+
+
+def test_each_serve_flag_takes_its_help_and_default_from_the_config_declaration(monkeypatch):
+    from ocrr.cli.main import build_parser
+    from ocrr.cli.serve import config_from_args
+    from ocrr.service.config import CONFIG_OPTIONS, flag
+
+    parser = build_parser("serve")
+    serve = next(a for a in parser._actions if a.choices and "serve" in a.choices).choices["serve"]
+    by_dest = {action.dest: action for action in serve._actions}
+    for name, declared in CONFIG_OPTIONS.items():
+        if name == "token":  # read from --token-file or $OCRR_TOKEN, never from argv
+            continue
+        action = by_dest[name]
+        assert action.help.startswith(declared.help), name
+        assert name == "ledger" or action.default == declared.default or (name, action.default) == ("witnesses", [])
+        assert flag(name) in action.option_strings or (name, action.option_strings) == ("witnesses", ["--witness"])
+    monkeypatch.delenv("OCRR_TOKEN", raising=False)
+    args = parser.parse_args(["serve", "--ledger", "l.db", "--port", "0", "--pin-workers", "--workers", "2"])
+    assert config_from_args(args) == ServiceConfig(ledger="l.db", port=0, pin_workers=True, workers=2)
+    with pytest.raises(OcrrError, match=re.escape("ocrr serve: --workers must be an integer in [1, 64], got 65.")):
+        config_from_args(parser.parse_args(["serve", "--ledger", "l.db", "--workers", "65"]))

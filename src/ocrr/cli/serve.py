@@ -100,8 +100,14 @@ def _encoder_nice(value: str) -> int | str:
 
 def _cmd_serve(args) -> int:
     _check_fit(args.fit, args.encoder)
+    return serve(config_from_args(args))
+
+
+def config_from_args(args: argparse.Namespace) -> ServiceConfig:
+    """The config the parsed flags ask for: each option from its flag, the token from
+    --token-file or $OCRR_TOKEN (never from argv, where other users' ``ps`` would show it)."""
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if name != "token"}
-    return serve(ServiceConfig(**given, token=_token(args)))
+    return ServiceConfig(**given, token=_token(args))
 
 
 def _check_fit(fit: str | None, encoder: str | None) -> None:
