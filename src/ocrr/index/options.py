@@ -1,9 +1,8 @@
 """The search-backend settings of a system that owns a k-NN store (substrate, kNN-LM).
 
-One object so that every such system takes the same hyperparameters
-(``index``, ``hnsw_m``, ``ef_construction``, ``ef_search``, ``auto_threshold``,
-``force_exact``, and for the IVF kinds ``nlist``, ``nprobe``, ``rerank``,
-``target_recall``, ``target_agreement``), validates them the same way, and records only the knobs its backend
+Declared once, as the fields of ``IndexOptions`` (name, type, constraint, default, help:
+``ocrr systems substrate`` lists them), so that every such system takes the same
+hyperparameters, validates them the same way, and records only the knobs its backend
 uses (exact search has none, so its runs keep their short hyperparameter record). With
 ``target_recall`` set, the ``nprobe`` and ``rerank`` an IVF index was tuned to are what
 the system records (``IndexedSystem.index_hyperparameters``): a system rebuilt from its
@@ -168,7 +167,8 @@ class IndexedSystem:
 
     def __init__(self, **kwargs: Any) -> None:
         given = {key: kwargs.pop(key, declared.default) for key, declared in INDEX_OPTIONS.items()}
-        if kwargs and super().__init__ == object.__init__.__get__(self):  # nobody further takes them
+        # Left over with only object.__init__ to come, which would refuse them without naming them:
+        if kwargs and super().__init__ == object.__init__.__get__(self):
             raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {', '.join(kwargs)}")
         super().__init__(**kwargs)
         for key, value in given.items():  # as given: the record shows what was asked for
