@@ -10,7 +10,7 @@ import pytest
 
 # (module, the entry point whose docstring holds the examples)
 ENTRY_POINTS = [
-    ("ocrr.systems.persistent", "open_substrate"),
+    ("ocrr.systems.substrate.persistent", "open_substrate"),
     ("ocrr.engine.experiment", "run_experiment"),
     ("ocrr.checks", "check_system"),
     ("ocrr.ledger.sqlite.file", "Ledger"),

@@ -1,12 +1,25 @@
 """The one option grammar (ocrr.specs): parsing, declarations, the validator and its messages."""
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from ocrr.data import load_dataset
 from ocrr.errors import OcrrError
 from ocrr.policies import make_policy
 from ocrr.protocols import make_protocol
-from ocrr.specs import Option, describe, format_spec, parse_assignments, parse_spec, spec_name, validate
+from ocrr.specs import (
+    Option,
+    describe,
+    field_options,
+    format_spec,
+    option,
+    parse_assignments,
+    parse_spec,
+    spec_name,
+    validate,
+)
 from ocrr.systems import make_system
 
 
@@ -49,6 +62,7 @@ def test_bare_parts_qualify_the_part_before_them_only_where_declared():
         (Option("a", str, choices=("a", "b")), "one of a, b"),
         (Option(True, bool), "true or false"),
         (Option("x", str), "text"),
+        (Option(None, Path, allow_none=True), "a path or none"),
     ],
 )
 def test_each_constraint_reads_as_words(option, allowed):
@@ -61,6 +75,28 @@ def test_the_validator_widens_ints_to_numbers_and_refuses_the_rest():
     for bad in ({"k": True}, {"k": 2.0}, {"lr": float("inf")}, {"lr": float("nan")}, {"on": 1}):
         with pytest.raises(OcrrError, match="must be"):
             validate("x", declared, bad)
+
+
+def test_a_path_option_takes_text_or_a_path_and_gives_a_path():
+    declared = Option(None, Path, allow_none=True)
+    assert declared.check("x", "key", "a/b.pem") == Path("a/b.pem") and declared.check("x", "key", None) is None
+    with pytest.raises(OcrrError, match="x: key must be a path or none, got 3."):
+        declared.check("x", "key", 3)
+
+
+def test_a_dataclass_declares_each_field_once_as_an_option():
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        name: str = option(kind=str, help="required: no default")
+        k: int = option(default=5, kind=int, low=1, help="neighbours")
+
+    declared = field_options(Settings)
+    assert list(declared) == ["name", "k"] and declared["k"] == Option(5, int, low=1, help="neighbours")
+    assert Settings("a").k == 5
+    with pytest.raises(TypeError):
+        Settings()
+    with pytest.raises(OcrrError, match="settings: k must be an integer ≥ 1, got 0."):
+        validate("settings", declared, dataclasses.asdict(Settings("a", k=0)))
 
 
 def test_describe_lists_every_option_with_type_constraint_default_and_help():

@@ -14,11 +14,13 @@ configuration (the same task id in any process).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -112,7 +114,15 @@ class _FromSignature:
 
 
 FROM_SIGNATURE: Any = _FromSignature()
-_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "text", object: "any value"}
+_KINDS = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "text",
+    Path: "a path",
+    object: "any value",
+}
+_TYPE_NAMES = {int: "integer", float: "number", bool: "bool", str: "text", Path: "path", object: "any"}
 
 
 @dataclass(frozen=True)
@@ -125,7 +135,7 @@ class Option:
     """
 
     default: Any = FROM_SIGNATURE
-    kind: type = int  # int, float, bool, str, or object (any value: a plug-in's undeclared argument)
+    kind: type = int  # int, float, bool, str, Path, or object (any value: a plug-in's undeclared argument)
     low: float | None = None
     high: float | None = None
     allow_none: bool = False
@@ -143,7 +153,7 @@ class Option:
         return text + (" or none" if self.allow_none else "")
 
     def type_name(self) -> str:
-        return {int: "integer", float: "number", bool: "bool", str: "text", object: "any"}[self.kind]
+        return _TYPE_NAMES[self.kind]
 
     def accepts(self, value: Any) -> bool:
         if self.kind is object:
@@ -154,6 +164,8 @@ class Option:
             return isinstance(value, (bool, np.bool_))
         if self.kind is str:
             return isinstance(value, str) and (not self.choices or value in self.choices)
+        if self.kind is Path:
+            return isinstance(value, (str, Path))
         numbers = (int, np.integer) if self.kind is int else (int, float, np.integer, np.floating)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers) or not math.isfinite(value):
             return False
@@ -166,14 +178,37 @@ class Option:
         )
 
     def check(self, owner: str, key: str, value: Any, hint: str = "") -> Any:
-        """``value`` if allowed (an int widened to float where a number is declared), else an
-        OcrrError: '<owner>: <key> must be <allowed>, got <value>. <hint>'."""
+        """``value`` if allowed (an int widened to float where a number is declared, a path's
+        text made a Path), else an OcrrError: '<owner>: <key> must be <allowed>, got <value>. <hint>'."""
         if not self.accepts(value):
             shown = repr(value) if isinstance(value, str) else format_value(value)
             raise OcrrError(f"{owner}: {key} must be {self.allowed()}, got {shown}.{_space(hint)}")
         if self.kind is float and isinstance(value, (int, np.integer)):
             return float(value)
+        if self.kind is Path and isinstance(value, str):
+            return Path(value)
         return value
+
+
+def option(**declaration: Any) -> Any:
+    """A dataclass field declared once, as an ``Option`` (its ``default`` is the field's; none
+    given: a required field), for a plug-in or a configuration written as a dataclass::
+
+        k: int = option(default=5, kind=int, low=1, help="neighbours retrieved per query")
+
+    ``field_options`` reads the declarations back, for ``validate`` and ``describe``."""
+    declared = Option(**declaration)
+    if declared.default is FROM_SIGNATURE:
+        return dataclasses.field(metadata={_OPTION: declared})
+    return dataclasses.field(default=declared.default, metadata={_OPTION: declared})
+
+
+def field_options(cls: Any) -> dict[str, Option]:
+    """The ``Option`` of each field of a dataclass declared with ``option``, in field order."""
+    return {f.name: f.metadata[_OPTION] for f in dataclasses.fields(cls) if _OPTION in f.metadata}
+
+
+_OPTION = "ocrr.specs.Option"  # the key of a field's declaration in its dataclass metadata
 
 
 def validate(owner: str, declared: Mapping[str, Option], given: Mapping[str, Any], hint: str = "") -> dict:

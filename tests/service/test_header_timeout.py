@@ -56,5 +56,5 @@ def test_a_connection_without_complete_headers_is_closed(tmp_path, workers):
 def test_the_timeout_is_checked_at_the_door(tmp_path):
     assert ServiceConfig(ledger=tmp_path / "l.db").header_timeout == 10
     for bad in (0, -1, float("inf"), float("nan"), "10", True):
-        with pytest.raises(OcrrError, match=r"--header-timeout takes seconds > 0"):
+        with pytest.raises(OcrrError, match=r"--header-timeout must be a number > 0"):
             ServiceConfig(ledger=tmp_path / "l.db", header_timeout=bad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,23 +17,27 @@ from ocrr.service import ServiceConfig
 @pytest.mark.parametrize(
     "option, value, words",
     [
-        ("workers", 0, "--workers takes 1 to 64"),
-        ("workers", 65, "--workers takes 1 to 64"),
-        ("workers", True, "--workers takes 1 to 64"),
-        ("port", -1, "--port takes 0 to 65535"),
-        ("port", 70_000, "--port takes 0 to 65535"),
+        ("workers", 0, "ocrr serve: --workers must be an integer in [1, 64], got 0."),
+        ("workers", 65, "--workers must be an integer in [1, 64], got 65."),
+        ("workers", True, "--workers must be an integer in [1, 64], got true."),
+        ("port", -1, "--port must be an integer in [0, 65535], got -1."),
+        ("port", 70_000, "--port must be an integer in [0, 65535]"),
         ("host", "", "--host needs an address"),
-        ("seed", "3", "--seed takes an integer"),
+        ("host", 3, "--host must be text, got 3."),
+        ("seed", "3", "--seed must be an integer, got '3'."),
+        ("check_every", -1, "--check-every must be a number ≥ 0, got -1."),
+        ("verify_every", float("inf"), "--verify-every must be a number ≥ 0, got inf."),
+        ("key", 3, "--key must be a path or none, got 3."),
         ("system", "", "--system takes a substrate spec"),
         ("encoder_nice", 25, "--encoder-nice 25: give a niceness 0-19, or 'idle'"),
         ("encoder_nice", "low", "--encoder-nice 'low'"),
         ("token", "  ", "the service token is empty"),
-        ("pin_workers", "yes", "--pin-workers is on or off"),
+        ("pin_workers", "yes", "--pin-workers must be true or false, got 'yes'. See 'ocrr serve --help'."),
         ("pin_workers", True, "with one worker there is nothing to spread: add --workers N"),
     ],
 )
 def test_a_bad_option_is_refused_with_its_name_and_the_fix(tmp_path, option, value, words):
-    with pytest.raises(OcrrError, match=words.replace("(", r"\(")):
+    with pytest.raises(OcrrError, match=re.escape(words)):
         ServiceConfig(ledger=tmp_path / "l.db", **{option: value})
     assert not (tmp_path / "l.db").exists()
 
@@ -128,3 +133,25 @@ def test_a_serving_process_freezes_its_start_up_heap_and_an_embedding_one_does_n
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["plain", "False", "serving", "True"]
+
+
+def test_each_serve_flag_takes_its_help_and_default_from_the_config_declaration(monkeypatch):
+    from ocrr.cli.main import build_parser
+    from ocrr.cli.serve import config_from_args
+    from ocrr.service.config import CONFIG_OPTIONS, flag
+
+    parser = build_parser("serve")
+    serve = next(a for a in parser._actions if a.choices and "serve" in a.choices).choices["serve"]
+    by_dest = {action.dest: action for action in serve._actions}
+    for name, declared in CONFIG_OPTIONS.items():
+        if name == "token":  # read from --token-file or $OCRR_TOKEN, never from argv
+            continue
+        action = by_dest[name]
+        assert action.help.startswith(declared.help), name
+        assert name == "ledger" or action.default == declared.default or (name, action.default) == ("witnesses", [])
+        assert flag(name) in action.option_strings or (name, action.option_strings) == ("witnesses", ["--witness"])
+    monkeypatch.delenv("OCRR_TOKEN", raising=False)
+    args = parser.parse_args(["serve", "--ledger", "l.db", "--port", "0", "--pin-workers", "--workers", "2"])
+    assert config_from_args(args) == ServiceConfig(ledger="l.db", port=0, pin_workers=True, workers=2)
+    with pytest.raises(OcrrError, match=re.escape("ocrr serve: --workers must be an integer in [1, 64], got 65.")):
+        config_from_args(parser.parse_args(["serve", "--ledger", "l.db", "--workers", "65"]))

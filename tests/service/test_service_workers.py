@@ -90,7 +90,11 @@ def test_a_bad_worker_count_is_refused_with_the_fix(tmp_path):
         timeout=60,
         env={**os.environ, "OCRR_TOKEN": TOKEN},
     )
-    assert out.returncode != 0 and "--workers takes 1 to 64" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        out.returncode != 0
+        and "--workers must be an integer in [1, 64]" in out.stderr
+        and "Traceback" not in out.stderr
+    )
     assert not (tmp_path / "l.db").exists()
 
 

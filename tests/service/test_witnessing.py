@@ -31,7 +31,7 @@ ORIGIN = "example.com/witnessing-test"
         ({"witnesses": ("http://127.0.0.1:1=witness+00+AAAA",)}, "bad witness verifier key"),
         ({"witnesses": (f"http://a:1={W1.vkey}", f"http://b:1={W1.vkey}")}, "is given twice"),
         ({"witnesses": (f"http://a:1={W1.vkey}",), "quorum": 2}, "--quorum takes 1 to the number of witnesses"),
-        ({"witnesses": (f"http://a:1={W1.vkey}",), "quorum": 0}, "--quorum takes 1 to the number of witnesses"),
+        ({"witnesses": (f"http://a:1={W1.vkey}",), "quorum": 0}, "--quorum must be an integer ≥ 1 or none, got 0"),
         ({"quorum": 1}, "--quorum counts witnesses: give them with --witness"),
     ],
 )

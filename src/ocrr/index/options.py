@@ -1,9 +1,8 @@
 """The search-backend settings of a system that owns a k-NN store (substrate, kNN-LM).
 
-One object so that every such system takes the same hyperparameters
-(``index``, ``hnsw_m``, ``ef_construction``, ``ef_search``, ``auto_threshold``,
-``force_exact``, and for the IVF kinds ``nlist``, ``nprobe``, ``rerank``,
-``target_recall``, ``target_agreement``), validates them the same way, and records only the knobs its backend
+Declared once, as the fields of ``IndexOptions`` (name, type, constraint, default, help:
+``ocrr systems substrate`` lists them), so that every such system takes the same
+hyperparameters, validates them the same way, and records only the knobs its backend
 uses (exact search has none, so its runs keep their short hyperparameter record). With
 ``target_recall`` set, the ``nprobe`` and ``rerank`` an IVF index was tuned to are what
 the system records (``IndexedSystem.index_hyperparameters``): a system rebuilt from its
@@ -12,9 +11,10 @@ record starts from the tuned values and, tuning again on the same data, ends the
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,53 +24,53 @@ from ocrr.index.factory import HNSW_DEFAULTS, KINDS, make_index
 from ocrr.index.ivf import IVF_DEFAULTS
 from ocrr.index.ivf_tune import min_queries_for
 from ocrr.index.vote import VoteRule
+from ocrr.specs import Option, field_options, option, validate
 
 
 @dataclass(frozen=True)
 class IndexOptions:
-    index: str = "exact"
-    hnsw_m: int = HNSW_DEFAULTS["m"]
-    ef_construction: int = HNSW_DEFAULTS["ef_construction"]
-    ef_search: int = HNSW_DEFAULTS["ef_search"]
-    auto_threshold: int = DEFAULT_THRESHOLD
-    force_exact: bool = False
-    nlist: int = int(IVF_DEFAULTS["nlist"])
-    nprobe: int = int(IVF_DEFAULTS["nprobe"])
-    rerank: int = int(IVF_DEFAULTS["rerank"])
-    target_recall: float = IVF_DEFAULTS["target_recall"]
-    target_agreement: float = 0.0  # tune the IVF index until its top-k gives the owner's vote (ivf_tune)
+    """The search-backend options, each declared once: ``INDEX_OPTIONS`` (what the systems
+    declare and ``make_system`` validates) and the owners' constructors are read from here."""
+
+    index: str = option(
+        default="exact", kind=str, choices=KINDS, help="search backend; exact: numpy brute force over the ledger"
+    )
+    hnsw_m: int = option(default=HNSW_DEFAULTS["m"], kind=int, low=1, help="HNSW graph degree M")
+    ef_construction: int = option(default=HNSW_DEFAULTS["ef_construction"], kind=int, low=1, help="HNSW efConstruction")
+    ef_search: int = option(default=HNSW_DEFAULTS["ef_search"], kind=int, low=1, help="HNSW efSearch")
+    auto_threshold: int = option(
+        default=DEFAULT_THRESHOLD, kind=int, low=1, help="auto kinds: entries before exact search hands over"
+    )
+    force_exact: bool = option(
+        default=False, kind=bool, help="exact search whatever `index` says (100 % recall at any scale)"
+    )
+    nlist: int = option(
+        default=int(IVF_DEFAULTS["nlist"]), kind=int, low=0, help="IVF lists; 0: chosen from the size at training"
+    )
+    nprobe: int = option(default=int(IVF_DEFAULTS["nprobe"]), kind=int, low=1, help="IVF lists searched per query")
+    rerank: int = option(
+        default=int(IVF_DEFAULTS["rerank"]), kind=int, low=1, help="IVF candidates re-ranked with the float32 vectors"
+    )
+    target_recall: float = option(
+        default=IVF_DEFAULTS["target_recall"],
+        kind=float,
+        low=0,
+        high=1,
+        help="IVF: tune nprobe/rerank to this recall@k; 0: no tuning",
+    )
+    target_agreement: float = option(
+        default=IVF_DEFAULTS["target_agreement"],
+        kind=float,
+        low=0,
+        lt=1,
+        help="IVF: tune until its top-k gives the exact vote this often; 0: no tuning",
+    )
 
     def check(self, owner: str) -> IndexOptions:
-        """Raise one error naming the fix for a bad setting; return self."""
-        if self.index not in KINDS:
-            raise OcrrError(
-                f"{owner}: index must be one of {', '.join(KINDS)}, got {self.index!r}; "
-                f"write e.g. '{owner}:index=hnsw'."
-            )
-        for key in ("hnsw_m", "ef_construction", "ef_search", "auto_threshold"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise OcrrError(f"{owner}: {key} must be a whole number >= 1, got {value!r}.")
-        for key, low in (("nprobe", 1), ("rerank", 1), ("nlist", 0)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise OcrrError(
-                    f"{owner}: {key} must be a whole number >= {low}, got {value!r}"
-                    + (" (0: chosen from the size at training)." if key == "nlist" else ".")
-                )
-        t = self.target_recall
-        if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 <= t <= 1:
-            raise OcrrError(
-                f"{owner}: target_recall must be a number in [0, 1] (0: no tuning), got {t!r}; "
-                f"write e.g. '{owner}:index=ivf_pq:target_recall=0.95'."
-            )
-        a = self.target_agreement
-        if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0 <= a < 1:
-            raise OcrrError(
-                f"{owner}: target_agreement must be a number in [0, 1) (0: no tuning), got {a!r}; "
-                f"write e.g. '{owner}:index=ivf_pq:target_agreement=0.99'."
-            )
-        if a and not (self.kind.startswith("ivf") or self.kind.startswith("auto")):
+        """Raise one error naming the fix for a bad setting (specs' message for a bad value);
+        return self."""
+        validate(owner, INDEX_OPTIONS, asdict(self))
+        if self.target_agreement and not self.ivf:
             raise OcrrError(
                 f"{owner}: target_agreement tunes an IVF index, and index={self.kind} has none; "
                 f"write e.g. '{owner}:index=ivf_pq:target_agreement=0.99'."
@@ -152,32 +152,38 @@ class IndexOptions:
             raise OcrrError(f"{owner}: {err}") from None
 
 
+INDEX_OPTIONS = field_options(IndexOptions)
+
+
 class IndexedSystem:
-    """Mixin for a system that owns a k-NN store: the options as plain attributes (each
-    hyperparameter is an attribute of the same name, as for every system) and
-    ``index_options`` built from them."""
+    """Mixin for a system that owns a k-NN store: its constructor takes the ``INDEX_OPTIONS``
+    (defaults from their declaration) and passes every other argument on; each is kept as a
+    plain attribute of the same name (as every system keeps its hyperparameters) and
+    ``index_options`` is built from them. A subclass's constructor takes ``**kwargs`` and
+    hands them to ``super().__init__`` after setting ``name``."""
 
     name: str
+    options: ClassVar[dict[str, Option]] = INDEX_OPTIONS  # merged into the owner's (System.declared_options)
 
-    def _set_index_options(
-        self,
-        index: str,
-        hnsw_m: int,
-        ef_construction: int,
-        ef_search: int,
-        auto_threshold: int,
-        force_exact: bool,
-        nlist: int = int(IVF_DEFAULTS["nlist"]),
-        nprobe: int = int(IVF_DEFAULTS["nprobe"]),
-        rerank: int = int(IVF_DEFAULTS["rerank"]),
-        target_recall: float = IVF_DEFAULTS["target_recall"],
-        target_agreement: float = 0.0,
-    ) -> None:
-        self.index, self.hnsw_m, self.ef_construction = index, hnsw_m, ef_construction
-        self.ef_search, self.auto_threshold, self.force_exact = ef_search, auto_threshold, bool(force_exact)
-        self.nlist, self.nprobe, self.rerank, self.target_recall = nlist, nprobe, rerank, target_recall
-        self.target_agreement = target_agreement
+    def __init__(self, **kwargs: Any) -> None:
+        given = {key: kwargs.pop(key, declared.default) for key, declared in INDEX_OPTIONS.items()}
+        # Left over with only object.__init__ to come, which would refuse them without naming them:
+        if kwargs and super().__init__ == object.__init__.__get__(self):
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {', '.join(kwargs)}")
+        super().__init__(**kwargs)
+        for key, value in given.items():  # as given: the record shows what was asked for
+            setattr(self, key, value)
         self.index_options.check(self.name)
+
+    # The signature the registry and ``help()`` read: the declared options, then the rest.
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [
+            inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=declared.default)
+            for key, declared in INDEX_OPTIONS.items()
+        ]
+        + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    )
 
     @staticmethod
     def _anticipate_search(index: object, queries: np.ndarray, k: int) -> None:
@@ -189,19 +195,8 @@ class IndexedSystem:
 
     @property
     def index_options(self) -> IndexOptions:
-        return IndexOptions(
-            self.index,
-            self.hnsw_m,
-            self.ef_construction,
-            self.ef_search,
-            self.auto_threshold,
-            self.force_exact,
-            self.nlist,
-            self.nprobe,
-            self.rerank,
-            self.target_recall,
-            getattr(self, "target_agreement", 0.0),
-        )
+        """The attributes, as one object (a system pickled before an option existed: its default)."""
+        return IndexOptions(**{key: getattr(self, key, declared.default) for key, declared in INDEX_OPTIONS.items()})
 
     def index_hyperparameters(self) -> dict:
         """``index_options.hyperparameters()``, with the ``nprobe`` and ``rerank`` a tuned IVF

@@ -9,7 +9,6 @@ reported before a ledger is opened or a port claimed. Options are named as the f
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,58 +19,152 @@ from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
 from ocrr.service.hosts import allowed_hosts
 from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
+from ocrr.specs import field_options, option
 
 MAX_WORKERS = 64
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """The options of ``ocrr serve`` (see ``ocrr serve -h`` for each one's help)."""
+    """The options of ``ocrr serve``, each declared once (type, constraint, default, help: the
+    flag's help in ``ocrr serve -h``) and checked by ``ocrr.specs``; then the rules that
+    involve several options at once."""
 
-    ledger: Path | str  # the durable ledger file (created if missing), or a postgresql:// URL
-    system: str = "substrate"  # substrate spec, e.g. substrate:k=3 or bounded_fifo_1000
-    seed: int = 0  # seed of a bounded substrate's eviction
-    encoder: str | None = None  # encoder spec for texts (minilm, st:<model id>); None: vectors only
-    encoder_nice: int | str = "idle"  # the encoder process's niceness 0-19, or "idle" (SCHED_IDLE)
-    fit: str | None = None  # seed an empty ledger with this dataset's train split
-    data_dir: str | None = None  # where ``fit`` looks for the dataset
-    host: str = "127.0.0.1"
-    port: int = 8000  # 0: any free port
-    token: str | None = None  # the bearer token (>= 128 bits); None: a new random one, in token_path
-    key: Path | None = None  # Ed25519 key signing the heads (ocrr ledger keygen)
-    origin: str | None = None  # the log's name in signed heads (default ocrr.invalid/<file>)
-    signed_state: Path | None = None  # the record of what ``key`` signed (default <key>.signed)
-    quick_open: bool = False  # on open, rehash only the entries after the last checkpoint
-    workers: int = 1  # processes answering on one port, over one ledger file
-    pin_workers: bool = False  # keep each worker on its own core (Linux; --workers 2 or more)
-    check_every: float = 60.0  # seconds between background checks of the file (0: none)
-    verify_every: float = 30.0  # /verify rehashes the file at most this often; others get the last result
-    tls_cert: Path | None = None  # PEM certificate (uvicorn's ssl_certfile); with tls_key
-    tls_key: Path | None = None  # PEM private key (uvicorn's ssl_keyfile)
-    insecure_public: bool = False  # allow a non-loopback host without TLS (--insecure-public)
-    allowed_hosts: tuple[str, ...] | None = None  # Host names answered; None: loopback names and host (hosts.py)
-    header_timeout: float = 10.0  # seconds a connection has to send a request's headers (header_timeout.py)
-    # Witnesses that cosign the service's checkpoints (service/witnessing.py): (url, vkey) pairs, as
-    # --witness URL=VKEY; quorum: how many must cosign a checkpoint before /checkpoint serves it
-    # (None: all of them).
-    witnesses: tuple[tuple[str, str], ...] = ()
-    quorum: int | None = None
+    ledger: Path | str = option(
+        kind=object,
+        help="the durable ledger file (created if missing), or a postgresql://… URL: any number of "
+        "`ocrr serve` replicas may share one database (docs/postgres.md)",
+    )
+    system: str = option(default="substrate", kind=str, help="substrate spec, e.g. substrate:k=3 or bounded_fifo_1000")
+    seed: int = option(default=0, kind=int, help="seed of a bounded substrate's eviction")
+    encoder: str | None = option(
+        default=None,
+        kind=str,
+        allow_none=True,
+        help="encoder for texts, as ocrr run's --encoder (minilm, minilm_int8, st:<model id> …; "
+        "docs/encoders.md); without one, /predict takes vectors only",
+    )
+    encoder_nice: int | str = option(
+        default="idle",
+        kind=object,  # a niceness 0-19 or "idle": checked by check_nice
+        help="priority of the encoder process: a niceness 0-19, or idle (Linux's SCHED_IDLE: the "
+        "model runs only on a core nothing else wants), so that on a small box predicts by vector "
+        "and corrections get a contended core before text encoding",
+    )
+    fit: str | None = option(
+        default=None,
+        kind=str,
+        allow_none=True,
+        help="when the ledger is empty, seed it with this dataset's train split (needs --encoder "
+        "unless the dataset carries vectors)",
+    )
+    data_dir: str | None = option(default=None, kind=str, allow_none=True, help="where --fit looks for the dataset")
+    host: str = option(
+        default="127.0.0.1",
+        kind=str,
+        help="address to listen on; an address other machines reach needs --tls-cert/--tls-key, or --insecure-public",
+    )
+    port: int = option(default=8000, kind=int, low=0, high=65535, help="port; 0: any free port")
+    token: str | None = option(
+        default=None,
+        kind=str,
+        allow_none=True,
+        help="the bearer token (at least 128 bits); default: a new random one, written to <ledger>.token",
+    )
+    key: Path | None = option(
+        default=None, kind=Path, allow_none=True, help="Ed25519 key to sign heads (ocrr ledger keygen)"
+    )
+    origin: str | None = option(
+        default=None,
+        kind=str,
+        allow_none=True,
+        help="the log's name in signed heads (default ocrr.invalid/<file>)",
+    )
+    signed_state: Path | None = option(
+        default=None,
+        kind=Path,
+        allow_none=True,
+        help="the record of the last head --key signed, which every new head must extend (default "
+        "<key>.signed; keep it where the ledger's storage cannot reach it)",
+    )
+    quick_open: bool = option(
+        default=False, kind=bool, help="on open, rehash only the entries after the last checkpoint"
+    )
+    workers: int = option(
+        default=1,
+        kind=int,
+        low=1,
+        high=MAX_WORKERS,
+        help="processes answering requests, all on one port and one ledger file (one per core lets "
+        "predicts use every core: one Python process is bound by its GIL)",
+    )
+    pin_workers: bool = option(
+        default=False,
+        kind=bool,
+        help="keep each worker on its own core (Linux; with --workers N): for a box that runs the "
+        "service alone, where it lowers the tail latency; elsewhere a pinned worker cannot move off a busy core",
+    )
+    check_every: float = option(
+        default=60.0,
+        kind=float,
+        low=0,
+        help="seconds between checks of what is new in the ledger file (0: never); damage found makes "
+        "the service read-only and /health 503 until restarted on a good file",
+    )
+    verify_every: float = option(
+        default=30.0,
+        kind=float,
+        low=0,
+        help="/verify rehashes the whole file at most this often (seconds); calls in between get the last result",
+    )
+    tls_cert: Path | None = option(
+        default=None, kind=Path, allow_none=True, help="PEM certificate: serve HTTPS (with --tls-key)"
+    )
+    tls_key: Path | None = option(default=None, kind=Path, allow_none=True, help="PEM private key of --tls-cert")
+    insecure_public: bool = option(
+        default=False,
+        kind=bool,
+        help="allow a --host other machines reach without TLS (the token and texts then cross the "
+        "network in clear: only behind a proxy that terminates TLS)",
+    )
+    allowed_hosts: tuple[str, ...] | None = option(
+        default=None,
+        kind=object,  # names, checked by hosts.allowed_hosts
+        help="the names clients reach the service by (the Host header; *.example.com for any name "
+        "below it, * for any); requests for another name get 400, against DNS rebinding (default: "
+        "localhost, 127.0.0.1, [::1] and the --host address unless it is 0.0.0.0 or ::)",
+    )
+    header_timeout: float = option(
+        default=10.0,
+        kind=float,
+        gt=0,
+        help="seconds after a connection opened or got its last answer within which it must send a "
+        "request's headers, against clients that hold connections by sending slowly",
+    )
+    witnesses: tuple[tuple[str, str], ...] = option(
+        default=(),
+        kind=object,  # (url, vkey) pairs or 'URL=VKEY' texts, checked by _check_witnesses
+        help="a C2SP tlog-witness (`ocrr witness serve`) to send each new checkpoint to: its URL and its "
+        "cosignature verifier key (`ocrr witness keygen` prints it); repeat per witness. Needs --key. "
+        "/checkpoint then serves the latest checkpoint cosigned by --quorum of them (which may be older "
+        "than /head; 503 until one is), while /correct answers at once with the log-signed head",
+    )
+    quorum: int | None = option(
+        default=None,
+        kind=int,
+        low=1,
+        allow_none=True,
+        help="how many of the --witness must cosign a checkpoint before /checkpoint serves it (1 to their "
+        "number; default: all of them)",
+    )
 
     def __post_init__(self) -> None:
-        # Paths may come as strings; a frozen dataclass stores the converted value this way.
+        for name, declared in CONFIG_OPTIONS.items():  # each value as declared (a path's text made a Path …)
+            value = declared.check("ocrr serve", flag(name), getattr(self, name), hint="See 'ocrr serve --help'.")
+            object.__setattr__(self, name, value)  # (how a frozen dataclass stores a converted value)
         object.__setattr__(self, "ledger", as_location(self.ledger))  # a URL stays a string
-        if self.key is not None:
-            object.__setattr__(self, "key", Path(self.key))
-        if self.signed_state is not None:
-            if self.key is None:
-                raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
-            object.__setattr__(self, "signed_state", Path(self.signed_state))
-        if not _is_int(self.workers) or not 1 <= self.workers <= MAX_WORKERS:
-            raise OcrrError(
-                f"--workers takes 1 to {MAX_WORKERS} processes, got {self.workers!r}; one per core is the usual choice"
-            )
-        if not isinstance(self.pin_workers, bool):
-            raise OcrrError(f"--pin-workers is on or off (True or False), got {self.pin_workers!r}")
+        if self.signed_state is not None and self.key is None:
+            raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
         if self.pin_workers and self.workers < 2:
             raise OcrrError(
                 "--pin-workers keeps each of several workers on its own core; with one worker there is "
@@ -79,21 +172,14 @@ class ServiceConfig:
             )
         if self.pin_workers and not hasattr(os, "sched_setaffinity"):
             raise OcrrError("--pin-workers needs Linux (it sets each worker's CPU affinity); drop it here")
-        if not _is_int(self.port) or not 0 <= self.port <= 65535:
-            raise OcrrError(f"--port takes 0 to 65535 (0: any free port), got {self.port!r}; pick another --port")
-        if not isinstance(self.host, str) or not self.host:
+        if not self.host:
             raise OcrrError(f"--host needs an address to listen on, got {self.host!r}; e.g. 127.0.0.1 or 0.0.0.0")
-        if not _is_int(self.seed):
-            raise OcrrError(f"--seed takes an integer, got {self.seed!r}")
-        if not isinstance(self.system, str) or not self.system:
+        if not self.system:
             raise OcrrError(f"--system takes a substrate spec, got {self.system!r}; e.g. substrate or substrate:k=3")
-        if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
+        if self.token is not None and not self.token.strip():
             raise OcrrError("the service token is empty; give a token, or none to have a random one made")
         if self.token is not None:
             check_token(self.token, "the service token")
-        for name in ("tls_cert", "tls_key"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(getattr(self, name)))
         if (self.tls_cert is None) != (self.tls_key is None):
             raise OcrrError("TLS needs both --tls-cert and --tls-key (PEM files); give both or neither")
         if not self.tls and not self.insecure_public and not is_loopback(self.host):
@@ -102,18 +188,8 @@ class ServiceConfig:
                 "users' texts would cross the network in clear; give --tls-cert and --tls-key, or "
                 "--insecure-public if a proxy in front terminates TLS"
             )
-        for name in ("check_every", "verify_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-                raise OcrrError(f"--{name.replace('_', '-')} takes seconds >= 0, got {value!r}")
         check_nice(self.encoder_nice)
         object.__setattr__(self, "allowed_hosts", allowed_hosts(self.allowed_hosts, self.host))
-        value = self.header_timeout
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-            raise OcrrError(
-                f"--header-timeout takes seconds > 0 (how long a client may take to send a request's headers), "
-                f"got {value!r}"
-            )
         self._check_witnesses()
 
     def _check_witnesses(self) -> None:
@@ -135,7 +211,7 @@ class ServiceConfig:
                 if url == other_url or vkey == other_vkey:
                     raise OcrrError(f"--witness {url}={vkey} is given twice: give each witness once")
         quorum = len(pairs) if self.quorum is None else self.quorum
-        if not _is_int(quorum) or not 1 <= quorum <= len(pairs):
+        if quorum > len(pairs):
             raise OcrrError(
                 f"--quorum takes 1 to the number of witnesses given ({len(pairs)}), got {quorum!r}: the "
                 "number that must cosign a checkpoint before /checkpoint serves it"
@@ -166,6 +242,14 @@ class ServiceConfig:
     def verify(self) -> str:
         """How much of the ledger file is rehashed on open (``open_substrate``'s ``verify``)."""
         return "checkpoint" if self.quick_open else "full"
+
+
+CONFIG_OPTIONS = field_options(ServiceConfig)
+
+
+def flag(name: str) -> str:
+    """The ``ocrr serve`` flag of a config option: ``pin_workers`` is ``--pin-workers``."""
+    return "--" + name.replace("_", "-")
 
 
 def parse_witness(text: str) -> tuple[str, str]:
@@ -206,7 +290,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

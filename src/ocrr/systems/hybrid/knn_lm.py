@@ -6,11 +6,8 @@ online_linear's and never updated; p_kNN is a softmax of similarity / tau over t
 nearest datastore entries (cosine), summed per label. ``correct`` only appends to the
 datastore, which starts as the seed set.
 
-The datastore is searched by any ocrr.index backend, with the substrate's options:
-``knn_lm:index=hnsw`` (or ``exact`` (default), ``auto``, ``exact_sq8``, ``hnsw_sq8``,
-``auto_sq8``, ``ivf``, ``ivf_sq8``, ``ivf_pq``; ``hnsw_m``, ``ef_construction``,
-``ef_search``, ``auto_threshold``, ``force_exact``, ``nlist``, ``nprobe``, ``rerank``,
-``target_recall``, ``target_agreement``).
+The datastore is searched by any ocrr.index backend, with the substrate's index options
+(declared in ocrr.index.options), e.g. ``knn_lm:index=hnsw``.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from ocrr.index.options import IndexedSystem
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.heads.linear import SEED_OPTIONS, LinearHead
-from ocrr.systems.substrate.core import INDEX_OPTIONS, SearchIndex, index_arguments
+from ocrr.systems.substrate.core import SearchIndex
 
 if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.heads.linear)
     import torch
@@ -37,7 +34,6 @@ class KNNLM(IndexedSystem, LinearHead):
         "k": Option(kind=int, low=1, help="datastore neighbours of a query"),
         "tau": Option(kind=float, gt=0, help="temperature of the softmax over neighbour similarities"),
         "knn_lambda": Option(kind=float, low=0, high=1, help="weight of p_kNN in the interpolation"),
-        **INDEX_OPTIONS,
     }
 
     def __init__(
@@ -45,22 +41,10 @@ class KNNLM(IndexedSystem, LinearHead):
         k: int = 5,
         tau: float = 0.1,
         knn_lambda: float = 0.5,
-        index: str = "exact",
-        hnsw_m: int = 16,
-        ef_construction: int = 200,
-        ef_search: int = 64,
-        auto_threshold: int = 200_000,
-        force_exact: bool = False,
-        nlist: int = 0,
-        nprobe: int = 16,
-        rerank: int = 100,
-        target_recall: float = 0.0,
-        target_agreement: float = 0.0,
-        **kwargs,
+        **kwargs,  # INDEX_OPTIONS (ocrr.index.options), then LinearHead's seed training
     ):
         kwargs.setdefault("name", "knn_lm")
         super().__init__(**kwargs)
-        self._set_index_options(**index_arguments(locals()))
         self.k = int(k)
         self.tau = float(tau)
         self.knn_lambda = float(knn_lambda)

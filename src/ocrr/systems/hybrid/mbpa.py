@@ -27,14 +27,14 @@ import torch
 
 from ocrr.batch import Batch
 from ocrr.index.cache import IncrementalSearch
-from ocrr.index.options import IndexedSystem
+from ocrr.index.options import IndexOptions
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors
 from ocrr.systems.heads.linear import OnlineLinear
 from ocrr.systems.seeds import derive_seed
 
 
-class MbPAPlusPlus(IndexedSystem, OnlineLinear):
+class MbPAPlusPlus(OnlineLinear):
     """online_linear's head and step, plus an episodic memory, sparse replay and local adaptation."""
 
     family = "hybrid"
@@ -62,7 +62,6 @@ class MbPAPlusPlus(IndexedSystem, OnlineLinear):
     ):
         kwargs.setdefault("name", "mbpa")
         super().__init__(lr=lr, **kwargs)
-        self._set_index_options("exact", 16, 200, 64, 200_000, False)
         self.k, self.local_steps, self.local_lr, self.local_lambda = (
             int(k),
             int(local_steps),
@@ -79,7 +78,7 @@ class MbPAPlusPlus(IndexedSystem, OnlineLinear):
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> MbPAPlusPlus:
         super().fit(seed)  # the shared seed head over every declared label
-        self.index_ = self.index_options.make(self.dim_, self.name)
+        self.index_ = IndexOptions().make(self.dim_, self.name)  # exact search
         self.search_ = IncrementalSearch(self.index_)
         self._x, self._y, self.size_ = np.empty((0, self.dim_), np.float32), np.empty(0, np.int64), 0
         assert seed.labels is not None  # super().fit checked them (require_labels)

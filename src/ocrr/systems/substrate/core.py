@@ -13,7 +13,6 @@ import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.index import (
-    KINDS,
     AutoIndex,
     CertifiedSQ8Index,
     ExactIndex,
@@ -37,29 +36,6 @@ _VOTE_ROWS_BELOW = 8
 #: What ``IndexOptions.make`` builds (ocrr.index.make_index): a substrate's ``index_``.
 SearchIndex: TypeAlias = ExactIndex | CertifiedSQ8Index | FaissIndex | IVFIndex | AutoIndex
 
-# The search-backend options of every system that owns a k-NN store (IndexedSystem: the
-# substrates, knn_lm); ocrr.index.options documents what each does.
-INDEX_OPTIONS = {
-    "index": Option(kind=str, choices=KINDS, help="search backend; exact: numpy brute force over the ledger"),
-    "hnsw_m": Option(kind=int, low=1, help="HNSW graph degree M"),
-    "ef_construction": Option(kind=int, low=1, help="HNSW efConstruction"),
-    "ef_search": Option(kind=int, low=1, help="HNSW efSearch"),
-    "auto_threshold": Option(kind=int, low=1, help="auto kinds: entries before exact search hands over"),
-    "force_exact": Option(kind=bool, help="exact search whatever `index` says (100 % recall at any scale)"),
-    "nlist": Option(kind=int, low=0, help="IVF lists; 0: chosen from the size at training"),
-    "nprobe": Option(kind=int, low=1, help="IVF lists searched per query"),
-    "rerank": Option(kind=int, low=1, help="IVF candidates re-ranked with the float32 vectors"),
-    "target_recall": Option(kind=float, low=0, high=1, help="IVF: tune nprobe/rerank to this recall@k; 0: no tuning"),
-    "target_agreement": Option(
-        kind=float, low=0, lt=1, help="IVF: tune until its top-k gives the exact vote this often; 0: no tuning"
-    ),
-}
-
-
-def index_arguments(arguments: dict) -> dict:
-    """The INDEX_OPTIONS among a constructor's arguments (``locals()``), for ``_set_index_options``."""
-    return {key: arguments[key] for key in INDEX_OPTIONS}
-
 
 class Substrate(IndexedSystem, System):
     """Append-only ledger + cosine k-NN + margin-band majority vote.
@@ -67,18 +43,11 @@ class Substrate(IndexedSystem, System):
     Hyperparameters (paper Appendix B): k=5, margin=0.05, count weighting, max-similarity
     then recency tie-breaks. ``store_text`` keeps each item's text in the ledger entry.
 
-    Retrieval backend (paper 6.5): ``index`` is one of ocrr.index.KINDS -- ``exact``
-    (default; numpy brute force reading the ledger's own vector buffer, no second copy),
-    ``hnsw`` (FAISS HNSW, M=``hnsw_m``, efConstruction=``ef_construction``,
-    efSearch=``ef_search``), ``auto`` (exact until ``auto_threshold`` entries, then HNSW),
-    and the 8-bit compressed ``exact_sq8``, ``hnsw_sq8``, ``auto_sq8``, ``certified_sq8`` (an 8-bit
-    scan proven to answer as ``exact``); ``ivf``, ``ivf_sq8``,
-    ``ivf_pq`` (FAISS inverted lists re-ranked from the ledger's float32 vectors; ``nlist``,
-    ``nprobe``, ``rerank``, ``target_recall``, and ``target_agreement``: tuned until the
-    vote over the IVF top-k equals the vote over the exact top-k on held-out stored entries,
-    with a Wilson lower bound; see ocrr.index.ivf). ``force_exact=True``
-    overrides ``index`` with exact search: the 100 %-recall mode at any scale. The ledger
-    is the store of record; the index is a cache of it (``rebuild_index``), and
+    Retrieval backend (paper 6.5): the index options declared in ocrr.index.options
+    (``ocrr systems substrate`` lists them): ``index`` is one of ocrr.index.KINDS, ``exact``
+    by default (numpy brute force reading the ledger's own vector buffer, no second copy);
+    ``force_exact=True`` overrides it with exact search, the 100 %-recall mode at any scale.
+    The ledger is the store of record; the index is a cache of it (``rebuild_index``), and
     ``verify_recall`` measures how much of the exact top-k an approximate index finds.
 
     ``vectors_on_disk=<folder>`` keeps the ledger's float32 vectors in a memory-mapped
@@ -97,7 +66,6 @@ class Substrate(IndexedSystem, System):
         "tiebreak_maxsim": Option(kind=bool, help="break count ties by the highest similarity"),
         "tiebreak_recency": Option(kind=bool, help="then by the newest entry"),
         "store_text": Option(kind=bool, help="keep each item's text in its ledger entry"),
-        **INDEX_OPTIONS,
         "vectors_on_disk": Option(
             kind=str, allow_none=True, help="folder for a memory-mapped vector file instead of RAM (how, not what)"
         ),
@@ -111,21 +79,11 @@ class Substrate(IndexedSystem, System):
         tiebreak_maxsim: bool = True,
         tiebreak_recency: bool = True,
         store_text: bool = True,
-        index: str = "exact",
-        hnsw_m: int = 16,
-        ef_construction: int = 200,
-        ef_search: int = 64,
-        auto_threshold: int = 200_000,
-        force_exact: bool = False,
-        nlist: int = 0,
-        nprobe: int = 16,
-        rerank: int = 100,
-        target_recall: float = 0.0,
-        target_agreement: float = 0.0,
         vectors_on_disk: str | None = None,
         labels=None,
         seed: int = 0,
         name: str = "substrate",
+        **index_options,  # INDEX_OPTIONS (ocrr.index.options): index, hnsw_m, …, target_agreement
     ):
         self.name = name
         self.k = k
@@ -135,7 +93,7 @@ class Substrate(IndexedSystem, System):
         self.tiebreak_recency = tiebreak_recency
         self.store_text = store_text
         self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
-        self._set_index_options(**index_arguments(locals()))
+        super().__init__(**index_options)
         self.labels = labels
         self.seed = seed
         self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
