@@ -31,7 +31,7 @@ from ocrr.ledger.signed_state import SignedState, default_state_path
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
-from ocrr.service.metrics import Counters, prometheus_text, witness_metrics
+from ocrr.service.metrics import Counters, Scrape
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.persistent import PersistentSubstrate, open_substrate
 
@@ -231,12 +231,12 @@ class ServiceState:
         with self.lock:
             counters.publish(commits=self.substrate.ledger.commits)  # this worker's, current
             totals = counters.totals()
-        entries = len(self.substrate.ledger)
-        text = prometheus_text(totals, entries, self.workers, time.time() - self.started)
+        entries, witnessed = len(self.substrate.ledger), None
         if self.witnessed is not None:
             head, _ = self.witnessed.load()
-            text += witness_metrics(totals, None if head is None else head.size, entries)
-        return text
+            witnessed = None if head is None else head.size
+        uptime = time.time() - self.started
+        return Scrape(totals, entries, self.workers, uptime, self.witnessed is not None, witnessed).text()
 
     def start_witnessing(self) -> None:
         """Start obtaining cosignatures (``ocrr serve --witness``; one process per service)."""
