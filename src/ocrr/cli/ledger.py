@@ -240,11 +240,10 @@ def _cmd_prove(args) -> int:
         raise OcrrError(
             f"need 0 <= --entry < --size <= {report.size} (the log's size); got entry {args.entry}, size {size}"
         )
-    i, tree = args.entry, scan.tree
+    i = args.entry
     vector, prev = scan.vectors[i].astype("<f4").tobytes(), scan.hashes[i - 1] if i else GENESIS
     entry = {**entry_fields(i, scan.labels[i], scan.texts[i], vector, prev), "hash": b64(scan.hashes[i])}
-    proof = InclusionProof(i, size, tree.root(size), tree.node(0, i), tree.inclusion_proof(i, size))
-    _print({**proof.to_dict(), "entry": entry})
+    _print({**InclusionProof.of(scan.tree, i, size).to_dict(), "entry": entry})
     return 0
 
 
@@ -253,11 +252,7 @@ def _cmd_consistency(args) -> int:
     size2 = report.size if args.size2 is None else args.size2
     if not 0 < args.size1 <= size2 <= report.size:
         raise OcrrError(f"need 0 < --from <= --to <= {report.size} (the log's size); got {args.size1} and {size2}")
-    tree = scan.tree
-    proof = ConsistencyProof(
-        args.size1, size2, tree.root(args.size1), tree.root(size2), tree.consistency_proof(args.size1, size2)
-    )
-    _print(proof.to_dict())
+    _print(ConsistencyProof.of(scan.tree, args.size1, size2).to_dict())
     return 0
 
 

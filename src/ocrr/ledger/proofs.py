@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import ProofError, b64, read_consistency, read_inclusion, unb64
 
 __all__ = ["b64", "unb64", "InclusionProof", "ConsistencyProof", "entry_fields"]
@@ -33,6 +34,11 @@ class InclusionProof:
     root: bytes
     leaf: bytes
     path: list[bytes]
+
+    @classmethod
+    def of(cls, tree: MerkleTree, index: int, size: int) -> InclusionProof:
+        """Entry ``index``'s proof in the log of the first ``size`` leaves of ``tree``."""
+        return cls(index, size, tree.root(size), tree.node(0, index), tree.inclusion_proof(index, size))
 
     def to_dict(self) -> dict:
         return {
@@ -63,6 +69,11 @@ class ConsistencyProof:
     root1: bytes
     root2: bytes
     path: list[bytes]
+
+    @classmethod
+    def of(cls, tree: MerkleTree, size1: int, size2: int) -> ConsistencyProof:
+        """The proof that the first ``size1`` leaves of ``tree`` are a prefix of its first ``size2``."""
+        return cls(size1, size2, tree.root(size1), tree.root(size2), tree.consistency_proof(size1, size2))
 
     def to_dict(self) -> dict:
         return {

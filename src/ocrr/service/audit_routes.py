@@ -268,10 +268,10 @@ class AuditRoutes:
                     f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
                     "ask for 0 <= index < size <= the ledger's size",
                 )
-            leaf, proof, root = led.tree.node(0, index), led.inclusion_proof(index, n), led.root(n)
+            proof = InclusionProof.of(led.tree, index, n)
         ((i, label, text, vector, prev, raw),) = served_entries(self.state, led, index, index + 1)
         entry = {**entry_fields(i, label, text, vector, prev), "bytes": b64(raw)}
-        return {**InclusionProof(index, n, root, leaf, proof).to_dict(), "entry": entry}
+        return {**proof.to_dict(), "entry": entry}
 
 
 def _no_tile(size: int, tile: Tile, have: int) -> str:

@@ -311,8 +311,7 @@ class Routes:
                     f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
                     "ask for 0 <= index < size <= the ledger's size",
                 )
-            leaf, proof = led.tree.node(0, index), led.inclusion_proof(index, n)
-            return InclusionProof(index, n, led.root(n), leaf, proof).to_dict()
+            return InclusionProof.of(led.tree, index, n).to_dict()
 
     def consistency(
         self,
@@ -327,8 +326,7 @@ class Routes:
                     f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
                     "ask for 1 <= from <= to <= the ledger's size",
                 )
-            proof = led.consistency_proof(size1, n)
-            return ConsistencyProof(size1, n, led.root(size1), led.root(n), proof).to_dict()
+            return ConsistencyProof.of(led.tree, size1, n).to_dict()
 
     def verify(self, request: Request) -> dict:
         """Rehash the whole file and check it against what the service holds. Calls within
