@@ -73,6 +73,7 @@ from collections import Counter, deque
 from pathlib import Path
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 TOKEN = secrets.token_urlsafe(32)  # the service refuses weak tokens
 ORIGIN = "bench.invalid/ledger"  # the log's name when it signs (--sign, --witnesses)
@@ -856,9 +857,14 @@ def cpu_per_request(loads, server_cpu) -> float:
 
 
 def _metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
+    """The value of the sample ``name`` (``metric`` or ``metric{label="value",...}``) in a /metrics
+    text, 0 if absent; read with Prometheus's own parser, so the order of the labels and the
+    spelling of the numbers do not matter."""
+    ((wanted,),) = [f.samples for f in text_string_to_metric_families(name + " 0\n")]
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == wanted.name and sample.labels == wanted.labels:
+                return sample.value
     return 0.0
 
 

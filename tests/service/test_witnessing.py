@@ -77,7 +77,7 @@ def test_the_witnessed_head_is_served_only_as_its_file_verifies(tmp_path):
         r = requests.get(f"{url}/checkpoint", timeout=10)
         assert r.status_code == 200 and r.text == cosigned
         metrics = requests.get(f"{url}/metrics", timeout=10).text
-        assert f"ocrr_witnessed_size {size}\n" in metrics and "ocrr_witness_lag_entries 0\n" in metrics
+        assert f"ocrr_witnessed_size {float(size)}\n" in metrics and "ocrr_witness_lag_entries 0.0\n" in metrics
         path.write_text(note)  # the log's signature alone: below the quorum
         r = requests.get(f"{url}/checkpoint", timeout=10)
         assert r.status_code == 503 and "is refused" in r.json()["detail"] and "fewer than the quorum" in r.text

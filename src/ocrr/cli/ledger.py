@@ -8,7 +8,6 @@ stdout so its output can be piped to the standalone verifier or a witness.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from ocrr.ledger.location import (
     import_jsonl,
     scan_location,
 )
+from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64, entry_fields, unb64
 from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path
 from ocrr.ledger.transfer import root_bytes
 from ocrr.ledger.verify import (
@@ -161,10 +161,6 @@ def _print(obj) -> None:
     sys.stdout.write("\n")
 
 
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
-
-
 def _scan(path: Path | str, quick: bool = False):
     report, scan = scan_location(path, "checkpoint" if quick else "full")
     if not report:
@@ -206,7 +202,7 @@ def _cmd_verify(args) -> int:
 
 
 def _head(path: Path | str, report, scan, args):
-    head = TreeHead.now(report.size, base64.b64decode(report.root), base64.b64decode(report.chain_head))
+    head = TreeHead.now(report.size, unb64(report.root), unb64(report.chain_head))
     if args.key is None:
         if args.signed_state is not None:
             raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
@@ -245,24 +241,9 @@ def _cmd_prove(args) -> int:
             f"need 0 <= --entry < --size <= {report.size} (the log's size); got entry {args.entry}, size {size}"
         )
     i = args.entry
-    entry = {
-        "id": i,
-        "label": scan.labels[i],
-        "text": scan.texts[i],
-        "vector": _b64(scan.vectors[i].astype("<f4").tobytes()),
-        "prev_hash": _b64(scan.hashes[i - 1] if i else GENESIS),
-        "hash": _b64(scan.hashes[i]),
-    }
-    _print(
-        {
-            "index": i,
-            "size": size,
-            "root": _b64(scan.tree.root(size)),
-            "leaf_hash": _b64(scan.tree.node(0, i)),
-            "proof": [_b64(p) for p in scan.tree.inclusion_proof(i, size)],
-            "entry": entry,
-        }
-    )
+    vector, prev = scan.vectors[i].astype("<f4").tobytes(), scan.hashes[i - 1] if i else GENESIS
+    entry = {**entry_fields(i, scan.labels[i], scan.texts[i], vector, prev), "hash": b64(scan.hashes[i])}
+    _print({**InclusionProof.of(scan.tree, i, size).to_dict(), "entry": entry})
     return 0
 
 
@@ -271,15 +252,7 @@ def _cmd_consistency(args) -> int:
     size2 = report.size if args.size2 is None else args.size2
     if not 0 < args.size1 <= size2 <= report.size:
         raise OcrrError(f"need 0 < --from <= --to <= {report.size} (the log's size); got {args.size1} and {size2}")
-    _print(
-        {
-            "from": args.size1,
-            "to": size2,
-            "root_from": _b64(scan.tree.root(args.size1)),
-            "root_to": _b64(scan.tree.root(size2)),
-            "proof": [_b64(p) for p in scan.tree.consistency_proof(args.size1, size2)],
-        }
-    )
+    _print(ConsistencyProof.of(scan.tree, args.size1, size2).to_dict())
     return 0
 
 
@@ -293,7 +266,7 @@ def _cmd_check(args) -> int:
     except (ProofError, KeyError, ValueError, TypeError) as e:
         _print({"ok": False, "reason": str(e)})
         return 1
-    _print({"ok": True, "kind": args.kind, "trusted_size": trusted[0], "trusted_root": _b64(trusted[1])})
+    _print({"ok": True, "kind": args.kind, "trusted_size": trusted[0], "trusted_root": b64(trusted[1])})
     return 0
 
 
@@ -324,8 +297,8 @@ def _cmd_import(args) -> int:
             {
                 "path": display(args.path),
                 "size": len(ledger),
-                "root": _b64(ledger.root()),
-                "chain_head": _b64(ledger.chain_head),
+                "root": b64(ledger.root()),
+                "chain_head": b64(ledger.chain_head),
             }
         )
     return 0

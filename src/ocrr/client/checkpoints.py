@@ -11,8 +11,6 @@ signed roots, never against the roots the proof carries).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +18,7 @@ from ocrr.client.errors import BadSignature, ForkDetected, QuorumNotMet, Rollbac
 from ocrr.errors import OcrrError
 from ocrr.ledger.cosignature import check_cosigner_vkey, check_quorum
 from ocrr.ledger.heads import check_vkey, verify_checkpoint
+from ocrr.ledger.proofs import ConsistencyProof, b64
 from ocrr.ledger.verify import ProofError, verify_consistency
 
 __all__ = ["Checkpoint", "CheckpointVerifier", "QuorumCheck", "check_extends"]
@@ -46,7 +45,7 @@ class Checkpoint:
         return {
             "origin": self.origin,
             "size": self.size,
-            "root": base64.b64encode(self.root).decode("ascii"),
+            "root": b64(self.root),
             "cosigners": [{"witness": name, "time": when} for name, when in self.cosigners],
             "checkpoint": self.note,
         }
@@ -120,12 +119,10 @@ def check_extends(held: Checkpoint, new: Checkpoint, consistency: ConsistencySou
         return  # every log extends the empty log
     doc = consistency(held.size, new.size)
     try:
-        if not isinstance(doc, dict) or (doc.get("from"), doc.get("to")) != (held.size, new.size):
+        proof = ConsistencyProof.from_dict(doc)
+        if (proof.size1, proof.size2) != (held.size, new.size):
             raise ProofError(f"the proof is not from {held.size} to {new.size}")
-        proof = doc.get("proof")
-        if not isinstance(proof, list):
-            raise ProofError("the proof has no list of hashes")
-        verify_consistency(held.size, new.size, [_hash(p) for p in proof], held.root, new.root)
+        verify_consistency(held.size, new.size, proof.path, held.root, new.root)  # the signed roots, not the proof's
     except ProofError as e:
         raise ForkDetected(
             f"fork: the service cannot prove that its checkpoint of {new.size} entries extends the one of "
@@ -134,12 +131,3 @@ def check_extends(held: Checkpoint, new: Checkpoint, consistency: ConsistencySou
             held.note,
             new.note,
         ) from None
-
-
-def _hash(text: object) -> bytes:
-    if not isinstance(text, str):
-        raise ProofError(f"a proof hash must be a base64 string, got {type(text).__name__}")
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProofError(f"{text[:60]!r} is not base64") from None

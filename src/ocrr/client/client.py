@@ -13,7 +13,6 @@ head over a newer one.
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from ocrr.client.errors import BadProof, QuorumNotMet, ServiceUnavailable
 from ocrr.client.transport import DEFAULT_TIMEOUT, Transport
 from ocrr.client.trusted_state import MemoryState, TrustedState
 from ocrr.errors import OcrrError
+from ocrr.ledger.proofs import b64, unb64
 
 __all__ = ["Client", "Correction"]
 
@@ -188,12 +188,12 @@ def _items_body(items) -> dict:
     vectors = np.asarray(items, dtype=np.float32)
     if vectors.ndim != 2 or not vectors.size:
         raise OcrrError(f"vectors must be an (n, d) array with n, d >= 1, got shape {vectors.shape}")
-    return {"vectors_b64": [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]}
+    return {"vectors_b64": [b64(v.astype("<f4").tobytes()) for v in vectors]}
 
 
 def _sent(body: dict) -> list[Sent]:
     labels, texts = body["labels"], body.get("texts")
-    vectors = [base64.b64decode(v) for v in body["vectors_b64"]] if "vectors_b64" in body else None
+    vectors = [unb64(v) for v in body["vectors_b64"]] if "vectors_b64" in body else None
     n = len(vectors) if vectors is not None else len(texts or ())
     if len(labels) != n or (texts is not None and len(texts) != n):
         raise OcrrError(

@@ -13,14 +13,13 @@ only its label and text are checked against what was sent.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ocrr.client.checkpoints import Checkpoint
 from ocrr.client.errors import BadProof, EntryMismatch
+from ocrr.ledger.proofs import InclusionProof, b64, unb64
 from ocrr.ledger.verify import ProofError, entry_bytes, leaf_hash, verify_inclusion
 
 __all__ = ["Sent", "check_sent_entries"]
@@ -82,7 +81,7 @@ def _compare(i: int, item: Sent, stored: dict) -> None:
         ("text", item.text, stored.get("text")),
     ]
     if item.vector is not None:
-        fields.append(("vector", base64.b64encode(item.vector).decode("ascii"), stored.get("vector")))
+        fields.append(("vector", b64(item.vector), stored.get("vector")))
     for name, mine, theirs in fields:
         if mine != theirs:
             raise EntryMismatch(
@@ -95,24 +94,24 @@ def _compare(i: int, item: Sent, stored: dict) -> None:
 
 def _included(i: int, leaf: bytes, doc: object, checkpoint: Checkpoint, where: str) -> None:
     """``leaf`` is entry ``i`` of the log ``checkpoint`` signs, by the proof in ``doc``."""
-    if not isinstance(doc, dict) or doc.get("index") != i or doc.get("size") != checkpoint.size:
+    try:
+        proof = InclusionProof.from_dict(doc)
+    except ProofError as e:
+        raise BadProof(f"{where}: the proof of entry {i} is malformed ({e})", {"checkpoint": checkpoint.note}) from None
+    if (proof.index, proof.size) != (i, checkpoint.size):
         raise BadProof(
             f"{where} holds no proof of entry {i} in the log of {checkpoint.size} entries the checkpoint signs",
             {"checkpoint": checkpoint.note},
         )
-    proof = doc.get("proof")
-    if not isinstance(proof, list):
-        raise BadProof(f"{where}: the proof of entry {i} has no list of hashes", {"checkpoint": checkpoint.note})
-    path = [_decode(p, f"a hash of the proof of entry {i}") for p in proof]
-    try:
-        verify_inclusion(i, checkpoint.size, leaf, path, checkpoint.root)
+    try:  # against the signed root, not the one the proof carries
+        verify_inclusion(i, checkpoint.size, leaf, proof.path, checkpoint.root)
         return
     except ProofError as e:
         mine = e
+    theirs = proof.leaf
     try:  # does the proof hold for the leaf the service says it stored? then it stored other bytes
-        theirs = _decode(doc.get("leaf_hash"), f"entry {i}'s leaf_hash")
-        verify_inclusion(i, checkpoint.size, theirs, path, checkpoint.root)
-    except (ProofError, BadProof):
+        verify_inclusion(i, checkpoint.size, theirs, proof.path, checkpoint.root)
+    except ProofError:
         raise BadProof(
             f"{where}: the inclusion proof of entry {i} does not lead to the signed root ({mine}); the service "
             "sent a broken or forged proof",
@@ -120,24 +119,18 @@ def _included(i: int, leaf: bytes, doc: object, checkpoint: Checkpoint, where: s
         ) from None
     raise EntryMismatch(
         f"entry {i}: the signed log holds other bytes than the correction you sent (its leaf is "
-        f"{_b64(theirs)}, yours {_b64(leaf)}): the service "
+        f"{b64(theirs)}, yours {b64(leaf)}): the service "
         "stored something other than what you sent; report it to its operator with this evidence",
         i,
-        {"checkpoint": checkpoint.note, "stored_leaf": doc.get("leaf_hash"), "sent_leaf": _b64(leaf)},
+        {"checkpoint": checkpoint.note, "stored_leaf": b64(theirs), "sent_leaf": b64(leaf)},
     )
 
 
 def _decode(text: object, what: str) -> bytes:
-    if not isinstance(text, str):
-        raise BadProof(f"{what} must be a base64 string, got {type(text).__name__}")
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadProof(f"{what} {text[:60]!r} is not base64") from None
-
-
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
+        return unb64(text)
+    except ProofError as e:
+        raise BadProof(f"{what} is not base64 ({e})") from None
 
 
 def _short(value: object) -> str:

@@ -13,7 +13,6 @@ holding another log's head, is refused rather than trusted.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 from ocrr.client.checkpoints import Checkpoint, CheckpointVerifier
 from ocrr.client.errors import ClientError
 from ocrr.errors import OcrrError
+from ocrr.ledger.proofs import b64
 
 __all__ = ["TrustedState", "MemoryState"]
 
@@ -113,7 +113,7 @@ class TrustedState:
             "version": _VERSION,
             "origin": checkpoint.origin,
             "size": checkpoint.size,
-            "root": base64.b64encode(checkpoint.root).decode("ascii"),
+            "root": b64(checkpoint.root),
             "cosigners": [{"witness": w, "time": t} for w, t in checkpoint.cosigners],
             "checkpoint": checkpoint.note,
         }

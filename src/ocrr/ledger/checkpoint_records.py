@@ -16,14 +16,13 @@ otherwise ignored.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer, check_origin, verify_note
+from ocrr.ledger.proofs import ProofError, b64, unb64
 
 __all__ = ["RECORD_TAG", "Records", "record_note", "sort_records"]
 
@@ -36,11 +35,7 @@ _VERIFIED_KEPT = 4096
 
 def record_note(signer: Signer, size: int, root: bytes, chain_head: bytes) -> str:
     """The signed note kept with the checkpoint row of ``size``."""
-    return signer.sign_note(f"{RECORD_TAG}\n{check_origin(signer.origin)}\n{size}\n{_b64(root)}\n{_b64(chain_head)}\n")
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
+    return signer.sign_note(f"{RECORD_TAG}\n{check_origin(signer.origin)}\n{size}\n{b64(root)}\n{b64(chain_head)}\n")
 
 
 @dataclass(frozen=True)
@@ -123,10 +118,10 @@ def _signed(note: str, vkey: str) -> tuple[int, bytes, bytes] | str:
 def _strict_hash(text: str) -> bytes | None:
     """32 bytes from their canonical base64, or None."""
     try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        raw = unb64(text)
+    except ProofError:
         return None
-    return raw if len(raw) == 32 and _b64(raw) == text else None
+    return raw if len(raw) == 32 else None
 
 
 def _as_bytes(value) -> bytes | None:

@@ -33,10 +33,9 @@ from ocrr.ledger.heads import (
     parse_size,
     public_key,
     save_private_key,
-    strict_b64,
     valid_key_name,
 )
-from ocrr.ledger.scan import b64
+from ocrr.ledger.proofs import b64, unb64
 
 __all__ = [
     "Cosigner",
@@ -136,7 +135,7 @@ def _cosigner_key(vkey: str):
         if not isinstance(vkey, str):
             raise ValueError("not a string")
         name, key_id, key_b64 = vkey.strip().split("+", 2)
-        raw = strict_b64(key_b64)
+        raw = unb64(key_b64)
     except ValueError as e:
         raise OcrrError(f"bad witness verifier key {vkey!r} ({e}); {_VKEY_FIX}") from None
     if raw[:1] == _ED25519:

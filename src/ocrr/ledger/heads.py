@@ -50,6 +50,9 @@ _MAX_TREE_SIZE = 2**63 - 1  # what Go's sumdb/tlog (int64) can hold
 _NOTE_FIX = "pass the note exactly as `ocrr ledger head` or the service's /head printed it"
 
 
+# heads keeps its own base64 pair: the standalone verifier (verify.py, where ocrr.ledger.proofs takes
+# the pair the rest of ocrr uses) checks checkpoint signatures with this module, so this one cannot
+# import it back.
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 

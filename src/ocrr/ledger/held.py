@@ -37,7 +37,7 @@ from ocrr.ledger.group_commit import GroupCommit, Pending
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
 from ocrr.ledger.tail import StoredTail, check_tail
-from ocrr.ledger.verify import entry_bytes
+from ocrr.ledger.verify import entry_bytes, leaf_hash
 from ocrr.utils.rwlock import RWLock
 
 __all__ = ["Apply", "HeldLedger", "damage_in"]
@@ -237,7 +237,7 @@ class HeldLedger(GroupCommit):
                 pre = entry_bytes(n, label, text, raw, prev)
                 digest = hashlib.sha256(pre).digest()
                 rows.append((n, label, text, raw, prev, digest))
-                nodes.extend(self.tree.append(hashlib.sha256(b"\x00" + pre).digest()))
+                nodes.extend(self.tree.append(leaf_hash(pre)))
                 digests.append(digest)
                 prev, n = digest, n + 1
         return rows, nodes, digests, n0

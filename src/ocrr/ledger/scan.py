@@ -12,7 +12,6 @@ them, so a row is judged the same way wherever it comes from.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -21,7 +20,8 @@ import numpy as np
 
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.verify import entry_bytes
+from ocrr.ledger.proofs import b64
+from ocrr.ledger.verify import entry_bytes, leaf_hash
 
 __all__ = [
     "Damage",
@@ -97,7 +97,7 @@ def check_entry(
     pre = entry_bytes(i, label, text, vec, prev_hash)
     if hashlib.sha256(pre).digest() != digest:
         raise Damage(i, f"entry {i}: stored hash does not match its contents (label, text or vector changed)")
-    return hashlib.sha256(b"\x00" + pre).digest()
+    return leaf_hash(pre)
 
 
 def check_stored_rows(
@@ -160,7 +160,3 @@ def ok_report(scan: Scan) -> LedgerReport:
         scan.ignored_checkpoints,
         scan.ignored_why,
     )
-
-
-def b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")

@@ -27,7 +27,6 @@ be told from a first start; the log then trusts the ledger as it finds it.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Protocol
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import Signer, TreeHead, parse_signed_note
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.proofs import b64, unb64
 from ocrr.ledger.verify import ProofError, verify_consistency
 
 __all__ = ["SignedState", "HeldLog", "FixedLog", "default_state_path"]
@@ -79,10 +79,6 @@ def default_state_path(key: str | os.PathLike[str]) -> Path:
     """Where the record of what ``key`` signed is kept unless told otherwise: beside it."""
     key = Path(key).expanduser()
     return key.with_name(key.name + ".signed")
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -214,21 +210,21 @@ class SignedState:
         if have < last.size:
             what = (
                 f"the ledger holds {have} entries, but this key signed a head of size {last.size} "
-                f"(root {_b64(last.root)}): the ledger was rewound to an older copy"
+                f"(root {b64(last.root)}): the ledger was rewound to an older copy"
             )
         elif size == last.size:
             what = (
-                f"the ledger's root at size {size} is {_b64(root)}, but this key signed root "
-                f"{_b64(last.root)} for that size: the ledger was forked (other entries)"
+                f"the ledger's root at size {size} is {b64(root)}, but this key signed root "
+                f"{b64(last.root)} for that size: the ledger was forked (other entries)"
             )
         else:
             what = (
-                f"the head of size {size} (root {_b64(root)}) does not extend the head of size "
-                f"{last.size} (root {_b64(last.root)}) this key signed ({why}): the ledger was forked"
+                f"the head of size {size} (root {b64(root)}) does not extend the head of size "
+                f"{last.size} (root {b64(last.root)}) this key signed ({why}): the ledger was forked"
             )
         return (
             f"refusing to sign under {self.origin}: {what}. Restore the newer copy of the ledger (one "
-            f"that extends size {last.size}, root {_b64(last.root)}); only if going back is deliberate, "
+            f"that extends size {last.size}, root {b64(last.root)}); only if going back is deliberate, "
             f"move {self.path} aside and restart, and know that clients holding the later head will "
             "see a fork (two roots for one size under this key)"
         )
@@ -325,10 +321,10 @@ class SignedState:
         if not _SIZE.fullmatch(lines[2]):
             raise self._foreign(f"its size {lines[2][:30]!r} is not a decimal number")
         try:
-            root = base64.b64decode(lines[3], validate=True)
-        except ValueError:
+            root = unb64(lines[3])
+        except ProofError:
             root = b""
-        if len(root) != 32 or _b64(root) != lines[3]:
+        if len(root) != 32:
             raise self._foreign("its root is not a canonical base64 SHA-256 hash")
         return _Signed(int(lines[2]), root)
 
@@ -343,7 +339,7 @@ class SignedState:
     def _write(self, signed: _Signed) -> None:
         """Write ``signed`` into the slot not holding the current record, and fdatasync (the
         first write also fsyncs the folder, which then holds a new file)."""
-        note = self._signer.sign_note(f"{_TAG}\n{self.origin}\n{signed.size}\n{_b64(signed.root)}\n").encode()
+        note = self._signer.sign_note(f"{_TAG}\n{self.origin}\n{signed.size}\n{b64(signed.root)}\n").encode()
         if len(note) > _SLOT:
             raise OcrrError(
                 f"the origin {self.origin[:60]!r}… is too long for the record of signed heads; pick a shorter --origin"

@@ -17,7 +17,6 @@ engines' part.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Iterator
@@ -28,8 +27,9 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import verify_checkpoint
+from ocrr.ledger.proofs import b64, unb64
 from ocrr.ledger.rows import check_dim, check_rows
-from ocrr.ledger.scan import LedgerReport, Scan, b64
+from ocrr.ledger.scan import LedgerReport, Scan
 
 __all__ = [
     "FORMAT",
@@ -133,7 +133,7 @@ def root_bytes(root: bytes | str | None) -> bytes | None:
     else:
         text = root.strip()
         try:
-            raw = bytes.fromhex(text) if len(text) == 64 else base64.b64decode(text, validate=True)
+            raw = bytes.fromhex(text) if len(text) == 64 else unb64(text)
         except ValueError:
             raw = None
     if raw is not None and len(raw) != 32:
@@ -217,8 +217,8 @@ def parse_entry(obj: dict, expected_id: int, src: Path, lineno: int) -> tuple:
             raise ValueError(f"id {obj['id']!r} is not an integer")
         if obj["id"] != expected_id:
             raise ValueError(f"id {obj['id']!r}, expected {expected_id}")
-        vec = np.frombuffer(base64.b64decode(obj["vector"], validate=True), "<f4")
-        return (vec, obj["label"], obj.get("text"), base64.b64decode(obj["hash"], validate=True))
+        vec = np.frombuffer(unb64(obj["vector"]), "<f4")
+        return (vec, obj["label"], obj.get("text"), unb64(obj["hash"]))
     except (KeyError, ValueError, TypeError) as e:
         raise OcrrError(f"{src}:{lineno} is not a valid entry ({e}); the export was edited") from None
 

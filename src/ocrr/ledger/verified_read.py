@@ -18,7 +18,7 @@ from typing import NamedTuple, Protocol
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.verify import entry_bytes
+from ocrr.ledger.verify import entry_bytes, leaf_hash
 
 __all__ = ["EntryReader", "HeldLog", "VerifiedEntry", "read_verified"]
 
@@ -98,6 +98,6 @@ def _checked(i: int, row: tuple, held: HeldLog) -> VerifiedEntry:
         raise LedgerIntegrityError(
             f"entry {i} in storage differs from the entry the ledger holds (edited behind the ledger's back)", i
         )
-    if hashlib.sha256(b"\x00" + raw).digest() != held.tree.node(0, i):
+    if leaf_hash(raw) != held.tree.node(0, i):
         raise LedgerIntegrityError(f"entry {i} in storage does not hash to the leaf the ledger's tree holds", i)
     return VerifiedEntry(i, label, text, bytes(vector), bytes(prev_hash), raw)

@@ -38,6 +38,10 @@ __all__ = [
     "root_from_inclusion_proof",
     "verify_inclusion",
     "verify_consistency",
+    "b64",
+    "unb64",
+    "read_inclusion",
+    "read_consistency",
     "check_inclusion_document",
     "check_consistency_document",
     "CannotCheck",
@@ -217,14 +221,51 @@ def verify_consistency(size1: int, size2: int, proof: list[bytes] | None, root1:
         raise ProofError(f"proof does not lead to root2 (the log of size {size2})")
 
 
-def _b64(s: str) -> bytes:
-    """Standard base64 in its canonical spelling only (padded, unused bits zero)."""
+# -- base64: the one pair ocrr writes and reads hashes, keys and vectors with --------------------
+# (here, not in ocrr.ledger.proofs, which re-exports them: this file must stand alone)
+
+
+def b64(raw: bytes) -> str:
+    """Standard base64 (RFC 4648 section 4), padded: the spelling of every hash ocrr hands out."""
+    return base64.b64encode(raw).decode("ascii")
+
+
+def unb64(s: object) -> bytes:
+    """The bytes of standard base64 in its one canonical spelling (padded, no other characters,
+    unused bits zero), so that one value has one spelling; ProofError otherwise."""
     if not isinstance(s, str):
         raise ProofError(f"expected a base64 string, got {type(s).__name__}")
-    raw = base64.b64decode(s, validate=True)
-    if base64.b64encode(raw).decode("ascii") != s:
-        raise ValueError(f"{s[:60]!r} is not canonical standard base64")
+    try:
+        raw = base64.b64decode(s, validate=True)
+    except ValueError:  # binascii.Error, or a str with non-ASCII characters
+        raw = None
+    if raw is None or b64(raw) != s:
+        raise ProofError(f"{s[:60]!r} is not canonical standard base64")
     return raw
+
+
+# -- proof documents: the JSON ``ocrr ledger prove`` / ``consistency`` and the service hand out -------
+
+
+def read_inclusion(doc: dict) -> tuple[int, int, bytes, bytes | None, list[bytes]]:
+    """(index, size, root, leaf_hash or None when absent, proof hashes) of an inclusion proof
+    document ``{"index", "size", "root", "leaf_hash", "proof"}``, its fields checked for type
+    and base64; ProofError naming the first that is not. Nothing is verified yet."""
+    index = _check_size(_field(doc, "index", int), "index")
+    size = _check_size(_field(doc, "size", int), "size")
+    root = unb64(_field(doc, "root", str))
+    leaf = unb64(doc["leaf_hash"]) if "leaf_hash" in doc else None
+    return index, size, root, leaf, [unb64(p) for p in _field(doc, "proof", list)]
+
+
+def read_consistency(doc: dict) -> tuple[int, int, bytes | None, bytes | None, list[bytes]]:
+    """(from, to, root_from, root_to, proof hashes) of a consistency proof document
+    ``{"from", "to", "root_from", "root_to", "proof"}`` (a root absent: None), its fields checked
+    for type and base64; ProofError naming the first that is not. Nothing is verified yet."""
+    size1 = _check_size(_field(doc, "from", int), "from")
+    size2 = _check_size(_field(doc, "to", int), "to")
+    root1, root2 = (unb64(doc[name]) if name in doc else None for name in ("root_from", "root_to"))
+    return size1, size2, root1, root2, [unb64(p) for p in _field(doc, "proof", list)]
 
 
 # -- proof documents, checked against a root the caller trusts -------------------------------
@@ -243,23 +284,22 @@ def check_inclusion_document(
     ``entry.id``) is rejected. A proof for a smaller log needs ``consistency``, a consistency
     proof document from its size to ``trusted_size``."""
     entry = _field(doc, "entry", dict)
-    index, size = _check_size(_field(doc, "index", int), "index"), _field(doc, "size", int)
+    index, size, root, stated_leaf, proof = read_inclusion(doc)
     if _field(entry, "id", int) != index:
         raise ProofError(f"entry.id {entry['id']} contradicts the proof's index {index}")
     text = entry.get("text")
     if text is not None and not isinstance(text, str):
         raise ProofError(f"entry.text must be a string or null, got {type(text).__name__}")
-    vector, prev_hash = _b64(_field(entry, "vector", str)), _b64(_field(entry, "prev_hash", str))
+    vector, prev_hash = unb64(_field(entry, "vector", str)), unb64(_field(entry, "prev_hash", str))
     raw = entry_bytes(index, _field(entry, "label", str), text, vector, prev_hash)
-    if "bytes" in entry and _b64(entry["bytes"]) != raw:
+    if "bytes" in entry and unb64(entry["bytes"]) != raw:
         raise ProofError("entry.bytes contradicts the entry's fields (they encode other bytes)")
-    if "hash" in entry and _b64(entry["hash"]) != hashlib.sha256(raw).digest():
+    if "hash" in entry and unb64(entry["hash"]) != hashlib.sha256(raw).digest():
         raise ProofError("entry.hash contradicts the entry's fields (it is not their chain hash)")
     leaf = leaf_hash(raw)
-    if "leaf_hash" in doc and _b64(doc["leaf_hash"]) != leaf:
+    if stated_leaf is not None and stated_leaf != leaf:
         raise ProofError("leaf_hash contradicts the entry (the entry's fields hash to another leaf)")
-    root = _b64(doc["root"])
-    verify_inclusion(index, size, leaf, [_b64(p) for p in _field(doc, "proof", list)], root)
+    verify_inclusion(index, size, leaf, proof, root)
     _extends_to_trusted(size, root, trusted_size, trusted_root, consistency)
 
 
@@ -267,9 +307,10 @@ def check_consistency_document(doc: dict, trusted_size: int, trusted_root: bytes
     """Raise ProofError unless ``doc`` (as ``ocrr ledger consistency`` or ``/proof/consistency``
     print it) proves that the log of size ``from`` is a prefix of the log of size ``to``, one
     of the two being the trusted log."""
-    size1, size2 = _field(doc, "from", int), _field(doc, "to", int)
-    root1, root2 = _b64(doc["root_from"]), _b64(doc["root_to"])
-    verify_consistency(size1, size2, [_b64(p) for p in _field(doc, "proof", list)], root1, root2)
+    size1, size2, root1, root2, proof = read_consistency(doc)
+    if root1 is None or root2 is None:
+        raise ProofError(f"the document has no {'root_from' if root1 is None else 'root_to'!r} field")
+    verify_consistency(size1, size2, proof, root1, root2)
     ends = {size1: root1, size2: root2}
     if trusted_size not in ends:
         raise ProofError(f"the trusted size {trusted_size} is neither end of this proof ({size1} to {size2})")
@@ -302,15 +343,12 @@ def _extends_to_trusted(
             f"proof from {size} to {trusted_size} (/proof/consistency?from={size}&to={trusted_size}, or "
             f"`ocrr ledger consistency --from {size} --to {trusted_size}`), or ask for the proof at size {trusted_size}"
         )
-    if (_field(consistency, "from", int), _field(consistency, "to", int)) != (size, trusted_size):
-        raise ProofError(
-            f"the consistency proof goes from {consistency['from']} to {consistency['to']}, "
-            f"not from {size} to {trusted_size}"
-        )
-    for name, held in (("root_from", root), ("root_to", trusted_root)):
-        if name in consistency and _b64(consistency[name]) != held:
+    size1, size2, root1, root2, proof = read_consistency(consistency)
+    if (size1, size2) != (size, trusted_size):
+        raise ProofError(f"the consistency proof goes from {size1} to {size2}, not from {size} to {trusted_size}")
+    for name, stated, held in (("root_from", root1, root), ("root_to", root2, trusted_root)):
+        if stated is not None and stated != held:
             raise ProofError(f"the consistency proof's {name} contradicts the roots being tied together")
-    proof = [_b64(p) for p in _field(consistency, "proof", list)]
     verify_consistency(size, trusted_size, proof, root, trusted_root)
 
 
@@ -388,7 +426,7 @@ def trusted_root_of(args) -> tuple[int, bytes]:
 def _root_arg(text: str) -> bytes:
     text = text.strip()
     try:
-        raw = bytes.fromhex(text) if len(text) == 2 * HASH_SIZE else _b64(text)
+        raw = bytes.fromhex(text) if len(text) == 2 * HASH_SIZE else unb64(text)
     except (ValueError, ProofError):
         raw = b""
     if len(raw) != HASH_SIZE:

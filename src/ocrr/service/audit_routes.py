@@ -24,7 +24,6 @@ removed in storage makes the service fail closed, and the request gets that 503.
 
 from __future__ import annotations
 
-import base64
 import hmac
 from typing import Annotated
 
@@ -33,6 +32,7 @@ from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from ocrr.errors import LedgerIntegrityError, OcrrError
+from ocrr.ledger.proofs import InclusionProof, b64, entry_fields
 from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.tiles import TILE_WIDTH, Tile, entry_bundle, parse_tile_path, tile_bytes, tile_width
 from ocrr.service.schemas import error_responses
@@ -44,10 +44,6 @@ PARTIAL_TILE_CACHE = "public, max-age=60"  # the same bytes forever too, but soo
 CHECKPOINT_CACHE = "no-cache"  # changes with every commit
 _TEXT = "text/plain; charset=utf-8"
 _OCTETS = "application/octet-stream"
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
 
 
 class EntryOut(BaseModel):
@@ -272,17 +268,10 @@ class AuditRoutes:
                     f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
                     "ask for 0 <= index < size <= the ledger's size",
                 )
-            leaf, proof, root = led.tree.node(0, index), led.inclusion_proof(index, n), led.root(n)
+            proof = InclusionProof.of(led.tree, index, n)
         ((i, label, text, vector, prev, raw),) = served_entries(self.state, led, index, index + 1)
-        entry = {"id": i, "label": label, "text": text, "vector": _b64(vector), "prev_hash": _b64(prev)}
-        return {
-            "index": index,
-            "size": n,
-            "root": _b64(root),
-            "leaf_hash": _b64(leaf),
-            "proof": [_b64(p) for p in proof],
-            "entry": {**entry, "bytes": _b64(raw)},
-        }
+        entry = {**entry_fields(i, label, text, vector, prev), "bytes": b64(raw)}
+        return {**proof.to_dict(), "entry": entry}
 
 
 def _no_tile(size: int, tile: Tile, have: int) -> str:

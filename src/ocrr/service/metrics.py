@@ -1,5 +1,6 @@
 """The service's metrics: counters summed over its worker processes, the middleware that
-times each request, and the Prometheus text ``/metrics`` answers with.
+times each request, and the Prometheus text ``/metrics`` answers with (``Scrape``,
+rendered by ``prometheus_client``).
 
 ``ocrr serve --workers N`` answers from N processes; a scrape of ``/metrics`` reaches
 one of them, and must still count every request. Each worker writes its own row of a
@@ -13,9 +14,14 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 #: The statuses counted one by one; any other goes under "other".
 STATUSES = (200, 400, 401, 404, 405, 413, 422, 500, 503)
@@ -146,69 +152,99 @@ class TimeRequests:
             self.record(path, status, time.perf_counter() - t0)
 
 
-def prometheus_text(totals: dict, entries: int, workers: int, uptime: float) -> str:
-    """Prometheus text exposition format (version 0.0.4) of ``Counters.totals()``."""
-    lines = ["# HELP ocrr_requests_total HTTP requests by route and status.", "# TYPE ocrr_requests_total counter"]
-    for (path, status), n in sorted(totals["requests"].items(), key=str):
-        lines.append(f'ocrr_requests_total{{path="{path}",status="{status}"}} {n}')
-    lines += [
-        "# HELP ocrr_request_seconds Time spent answering requests, by route (from the request's "
-        "arrival in the app to its last byte handed to the server).",
-        "# TYPE ocrr_request_seconds histogram",
-    ]
-    for path, (total, n) in sorted(totals["seconds"].items()):
-        for bound, count in zip(BUCKETS, totals["buckets"][path]):
-            lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="{bound}"}} {count}')
-        lines.append(f'ocrr_request_seconds_bucket{{path="{path}",le="+Inf"}} {n}')
-        lines.append(f'ocrr_request_seconds_sum{{path="{path}"}} {total:.6f}')
-        lines.append(f'ocrr_request_seconds_count{{path="{path}"}} {n}')
-    lines += [
-        "# HELP ocrr_ledger_entries Entries committed to the ledger.",
-        "# TYPE ocrr_ledger_entries gauge",
-        f"ocrr_ledger_entries {entries}",
-        "# HELP ocrr_ledger_commits_total Transactions committed since start (group commits), all workers.",
-        "# TYPE ocrr_ledger_commits_total counter",
-        f"ocrr_ledger_commits_total {totals['commits']}",
-        "# HELP ocrr_predict_searches_total Searches run for pooled predicts by vector.",
-        "# TYPE ocrr_predict_searches_total counter",
-        f"ocrr_predict_searches_total {totals['searches']}",
-        "# HELP ocrr_predict_pooled_total Predicts by vector answered by those searches.",
-        "# TYPE ocrr_predict_pooled_total counter",
-        f"ocrr_predict_pooled_total {totals['pooled']}",
-        "# HELP ocrr_predict_full_scans_total Pooled queries the shortlist could not settle (scanned in full).",
-        "# TYPE ocrr_predict_full_scans_total counter",
-        f"ocrr_predict_full_scans_total {totals['full_scans']}",
-        "# HELP ocrr_workers Processes answering requests (ocrr serve --workers).",
-        "# TYPE ocrr_workers gauge",
-        f"ocrr_workers {workers}",
-        "# HELP ocrr_uptime_seconds Seconds since the service started.",
-        "# TYPE ocrr_uptime_seconds gauge",
-        f"ocrr_uptime_seconds {uptime:.3f}",
-    ]
-    return "\n".join(lines) + "\n"
+class Scrape(Collector):
+    """One scrape of ``/metrics`` as ``prometheus_client`` metric families, rendered in the
+    Prometheus text format by ``text()``. The counters stay in the shared table above (a
+    request costs a few array additions, no lock); only a scrape goes through the library.
+
+    ``totals``: ``Counters.totals()``; ``witnessing``: the service obtains cosignatures
+    (``ocrr serve --witness``), and ``witnessed`` is then the size of the head the quorum
+    cosigned (None before the first)."""
+
+    def __init__(
+        self,
+        totals: dict,
+        entries: int,
+        workers: int,
+        uptime: float,
+        witnessing: bool = False,
+        witnessed: int | None = None,
+    ):
+        self.totals, self.entries, self.workers, self.uptime = totals, entries, workers, uptime
+        self.witnessing, self.witnessed = witnessing, witnessed
+
+    def text(self) -> str:
+        return generate_latest(self).decode("utf-8")
+
+    def collect(self) -> Iterator[Metric]:
+        totals = self.totals
+        requests = CounterMetricFamily(
+            "ocrr_requests_total", "HTTP requests by route and status.", labels=["path", "status"]
+        )
+        for (path, status), n in sorted(totals["requests"].items(), key=str):
+            requests.add_metric([path, str(status)], n)
+        yield requests
+        seconds = HistogramMetricFamily(
+            "ocrr_request_seconds",
+            "Time spent answering requests, by route (from the request's arrival in the app to its "
+            "last byte handed to the server).",
+            labels=["path"],
+        )
+        for path, (total, n) in sorted(totals["seconds"].items()):
+            bounds = [floatToGoString(b) for b in BUCKETS]
+            buckets = [*zip(bounds, totals["buckets"][path]), ("+Inf", n)]
+            seconds.add_metric([path], buckets, sum_value=total)
+        yield seconds
+        yield GaugeMetricFamily("ocrr_ledger_entries", "Entries committed to the ledger.", value=self.entries)
+        for name, field, doc in _TOTALS:
+            yield CounterMetricFamily(name, doc, value=totals[field])
+        yield GaugeMetricFamily(
+            "ocrr_workers", "Processes answering requests (ocrr serve --workers).", value=self.workers
+        )
+        yield GaugeMetricFamily("ocrr_uptime_seconds", "Seconds since the service started.", value=self.uptime)
+        if not self.witnessing:
+            return
+        for name, field, doc in _WITNESS_TOTALS:
+            yield CounterMetricFamily(name, doc, value=totals[field])
+        if self.witnessed is not None:
+            yield GaugeMetricFamily(
+                "ocrr_witnessed_size",
+                "Entries in the checkpoint /checkpoint serves (cosigned by the quorum).",
+                value=self.witnessed,
+            )
+            yield GaugeMetricFamily(
+                "ocrr_witness_lag_entries",
+                "Entries committed but not yet in a cosigned checkpoint.",
+                value=max(0, self.entries - self.witnessed),
+            )
 
 
-def witness_metrics(totals: dict, witnessed: int | None, entries: int) -> str:
-    """The witnessing's part of ``/metrics`` (``ocrr serve --witness``): requests sent to the
-    witnesses, failures and refusals, the size of the witnessed head and its lag behind the log."""
-    lines = [
-        "# HELP ocrr_witness_requests_total add-checkpoint requests sent to the witnesses.",
-        "# TYPE ocrr_witness_requests_total counter",
-        f"ocrr_witness_requests_total {totals['witness_requests']}",
-        "# HELP ocrr_witness_failures_total Witness requests without a valid answer (down, timed out, garbled).",
-        "# TYPE ocrr_witness_failures_total counter",
-        f"ocrr_witness_failures_total {totals['witness_failures']}",
-        "# HELP ocrr_witness_refusals_total Checkpoints a witness refused (a fork, a rollback, an unknown log or key).",
-        "# TYPE ocrr_witness_refusals_total counter",
-        f"ocrr_witness_refusals_total {totals['witness_refusals']}",
-    ]
-    if witnessed is not None:
-        lines += [
-            "# HELP ocrr_witnessed_size Entries in the checkpoint /checkpoint serves (cosigned by the quorum).",
-            "# TYPE ocrr_witnessed_size gauge",
-            f"ocrr_witnessed_size {witnessed}",
-            "# HELP ocrr_witness_lag_entries Entries committed but not yet in a cosigned checkpoint.",
-            "# TYPE ocrr_witness_lag_entries gauge",
-            f"ocrr_witness_lag_entries {max(0, entries - witnessed)}",
-        ]
-    return "\n".join(lines) + "\n"
+# (metric, field of Counters.totals(), help) of the counters a scrape reports as they are.
+_TOTALS = (
+    (
+        "ocrr_ledger_commits_total",
+        "commits",
+        "Transactions committed since start (group commits), all workers.",
+    ),
+    ("ocrr_predict_searches_total", "searches", "Searches run for pooled predicts by vector."),
+    ("ocrr_predict_pooled_total", "pooled", "Predicts by vector answered by those searches."),
+    (
+        "ocrr_predict_full_scans_total",
+        "full_scans",
+        "Pooled queries the shortlist could not settle (scanned in full).",
+    ),
+)
+# The witnessing's (ocrr serve --witness): requests sent to the witnesses, failures and refusals.
+_WITNESS_TOTALS = (
+    ("ocrr_witness_requests_total", "witness_requests", "add-checkpoint requests sent to the witnesses."),
+    (
+        "ocrr_witness_failures_total",
+        "witness_failures",
+        "Witness requests without a valid answer (down, timed out, garbled).",
+    ),
+    (
+        "ocrr_witness_refusals_total",
+        "witness_refusals",
+        "Checkpoints a witness refused (a fork, a rollback, an unknown log or key).",
+    ),
+)

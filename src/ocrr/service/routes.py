@@ -41,6 +41,7 @@ from fastapi.security import HTTPBearer
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import TreeHead
+from ocrr.ledger.proofs import ConsistencyProof, InclusionProof
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.commits import Commits
 from ocrr.service.pool import PredictPool
@@ -54,7 +55,6 @@ from ocrr.service.schemas import (
     PredictRequest,
     PredictResponse,
     ProofOut,
-    b64,
     body_doc,
     error_responses,
     parse,
@@ -232,10 +232,7 @@ class Routes:
     async def _correct_answer(self, ids: range) -> bytes:
         """The answer to a committed correction: its ids, a signed head and their proofs."""
         size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids)  # one size for all
-        proofs = [
-            {"index": i, "size": size, "root": b64(root), "leaf_hash": b64(leaf), "proof": _nodes(proof)}
-            for i, leaf, proof in found
-        ]
+        proofs = [InclusionProof(i, size, root, leaf, proof).to_dict() for i, leaf, proof in found]
         head = await self._commit_head(size, root, chain)
         if self.state.witnessing is not None:  # ocrr serve --witness: send the new head now
             self.state.witnessing.nudge()
@@ -314,8 +311,7 @@ class Routes:
                     f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
                     "ask for 0 <= index < size <= the ledger's size",
                 )
-            leaf, proof = led.tree.node(0, index), led.inclusion_proof(index, n)
-            return {"index": index, "size": n, "root": b64(led.root(n)), "leaf_hash": b64(leaf), "proof": _nodes(proof)}
+            return InclusionProof.of(led.tree, index, n).to_dict()
 
     def consistency(
         self,
@@ -330,8 +326,7 @@ class Routes:
                     f"no consistency proof from {size1} to {n}: the ledger holds {len(led)}; "
                     "ask for 1 <= from <= to <= the ledger's size",
                 )
-            roots = {"root_from": b64(led.root(size1)), "root_to": b64(led.root(n))}
-            return {"from": size1, "to": n, **roots, "proof": _nodes(led.consistency_proof(size1, n))}
+            return ConsistencyProof.of(led.tree, size1, n).to_dict()
 
     def verify(self, request: Request) -> dict:
         """Rehash the whole file and check it against what the service holds. Calls within
@@ -431,10 +426,6 @@ def _identity(path: str) -> tuple[int, int, int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _nodes(proof: list[bytes]) -> list[str]:
-    return [b64(p) for p in proof]
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -222,11 +222,6 @@ def to_json(value: object) -> bytes:
     return out
 
 
-def b64(raw: bytes) -> str:
-    """A hash or proof node as the JSON answers carry it."""
-    return base64.b64encode(raw).decode("ascii")
-
-
 def _unpack(packed: list[str]) -> np.ndarray:
     """``vectors_b64`` -> (n, d) float64 (checked like ``vectors`` afterwards)."""
     try:

@@ -7,7 +7,6 @@ what answers requests (the predict pool, the counters).
 
 from __future__ import annotations
 
-import base64
 import os
 import secrets
 import threading
@@ -26,12 +25,13 @@ from ocrr.encoders.cache import cache_path, load_cached, save_cached, texts_sha2
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import default_origin_of, display
+from ocrr.ledger.proofs import b64
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.signed_state import SignedState, default_state_path
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
-from ocrr.service.metrics import Counters, prometheus_text, witness_metrics
+from ocrr.service.metrics import Counters, Scrape
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_substrate
 
@@ -188,7 +188,7 @@ class ServiceState:
         if report.size > len(led):
             led.refresh()
         if report.size and report.size <= len(led):
-            if base64.b64encode(led.root(report.size)).decode() != report.root:
+            if b64(led.root(report.size)) != report.root:
                 reason = "the file's Merkle root differs from the entries this service holds (history rewritten)"
                 return {**report.to_dict(), "ok": False, "first_bad": None, "reason": reason}
         return None
@@ -205,7 +205,7 @@ class ServiceState:
         cached = self._prefix
         if cached is None or cached[0] != after:
             with led.lock.read():
-                root = base64.b64encode(led.root(after)).decode("ascii")
+                root = b64(led.root(after))
             cached = self._prefix = (after, root)
         return {"X-Ocrr-Ledger-Size": str(after), "X-Ocrr-Ledger-Root": cached[1]}
 
@@ -232,12 +232,12 @@ class ServiceState:
         with self.lock:
             counters.publish(commits=self.substrate.ledger.commits)  # this worker's, current
             totals = counters.totals()
-        entries = len(self.substrate.ledger)
-        text = prometheus_text(totals, entries, self.workers, time.time() - self.started)
+        entries, witnessed = len(self.substrate.ledger), None
         if self.witnessed is not None:
             head, _ = self.witnessed.load()
-            text += witness_metrics(totals, None if head is None else head.size, entries)
-        return text
+            witnessed = None if head is None else head.size
+        uptime = time.time() - self.started
+        return Scrape(totals, entries, self.workers, uptime, self.witnessed is not None, witnessed).text()
 
     def start_witnessing(self) -> None:
         """Start obtaining cosignatures (``ocrr serve --witness``; one process per service)."""

@@ -24,7 +24,6 @@ anything that does not extend it do (``ocrr witness``). Here:
 
 from __future__ import annotations
 
-import base64
 import http.client
 import os
 import re
@@ -37,6 +36,7 @@ from pathlib import Path
 from ocrr.errors import LedgerIntegrityError, OcrrError
 from ocrr.ledger.cosignature import attach_cosignatures, check_quorum, cosigned_by, verify_cosignature
 from ocrr.ledger.heads import verify_checkpoint
+from ocrr.ledger.proofs import b64
 from ocrr.ledger.signed_state import SignedState, default_state_path
 from ocrr.ledger.store import LedgerStore
 
@@ -308,7 +308,7 @@ class Witnessing:
                     sticky=False,
                 )
             proof = self._proof(old, target.size)
-            body = f"old {old}\n" + "".join(_b64(p) + "\n" for p in proof) + "\n" + target.note
+            body = f"old {old}\n" + "".join(b64(p) + "\n" for p in proof) + "\n" + target.note
             try:
                 status, content_type, text = self._post(link, body.encode())
             except (OSError, http.client.HTTPException) as e:
@@ -423,7 +423,3 @@ class Witnessing:
             self.stats.refusals += 1
             self.publish(witness_refusals=self.stats.refusals)
         return False
-
-
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")

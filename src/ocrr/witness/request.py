@@ -3,11 +3,11 @@ consistency proof hashes in base64, one per line, an empty line, then the signed
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.proofs import ProofError, unb64
 
 __all__ = ["MAX_BODY", "MAX_PROOF", "AddCheckpoint", "BadRequest", "parse_add_checkpoint"]
 
@@ -15,7 +15,6 @@ MAX_PROOF = 63  # the spec's bound: a proof of a log below 2^63 entries needs no
 MAX_NOTE = 16 * 1024  # a checkpoint with its signature lines; real ones are a few hundred bytes
 MAX_BODY = 64 * 1024  # the old line, the longest proof and the longest note, with room to spare
 _OLD = re.compile(r"old (0|[1-9][0-9]{0,18})")
-_HASH_B64 = re.compile(r"[A-Za-z0-9+/]{43}=")  # 32 bytes in standard, padded base64
 _MAX_SIZE = 2**63 - 1
 
 
@@ -50,8 +49,11 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpoint:
         raise BadRequest(f"{len(lines)} consistency proof lines, more than the {MAX_PROOF} allowed")
     proof = []
     for n, line in enumerate(lines, 1):
-        raw = base64.b64decode(line) if _HASH_B64.fullmatch(line) else b""
-        if len(raw) != 32 or base64.b64encode(raw).decode() != line:
+        try:
+            raw = unb64(line)
+        except ProofError:
+            raw = b""
+        if len(raw) != 32:
             raise BadRequest(f"consistency proof line {n} {line[:60]!r} is not one SHA-256 hash in base64")
         proof.append(raw)
     if len(note.encode()) > MAX_NOTE:

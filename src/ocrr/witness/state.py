@@ -13,7 +13,6 @@ cosignature, or the new state, so two inconsistent checkpoints are never both co
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 from ocrr.errors import OcrrError
 from ocrr.ledger.cosignature import Cosigner, checkpoint_body
 from ocrr.ledger.heads import verify_checkpoint
+from ocrr.ledger.proofs import b64
 from ocrr.ledger.verify import EMPTY_ROOT, ProofError, verify_consistency
 from ocrr.witness.request import AddCheckpoint
 
@@ -225,7 +225,7 @@ class WitnessState:
         """Record the two log-signed checkpoints that disagree (bounded per log); the refusal to answer."""
         count = self._db.execute("SELECT count(*) FROM conflicts WHERE origin = ?", (held.origin,)).fetchone()[0]
         if count < MAX_CONFLICTS:
-            proof = json.dumps([_b64(p) for p in request.proof])
+            proof = json.dumps([b64(p) for p in request.proof])
             self._db.execute(
                 "INSERT OR IGNORE INTO conflicts (origin, at, reason, held, offered, old_size, proof) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -238,10 +238,6 @@ class WitnessState:
             body=body,
             content_type=SIZE_CONTENT_TYPE if status == 409 else _TEXT,
         )
-
-
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
 
 
 def _lock(path: Path) -> int:
@@ -288,7 +284,7 @@ def read_state(path: str | os.PathLike[str]) -> dict:
     held = []
     for origin, checkpoint, at in logs:
         h = _held(origin, checkpoint)
-        held.append({"origin": origin, "size": h.size, "root": _b64(h.root), "at": at, "checkpoint": checkpoint})
+        held.append({"origin": origin, "size": h.size, "root": b64(h.root), "at": at, "checkpoint": checkpoint})
     return {
         "witness": identity.get("vkey"),
         "logs": held,

@@ -8,8 +8,6 @@ The first problem stops the scan with a report that names the entry
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -121,12 +119,3 @@ def report_of(conn, trust_until: int | None, vkeys: Sequence[str] = ()) -> tuple
     except psycopg.errors.UndefinedTable as e:
         return LedgerReport(False, 0, None, f"the ledger's tables are missing ({e.diag.message_primary})"), None
     return ok_report(scan), scan
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
-
-
-def leaf_of(pre: bytes) -> bytes:
-    """The RFC 6962 leaf hash of an entry's canonical bytes."""
-    return hashlib.sha256(b"\x00" + pre).digest()

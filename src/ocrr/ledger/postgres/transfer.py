@@ -23,9 +23,9 @@ from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres.schema import create_schema
 from ocrr.ledger.postgres.store import PostgresLedger
 from ocrr.ledger.postgres.url import connect, redact
-from ocrr.ledger.scan import b64
+from ocrr.ledger.proofs import b64
 from ocrr.ledger.transfer import checked_header, checked_rows, expectations, parse_entry, parse_line
-from ocrr.ledger.verify import entry_bytes
+from ocrr.ledger.verify import entry_bytes, leaf_hash
 
 __all__ = ["import_into_database"]
 
@@ -119,7 +119,7 @@ def _insert(conn, batch: list, tree: MerkleTree, prev: bytes, n: int, src: Path,
                 f"{src}: entry {n} does not hash to the value its line records "
                 "(label, text, vector or an earlier entry edited)"
             )
-        leaf = hashlib.sha256(b"\x00" + pre).digest()
+        leaf = leaf_hash(pre)
         tree.append(leaf)
         for col, value in zip(cols, (n, label, text, raw, prev, digest, leaf)):
             col.append(value)

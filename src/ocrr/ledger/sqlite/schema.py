@@ -16,7 +16,6 @@ note, ``connect`` opens the file.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import struct
 from collections.abc import Iterable
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.verify import ProofError, entry_bytes
+from ocrr.ledger.verify import ProofError, entry_bytes, leaf_hash
 
 __all__ = [
     "FORMAT",
@@ -104,7 +103,7 @@ def add_tree(conn: sqlite3.Connection, rows: Iterable[tuple]) -> None:
             pre = entry_bytes(id_, label, text, vec, prev)
         except (TypeError, AttributeError, ProofError, struct.error):
             pre = b""  # a malformed row: the scan names it
-        nodes.extend(tree.append(hashlib.sha256(b"\x00" + pre).digest()))
+        nodes.extend(tree.append(leaf_hash(pre)))
         last, n = digest, n + 1
     conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("size", n), ("chain_head", last), ("durable", 1)])

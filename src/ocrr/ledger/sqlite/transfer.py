@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.scan import b64
+from ocrr.ledger.proofs import b64
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.transfer import checked_header, checked_rows, expectations, fsync_folder, parse_entry, parse_line
 from ocrr.utils.files import move_into_new

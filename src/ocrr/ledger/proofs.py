@@ -1,0 +1,101 @@
+"""Proof documents and base64: the one place ocrr writes and reads them.
+
+``ocrr ledger prove`` / ``consistency``, the service's ``/proof/...`` routes and its
+``/correct`` answers hand out the same two JSON documents, hashes in standard base64:
+
+* an inclusion proof, ``{"index", "size", "root", "leaf_hash", "proof"}`` (``InclusionProof``):
+  the leaf ``leaf_hash`` is entry ``index`` of the log of ``size`` entries with ``root``;
+* a consistency proof, ``{"from", "to", "root_from", "root_to", "proof"}`` (``ConsistencyProof``):
+  the log of ``from`` entries is a prefix of the log of ``to``.
+
+An inclusion proof may carry the entry itself (``entry_fields``, plus its chain ``hash`` or its
+``bytes``), so that a reader can rebuild the leaf. ``ocrr.client`` reads the documents with
+``from_dict``; anyone else can check them with the standalone verifier, ``ocrr.ledger.verify``.
+The reading and the base64 pair (``b64``, ``unb64``) are defined there, because an auditor
+copies that one file without ocrr, and re-exported here for the rest of ocrr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.verify import ProofError, b64, read_consistency, read_inclusion, unb64
+
+__all__ = ["b64", "unb64", "InclusionProof", "ConsistencyProof", "entry_fields"]
+
+
+@dataclass(frozen=True)
+class InclusionProof:
+    """``leaf`` is entry ``index`` of the log of ``size`` entries with ``root``, by ``path``."""
+
+    index: int
+    size: int
+    root: bytes
+    leaf: bytes
+    path: list[bytes]
+
+    @classmethod
+    def of(cls, tree: MerkleTree, index: int, size: int) -> InclusionProof:
+        """Entry ``index``'s proof in the log of the first ``size`` leaves of ``tree``."""
+        return cls(index, size, tree.root(size), tree.node(0, index), tree.inclusion_proof(index, size))
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "size": self.size,
+            "root": b64(self.root),
+            "leaf_hash": b64(self.leaf),
+            "proof": [b64(p) for p in self.path],
+        }
+
+    @classmethod
+    def from_dict(cls, doc: object) -> InclusionProof:
+        """The proof a document states (not verified); ProofError naming a missing or malformed field."""
+        if not isinstance(doc, dict):
+            raise ProofError(f"an inclusion proof is a JSON object, got {type(doc).__name__}")
+        index, size, root, leaf, path = read_inclusion(doc)
+        if leaf is None:
+            raise ProofError("the document has no 'leaf_hash' field")
+        return cls(index, size, root, leaf, path)
+
+
+@dataclass(frozen=True)
+class ConsistencyProof:
+    """The log of ``size1`` entries with ``root1`` is a prefix of the log of ``size2`` with ``root2``."""
+
+    size1: int
+    size2: int
+    root1: bytes
+    root2: bytes
+    path: list[bytes]
+
+    @classmethod
+    def of(cls, tree: MerkleTree, size1: int, size2: int) -> ConsistencyProof:
+        """The proof that the first ``size1`` leaves of ``tree`` are a prefix of its first ``size2``."""
+        return cls(size1, size2, tree.root(size1), tree.root(size2), tree.consistency_proof(size1, size2))
+
+    def to_dict(self) -> dict:
+        return {
+            "from": self.size1,
+            "to": self.size2,
+            "root_from": b64(self.root1),
+            "root_to": b64(self.root2),
+            "proof": [b64(p) for p in self.path],
+        }
+
+    @classmethod
+    def from_dict(cls, doc: object) -> ConsistencyProof:
+        """The proof a document states (not verified); ProofError naming a missing or malformed field."""
+        if not isinstance(doc, dict):
+            raise ProofError(f"a consistency proof is a JSON object, got {type(doc).__name__}")
+        size1, size2, root1, root2, path = read_consistency(doc)
+        if root1 is None or root2 is None:
+            raise ProofError(f"the document has no {'root_from' if root1 is None else 'root_to'!r} field")
+        return cls(size1, size2, root1, root2, path)
+
+
+def entry_fields(index: int, label: str, text: str | None, vector_le_f32: bytes, prev_hash: bytes) -> dict:
+    """The ``entry`` an inclusion proof carries: the fields its leaf is rebuilt from
+    (``ocrr.ledger.verify.entry_bytes``)."""
+    return {"id": index, "label": label, "text": text, "vector": b64(vector_le_f32), "prev_hash": b64(prev_hash)}
