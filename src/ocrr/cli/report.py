@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ocrr.cli.common import console
+from ocrr.cli.common import add_command, console
 from ocrr.cli.paths import output_folder
 from ocrr.report import build_report
 
@@ -15,10 +15,9 @@ from ocrr.studies import cmr_preset, encoder_swap  # noqa: F401
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="tables, figures and report.html from a sweep or run folder")
+    p = add_command(sub, "report", run, help="tables, figures and report.html from a sweep or run folder")
     p.add_argument("results", type=Path, help="a sweep folder, an ocrr run folder, or a results .parquet/.csv")
     p.add_argument("--out", type=Path, default=None, help="output folder (default RESULTS/report)")
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ocrr.cli.common import add_command
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
@@ -13,8 +14,8 @@ from ocrr.service.config import MAKE_TOKEN, check_token
 from ocrr.service.encoder import check_nice
 
 
-def add_serve(sub) -> None:
-    s = sub.add_parser("serve", help="serve a persistent substrate over HTTP, with a review page at /")
+def add_parser(sub) -> None:
+    s = add_command(sub, "serve", run, help="serve a persistent substrate over HTTP, with a review page at /")
     s.add_argument(
         "--ledger",
         type=as_location,
@@ -153,7 +154,6 @@ def add_serve(sub) -> None:
         help="keep each worker on its own core (Linux; with --workers N): for a box that runs the "
         "service alone, where it lowers the tail latency; elsewhere a pinned worker cannot move off a busy core",
     )
-    s.set_defaults(handler=_cmd_serve)
 
 
 def _token(args) -> str | None:
@@ -186,7 +186,7 @@ def _encoder_nice(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{value!r}: give a niceness 0-19, or idle") from None
 
 
-def _cmd_serve(args) -> int:
+def run(args) -> int:
     _check_fit(args.fit, args.encoder)
     config = ServiceConfig(
         ledger=args.ledger,

@@ -22,7 +22,7 @@ from ocrr.data.records import Dataset, Split
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
 from ocrr.registry import Registry, load_target, summary_of
-from ocrr.specs import Option, format_spec, parse_spec, spec_name, validate
+from ocrr.specs import Option, declared_options, format_spec, parse_spec, spec_name, validate
 
 
 @dataclass(frozen=True)
@@ -45,14 +45,12 @@ def _adopt(name: str, loader: object) -> NamedDataset:
     """A plug-in's loader(data_dir=None, **options), with the options it declares in ``options``."""
     if not callable(loader):
         raise OcrrError(f"it is a {type(loader).__name__}, not a loader function")
-    options = getattr(loader, "options", None) or {}
-    if not all(isinstance(option, Option) for option in options.values()):
-        raise OcrrError("its options attribute must map option names to ocrr.specs.Option")
-    return NamedDataset(loader, dict(options), summary_of(loader))
+    return NamedDataset(loader, declared_options(loader), summary_of(loader))
 
 
 _USE = (
-    "your own file as csv:TRAIN[,TEST] or jsonl:TRAIN[,TEST], or a Hugging Face dataset as hf:FOLDER or hf:NAME[:CONFIG]"
+    "your own file as csv:TRAIN[,TEST] or jsonl:TRAIN[,TEST], "
+    "or a Hugging Face dataset as hf:FOLDER or hf:NAME[:CONFIG]"
 )
 DATASETS: Registry[NamedDataset] = Registry(
     "dataset", hint=lambda: f"Use one of {', '.join(DATASETS)}, {_USE}.", group="ocrr.datasets", adopt=_adopt

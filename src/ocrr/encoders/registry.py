@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ocrr.encoders.base import Encoder
 from ocrr.errors import OcrrError
 from ocrr.registry import Registry, summary_of
-from ocrr.specs import Option, describe, parse_spec, spec_name, validate
+from ocrr.specs import Option, declared_options, describe, parse_spec, spec_name, validate
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,7 @@ def _adopt(name: str, factory: object) -> RegisteredEncoder:
     """A plug-in's entry: its factory, with the options it declares in ``options``."""
     if not callable(factory):
         raise OcrrError(f"it is a {type(factory).__name__}, not an encoder factory")
-    options = getattr(factory, "options", None) or {}
-    if not all(isinstance(option, Option) for option in options.values()):
-        raise OcrrError("its options attribute must map option names to ocrr.specs.Option")
-    return RegisteredEncoder(name, factory, summary_of(factory), dict(options))
+    return RegisteredEncoder(name, factory, summary_of(factory), declared_options(factory))
 
 
 def _describe(name: str, entry: RegisteredEncoder) -> str:

@@ -50,7 +50,9 @@ def _adopt(name: str, factory: object) -> Registered:
         raise OcrrError(f"it is a {type(factory).__name__}, not a System subclass or a factory")
     family = getattr(factory, "family", None)
     in_all = getattr(factory, "in_all", True)
-    return Registered(name, factory, family if isinstance(family, str) else PLUGIN_FAMILY, summary_of(factory), {}, in_all)
+    return Registered(
+        name, factory, family if isinstance(family, str) else PLUGIN_FAMILY, summary_of(factory), {}, in_all
+    )
 
 
 REGISTRY: Registry[Registered] = Registry(
