@@ -97,6 +97,7 @@ class Registry(MutableMapping[str, V], Generic[V]):
         self._hint, self._adopt, self._describe = hint, adopt, describe
         self._entries: dict[str, V] = {}
         self._broken: dict[str, str] = {}  # plug-in name -> why it did not load, and the fix
+        self._plugins: set[str] = set()  # names registered from entry points
         self._plugins_loaded = group is None
 
     # -- the mapping ---------------------------------------------------------------------------
@@ -178,8 +179,18 @@ class Registry(MutableMapping[str, V], Generic[V]):
             seen.add(point.name)
             try:
                 self._entries[point.name] = self._adopt(point.name, point.load())
+                self._plugins.add(point.name)
             except Exception as err:  # noqa: BLE001  (any failure of someone else's code: reported, not raised)
                 self._broken[point.name] = self._broken_message(point, err)
+
+    def refresh_plugins(self) -> None:
+        """Forget the plug-ins loaded so far; the next look looks for them again (after a
+        package was installed or removed in this process)."""
+        for name in self._plugins:
+            self._entries.pop(name, None)
+        self._plugins.clear()
+        self._broken.clear()
+        self._plugins_loaded = self.group is None
 
     def _broken_message(self, point: EntryPoint, err: Exception) -> str:
         dist = point.dist.name if point.dist is not None else "its distribution"
