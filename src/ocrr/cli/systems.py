@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ocrr.cli.common import add_command, console
+from ocrr.cli.common import add_command, console, print_hint
 from ocrr.specs import describe, format_value
 from ocrr.systems import REGISTRY, make_system
 from ocrr.systems.registry import lookup, options_of
@@ -51,6 +51,8 @@ def run(args) -> int:
         _print_detailed(rows, aliases, variants, f"{family} systems" if family else "registered systems")
     else:
         _print_short(rows, aliases)
+    for message in REGISTRY.broken.values():  # a plug-in that did not load: said once, not listed
+        print_hint(message)
     return 0
 
 
