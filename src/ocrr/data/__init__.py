@@ -75,7 +75,7 @@ DATASETS.register(
                 kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language the stream brings"
             ),
         },
-        "Leyzer: voice-assistant intents in English, Spanish and Polish",
+        "Leyzer 0.1.0: virtual-assistant intents in English, Spanish and Polish",
     ),
 )
 DATASETS.register(
