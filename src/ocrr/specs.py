@@ -230,6 +230,15 @@ def unknown_option(owner: str, key: str, declared: Iterable[str], hint: str = ""
     return OcrrError(f"{owner} has no option {key}.{guess} Its options: {listed}.{_space(hint)}")
 
 
+def declared_options(plugin: object) -> dict[str, Option]:
+    """The options a plug-in (a dataset loader, an encoder factory) declares in its ``options``
+    attribute, a dict of ``Option`` (none: no options); anything else is refused."""
+    declared = getattr(plugin, "options", None) or {}
+    if not isinstance(declared, Mapping) or not all(isinstance(o, Option) for o in declared.values()):
+        raise OcrrError("its options attribute must map option names to ocrr.specs.Option")
+    return dict(declared)
+
+
 def describe(declared: Mapping[str, Option], defaults: Mapping[str, Any] | None = None) -> str:
     """One line per option: name, type, what it allows, default, help (what the CLI prints).
     ``defaults`` overrides declared defaults (a registered alias's baked-in values)."""

@@ -31,7 +31,7 @@ def test_version_loads_no_command():
         "    main(['--version'])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "print(sorted(m for m, _ in COMMANDS.values() if m in sys.modules))\n"
+        "print(sorted(m for m in COMMANDS.values() if m in sys.modules))\n"
     )
     assert python_output(probe).splitlines()[-1] == "[]"
 
@@ -119,11 +119,11 @@ def test_a_broken_pipe_other_than_stdout_is_a_failure():
     probe = (
         "import sys\n"
         "import ocrr.cli.main as cli\n"
-        "def add(sub):\n"
+        "def add_parser(sub):\n"
         "    def handler(args):\n"
         "        raise BrokenPipeError(32, 'Broken pipe')\n"
         "    sub.add_parser('pipe').set_defaults(handler=handler)\n"
-        "cli.COMMANDS['pipe'] = ('__main__', 'add')\n"
+        "cli.COMMANDS['pipe'] = '__main__'\n"
         "sys.exit(cli.main(['pipe']))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)

@@ -496,7 +496,7 @@ def test_load_dataset_dispatches_builtins(tmp_path):
     assert load_dataset("clinc150", data_dir=tmp_path, oos=False).labels == ("alarm", "balance")
     ds = load_dataset("synthetic", n_classes=3, dim=8, n_train_per_class=2, n_test_per_class=1)
     assert ds.train.vecs.shape == (6, 8)
-    assert DATASETS == ("banking77", "clinc150", "leyzer", "synthetic", "demo")
+    assert list(DATASETS) == ["banking77", "clinc150", "leyzer", "synthetic", "demo"]
     assert Split is ds.train.__class__
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ocrr.cli.common import add_command
 from ocrr.cli.paths import output_folder
 from ocrr.data import load_dataset
 from ocrr.errors import OcrrError
@@ -13,8 +14,10 @@ from ocrr.studies.calibrate_shift import calibrate_protocol, write_calibration
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "calibrate-shift",
+        run,
         help="choose the near-future shift S* with the blind classifier (EvalOCL)",
         description="On validation streams of the ocl protocol (labels only, no encoder): the "
         "blind classifier's near-future accuracy A(k, S) for k and S on powers of two, "
@@ -29,7 +32,6 @@ def add_parser(sub) -> None:
     p.add_argument("--k-max", type=int, default=256, help="largest window k (default 256)")
     p.add_argument("--s-max", type=int, default=None, help="largest shift S (default half the stream)")
     p.add_argument("--out", type=Path, default=None, help="where to write the curve and figure (default: print only)")
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -1,4 +1,4 @@
-"""What every command shares: the console, the error line and the hint line (kept light: `ocrr`
+"""What every command shares: its parser's shape, the console, the error line and the hint line (kept light: `ocrr`
 imports it first).
 
 Every message the CLI prints (an error, a hint, a notice such as "wrote ... to <folder>") is
@@ -8,10 +8,22 @@ or URL, so it stays whole for copying. Tables and panels still lay themselves ou
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+
+
+def add_command(
+    sub, name: str, run: Callable[[argparse.Namespace], int], *, help: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    """The parser of ``ocrr <name>``, whose arguments ``run`` is called with; each command
+    module's ``add_parser(sub)`` makes its own with this, then adds its arguments."""
+    parser = sub.add_parser(name, help=help, description=description)
+    parser.set_defaults(handler=run)
+    return parser
 
 
 class Screen(Console):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ocrr.cli.common import console, print_hint
+from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.hints import data_hints
 from ocrr.cli.options import add_data_options, experiment_from_args
 from ocrr.cli.progress import RunProgress
@@ -11,9 +11,8 @@ from ocrr.engine.experiment import load_experiment_dataset
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("embed", help="encode a dataset and fill the embedding cache")
+    p = add_command(sub, "embed", run, help="encode a dataset and fill the embedding cache")
     add_data_options(p)
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -1,4 +1,4 @@
-"""The ``ocrr ledger …`` and ``ocrr serve`` commands (wired into ocrr.cli.main by ``add_commands``).
+"""The ``ocrr ledger …`` and ``ocrr serve`` commands (wired into ocrr.cli.main by ``add_parser``).
 
 Ledger commands take a file or a PostgreSQL URL (``postgresql://…``) alike. They read the
 ledger without changing it (except ``import`` and ``migrate``,
@@ -41,7 +41,7 @@ from ocrr.ledger.verify import (
 LOCATION = "the ledger file, or a postgresql://… URL (its options=-csearch_path%%3D<schema> picks the schema)"
 
 
-def add_commands(sub) -> None:
+def add_parser(sub) -> None:
     led = sub.add_parser("ledger", help="check, prove and move durable ledgers: files or PostgreSQL (ocrr ledger -h)")
     lsub = led.add_subparsers(dest="ledger_command", required=True)
 

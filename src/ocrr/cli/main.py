@@ -1,6 +1,8 @@
 """The ``ocrr`` command: builds the parser from one module per command and runs the chosen one.
 
-A command's module is imported only when that command runs (all of them for ``ocrr -h``):
+Every command's module has one entry function, ``add_parser(sub)``, which adds the command's
+parser and sets the function it runs (``run(args)``; a command with sub-commands sets one per
+sub-command). A command's module is imported only when that command runs (all of them for ``ocrr -h``):
 ``ocrr serve`` then never loads matplotlib, ``ocrr ledger verify`` starts in a fraction of a
 second, and the scale study's memory figures measure the study, not the rest of the CLI.
 """
@@ -17,22 +19,25 @@ import sys
 from ocrr import __version__
 from ocrr.cli.common import print_error
 from ocrr.errors import OcrrError
+from ocrr.registry import Registry
 
-# command -> (module, the function that adds its parser), in `ocrr -h` order
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("ocrr.cli.run", "add_parser"),
-    "embed": ("ocrr.cli.embed", "add_parser"),
-    "systems": ("ocrr.cli.systems", "add_parser"),
-    "protocols": ("ocrr.cli.protocols", "add_parser"),
-    "sweep": ("ocrr.cli.sweep", "add_parser"),
-    "report": ("ocrr.cli.report", "add_parser"),
-    "scale": ("ocrr.cli.scale", "add_parser"),
-    "calibrate-shift": ("ocrr.cli.calibrate_shift", "add_parser"),
-    "ledger": ("ocrr.cli.ledger", "add_commands"),
-    "serve": ("ocrr.cli.serve", "add_serve"),
-    "witness": ("ocrr.cli.witness", "add_commands"),
-    "client": ("ocrr.cli.client", "add_parser"),
-}
+# command -> the module that adds its parser (its add_parser), in `ocrr -h` order
+COMMANDS: Registry[str] = Registry("command", hint="Run 'ocrr -h' to list them.")
+for _command, _module in (
+    ("run", "ocrr.cli.run"),
+    ("embed", "ocrr.cli.embed"),
+    ("systems", "ocrr.cli.systems"),
+    ("protocols", "ocrr.cli.protocols"),
+    ("sweep", "ocrr.cli.sweep"),
+    ("report", "ocrr.cli.report"),
+    ("scale", "ocrr.cli.scale"),
+    ("calibrate-shift", "ocrr.cli.calibrate_shift"),
+    ("ledger", "ocrr.cli.ledger"),
+    ("serve", "ocrr.cli.serve"),
+    ("witness", "ocrr.cli.witness"),
+    ("client", "ocrr.cli.client"),
+):
+    COMMANDS.register(_command, _module)
 
 
 # What a worker process that re-runs an unguarded script says (``_rerun_by_a_worker``).
@@ -75,9 +80,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ocrr", description="Online Correction Recovery benchmark.")
     parser.add_argument("--version", action="version", version=f"ocrr {__version__}")
     sub = parser.add_subparsers(dest="command")
-    for name, (module, add) in COMMANDS.items():
+    for name, module in COMMANDS.items():
         if command is None or name == command:
-            getattr(importlib.import_module(module), add)(sub)
+            importlib.import_module(module).add_parser(sub)
     return parser
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from ocrr.cli.common import add_command
 from ocrr.protocols import PROTOCOLS, make_protocol
 from ocrr.protocols.registry import options_of
 from ocrr.specs import describe, format_value
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("protocols", help="list registered protocols; with NAME, that protocol's options")
+    p = add_command(sub, "protocols", run, help="list registered protocols; with NAME, that protocol's options")
     p.add_argument("name", nargs="?", default=None, help="a protocol: list its options (type, allowed, default, help)")
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ocrr.cli.common import console
+from ocrr.cli.common import add_command, console
 from ocrr.cli.paths import output_folder
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
@@ -20,7 +20,7 @@ FEEDBACK_SWEEPS = ("feedback", "robust", "drift")  # the realistic-feedback repo
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="tables, figures and report.html from a sweep or run folder")
+    p = add_command(sub, "report", run, help="tables, figures and report.html from a sweep or run folder")
     p.add_argument(
         "results", type=Path, nargs="?", help="a sweep folder, an ocrr run folder, or a results .parquet/.csv"
     )
@@ -35,7 +35,6 @@ def add_parser(sub) -> None:
             metavar="SWEEP",
             help=f"instead of RESULTS: the realistic-feedback report, from the sweep of docs/feedback/{name}.toml",
         )
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from ocrr.cli.common import console, print_hint
+from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.paths import output_folder
@@ -20,8 +20,10 @@ from ocrr.errors import OcrrError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "run",
+        run,
         help="run systems through a protocol (default: held-out classes); write tables",
         description="Run systems through a protocol (default: held-out classes) on one dataset, one "
         "correction policy and each seed; print the results table and write the tables to --out. "
@@ -63,7 +65,6 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_track_option(p)
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ocrr.cli.common import console
+from ocrr.cli.common import add_command, console
 from ocrr.cli.paths import output_folder
 from ocrr.errors import OcrrError
 from ocrr.index.ivf_tune import min_queries_for
@@ -24,8 +24,10 @@ from ocrr.studies.scale.study import run_study
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "scale",
+        run,
         help="the synthetic 10k -> 10M scale study: exact vs HNSW/IVF under the substrate's vote",
         description="Synthetic class-incremental data (random unit centroids + Gaussian noise, or "
         "classes in a low-dimensional subspace with --family subspace); at each scale, "
@@ -159,7 +161,6 @@ def add_parser(sub) -> None:
         help="run every scale in this process (default: a fresh process per scale, so the "
         "peak memory column is per scale)",
     )
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ocrr.cli.common import add_command
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
@@ -14,8 +15,8 @@ from ocrr.service.encoder import check_nice
 from ocrr.specs import FROM_SIGNATURE, format_value
 
 
-def add_serve(sub) -> None:
-    s = sub.add_parser("serve", help="serve a persistent substrate over HTTP, with a review page at /")
+def add_parser(sub) -> None:
+    s = add_command(sub, "serve", run, help="serve a persistent substrate over HTTP, with a review page at /")
     # Each flag sets the ServiceConfig option of its name; help and default come from its declaration.
     _flag(s, "ledger", type=as_location, required=True)
     _flag(s, "system")
@@ -49,7 +50,6 @@ def add_serve(sub) -> None:
     _flag(s, "quick_open")
     _flag(s, "workers", metavar="N")
     _flag(s, "pin_workers")
-    s.set_defaults(handler=_cmd_serve)
 
 
 def _flag(parser: argparse.ArgumentParser, name: str, spelled: str | None = None, **argparse_options) -> None:
@@ -98,7 +98,7 @@ def _encoder_nice(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{value!r}: give a niceness 0-19, or idle") from None
 
 
-def _cmd_serve(args) -> int:
+def run(args) -> int:
     _check_fit(args.fit, args.encoder)
     return serve(config_from_args(args))
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ocrr.cli.common import console, print_hint
+from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
@@ -47,8 +47,10 @@ def _preset_help() -> str:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "sweep",
+        run,
         help="run a grid of datasets x policies x seeds x systems (resumable)",
         description="Run every (dataset, encoder, policy, seed, system) of a grid as one task. "
         "Finished tasks are skipped on re-run, so an interrupted sweep resumes. "
@@ -98,7 +100,6 @@ def add_parser(sub) -> None:
     p.add_argument("--report", action="store_true", help="also write the report (as ocrr report OUT)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_track_option(p)
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:

@@ -6,15 +6,17 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ocrr.cli.common import console
+from ocrr.cli.common import add_command, console, print_hint
 from ocrr.specs import describe, format_value
 from ocrr.systems import REGISTRY, make_system
 from ocrr.systems.registry import lookup, options_of
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "systems",
+        run,
         help="list registered systems, a line each; with NAME, that system's options",
         description="Without arguments: one line per registered system, grouped by family. "
         "With a system's name: its options (type, allowed values, default, help). With a family's "
@@ -35,7 +37,6 @@ def add_parser(sub) -> None:
         action="store_true",
         help="every system with its hyperparameters and aliases (long)",
     )
-    p.set_defaults(handler=run)
 
 
 def run(args) -> int:
@@ -50,6 +51,8 @@ def run(args) -> int:
         _print_detailed(rows, aliases, variants, f"{family} systems" if family else "registered systems")
     else:
         _print_short(rows, aliases)
+    for message in REGISTRY.broken.values():  # a plug-in that did not load: said once, not listed
+        print_hint(message)
     return 0
 
 

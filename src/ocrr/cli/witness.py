@@ -12,7 +12,7 @@ from ocrr.errors import OcrrError
 _NAME_HELP = "the witness's name, a schema-less URL such as witness.example.com/w1 (part of its vkey)"
 
 
-def add_commands(sub) -> None:
+def add_parser(sub) -> None:
     w = sub.add_parser("witness", help="a C2SP tlog-witness: cosign the checkpoints of logs that stay append-only")
     wsub = w.add_subparsers(dest="witness_command", required=True)
 

@@ -1,12 +1,17 @@
 """Datasets: built-in public sets, a synthetic generator, the demo, user files, Hugging Face datasets.
 
 ``load_dataset(name, ...)`` is the one entry point; every loader returns a
-:class:`Dataset` whose splits keep their source order.
+:class:`Dataset` whose splits keep their source order. The datasets known by name are in
+``DATASETS`` (an ``ocrr.registry.Registry``); a package adds its own through the
+``ocrr.datasets`` entry-point group: a loader ``loader(data_dir=None, **options) -> Dataset``
+whose ``options`` attribute declares its options (a dict of ``ocrr.specs.Option``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ocrr.data.banking77 import load_banking77
@@ -16,29 +21,88 @@ from ocrr.data.leyzer import LICENCE as LEYZER_LICENCE
 from ocrr.data.records import Dataset, Split
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
-from ocrr.specs import Option, format_spec, parse_spec, spec_name, validate
+from ocrr.registry import Registry, load_target, summary_of
+from ocrr.specs import Option, declared_options, format_spec, parse_spec, spec_name, validate
 
-DATASETS: tuple[str, ...] = ("banking77", "clinc150", "leyzer", "synthetic", "demo")
 
-# The options each loader takes through load_dataset (data_dir is separate), declared once;
-# their defaults are the loaders' own (ocrr.data.synthetic, ocrr.data.tabular, ...).
+@dataclass(frozen=True)
+class NamedDataset:
+    """A dataset known by name: its loader (or its import path "module:function", imported when
+    it loads), called with ``data_dir`` first when ``reads_data_dir``, then the options it declares
+    (their defaults are the loader's own)."""
+
+    loader: Callable[..., Dataset] | str
+    options: Mapping[str, Option]
+    summary: str
+    reads_data_dir: bool = True
+
+    def load(self, data_dir: str | os.PathLike | None, options: dict) -> Dataset:
+        loader = self.loader if callable(self.loader) else load_target(self.loader)
+        return loader(data_dir, **options) if self.reads_data_dir else loader(**options)
+
+
+def _adopt(name: str, loader: object) -> NamedDataset:
+    """A plug-in's loader(data_dir=None, **options), with the options it declares in ``options``."""
+    if not callable(loader):
+        raise OcrrError(f"it is a {type(loader).__name__}, not a loader function")
+    return NamedDataset(loader, declared_options(loader), summary_of(loader))
+
+
+_USE = (
+    "your own file as csv:TRAIN[,TEST] or jsonl:TRAIN[,TEST], "
+    "or a Hugging Face dataset as hf:FOLDER or hf:NAME[:CONFIG]"
+)
+DATASETS: Registry[NamedDataset] = Registry(
+    "dataset", hint=lambda: f"Use one of {', '.join(DATASETS)}, {_USE}.", group="ocrr.datasets", adopt=_adopt
+)
+DATASETS.register("banking77", NamedDataset(load_banking77, {}, "Banking77: 77 online-banking intents"))
+DATASETS.register(
+    "clinc150",
+    NamedDataset(
+        load_clinc150,
+        {"oos": Option(kind=bool, help="keep out-of-scope as class 151 ('oos'); false: drop its items")},
+        "CLINC150: 150 intents over 10 domains, plus out-of-scope",
+    ),
+)
+DATASETS.register(
+    "leyzer",
+    NamedDataset(
+        load_leyzer,
+        {
+            "lang": Option(kind=str, choices=LANGUAGES, allow_none=True, help="one language's train and test files"),
+            "source": Option(kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language systems fit on"),
+            "target": Option(
+                kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language the stream brings"
+            ),
+        },
+        "Leyzer 0.1.0: virtual-assistant intents in English, Spanish and Polish",
+    ),
+)
+DATASETS.register(
+    "synthetic",
+    NamedDataset(
+        make_synthetic,
+        {
+            "n_classes": Option(kind=int, low=2, help="classes"),
+            "dim": Option(kind=int, low=1, help="vector dimension"),
+            "n_train_per_class": Option(kind=int, low=1, help="training items per class"),
+            "n_test_per_class": Option(kind=int, low=1, help="test items per class"),
+            "sigma": Option(kind=float, low=0, help="Gaussian noise per dimension around unit centroids"),
+            "seed": Option(kind=int, help="generator seed"),
+        },
+        "Gaussian clusters around unit centroids, as vectors (no encoder)",
+        reads_data_dir=False,
+    ),
+)
+# The demo is read with pandas, which the service (it imports this package) does not
+# otherwise load: its loader is imported when it loads.
+DATASETS.register(
+    "demo", NamedDataset("ocrr.data.demo:load_demo", {}, "the bundled help-desk intent set", reads_data_dir=False)
+)
+
+# The options of the two sources that are not names (data_dir is separate), declared once;
+# their defaults are the loaders' own (ocrr.data.tabular, ocrr.data.huggingface).
 OPTIONS: dict[str, dict[str, Option]] = {
-    "banking77": {},
-    "clinc150": {"oos": Option(kind=bool, help="keep out-of-scope as class 151 ('oos'); false: drop its items")},
-    "leyzer": {
-        "lang": Option(kind=str, choices=LANGUAGES, allow_none=True, help="one language's train and test files"),
-        "source": Option(kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language systems fit on"),
-        "target": Option(kind=str, choices=LANGUAGES, allow_none=True, help="a pair: the language the stream brings"),
-    },
-    "synthetic": {
-        "n_classes": Option(kind=int, low=2, help="classes"),
-        "dim": Option(kind=int, low=1, help="vector dimension"),
-        "n_train_per_class": Option(kind=int, low=1, help="training items per class"),
-        "n_test_per_class": Option(kind=int, low=1, help="test items per class"),
-        "sigma": Option(kind=float, low=0, help="Gaussian noise per dimension around unit centroids"),
-        "seed": Option(kind=int, help="generator seed"),
-    },
-    "demo": {},
     "table": {
         "text_col": Option(kind=str, help="the text column"),
         "label_col": Option(kind=str, help="the label column"),
@@ -77,26 +141,17 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     """
     name, options = _spec_options(name, options)
     kind, fmt, paths = _parse(name)
-    label = "user files" if kind == "table" else kind
-    validate(f"dataset {label}", OPTIONS[kind], options)
-    if kind == "banking77":
-        return load_banking77(data_dir)
-    if kind == "clinc150":
-        return load_clinc150(data_dir, **options)
-    if kind == "leyzer":
-        return load_leyzer(data_dir, **options)
-    if kind == "synthetic":
-        return make_synthetic(**options)
+    if kind in DATASETS:
+        named = DATASETS[kind]
+        validate(f"dataset {kind}", named.options, options)
+        return named.load(data_dir, options)
+    validate(f"dataset {'user files' if kind == 'table' else kind}", OPTIONS[kind], options)
     if kind == "hf":  # imports the datasets library (an extra) only when asked for
         from ocrr.data.huggingface import load_huggingface
 
         return load_huggingface(paths[0], **options)
-    # The demo and user tables are read with pandas, which the service (it imports this
-    # package) does not otherwise load: imported when a table is read.
-    if kind == "demo":
-        from ocrr.data.demo import load_demo
-
-        return load_demo()
+    # User tables are read with pandas, which the service (it imports this package) does not
+    # otherwise load: imported when a table is read.
     from ocrr.data.tabular import load_table
 
     return load_table(paths[0], paths[1] if len(paths) > 1 else None, fmt=fmt, **options)
@@ -133,11 +188,7 @@ def _parse(name: str) -> tuple[str, str | None, list[str]]:
             return "table", fmt, _table_paths(name[len(prefix) :], name)
     if name.lower().endswith(_TABLE_SUFFIXES):
         return "table", None, _table_paths(name, name)
-    raise OcrrError(
-        f"Unknown dataset {name!r}. Use one of {', '.join(DATASETS)}, "
-        "your own file as csv:TRAIN[,TEST] or jsonl:TRAIN[,TEST], "
-        "or a Hugging Face dataset as hf:FOLDER or hf:NAME[:CONFIG]."
-    )
+    raise DATASETS.unknown(name)
 
 
 def _table_paths(spec: str, name: str) -> list[str]:

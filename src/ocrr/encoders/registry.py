@@ -8,17 +8,22 @@ loads, so a bad one ends in one message naming the option, the value and what is
 
 An encoder's ``id`` is part of every embedding-cache key and result row; options that do not
 change the vectors (``batch_size``) stay out of it.
+
+``ENCODERS`` is an ``ocrr.registry.Registry``: the built-ins are registered by
+``ocrr.encoders.catalog``, plug-ins from other packages through the ``ocrr.encoders``
+entry-point group (a factory called with the validated options, which it declares in an
+``options`` attribute: a dict of ``ocrr.specs.Option``).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ocrr.encoders.base import Encoder
 from ocrr.errors import OcrrError
-from ocrr.specs import Option, describe, parse_spec, spec_name, validate
+from ocrr.registry import Registry, summary_of
+from ocrr.specs import Option, declared_options, describe, parse_spec, spec_name, validate
 
 
 @dataclass(frozen=True)
@@ -35,24 +40,34 @@ class RegisteredEncoder:
     dataset_level: bool = False  # precomputed vectors: not texts -> vectors, handled by embed_dataset
 
 
-ENCODERS: dict[str, RegisteredEncoder] = {}
+def _adopt(name: str, factory: object) -> RegisteredEncoder:
+    """A plug-in's entry: its factory, with the options it declares in ``options``."""
+    if not callable(factory):
+        raise OcrrError(f"it is a {type(factory).__name__}, not an encoder factory")
+    return RegisteredEncoder(name, factory, summary_of(factory), declared_options(factory))
+
+
+def _describe(name: str, entry: RegisteredEncoder) -> str:
+    extra = f" Needs: pip install 'ocrr[{entry.extra}]'." if entry.extra else ""
+    return f"{entry.name}: {entry.summary}.{extra}\n{describe(entry.options)}"
+
+
+ENCODERS: Registry[RegisteredEncoder] = Registry(
+    "encoder", hint=lambda: f"Use {_usage()}.", group="ocrr.encoders", adopt=_adopt, describe=_describe
+)
 
 
 def register_encoder(entry: RegisteredEncoder) -> None:
     """Add an encoder (a plug-in package may register its own)."""
-    ENCODERS[entry.name] = entry
+    ENCODERS.register(entry.name, entry)
 
 
 def encoder_names() -> list[str]:
-    return sorted(ENCODERS)
+    return ENCODERS.names()
 
 
 def lookup_encoder(name: str) -> RegisteredEncoder:
-    if name not in ENCODERS:
-        close = difflib.get_close_matches(name, ENCODERS, n=2)
-        guess = f" Did you mean {', '.join(close)}?" if close else ""
-        raise OcrrError(f"unknown encoder {name!r}.{guess} Use {_usage()}.")
-    return ENCODERS[name]
+    return ENCODERS.lookup(name)
 
 
 def parse_encoder_spec(spec: str) -> tuple[RegisteredEncoder, dict]:
@@ -83,9 +98,7 @@ def make_encoder(spec: str) -> Encoder:
 
 def describe_encoder(name: str) -> str:
     """What ``ocrr encoders NAME`` would print: the summary, the extra, the options."""
-    entry = lookup_encoder(name)
-    extra = f" Needs: pip install 'ocrr[{entry.extra}]'." if entry.extra else ""
-    return f"{entry.name}: {entry.summary}.{extra}\n{describe(entry.options)}"
+    return ENCODERS.describe(name)
 
 
 def _usage() -> str:

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.registry import Registry
 from ocrr.specs import Option, format_value, parse_spec, spec_name, validate
 
-NAMED = {"oracle": 1.0, "random50": 0.5, "random10": 0.1}
+NAMED = {"oracle": 1.0, "random50": 0.5, "random10": 0.1}  # fixed correction probabilities
 NAMES = "oracle, all, random50, random10 or random:<p>"
 NOISE_KINDS = ("uniform", "confusable")
 SELECTIONS = ("uncertainty", "random")
@@ -80,6 +81,15 @@ OPTIONS = {
     ),
 }
 QUALIFIERS = {"noise": "noise_kind", "delay": "delay_mean", "budget": "select"}
+
+# The named policies, without feedback options; ``random`` takes its probability (random:<p>).
+POLICIES: Registry[Policy | None] = Registry(
+    "policy", hint=f"Use {NAMES}, optionally followed by feedback options, e.g. {EXAMPLE}."
+)
+for _name, _p in NAMED.items():
+    POLICIES.register(_name, Policy(_name, _p))
+POLICIES.register("all", Policy("all", 1.0, reveals_right=True))
+POLICIES.register("random", None)  # built from its probability
 RANDOM_P = Option(None, float, gt=0, high=1, help="random:<p>: probability that a wrong prediction is corrected")
 
 
@@ -123,15 +133,14 @@ def _key(base: str) -> str:
 
 def _base_policy(base: str, p: float | None, spec: str) -> Policy:
     key = _key(base)
-    if key == "all":
-        return Policy("all", 1.0, reveals_right=True)
-    if key in NAMED:
-        return Policy(key, NAMED[key])
-    if key == "random" and p is not None:
+    if key not in POLICIES:
+        raise POLICIES.unknown(base)
+    named = POLICIES[key]
+    if named is not None:
+        return named
+    if p is not None:
         return Policy(f"random:{p:g}", p)
-    if key == "random":
-        raise OcrrError(f"policy {spec!r}: random needs its probability, a number in (0, 1], e.g. random:0.25.")
-    raise OcrrError(f"unknown policy {spec!r}. Use {NAMES}, optionally followed by feedback options, e.g. {EXAMPLE}.")
+    raise OcrrError(f"policy {spec!r}: random needs its probability, a number in (0, 1], e.g. random:0.25.")
 
 
 def _canonical_name(base: str, f: dict) -> str:

@@ -1,12 +1,11 @@
 """Names -> protocols, with ``name:key=value`` options (``heldout:every=25``).
 
-Register your own with ``register_protocol(MyProtocol)``; ``ocrr run --protocol`` and
-``ocrr sweep --protocol`` then accept its name.
+Register your own with ``register_protocol(MyProtocol)`` (a class decorator), or from another
+package through the ``ocrr.protocols`` entry-point group (ocrr.registry); ``ocrr run
+--protocol`` and ``ocrr sweep --protocol`` then accept its name.
 """
 
 from __future__ import annotations
-
-import difflib
 
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import COMMON_OPTIONS, Protocol
@@ -15,17 +14,30 @@ from ocrr.protocols.drift import DriftProtocol
 from ocrr.protocols.heldout import HeldoutProtocol
 from ocrr.protocols.language_shift import LanguageShiftProtocol
 from ocrr.protocols.ocl import OclProtocol
+from ocrr.registry import Registry
 from ocrr.specs import Option, parse_spec
 
-PROTOCOLS: dict[str, type[Protocol]] = {}
+
+def _adopt(name: str, cls: object) -> type[Protocol]:
+    """A plug-in's Protocol subclass, whose ``name`` is its entry point's (results and task ids
+    record the class's own name)."""
+    if not (isinstance(cls, type) and issubclass(cls, Protocol)):
+        raise OcrrError(f"it is {cls!r}, not a subclass of ocrr.protocols.Protocol")
+    if cls.name != name:
+        raise OcrrError(f"its class's name is {cls.name!r} but its entry point is named {name!r}: make them the same")
+    return cls
+
+
+PROTOCOLS: Registry[type[Protocol]] = Registry(
+    "protocol", hint="Run 'ocrr protocols' to list them.", group="ocrr.protocols", adopt=_adopt
+)
 
 
 def register_protocol(cls: type[Protocol]) -> type[Protocol]:
     """Register a Protocol subclass under its ``name`` (usable as a class decorator)."""
     if not cls.name:
         raise OcrrError(f"{cls.__name__} has no name; set name = '...' on the class before registering it.")
-    PROTOCOLS[cls.name] = cls
-    return cls
+    return PROTOCOLS.register(cls.name, cls)
 
 
 def options_of(protocol: str | type[Protocol]) -> dict[str, Option]:
@@ -46,11 +58,7 @@ def make_protocol(spec: str | Protocol, **extra) -> Protocol:
 
 def lookup(name: str) -> type[Protocol]:
     """The registered protocol class of a name; an unknown name fails naming the close ones."""
-    if name not in PROTOCOLS:
-        close = difflib.get_close_matches(name, PROTOCOLS, n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise OcrrError(f"unknown protocol {name!r}.{hint} Known: {', '.join(sorted(PROTOCOLS))}.")
-    return PROTOCOLS[name]
+    return PROTOCOLS.lookup(name)
 
 
 for _builtin in (HeldoutProtocol, CmrProtocol, DriftProtocol, OclProtocol, LanguageShiftProtocol):

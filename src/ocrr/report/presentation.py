@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from ocrr.errors import OcrrError
+from ocrr.registry import Registry
 from ocrr.report.figures import metric_curves_figure
 
 
@@ -54,13 +55,13 @@ def default_cell(protocol, rows: pd.DataFrame, summary: pd.DataFrame, title: str
     )
 
 
-PRESENTATIONS: dict[str, Presentation] = {}
+PRESENTATIONS: Registry[Presentation] = Registry("presentation", hint="Register one with register_presentation.")
 DEFAULT = Presentation(default_cell)
 
 
 def register_presentation(protocol_name: str, cell: Callable, stream: Callable | None = None) -> None:
     """Draw the cells of ``protocol_name`` with ``cell`` (and its stream with ``stream``)."""
-    PRESENTATIONS[protocol_name] = Presentation(cell, stream)
+    PRESENTATIONS.register(protocol_name, Presentation(cell, stream))
 
 
 def presentation_for(protocol_name: str) -> Presentation:
@@ -76,12 +77,14 @@ class FolderSection:
     tables: Callable[[Path], list]  # its own tables: [(title, header, rows, note)]
 
 
-FOLDER_SECTIONS: list[FolderSection] = []
+# slug -> section, in the order they were registered (the first that recognises a folder wins)
+FOLDER_SECTIONS: Registry[FolderSection] = Registry("folder section", hint="Register one with register_folder_section.")
 
 
 def register_folder_section(section: FolderSection) -> None:
-    FOLDER_SECTIONS[:] = [s for s in FOLDER_SECTIONS if s.slug != section.slug] + [section]
+    FOLDER_SECTIONS.pop(section.slug, None)  # registered again: it moves last, as it always did
+    FOLDER_SECTIONS.register(section.slug, section)
 
 
 def folder_section_for(folder: Path) -> FolderSection | None:
-    return next((s for s in FOLDER_SECTIONS if folder.is_dir() and s.detect(folder)), None)
+    return next((s for s in FOLDER_SECTIONS.values() if folder.is_dir() and s.detect(folder)), None)

@@ -2,43 +2,17 @@
 
 Each entry names its factory by import path ("module:Class" under ocrr.systems), loaded
 when the system is first built: listing or building the substrate never imports torch.
-The registry (ocrr.systems.registry) reads ``BUILTINS``; this module imports no system.
+``ocrr.systems`` imports this module, which registers each one with the registry's one
+``register`` (ocrr.systems.registry); this module imports no system.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+
+from ocrr.systems.registry import register
 
 BUDGETS = (100, 500, 1000, 5000)  # the paper's storage sweep (Appendix B): one alias per budget
-
-
-@dataclass(frozen=True)
-class Registered:
-    """One registry entry. ``target`` is the factory (usually the class) or its import path."""
-
-    name: str
-    target: Callable[..., object] | str
-    family: str
-    summary: str
-    defaults: dict = field(default_factory=dict)  # overrides baked into this name
-    in_all: bool = True  # part of `--systems all`
-
-    @property
-    def factory(self) -> Callable[..., object]:
-        if callable(self.target):
-            return self.target
-        module, _, attribute = self.target.partition(":")
-        return getattr(importlib.import_module(f"ocrr.systems.{module}"), attribute)
-
-
-BUILTINS: list[Registered] = []
-
-
-def register(name: str, target: str, family: str, summary: str, *, in_all: bool = True, **defaults) -> None:
-    BUILTINS.append(Registered(name, target, family, summary, defaults, in_all))
-
 
 register(
     "substrate",

@@ -4,38 +4,74 @@ A spec is a registered name followed by optional ``:key=value`` parts, for examp
 ``substrate:k=3:margin=0.1`` (the grammar of ``ocrr.specs``). ``make_system`` checks every
 value against the system's declared options before its constructor runs, so a bad one ends
 in one message naming the option, the value and what is allowed.
+
+``REGISTRY`` is an ``ocrr.registry.Registry``: the built-ins are registered by
+``ocrr.systems.catalog`` (imported with this package), plug-ins from other packages through
+the ``ocrr.systems`` entry-point group (a System subclass or a factory taking ``name``,
+``labels``, ``seed`` and its options; see ``ocrr.registry``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from ocrr.errors import OcrrError
+from ocrr.registry import Registry, load_target, summary_of
 from ocrr.specs import Option, parse_spec, parse_value, validate  # noqa: F401  (parse_*: re-exported)
 from ocrr.systems.base import RUN_ARGUMENTS
-from ocrr.systems.catalog import BUILTINS, Registered
 
-REGISTRY: dict[str, Registered] = {entry.name: entry for entry in BUILTINS}
+PLUGIN_FAMILY = "plug-in"  # the family of a plug-in system that names none
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One registry entry. ``target`` is the factory (usually the class) or its import path
+    ("module:Class" under ocrr.systems), imported when the system is first built."""
+
+    name: str
+    target: Callable[..., object] | str
+    family: str
+    summary: str
+    defaults: dict = field(default_factory=dict)  # overrides baked into this name
+    in_all: bool = True  # part of `--systems all`
+
+    @property
+    def factory(self) -> Callable[..., object]:
+        return self.target if callable(self.target) else load_target(self.target, "ocrr.systems")
+
+
+def _adopt(name: str, factory: object) -> Registered:
+    """A plug-in's entry: its class or factory, in its own ``family`` (else 'plug-in'), in
+    ``--systems all`` unless it sets ``in_all = False``."""
+    if not callable(factory):
+        raise OcrrError(f"it is a {type(factory).__name__}, not a System subclass or a factory")
+    family = getattr(factory, "family", None)
+    in_all = getattr(factory, "in_all", True)
+    return Registered(
+        name, factory, family if isinstance(family, str) else PLUGIN_FAMILY, summary_of(factory), {}, in_all
+    )
+
+
+REGISTRY: Registry[Registered] = Registry(
+    "system", hint="Run 'ocrr systems' to list them.", group="ocrr.systems", adopt=_adopt
+)
 
 
 def register(
     name: str, factory: Callable[..., object] | str, family: str, summary: str, *, in_all: bool = True, **defaults
 ) -> None:
-    """Register a system. ``in_all=False`` keeps it out of ``--systems all`` (parametrised
+    """Register a system: its factory (usually the class) or its import path "module:Class"
+    under ocrr.systems. ``in_all=False`` keeps it out of ``--systems all`` (parametrised
     generic names whose aliases are listed, and systems that need an optional extra)."""
-    REGISTRY[name] = Registered(name, factory, family, summary, defaults, in_all)
+    REGISTRY.register(name, Registered(name, factory, family, summary, defaults, in_all))
 
 
 def lookup(name: str) -> Registered:
     """The registry entry of a system name (without ``:key=value`` parts)."""
-    if name not in REGISTRY:
-        close = difflib.get_close_matches(name, REGISTRY, n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise OcrrError(f"unknown system {name!r}.{hint} Run 'ocrr systems' to list them.")
-    return REGISTRY[name]
+    return REGISTRY.lookup(name)
 
 
 def execution_settings(name: str) -> tuple[str, ...]:
