@@ -130,7 +130,9 @@ class HeldLedger(GroupCommit):
         """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head."""
         with self.lock.read():
             size = len(self._hashes)
-            proofs = [(i, self.tree.node(0, i), self.tree.inclusion_proof(i, size)) for i in ids]
+            ids = list(ids)
+            found = self.tree.inclusion_proofs(ids, size)
+            proofs = [(i, self.tree.node(0, i), proof) for i, proof in zip(ids, found)]
             return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS, proofs
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
