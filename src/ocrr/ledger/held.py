@@ -42,6 +42,8 @@ from ocrr.utils.rwlock import RWLock
 
 __all__ = ["Apply", "HeldLedger", "damage_in"]
 
+_LEAF_PREFIX = hashlib.sha256(b"\x00")  # a Merkle leaf hashes 0x00 || the entry's bytes (RFC 6962)
+
 # apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
 # feeds committed entries to the in-memory side, which must hash them to the same chain.
 Apply = Callable[[np.ndarray, list, list], bytes]
@@ -232,14 +234,19 @@ class HeldLedger(GroupCommit):
         rows, nodes, digests = [], [], []
         n0 = n = len(self._hashes)
         prev = self.chain_head
+        sha256, add_leaf = hashlib.sha256, self.tree.append
         for p in ok:
             p.ids = range(n, n + len(p.labels))
-            for vec, label, text in zip(p.vecs, p.labels, p.texts):
-                raw = vec.astype(F4LE, copy=False).tobytes()
+            blob = p.vecs.astype(F4LE, copy=False).tobytes()  # every row's bytes at once, sliced below
+            width = len(blob) // len(p.labels)
+            for j, (label, text) in enumerate(zip(p.labels, p.texts)):
+                raw = blob[j * width : (j + 1) * width]
                 pre = entry_bytes(n, label, text, raw, prev)
-                digest = hashlib.sha256(pre).digest()
+                digest = sha256(pre).digest()
                 rows.append((n, label, text, raw, prev, digest))
-                nodes.extend(self.tree.append(hashlib.sha256(b"\x00" + pre).digest()))
+                leaf = _LEAF_PREFIX.copy()  # SHA-256(0x00 || pre) without copying pre
+                leaf.update(pre)
+                nodes.extend(add_leaf(leaf.digest()))
                 digests.append(digest)
                 prev, n = digest, n + 1
         return rows, nodes, digests, n0

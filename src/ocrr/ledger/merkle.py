@@ -109,7 +109,8 @@ class MerkleTree:
         proofs: list[list[bytes]] = [[] for _ in indices]
         level, last = 0, size - 1  # last: the index of the level's last (maybe incomplete) node
         while last > 0:
-            nodes, width, siblings = self.levels[level], 1 << level, {}
+            nodes, width = self.levels[level], 1 << level
+            siblings: dict[int, bytes] = {}
             for proof, index in zip(proofs, indices):
                 k = index >> level
                 if not k & 1 and k == last:

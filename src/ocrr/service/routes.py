@@ -232,12 +232,12 @@ class Routes:
     async def _correct_answer(self, ids: range) -> bytes:
         """The answer to a committed correction: its ids, a signed head and their proofs."""
         size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids)  # one size for all
-        root_b64, encoded = b64(root), {}  # proofs of neighbouring entries share most nodes: encode each once
+        encoded: dict[bytes, str] = {}  # proofs of neighbouring entries share most nodes: encode each once
         proofs = [
             {
                 "index": i,
                 "size": size,
-                "root": root_b64,
+                "root": b64(root),
                 "leaf_hash": b64(leaf),
                 "proof": [encoded.get(p) or encoded.setdefault(p, b64(p)) for p in proof],
             }

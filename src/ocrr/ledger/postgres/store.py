@@ -11,8 +11,9 @@ head row's lock serialises writers across processes and machines, so ids stay ga
 take in what other writers committed since this process last looked (checked), hash the
 new entries in Python, then one statement inserts them all (``unnest``) and moves the head,
 and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). Requests that
-arrive while a commit runs, or within ``gather`` seconds of the first, go in together
-(group commit: one WAL flush for all of them). docs/postgres.md has the measurements.
+arrive while a commit runs, or within ``gather`` seconds of the first (when it brings fewer
+than ``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
+docs/postgres.md has the measurements.
 
 Followers. ``refresh`` takes in what other processes committed;
 ``follow`` starts ``ocrr.ledger.postgres.follow.Follower``, a thread that does it on every NOTIFY the insert
@@ -43,6 +44,9 @@ from ocrr.ledger.tail import StoredTail
 __all__ = ["PostgresLedger"]
 
 _WAIT = 5.0  # seconds a request waits for a pooled connection (the database down: then it fails)
+#: A group commit of fewer rows waits ``gather`` seconds for concurrent appends to join it; a
+#: bigger one (a batched /correct) already shares its WAL flush, and waiting would only delay it.
+GATHER_BELOW = 32
 # The columns go as binary parameters (%b): as text, every bytea is hex-escaped by the client
 # and parsed back by the server, which cost more than the insert itself.
 _INSERT = (
@@ -180,7 +184,8 @@ class PostgresLedger(HeldLedger):
 
     # -- appending ----------------------------------------------------------------------
     def _commit_all(self, batch: list[Pending]) -> None:
-        if self.gather and len(batch) == 1:  # alone: let concurrent requests join for a few ms
+        if self.gather and len(batch) == 1 and len(batch[0].labels) < GATHER_BELOW:
+            # A few rows alone: let concurrent requests join for a few ms.
             time.sleep(self.gather)
             with self._cv:
                 batch, self._queue = batch + self._queue, []
