@@ -15,6 +15,7 @@ import pytest
 from ocrr.errors import OcrrError
 from ocrr.ledger import Ledger
 from ocrr.ledger.heads import Signer
+from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.sqlite.store import DurableLedger, scan_file
 from ocrr.ledger.verify import entry_leaf_hash, verify_consistency, verify_inclusion
 
@@ -44,6 +45,48 @@ def test_appends_survive_reopening_and_match_an_in_memory_ledger(tmp_path):
         assert len(led) == 25 and led.chain_head == ref.head and led.root() == root
         assert led.memory.head == ref.head and np.array_equal(led.memory.vectors, ref.vectors)
     assert Ledger.load(path).head == ref.head  # still readable as a plain ledger file
+
+
+def _stored(path: Path) -> dict:
+    """Every table of the log as stored (rows in key order)."""
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            "entries": conn.execute("SELECT * FROM entries ORDER BY id").fetchall(),
+            "nodes": conn.execute("SELECT * FROM nodes ORDER BY level, idx").fetchall(),
+            "meta": conn.execute("SELECT * FROM meta ORDER BY key").fetchall(),
+        }
+    finally:
+        conn.close()
+
+
+def test_groups_of_any_size_store_what_one_at_a_time_stores(tmp_path):
+    """The group commit's row making (one pass over a group's bytes) is exactly the entry-by-entry
+    one: the same entries, tree nodes and head in the file, and the same roots and proofs, as
+    appending one at a time and as the in-memory ledger; a Unicode text and a missing one too."""
+    n = 300
+    rng = np.random.default_rng(5)
+    vecs = rng.standard_normal((n, DIM)).astype(np.float32)
+    labels = [_label(i) for i in range(n)]
+    texts = [None if i % 3 else f"texte {i} é✓" for i in range(n)]
+    ref = Ledger(DIM)  # the chain hashed by the in-memory ledger, the tree by the verifier's leaf hash
+    ref.extend(vecs, labels, texts)
+    tree = MerkleTree()
+    for i in range(n):
+        e = ref[i]
+        tree.append(entry_leaf_hash(i, e.label, e.text, e.vector.astype("<f4").tobytes(), e.prev_hash))
+    with DurableLedger.open(tmp_path / "one.db") as one:
+        for i in range(n):
+            one.append(vecs[i], labels[i], texts[i])
+    with DurableLedger.open(tmp_path / "groups.db") as groups:
+        lo = 0
+        for size in (1, 2, 5, 64, 128, 100):  # 300 in all
+            groups.extend(vecs[lo : lo + size], labels[lo : lo + size], texts[lo : lo + size])
+            lo += size
+        assert groups.head() == (n, tree.root(), ref.head)
+        assert [groups.entry_hash(i) for i in range(n)] == [ref[i].hash for i in range(n)]
+        assert [groups.inclusion_proof(i, n) for i in range(n)] == [tree.inclusion_proof(i, n) for i in range(n)]
+    assert _stored(tmp_path / "groups.db") == _stored(tmp_path / "one.db")
 
 
 def test_proofs_from_a_durable_ledger_verify_with_the_standalone_verifier(tmp_path):

@@ -136,6 +136,26 @@ def test_every_inclusion_proof_up_to_64(tree):
                 verify_inclusion(i, n, LEAVES[(i + 1) % N], proof, root)
 
 
+def test_proofs_made_together_equal_each_made_alone(tree):
+    """``inclusion_proofs`` (a group commit's answer) is exactly ``inclusion_proof`` per entry:
+    every index of every size up to 64, out of order and repeated, and a block at the right
+    edge of a larger tree whose sizes are not powers of two."""
+    for n in range(1, N + 1):
+        indices = list(range(n))
+        assert tree.inclusion_proofs(indices, n) == [tree.inclusion_proof(i, n) for i in indices]
+        mixed = [n - 1, 0, n // 2, n - 1]
+        assert tree.inclusion_proofs(mixed, n) == [tree.inclusion_proof(i, n) for i in mixed]
+    big = MerkleTree()
+    for i in range(1500):
+        big.append(leaf_hash(i.to_bytes(4, "little")))
+    for size in (1500, 1024, 1025, 1279):
+        block = list(range(size - 256, size))
+        assert big.inclusion_proofs(block, size) == [big.inclusion_proof(i, size) for i in block]
+    assert big.inclusion_proofs([]) == []
+    with pytest.raises(IndexError):
+        tree.inclusion_proofs([3, 64], 64)
+
+
 def test_every_consistency_proof_up_to_64(tree):
     roots = [_mth(LEAVES[:n]) for n in range(N + 1)]
     for n in range(1, N + 1):

@@ -233,6 +233,23 @@ def test_two_stores_in_one_process_see_each_others_appends(pg_url):
         assert a.memory is not None and [e.label for e in a.memory] == labels
 
 
+def test_only_a_small_group_waits_for_others_to_join(pg_url, monkeypatch):
+    """A group of a few rows waits ``gather`` seconds for concurrent appends; a batched one
+    (GATHER_BELOW rows or more) already shares its WAL flush and is written at once."""
+    import ocrr.ledger.postgres.store as store
+
+    waits = []
+    real_sleep = store.time.sleep
+    monkeypatch.setattr(store.time, "sleep", lambda s: waits.append(s) or real_sleep(s))
+    vecs, labels, texts = _entries(store.GATHER_BELOW + 1)
+    with PostgresLedger.open(pg_url, gather=0.01) as led:
+        led.extend(vecs[:1], labels[:1], texts[:1])
+        assert waits == [0.01]
+        assert led.extend(vecs[1:], labels[1:], texts[1:]) == range(1, store.GATHER_BELOW + 1)
+        assert waits == [0.01]  # the batch did not wait
+        assert len(led) == store.GATHER_BELOW + 1 and led.report.ok
+
+
 def test_bad_urls_and_input_are_one_clear_error(pg_cluster):  # noqa: F811
     with pytest.raises(
         OcrrError, match="cannot connect to the ledger database postgresql://postgres:\\*\\*\\*@127.0.0.1:1/x"

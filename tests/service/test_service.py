@@ -135,6 +135,41 @@ def test_concurrent_corrections_each_get_a_signed_head_that_proves_them(own_serv
     assert len({a["ids"][0] for a in answers}) == 40
 
 
+def test_a_full_batch_of_corrections_is_one_append_with_a_proof_per_item(own_server, signer):
+    """One /correct of MAX_BATCH items: all appended together (consecutive ids, one head), each
+    answered with its ledger index and a proof equal to the one /proof/inclusion serves; a batch
+    with one bad item appends none of them."""
+    import numpy as np
+
+    url, state, *_ = own_server
+    rng = np.random.default_rng(7)
+    vecs = rng.standard_normal((MAX_BATCH, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    body = {
+        "vectors_b64": [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vecs],
+        "labels": [f"label_{i % 5}" for i in range(MAX_BATCH)],
+        "texts": [f"batched correction {i}" for i in range(MAX_BATCH)],
+    }
+    bad = {**body, "vectors_b64": [*body["vectors_b64"][:-1], base64.b64encode((2 * vecs[-1]).tobytes()).decode()]}
+    n = len(state.substrate)
+    r = requests.post(f"{url}/correct", json=bad, headers=AUTH)
+    assert r.status_code == 400 and f"row {MAX_BATCH - 1}" in r.json()["detail"]
+    assert len(state.substrate) == n  # all or nothing
+    r = requests.post(f"{url}/correct", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["ids"] == list(range(n, n + MAX_BATCH))
+    head = verify_head(out["head"], signer.vkey)
+    assert head.size == n + MAX_BATCH and len(out["proofs"]) == MAX_BATCH
+    for i, proof in zip(out["ids"], out["proofs"]):
+        assert proof["index"] == i and proof["size"] == head.size
+        nodes = [_b(p) for p in proof["proof"]]
+        verify_inclusion(i, head.size, _b(proof["leaf_hash"]), nodes, head.root)
+        assert nodes == state.substrate.ledger.inclusion_proof(i, head.size)  # made together = made alone
+    served = requests.get(f"{url}/proof/inclusion/{n + 100}").json()
+    assert served["proof"] == out["proofs"][100]["proof"] and served["size"] == head.size
+
+
 BAD = [
     ({"vectors": [[float("nan")] + [0.0] * (DIM - 1)]}, "NaN"),
     ({"vectors": [[0.1] * (DIM - 1)]}, "dimension"),

@@ -42,6 +42,7 @@ from ocrr.utils.rwlock import RWLock
 
 __all__ = ["Apply", "HeldLedger", "damage_in"]
 
+
 # apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
 # feeds committed entries to the in-memory side, which must hash them to the same chain.
 Apply = Callable[[np.ndarray, list, list], bytes]
@@ -130,7 +131,9 @@ class HeldLedger(GroupCommit):
         """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head."""
         with self.lock.read():
             size = len(self._hashes)
-            proofs = [(i, self.tree.node(0, i), self.tree.inclusion_proof(i, size)) for i in ids]
+            ids = list(ids)
+            found = self.tree.inclusion_proofs(ids, size)
+            proofs = [(i, self.tree.node(0, i), proof) for i, proof in zip(ids, found)]
             return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS, proofs
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
@@ -230,14 +233,17 @@ class HeldLedger(GroupCommit):
         rows, nodes, digests = [], [], []
         n0 = n = len(self._hashes)
         prev = self.chain_head
+        sha256, add_leaf = hashlib.sha256, self.tree.append
         for p in ok:
             p.ids = range(n, n + len(p.labels))
-            for vec, label, text in zip(p.vecs, p.labels, p.texts):
-                raw = vec.astype(F4LE, copy=False).tobytes()
+            blob = p.vecs.astype(F4LE, copy=False).tobytes()  # every row's bytes at once, sliced below
+            width = len(blob) // len(p.labels)
+            for j, (label, text) in enumerate(zip(p.labels, p.texts)):
+                raw = blob[j * width : (j + 1) * width]
                 pre = entry_bytes(n, label, text, raw, prev)
-                digest = hashlib.sha256(pre).digest()
+                digest = sha256(pre).digest()
                 rows.append((n, label, text, raw, prev, digest))
-                nodes.extend(self.tree.append(leaf_hash(pre)))
+                nodes.extend(add_leaf(leaf_hash(pre)))
                 digests.append(digest)
                 prev, n = digest, n + 1
         return rows, nodes, digests, n0

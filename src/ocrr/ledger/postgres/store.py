@@ -11,8 +11,9 @@ head row's lock serialises writers across processes and machines, so ids stay ga
 take in what other writers committed since this process last looked (checked), hash the
 new entries in Python, then one statement inserts them all (``unnest``) and moves the head,
 and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). Requests that
-arrive while a commit runs, or within ``gather`` seconds of the first, go in together
-(group commit: one WAL flush for all of them). docs/postgres.md has the measurements.
+arrive while a commit runs, or within ``gather`` seconds of the first (when it brings fewer
+than ``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
+docs/postgres.md has the measurements.
 
 Followers. ``refresh`` takes in what other processes committed;
 ``follow`` starts ``ocrr.ledger.postgres.follow.Follower``, a thread that does it on every NOTIFY the insert
@@ -43,15 +44,26 @@ from ocrr.ledger.tail import StoredTail
 __all__ = ["PostgresLedger"]
 
 _WAIT = 5.0  # seconds a request waits for a pooled connection (the database down: then it fails)
+#: A group commit of fewer rows waits ``gather`` seconds for concurrent appends to join it; a
+#: bigger one (a batched /correct) already shares its WAL flush, and waiting would only delay it.
+GATHER_BELOW = 32
+# The columns go as binary parameters (%b): as text, every bytea is hex-escaped by the client
+# and parsed back by the server, which cost more than the insert itself.
 _INSERT = (
     "WITH added AS (INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
-    "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[]) "
+    "SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[]) "
     "RETURNING 1) "
     "UPDATE ocrr_head SET size = %s, chain_head = %s, root = %s, dim = coalesce(dim, %s) "
     "WHERE (SELECT count(*) FROM added) = %s"
 )
 # The rest of the stored tail (ocrr.ledger.tail.StoredTail): two reads of the entries' primary key.
 _TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
+# The head row, locked, with the stored tail as of the entries this process holds (``%s``: its
+# last id): one round trip when no other writer committed since (the usual case).
+_LOCK_AND_TAIL = (
+    "SELECT size, chain_head, (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries) "
+    "FROM ocrr_head FOR UPDATE"
+)
 
 
 class PostgresLedger(HeldLedger):
@@ -172,7 +184,8 @@ class PostgresLedger(HeldLedger):
 
     # -- appending ----------------------------------------------------------------------
     def _commit_all(self, batch: list[Pending]) -> None:
-        if self.gather and len(batch) == 1:  # alone: let concurrent requests join for a few ms
+        if self.gather and len(batch) == 1 and len(batch[0].labels) < GATHER_BELOW:
+            # A few rows alone: let concurrent requests join for a few ms.
             time.sleep(self.gather)
             with self._cv:
                 batch, self._queue = batch + self._queue, []
@@ -185,10 +198,12 @@ class PostgresLedger(HeldLedger):
         def write(conn) -> None:
             with conn.transaction():
                 # The head row's lock: the writers' one lock.
-                size, stored_head = conn.execute("SELECT size, chain_head FROM ocrr_head FOR UPDATE").fetchone()
+                held = len(self._hashes)
+                size, stored_head, last, top = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
                 with self._follow:
-                    self._take_in_db(conn, size)  # what other writers committed comes first
-                    last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
+                    if self._take_in_db(conn, size) or len(self._hashes) != held:
+                        # Others' entries came first: the tail is read again after them.
+                        last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
                     self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
                     ok, dim = self._same_dim(batch)
                     if not ok:
