@@ -11,6 +11,7 @@ from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.systems.persistent import open_substrate
 
 DIM = 8
+TOKEN = "6mHUzGkyPNMnygbUr3uoogiZHOSBdpMp7sykJnsJ3qI"  # secrets.token_urlsafe(32), as one should be made
 
 
 @pytest.mark.parametrize("bad", [0, 4095, 4096, 9000])
@@ -25,3 +26,25 @@ def test_a_stored_row_that_is_not_unit_is_named_by_its_entry(tmp_path, bad):
         led.extend(vecs, [f"l{i % 3}" for i in range(len(vecs))], None)
     with pytest.raises(OcrrError, match=rf"l\.db: entry {bad} has norm 2; .*Restore it from a backup"):
         open_substrate(tmp_path / "l.db")
+
+
+def test_the_supervisor_checks_the_ledger_without_building_a_substrate(tmp_path):
+    from ocrr.service.config import ServiceConfig
+    from ocrr.service.state import build_state
+
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(500, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    with DurableLedger.open(tmp_path / "l.db", dim=DIM) as led:
+        led.extend(vecs, [f"l{i % 3}" for i in range(len(vecs))], None)
+    config = ServiceConfig(ledger=tmp_path / "l.db", token=TOKEN, workers=2)
+    state = build_state(config, log=lambda m: None, predicts=False)
+    try:
+        assert len(state.substrate) == 500  # checked and counted
+        assert state.substrate.system.ledger_ is None  # no copy of the rows learnt: the workers build theirs
+    finally:
+        state.close()
+    with DurableLedger.open(tmp_path / "bad.db", dim=DIM) as led:
+        led.extend(np.concatenate([vecs, 2 * vecs[:1]]), ["a"] * 501, None)
+    with pytest.raises(OcrrError, match=r"bad\.db: entry 500 has norm 2"):  # the stored rows' rules still hold
+        build_state(ServiceConfig(ledger=tmp_path / "bad.db", token=TOKEN, workers=2), predicts=False)

@@ -57,8 +57,9 @@ def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int
 
 def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
-    first = config if config.workers == 1 or config.fit else dataclasses.replace(config, encoder=None)
-    state = build_state(first, log=log)
+    alone = config.workers == 1 or config.fit is not None
+    first = config if alone else dataclasses.replace(config, encoder=None)
+    state = build_state(first, log=log, predicts=alone)  # with workers, the substrate is theirs to build
     log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
     if config.workers > 1:
         state.close()

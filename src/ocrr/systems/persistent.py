@@ -29,7 +29,7 @@ from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
 from ocrr.systems.substrate import Substrate
 
-__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
+__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "open_checked", "POOLED_BELOW"]
 
 #: Requests of fewer queries than this share a pass in ``explain_each`` (the exact index
 #: scans them one matrix-vector product per query; bigger ones with a matrix product).
@@ -264,26 +264,7 @@ def open_substrate(
     ``signer``: signs the ledger's checkpoint records; only its records let ``"checkpoint"``
     skip rehashing (without one, every entry is rehashed).
     """
-    if isinstance(system, str):
-        system = make_system(system, seed=seed)
-    if not isinstance(system, Substrate):
-        raise OcrrError(
-            f"{getattr(system, 'name', system)!r} is not a substrate; a persistent system needs a "
-            "ledger (pass substrate, bounded_fifo_1000, substrate:k=3, ...)"
-        )
-    if type(system).predict is not Substrate.predict or not system.learns:
-        # The persistent substrate (and the service) answer with the substrate's own search and
-        # vote; serving a system whose answer is another rule would be silently wrong.
-        raise OcrrError(
-            f"{system.name!r} does not answer with the substrate's search and vote, which is what a "
-            "persistent ledger serves; open it with substrate, substrate:k=3, bounded_fifo_1000 or "
-            "bounded_reservoir_1000"
-        )
-    if system.ledger_ is not None:
-        raise OcrrError("pass an unfitted substrate: open_substrate fits it on the ledger file's entries")
-    if not system.store_text:
-        raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
-
+    system = _servable(system, seed)
     opening = True
 
     def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
@@ -304,3 +285,51 @@ def open_substrate(
     ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
     opening = False
     return PersistentSubstrate(ledger, system)
+
+
+def open_checked(
+    path: str | os.PathLike[str],
+    system: str | Substrate = "substrate",
+    verify: str = "full",
+    seed: int = 0,
+    signer: Signer | None = None,
+) -> PersistentSubstrate:
+    """The ledger at ``path`` checked as ``open_substrate`` checks it (chain, tree, checkpoint
+    records and the stored rows' rules), without the substrate learning its entries: for a
+    process that answers no predicts, such as the supervisor of ``ocrr serve --workers N``,
+    whose workers each open the substrate. Its ``system`` stays unfitted."""
+    system = _servable(system, seed)
+    ledger = open_store(path, verify=verify, signer=signer)
+    try:
+        mirror = getattr(ledger, "memory", None)  # the checked entries, kept without rehashing
+        if mirror is not None and len(mirror):
+            _check_stored_rows(mirror.vectors, f"ledger {display(path)}")
+    except BaseException:
+        ledger.close()
+        raise
+    return PersistentSubstrate(ledger, system)
+
+
+def _servable(system: str | Substrate, seed: int) -> Substrate:
+    """``system`` (a spec or an unfitted Substrate) as a substrate a persistent ledger can
+    serve, or one OcrrError naming what to pass instead."""
+    if isinstance(system, str):
+        system = make_system(system, seed=seed)
+    if not isinstance(system, Substrate):
+        raise OcrrError(
+            f"{getattr(system, 'name', system)!r} is not a substrate; a persistent system needs a "
+            "ledger (pass substrate, bounded_fifo_1000, substrate:k=3, ...)"
+        )
+    if type(system).predict is not Substrate.predict or not system.learns:
+        # The persistent substrate (and the service) answer with the substrate's own search and
+        # vote; serving a system whose answer is another rule would be silently wrong.
+        raise OcrrError(
+            f"{system.name!r} does not answer with the substrate's search and vote, which is what a "
+            "persistent ledger serves; open it with substrate, substrate:k=3, bounded_fifo_1000 or "
+            "bounded_reservoir_1000"
+        )
+    if system.ledger_ is not None:
+        raise OcrrError("pass an unfitted substrate: open_substrate fits it on the ledger file's entries")
+    if not system.store_text:
+        raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
+    return system
