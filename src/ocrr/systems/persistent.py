@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,7 +230,12 @@ def _check_stored_rows(vecs: np.ndarray, where: str) -> None:
     value of fresh memory, which is slow to touch on a loaded VM (the check dominated the
     open of a million-entry ledger)."""
     for lo in range(0, len(vecs), _CHECK_ROWS):
-        check_rows(vecs[lo : lo + _CHECK_ROWS], None, lambda i, lo=lo: f"{where}: entry {lo + i}", _STORED_FIX)
+        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, lo), _STORED_FIX)
+
+
+def _entry_namer(where: str, first: int) -> Callable[[int], str]:
+    """How ``check_rows`` names row i of a block that starts at entry ``first``."""
+    return lambda i: f"{where}: entry {first + i}"
 
 
 def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
