@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import gc
 import inspect
 import logging
 import os
@@ -64,7 +65,10 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     if config.workers > 1:
         state.close()
         # Damage recorded in the file after this start is honoured, also by a worker started later.
-        return _serve_workers(dataclasses.replace(config, token=state.token, port=port), log, state.damage_seen)
+        token, damage_seen = state.token, state.damage_seen
+        del state  # the checked entries it holds are freed, not kept for the service's life
+        gc.collect()  # (some are in reference cycles)
+        return _serve_workers(dataclasses.replace(config, token=token, port=port), log, damage_seen)
     limit_threads()
     base = _base_url(config, config.port)
     log(f"review page: {base}/   API: {base}/docs")
