@@ -118,8 +118,8 @@ def full_verify(path: Path) -> float:
 
 
 def worker_pids(server: int) -> list[int]:
-    """The serving processes: the server itself with one worker, else its worker children
-    (the encoder processes have none here: no --encoder)."""
+    """The server's processes: itself (with workers, the supervisor) and its children (the
+    workers, and the supervisor's small helper; no encoder processes here: no --encoder)."""
     children = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -129,7 +129,7 @@ def worker_pids(server: int) -> list[int]:
                 continue
             if int(fields[1]) == server:
                 children.append(int(entry.name))
-    return sorted(children) or [server]
+    return [server, *sorted(children)]
 
 
 def rss_mb(pid: int) -> dict[str, float]:
