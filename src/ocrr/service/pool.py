@@ -24,7 +24,7 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from ocrr.index.exact import AnyShortlist, ExactIndex, new_shortlist
+from ocrr.index.exact import AnyShortlist, ExactIndex
 from ocrr.systems.substrate.persistent import Explanation, PersistentSubstrate
 
 #: The code of the shortlist pooled searches go through (``exact.SHORTLIST_CODES``).
@@ -86,15 +86,14 @@ class PredictPool:
 
     def warm(self) -> None:
         """Build the shortlist now (a pass over every row), not during the first requests."""
-        if self.use_shortlist and self.shortlist is None and self.substrate.ledger.dim:
-            index, dim = self.substrate.system.index_, self.substrate.ledger.dim
-            # The substrate's own coded copy when its rows are the ledger's (one copy per
-            # process: the index's few-query searches then read 8-bit codes too); a bounded
-            # substrate's index holds only its live rows.
-            if isinstance(index, ExactIndex) and index.borrowed:
-                self.shortlist = index.shortlist(self.code)
-            else:
-                self.shortlist = new_shortlist(dim, self.code)
+        index = self.substrate.system.index_
+        # Only an exact index over the ledger's own rows has its searches pooled
+        # (``explain_each``), so only it needs the coded copy: its own (one copy per process:
+        # its few-query searches then read 8-bit codes too). A bounded substrate's index (its
+        # live rows) or an approximate one answers each request itself, and an 8-bit copy of
+        # every ledger row would be memory no search reads.
+        if self.use_shortlist and self.shortlist is None and isinstance(index, ExactIndex) and index.borrowed:
+            self.shortlist = index.shortlist(self.code)
             self.shortlist.grow_ahead()  # the service keeps taking in rows while it answers
         if self.shortlist is not None and len(self.substrate):
             with self.substrate.ledger.lock.read():

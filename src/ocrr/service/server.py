@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import gc
 import inspect
 import logging
 import os
@@ -57,13 +58,17 @@ def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int
 
 def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
-    first = config if config.workers == 1 or config.fit else dataclasses.replace(config, encoder=None)
-    state = build_state(first, log=log)
+    alone = config.workers == 1 or config.fit is not None
+    first = config if alone else dataclasses.replace(config, encoder=None)
+    state = build_state(first, log=log, predicts=alone)  # with workers, the substrate is theirs to build
     log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
     if config.workers > 1:
         state.close()
         # Damage recorded in the file after this start is honoured, also by a worker started later.
-        return _serve_workers(dataclasses.replace(config, token=state.token, port=port), log, state.damage_seen)
+        token, damage_seen = state.token, state.damage_seen
+        del state  # the checked entries it holds are freed, not kept for the service's life
+        gc.collect()  # (some are in reference cycles)
+        return _serve_workers(dataclasses.replace(config, token=token, port=port), log, damage_seen)
     limit_threads()
     base = _base_url(config, config.port)
     log(f"review page: {base}/   API: {base}/docs")

@@ -33,7 +33,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
-from ocrr.systems.substrate.persistent import PersistentSubstrate, open_substrate
+from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
 
 #: Entries older than the last checkpoint the background check rehashes per tick (a slice
 #: short enough for requests not to notice, docs/reference/measurements.md), in turn: all of
@@ -270,14 +270,20 @@ def failure_report(e: OcrrError, held: int) -> dict:
 
 
 def build_state(
-    config: ServiceConfig, encoder: Any = None, log: Callable[[str], None] = print, damage_after: int | None = None
+    config: ServiceConfig,
+    encoder: Any = None,
+    log: Callable[[str], None] = print,
+    damage_after: int | None = None,
+    predicts: bool = True,
 ) -> ServiceState:
     """Open everything the service serves: the signer, the substrate (its ledger checked),
     the encoder, and seed an empty ledger with ``config.fit``. ``encoder``: an encoder object
     to use in this process instead of ``config.encoder``'s own process (tests, notebooks).
     Without ``config.token``, the state gets a new random one. ``damage_after``: the id of the
     latest verification record when the service started (a worker gets its supervisor's);
-    damage recorded after it is honoured (default: the latest record now)."""
+    damage recorded after it is honoured (default: the latest record now). ``predicts=False``:
+    the ledger is checked as for serving but the substrate does not learn its entries (the
+    supervisor of ``--workers N``, whose workers each open it; no ``config.fit``)."""
     signer = (
         Signer.load(config.key, config.origin or default_origin_of(config.ledger)) if config.key is not None else None
     )
@@ -291,11 +297,15 @@ def build_state(
             "trust the records it signs"
         )
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
-        sub = opened.enter_context(
-            open_substrate(
+        if predicts:
+            sub = open_substrate(
                 config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True, signer=signer
             )
-        )
+        else:
+            if config.fit is not None:
+                raise ValueError("predicts=False cannot seed the ledger (config.fit)")
+            sub = open_checked(config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer)
+        opened.enter_context(sub)
         guarded = None if signer is None else opened.enter_context(_signing_state(config, signer, sub, log))
         if encoder is not None:
             encoder = SerialEncoder(encoder)

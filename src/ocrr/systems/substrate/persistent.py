@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
 from ocrr.systems.substrate.core import Substrate
 
-__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "POOLED_BELOW"]
+__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "open_checked", "POOLED_BELOW"]
 
 #: Requests of fewer queries than this share a pass in ``explain_each`` (the exact index
 #: scans them one matrix-vector product per query; bigger ones with a matrix product).
@@ -201,6 +202,9 @@ _STORED_FIX = (
     "written by another program or edited. Restore it from a backup, or rebuild it from unit vectors."
 )
 
+# Stored rows checked at once when a ledger is opened (``_check_stored_rows``).
+_CHECK_ROWS = 4096
+
 # Stored rows are unit vectors, so a similarity is at most about a query's norm: queries below
 # this bound cannot overflow float32 (3.4e38), even summed over the neighbours of a vote.
 _MAX_QUERY_NORM = 1e30
@@ -218,6 +222,20 @@ def bounded_queries(vecs, dim: int | None) -> np.ndarray:
             "overflow float32; send unit vectors (divide each row by its L2 norm, as ocrr's encoders do)"
         )
     return queries
+
+
+def _check_stored_rows(vecs: np.ndarray, where: str) -> None:
+    """``check_rows`` over the rows an open finds stored, a block at a time: its float64
+    temporaries then stay small and reused, where whole they would be eight bytes per stored
+    value of fresh memory, which is slow to touch on a loaded VM (the check dominated the
+    open of a million-entry ledger)."""
+    for lo in range(0, len(vecs), _CHECK_ROWS):
+        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, lo), _STORED_FIX)
+
+
+def _entry_namer(where: str, first: int) -> Callable[[int], str]:
+    """How ``check_rows`` names row i of a block that starts at entry ``first``."""
+    return lambda i: f"{where}: entry {first + i}"
 
 
 def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -275,6 +293,55 @@ def open_substrate(
         >>> again.close()
         >>> folder.cleanup()
     """
+    system = _servable(system, seed)
+    opening = True
+
+    def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
+        if opening:
+            # The rows stored before this open (later ones come through checked_corrections):
+            # rows an older import, another program or an edit that rehashed the chain wrote
+            # are refused before the substrate learns them.
+            _check_stored_rows(vecs, f"ledger {display(path)}")
+        batch = Batch(vecs, texts, labels)
+        if system.ledger_ is None:
+            system.fit(batch)  # the stored entries are the substrate's history
+            if grow_ahead:
+                system._fitted_ledger().grow_ahead()
+        else:
+            system.correct(batch)
+        return system._fitted_ledger().head
+
+    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
+    opening = False
+    return PersistentSubstrate(ledger, system)
+
+
+def open_checked(
+    path: str | os.PathLike[str],
+    system: str | Substrate = "substrate",
+    verify: str = "full",
+    seed: int = 0,
+    signer: Signer | None = None,
+) -> PersistentSubstrate:
+    """The ledger at ``path`` checked as ``open_substrate`` checks it (chain, tree, checkpoint
+    records and the stored rows' rules), without the substrate learning its entries: for a
+    process that answers no predicts, such as the supervisor of ``ocrr serve --workers N``,
+    whose workers each open the substrate. Its ``system`` stays unfitted."""
+    system = _servable(system, seed)
+    ledger = open_store(path, verify=verify, signer=signer)
+    try:
+        mirror = getattr(ledger, "memory", None)  # the checked entries, kept without rehashing
+        if mirror is not None and len(mirror):
+            _check_stored_rows(mirror.vectors, f"ledger {display(path)}")
+    except BaseException:
+        ledger.close()
+        raise
+    return PersistentSubstrate(ledger, system)
+
+
+def _servable(system: str | Substrate, seed: int) -> Substrate:
+    """``system`` (a spec or an unfitted Substrate) as a substrate a persistent ledger can
+    serve, or one OcrrError naming what to pass instead."""
     if isinstance(system, str):
         system = make_system(system, seed=seed)
     if not isinstance(system, Substrate):
@@ -294,24 +361,4 @@ def open_substrate(
         raise OcrrError("pass an unfitted substrate: open_substrate fits it on the ledger file's entries")
     if not system.store_text:
         raise OcrrError("a persistent substrate keeps each item's text in its ledger; do not pass store_text=False")
-
-    opening = True
-
-    def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
-        if opening:
-            # The rows stored before this open (later ones come through checked_corrections):
-            # rows an older import, another program or an edit that rehashed the chain wrote
-            # are refused before the substrate learns them.
-            check_rows(vecs, None, lambda i: f"ledger {display(path)}: entry {i}", _STORED_FIX)
-        batch = Batch(vecs, texts, labels)
-        if system.ledger_ is None:
-            system.fit(batch)  # the stored entries are the substrate's history
-            if grow_ahead:
-                system._fitted_ledger().grow_ahead()
-        else:
-            system.correct(batch)
-        return system._fitted_ledger().head
-
-    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
-    opening = False
-    return PersistentSubstrate(ledger, system)
+    return system
