@@ -9,6 +9,9 @@ from pathlib import Path
 import ocrr
 
 SRC = Path(ocrr.__file__).parent
+# The table of old module paths names where each went (ocrr.audit.store is an engine's module now):
+# a name in a table, not a use of the engine.
+OLD_PATHS = Path("utils/moved.py")
 ENGINE_NAMES = re.compile(r"PostgresLedger|DurableLedger|ledger\.postgres|ledger\.sqlite|postgres_follow")
 
 
@@ -16,7 +19,7 @@ def engine_mentions(root: Path) -> list[str]:
     """``path:line: text`` of every line outside ``root/ledger`` that names an engine."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        if path.relative_to(root).parts[0] == "ledger":
+        if path.relative_to(root).parts[0] == "ledger" or path.relative_to(root) == OLD_PATHS:
             continue
         for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if ENGINE_NAMES.search(line):
