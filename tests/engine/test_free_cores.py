@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 from tests.engine.free_cores_probes import SeesThreads, WaitsForFreeCores
 
+from ocrr.checks.data import Subject, check_data
 from ocrr.engine.experiment import Experiment, plan_experiment
 from ocrr.engine.fork_server import available_cores
 from ocrr.engine.sweep import Grid, executors, prepare_data, read_log, run_sweep
-from ocrr.engine.sweep.execute import execute_task
-from ocrr.systems import REGISTRY, make_system
+from ocrr.protocols.summary import FOOTPRINT_PARAMS
+from ocrr.systems import REGISTRY
 from ocrr.systems.registry import register
 from ocrr.utils.threads import CoreBudget, pinned_threads
 
@@ -40,7 +41,7 @@ def test_a_lone_task_is_given_the_free_cores(probes):
     tasks = plan_experiment(Experiment(dataset="demo", seeds=[0], systems=["sees_threads"])).tasks
     output = _run(tasks, jobs=2)["sees_threads"]
     assert output["threads"] == 2
-    assert output["footprint"]["params"] == 2  # torch's pool in the worker, while predicting
+    assert output["footprint"][FOOTPRINT_PARAMS] == 2  # torch's pool in the worker, while predicting
 
 
 @needs_two_cores
@@ -79,31 +80,33 @@ def test_a_mixed_sweep_gives_the_results_of_one_process(probes, tmp_path):
     assert threads["waits_for_free_cores"] == 2 and threads["online_linear"] == 1
 
 
-def _declares_free_cores(name: str) -> bool:
-    try:
-        factory = REGISTRY[name].factory
-    except ImportError:  # an optional extra is missing: nothing of it runs here
-        return False
-    return REGISTRY[name].family != "test" and bool(getattr(factory, "takes_free_cores", False))
+def _takers() -> list[str]:
+    """One registered name per class that declares it takes free cores (aliases share a class)."""
+    names: dict[object, str] = {}
+    for name in sorted(REGISTRY):
+        try:
+            factory = REGISTRY[name].factory
+        except ImportError:  # an optional extra is missing: nothing of it runs here
+            continue
+        if REGISTRY[name].family != "test" and getattr(factory, "takes_free_cores", False):
+            names.setdefault(factory, name)
+    return sorted(names.values())
 
 
-@pytest.mark.parametrize("name", sorted(name for name in REGISTRY if _declares_free_cores(name)))
-def test_a_system_that_takes_free_cores_gives_the_same_results_on_two_threads(name):
-    """The declaration's proof: one run on one thread and on two, byte for byte."""
-    factory = REGISTRY[name].factory
-    overrides = getattr(factory, "conformance_overrides", None) or {}
-    spec = ":".join([name, *(f"{key}={value}" for key, value in overrides.items())])
-    make_system(spec, labels=["a"], seed=0)  # an extra it needs is missing: one clear error here
-    task = plan_experiment(Experiment(dataset="demo", seeds=[0], systems=[spec])).tasks[0]
-    shared = prepare_data([task], None, None)[task.data_key]
+@pytest.mark.parametrize("name", _takers())
+def test_a_system_that_takes_free_cores_gives_the_same_numbers_on_two_threads(name):
+    """The declaration's proof: fit, a stream of corrections, an evaluation, on one thread and
+    on two, byte for byte (on the conformance suite's small data, with its light settings)."""
+    data = check_data()
+    subject = Subject(name)
     runs = []
     for threads in (1, 2):
         with pinned_threads(threads):
-            output = execute_task(task, shared)
-        runs.append(
-            (output["metrics"], output["footprint"], {k: np.asarray(v) for k, v in output["predictions"].items()})
-        )
-    (metrics_1, footprint_1, predictions_1), (metrics_2, footprint_2, predictions_2) = runs
-    assert metrics_1 == metrics_2 and footprint_1 == footprint_2
-    assert predictions_1.keys() == predictions_2.keys()
-    assert all(np.array_equal(predictions_1[k], predictions_2[k]) for k in predictions_1)
+            system = subject.fitted(data)
+            before = system.predict(data.eval)
+            for i in range(len(data.stream)):
+                item = data.stream[np.asarray([i])]
+                system.predict(item)
+                system.correct(item)
+            runs.append((np.asarray(before), np.asarray(system.predict(data.eval))))
+    assert all(np.array_equal(one, two) for one, two in zip(runs[0], runs[1]))
