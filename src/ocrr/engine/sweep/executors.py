@@ -103,7 +103,8 @@ def _worker_task(task: Task) -> dict:
 
 class LocalExecutor:
     """A pool of ``jobs`` processes (forkserver where available, else spawn: never plain
-    fork, which would copy the parent's thread pools and torch state)."""
+    fork, which would copy the parent's thread pools and torch state). Once fewer runs are
+    left than cores, the runs that take free cores share the idle ones (``share_free_cores``)."""
 
     name = "local"
 
