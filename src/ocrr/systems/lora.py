@@ -24,9 +24,8 @@ output. Only adapters and head are trained; the base weights are frozen througho
   correction is a deterministic function of the state and the item.
 * Prediction is batched under ``torch.inference_mode()``: texts of equal token length
   are run together (no padding), at most ``predict_batch_size`` (128) per forward.
-* Threads: whatever the caller set (the runner pins torch to 1, and raises it to the cores a
-  pool's finished runs left free: ``takes_free_cores``). ``threads=N`` sets N for each call
-  and restores it; on a shared 2-core machine 2 threads measured 5-25x slower.
+* Threads: whatever the caller set (the runner pins torch to 1). ``threads=N`` sets N for
+  each call and restores it; on a shared 2-core machine 2 threads measured 5-25x slower.
 
 Randomness (adapter init, head init and growth, seed-batch order) comes from seeds
 derived with ``derive_seed(seed, "lora/...")``, independent of the spec's other
@@ -169,9 +168,6 @@ class LoRA(System):
     # How to run, not what to compute: kept out of hyperparameters() and so out of task ids
     # (predict_batch_size only caps how many equal-length texts share one forward pass).
     execution_settings = ("predict_batch_size", "device", "threads", "progress")
-    # Its numbers do not depend on torch's thread count (tests/engine/test_free_cores.py), and
-    # a transformer uses more threads well: a pool's last runs give it the cores left free.
-    takes_free_cores = True
     options = {
         "model": Option(kind=str, help=f"{PACKAGED} (packaged), {TINY}, a Hugging Face id or a folder"),
         "rank": Option(kind=int, low=1, help="LoRA rank r"),
