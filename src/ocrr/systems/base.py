@@ -54,6 +54,11 @@ class System(ABC):
     * ``execution_settings``: constructor arguments that say how to run, not what to
       compute (device, threads, progress bars, scratch folders). They are left out of
       ``hyperparameters()``, which is recorded in results and hashed into sweep task ids.
+    * ``takes_free_cores``: True for a system whose results do not depend on its thread count
+      and that runs faster on more threads (a transformer): when a sweep's last tasks leave
+      cores idle, a worker raises its torch and BLAS threads between checkpoints
+      (``ocrr.utils.threads.CoreBudget``). Declare it only with a test that its results at
+      one and at two threads are identical; the default keeps one thread.
     * ``options``: each constructor argument's declaration (``ocrr.specs.Option``: type,
       constraint, help; the default is read from the signature), merged along the class
       hierarchy by ``declared_options()``. ``make_system`` checks a spec's values against
@@ -72,6 +77,7 @@ class System(ABC):
     learns: bool = True
     reads_text: bool = False
     execution_settings: tuple[str, ...] = ()
+    takes_free_cores: bool = False
     options: ClassVar[dict[str, Option]] = {}
 
     @classmethod

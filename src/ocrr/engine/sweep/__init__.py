@@ -139,6 +139,7 @@ def _record(out: Path, log: Log, task: Task, output, ran: list[Task], failed: li
         seconds=round(output["seconds"], 4),
         cpu_seconds=round(output.get("cpu_seconds", 0.0), 4),
         pid=output["pid"],
+        threads=output.get("threads", 1),  # more than one: it took cores the finished runs left
     )
     return True
 

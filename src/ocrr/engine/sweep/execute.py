@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -16,20 +17,34 @@ from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
 from ocrr.specs import canonical_json
 from ocrr.systems import make_system
+from ocrr.utils.threads import TaskThreads
 
 METRIC_COLUMNS = CONFIG_COLUMNS + ["step", "episode", "metric", "value"]
 TIMING_COLUMNS = ["task_id", "step", "episode", "fit_seconds", "predict_seconds", "correct_seconds", "eval_seconds"]
 PREDICTION_COLUMNS = ["task_id", "episode", "step", "item", "label", "predicted", "corrected"]
 
 
-def execute_task(task: Task, shared: SharedData, vecs: np.ndarray | None = None, on_checkpoint=None) -> dict:
-    """Run one task; return plain data (picklable across processes)."""
+def execute_task(
+    task: Task,
+    shared: SharedData,
+    vecs: np.ndarray | None = None,
+    on_checkpoint=None,
+    core_share: Callable[[], int] | None = None,
+) -> dict:
+    """Run one task; return plain data (picklable across processes). In a pool worker,
+    ``core_share`` says how many threads each running task may use now (``CoreBudget``):
+    a system that takes free cores follows it between checkpoints, any other runs on one."""
     started, cpu = time.perf_counter(), time.process_time()  # CPU time: meaningful on a shared machine
     vecs = vectors(shared) if vecs is None else vecs
     train, test = vecs[: shared.n_train], vecs[shared.n_train :]
     scenario = task.protocol_object.build_scenario(shared.dataset, train, test, task.seed)
     system = make_system(task.system, labels=scenario.labels, seed=scenario.seed_value)
     hyper = {"class": type(system).__name__, **system.hyperparameters()}
+    threads = None
+    if core_share is not None:
+        threads = TaskThreads(getattr(system, "takes_free_cores", False), core_share)
+        threads.update()
+        on_checkpoint = _following(threads, on_checkpoint)
     output = run_to_output(system, scenario, make_policy(task.policy), on_checkpoint)
     return {
         "task_id": task.task_id,
@@ -41,7 +56,17 @@ def execute_task(task: Task, shared: SharedData, vecs: np.ndarray | None = None,
         "seconds": time.perf_counter() - started,
         "cpu_seconds": time.process_time() - cpu,
         "pid": os.getpid(),
+        "threads": threads.most if threads is not None else 1,
     }
+
+
+def _following(threads: TaskThreads, on_checkpoint):
+    def checkpoint(cp) -> None:
+        threads.update()
+        if on_checkpoint is not None:
+            on_checkpoint(cp)
+
+    return checkpoint
 
 
 def task_frames(task: Task, output: dict) -> dict[str, pd.DataFrame]:

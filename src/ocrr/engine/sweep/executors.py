@@ -3,6 +3,9 @@
 ``serial`` (in this process, what ``ocrr run`` uses), ``local`` (one process per core, the
 default for sweeps) and ``ray``. Every worker pins its BLAS, OpenMP and torch pools to one
 thread (ocrr.utils.threads), so N workers use N cores and results do not depend on the executor.
+When the local pool's last tasks leave cores idle, it shares them among the tasks still
+running (``CoreBudget``): a system that takes free cores (``System.takes_free_cores``, whose
+results do not depend on its thread count) runs on more threads from its next checkpoint.
 Protocols and systems registered in the parent (plug-ins, test-defined ones) are registered
 in every worker too, so a task can name them.
 """
@@ -28,7 +31,7 @@ from ocrr.errors import OcrrError
 from ocrr.protocols import PROTOCOLS
 from ocrr.specs import parse_spec, spec_name
 from ocrr.systems import REGISTRY
-from ocrr.utils.threads import pin_threads, pinned_threads
+from ocrr.utils.threads import CoreBudget, pin_threads, pinned_threads
 
 
 def plugins(tasks: list[Task]) -> dict:
@@ -78,38 +81,49 @@ class SerialExecutor:
 
 
 _WORKER_DATA: dict[str, SharedData] = {}
+_WORKER_BUDGET: CoreBudget | None = None  # the pool's, shared with its owner
 
 
-def _init_worker(data: dict[str, SharedData], found: dict, environ: dict[str, str]) -> None:
+def _init_worker(
+    data: dict[str, SharedData], found: dict, environ: dict[str, str], budget: CoreBudget | None = None
+) -> None:
+    global _WORKER_BUDGET
     os.environ.clear()  # the environment of the pool's owner now, not the fork server's at its start
     os.environ.update(environ)
     _WORKER_DATA.update(data)
     register_plugins(found)
     pin_threads(1)
+    _WORKER_BUDGET = budget
 
 
 def _worker_task(task: Task) -> dict:
-    return execute_task(task, _WORKER_DATA[task.data_key])
+    share = _WORKER_BUDGET.share if _WORKER_BUDGET is not None else None
+    return execute_task(task, _WORKER_DATA[task.data_key], core_share=share)
 
 
 class LocalExecutor:
     """A pool of ``jobs`` processes (forkserver where available, else spawn: never plain
-    fork, which would copy the parent's thread pools and torch state)."""
+    fork, which would copy the parent's thread pools and torch state). Once fewer runs are
+    left than cores, the runs that take free cores share the idle ones (``share_free_cores``)."""
 
     name = "local"
 
-    def __init__(self, jobs: int | None = None):
+    def __init__(self, jobs: int | None = None, share_free_cores: bool = True):
         self.workers = max(1, int(jobs or available_cores()))
+        self.share_free_cores = share_free_cores  # False: every run on one thread (benchmarks' "before")
 
     def run(self, tasks: list[Task], data: dict[str, SharedData]) -> Iterator[tuple[Task, Any]]:
         # (started earlier by the command, so that its imports overlapped with the command's own)
         method = "forkserver" if start_fork_server() else "spawn"
         workers = min(self.workers, len(tasks)) or 1
+        context = mp.get_context(method)
+        cores = min(self.workers, available_cores()) if self.share_free_cores else 1  # never above the cores
+        budget = CoreBudget(cores, context)
         pool = ProcessPoolExecutor(
             workers,
-            mp_context=mp.get_context(method),
+            mp_context=context,
             initializer=_init_worker,
-            initargs=(data, plugins(tasks), dict(os.environ)),
+            initargs=(data, plugins(tasks), dict(os.environ), budget),
         )
         try:
             # Submit a bounded window so an interrupt cancels cheaply and order stays predictable;
@@ -118,6 +132,8 @@ class LocalExecutor:
             queue = list(tasks)
             pending: dict = {}
             while queue or pending:
+                # Before any of them starts: a task that starts with cores free is given them.
+                budget.share_among(len(queue) + len(pending))
                 while queue and len(pending) < 2 * workers:
                     task = queue.pop(next_task(queue, pending.values()))
                     try:
@@ -129,6 +145,7 @@ class LocalExecutor:
                         break
                     pending[future] = task
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                budget.share_among(len(queue) + len(pending) - len(done))  # now, not after the yields
                 for future in sorted(done, key=lambda f: pending[f].task_id):
                     task = pending.pop(future)
                     try:
