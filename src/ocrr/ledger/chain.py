@@ -220,6 +220,7 @@ class Chain:
         """Append one entry whose vector the caller already checked (a finite 1-D float32
         array: ``append`` here, or a system that validated its batch); return its id.
         No Entry object is built: this is the path one correction takes."""
+        self._check_open()
         _check_label_text(label, text)
         n = self._n
         buf = self._buf  # None until the dim is known, and then vec.shape[0] != self._dim
@@ -244,6 +245,7 @@ class Chain:
         texts: Sequence[str | None] | None = None,
     ) -> range:
         """Append many entries at once (all or nothing); returns their ids."""
+        self._check_open()
         mat = _as_float32(vectors)
         if mat.ndim != 2:
             raise OcrrError(
@@ -280,6 +282,9 @@ class Chain:
         self._hashes.extend(digests)
         self._n = start + m
         return range(start, start + m)
+
+    def _check_open(self) -> None:
+        """Raise if this chain takes no more entries: never here; a ``Ledger`` refuses once closed."""
 
     def _reserve(self, d: int, extra: int) -> np.ndarray:
         """Fix dim on first use and make room for ``extra`` more rows; return the buffer."""
