@@ -66,3 +66,16 @@ def test_origins_are_checked():
         Signer.generate("has space")
     with pytest.raises(OcrrError, match="origin"):
         Signer.generate("a+b")
+
+
+def test_a_signing_key_saves_loads_and_names_its_fix(tmp_path):
+    signer = Signer.generate("example.com/log")
+    signer.save(tmp_path / "k.pem")
+    loaded = Signer.load(tmp_path / "k.pem", "example.com/log")
+    assert loaded.vkey == signer.vkey and loaded.origin == "example.com/log"
+    name, key_id, key = signer.vkey.split("+")
+    raw = base64.b64decode(key)
+    assert raw[:1] == b"\x01" and bytes.fromhex(key_id) == hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4]
+    (tmp_path / "junk.pem").write_text("junk")
+    with pytest.raises(OcrrError, match=r"cannot read the signing key .*junk\.pem.*`ocrr ledger keygen .*junk\.pem`"):
+        Signer.load(tmp_path / "junk.pem", "example.com/log")

@@ -566,6 +566,8 @@ def test_open_appends_to_the_file(tmp_path):
     reopened.close()
     with pytest.raises(OcrrError, match="closed"):
         reopened.append([1.0, 1.0], "f")
+    with pytest.raises(OcrrError, match="closed"):
+        reopened.extend(np.array([[1.0, 1.0]]), ["f"])
     final = Ledger.load(path)
     assert final.head == reopened.head and final.labels == ("a", "b", "c", "d", "e")
     assert final.verify(expected_head=reopened.head)

@@ -64,3 +64,20 @@ def test_the_cli_and_the_service_hand_out_the_same_proof_documents(tmp_path, cap
     for doc in (served["inclusion"], correct["proofs"][0]):
         assert InclusionProof.from_dict(doc).to_dict() == doc
     assert ConsistencyProof.from_dict(served["consistency"]).to_dict() == served["consistency"]
+
+
+def test_both_inclusion_routes_refuse_an_entry_outside_the_log_alike(tmp_path):
+    state = open_state(tmp_path / "ledger.db")
+    seed(state)
+    size = len(state.substrate)
+    asks = [(size, None), (3, 3), (4, 3), (0, size + 1)]  # past the end, index == size, index > size, size too big
+    with running(create_app(state)) as url:
+        for index, at in asks:
+            params = {} if at is None else {"size": at}
+            bare = requests.get(f"{url}/proof/inclusion/{index}", params=params)
+            with_entry = requests.get(f"{url}/proof/inclusion/{index}/entry", params=params, headers=AUTH)
+            assert bare.status_code == with_entry.status_code == 404
+            assert bare.json() == with_entry.json()
+            assert "ask for 0 <= index < size <= the ledger's size" in bare.text
+        ok = requests.get(f"{url}/proof/inclusion/2/entry", params={"size": 3}, headers=AUTH).json()
+    assert ok["index"] == 2 and ok["size"] == 3

@@ -21,13 +21,12 @@ from ocrr.client.errors import AuditFailed
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.tiles import TILE_HEIGHT, TILE_WIDTH, Tile, tile_bytes, tile_path, tile_width, tiles_of
-from ocrr.ledger.verify import HASH_SIZE, leaf_hash
+from ocrr.ledger.verify import ENTRY_TAG, HASH_SIZE, leaf_hash
 
 __all__ = ["AuditReport", "audit_tiles"]
 
 #: ``fetch(path, auth)``: the bytes the service serves at ``/<path>``.
 TileSource = Callable[[str, bool], bytes]
-_ENTRY_TAG = b"ocrr-ledger-entry-v1\x00"  # every entry's bytes begin so (ocrr.ledger.verify.entry_bytes)
 
 
 @dataclass(frozen=True)
@@ -96,16 +95,16 @@ def _split_bundle(body: bytes, width: int, path: str, checkpoint: Checkpoint) ->
         (n,) = struct.unpack_from(">H", body, at)
         out.append(body[at + 2 : at + 2 + n])
         at += 2 + n
-    if at != len(body) or len(out) != width or any(len(e) < len(_ENTRY_TAG) + 8 + HASH_SIZE for e in out):
+    if at != len(body) or len(out) != width or any(len(e) < len(ENTRY_TAG) + 8 + HASH_SIZE for e in out):
         raise _failed(f"{path} is not a bundle of {width} ocrr entries", path, checkpoint)
     return out
 
 
 def _check_entry(index: int, raw: bytes, chain: bytes, path: str, checkpoint: Checkpoint) -> bytes:
     """The chain hash of entry ``index`` (``raw``), once its tag, id and prev_hash are right."""
-    if not raw.startswith(_ENTRY_TAG):
+    if not raw.startswith(ENTRY_TAG):
         raise _failed(f"entry {index} in {path} is not an ocrr ledger entry", path, checkpoint)
-    (got,) = struct.unpack_from("<Q", raw, len(_ENTRY_TAG))
+    (got,) = struct.unpack_from("<Q", raw, len(ENTRY_TAG))
     if got != index:
         raise _failed(f"entry {index} in {path} carries id {got}", path, checkpoint)
     if raw[-HASH_SIZE:] != chain:

@@ -63,6 +63,22 @@ def vote(sims: np.ndarray, nbr_ids: np.ndarray, nbr_labels: np.ndarray, rule: Vo
         score = same.sum(axis=2).astype(np.float64)
     else:
         score = np.where(same, sims[:, None, :], 0.0).sum(axis=2)
+    return elect(score, same, voting, sims, nbr_ids, nbr_labels, rule)
+
+
+def elect(
+    score: np.ndarray,
+    same: np.ndarray,
+    voting: np.ndarray,
+    sims: np.ndarray,
+    nbr_ids: np.ndarray,
+    nbr_labels: np.ndarray,
+    rule: VoteRule,
+) -> np.ndarray:
+    """Each row's winning label index (-1: no neighbour votes) from ``score[i, a]``, the votes
+    for neighbour a's label; ties by the rule's keys (top similarity, then the latest id),
+    then the label that sorts first. ``same[i, a, b]``: neighbour b votes for a's label;
+    ``voting``: the neighbours in the band (``band``); all (n, k) but ``same``."""
     cand = keep_best(voting, score)
     if rule.tiebreak_maxsim:
         cand = keep_best(cand, np.where(same, sims[:, None, :], -np.inf).max(axis=2))

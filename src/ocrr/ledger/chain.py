@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import IO
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.verify import entry_head
 from ocrr.utils.grow_ahead import GrowAhead
 
 __all__ = ["GENESIS", "Chain", "Entry", "VerifyResult", "entry_digest"]
@@ -36,36 +36,19 @@ __all__ = ["GENESIS", "Chain", "Entry", "VerifyResult", "entry_digest"]
 #: prev_hash of entry 0: a fixed value, so a chain cannot start anywhere else.
 GENESIS: bytes = hashlib.sha256(b"ocrr-ledger-genesis-v1").digest()
 
-# Bumping the tag changes every digest; do it only with a new file format.
-_DIGEST_TAG = b"ocrr-ledger-entry-v1\x00"
 F4LE = np.dtype("<f4")  # fixed byte order, so digests agree across machines
-_ID_LABEL_LEN = struct.Struct("<QI")
-_TEXT_PRESENT_LEN = struct.Struct("<BI")
-_U32 = struct.Struct("<I")
 INITIAL_CAPACITY = 64
 
 
 def entry_digest(id: int, label: str, text: str | None, vector: np.ndarray, prev_hash: bytes) -> bytes:
-    """SHA-256 of one entry's canonical encoding; used by append and verify.
-
-    Layout (every length-prefixed, so no two field tuples share an encoding):
-    tag | id u64 | len(label) u32, label utf-8 | text: 0x00 if None, else
-    0x01, len u32, utf-8 | dim u32 | dim little-endian float32 | prev_hash.
-    """
+    """SHA-256 of one entry's canonical encoding (``ocrr.ledger.verify.entry_bytes``: every
+    field length-prefixed, so no two field tuples share an encoding); used by append and verify."""
     vec = np.ascontiguousarray(vector, dtype=F4LE)
     if vec.ndim != 1:
         raise ValueError(f"vector must be 1-D, got shape {vec.shape}")
     if len(prev_hash) != 32:
         raise ValueError(f"prev_hash must be 32 bytes, got {len(prev_hash)}")
-    lab = label.encode("utf-8")
-    if text is None:
-        text_part = b"\x00"
-    else:
-        txt = text.encode("utf-8")
-        text_part = _TEXT_PRESENT_LEN.pack(1, len(txt)) + txt
-    h = hashlib.sha256(
-        b"".join((_DIGEST_TAG, _ID_LABEL_LEN.pack(id, len(lab)), lab, text_part, _U32.pack(vec.shape[0])))
-    )
+    h = hashlib.sha256(entry_head(id, label, text, vec.shape[0]))
     h.update(vec.data)  # raw bytes via the buffer protocol: no copy, no text
     h.update(prev_hash)
     return h.digest()
@@ -237,6 +220,7 @@ class Chain:
         """Append one entry whose vector the caller already checked (a finite 1-D float32
         array: ``append`` here, or a system that validated its batch); return its id.
         No Entry object is built: this is the path one correction takes."""
+        self._check_open()
         _check_label_text(label, text)
         n = self._n
         buf = self._buf  # None until the dim is known, and then vec.shape[0] != self._dim
@@ -261,6 +245,7 @@ class Chain:
         texts: Sequence[str | None] | None = None,
     ) -> range:
         """Append many entries at once (all or nothing); returns their ids."""
+        self._check_open()
         mat = _as_float32(vectors)
         if mat.ndim != 2:
             raise OcrrError(
@@ -297,6 +282,9 @@ class Chain:
         self._hashes.extend(digests)
         self._n = start + m
         return range(start, start + m)
+
+    def _check_open(self) -> None:
+        """Raise if this chain takes no more entries: never here; a ``Ledger`` refuses once closed."""
 
     def _reserve(self, d: int, extra: int) -> np.ndarray:
         """Fix dim on first use and make room for ``extra`` more rows; return the buffer."""

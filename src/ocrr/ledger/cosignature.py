@@ -17,22 +17,19 @@ hold the other one, which they refuse (``ocrr witness``).
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import time
-from pathlib import Path
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import (
     SIG_SIZE,
+    NoteKey,
     bad_checkpoint,
     check_origin,
-    load_private_key,
     parse_hash,
     parse_signed_note,
     parse_size,
     public_key,
-    save_private_key,
     valid_key_name,
 )
 from ocrr.ledger.proofs import b64, unb64
@@ -79,41 +76,18 @@ def checkpoint_body(note: str | bytes) -> tuple[str, str, int, bytes]:
     return body, origin, parse_size(lines[1]), parse_hash(lines[2], "root hash")
 
 
-class Cosigner:
+class Cosigner(NoteKey):
     """A witness's Ed25519 key, named ``name``, making cosignature/v1 signature lines."""
 
-    def __init__(self, private_key, name: str):
-        from cryptography.hazmat.primitives import serialization
+    KEY_TYPE = _COSIGNATURE_V1  # its vkey says cosignature/v1
+    KEY_FILE = "witness key"
+    KEYGEN = "ocrr witness keygen {path} --name NAME"
 
+    def __init__(self, private_key, name: str):
         if not isinstance(name, str) or not valid_key_name(name):
             raise OcrrError(f"witness name {name!r} must be non-empty, without spaces or '+' (e.g. witness.example/w1)")
-        self._key = private_key
         self.name = name
-        self.public_bytes = private_key.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
-        self.key_id = _key_id(name, self.public_bytes)
-
-    @property
-    def vkey(self) -> str:
-        """The verifier key logs and clients are configured with (type 0x04: cosignature/v1)."""
-        return f"{self.name}+{self.key_id.hex()}+{b64(_COSIGNATURE_V1 + self.public_bytes)}"
-
-    @classmethod
-    def generate(cls, name: str) -> Cosigner:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        return cls(Ed25519PrivateKey.generate(), name)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the private key as PKCS#8 PEM, readable by its owner only (as ``Signer.save``)."""
-        save_private_key(self._key, path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], name: str) -> Cosigner:
-        path = Path(path).expanduser()
-        fix = f"create one with `ocrr witness keygen {path} --name NAME`"
-        return cls(load_private_key(path, "witness key", fix), name)
+        super().__init__(private_key, name)
 
     def cosign(self, note: str | bytes, timestamp: int | None = None) -> str:
         """The cosignature line (ending in a newline) over the checkpoint ``note``'s body,

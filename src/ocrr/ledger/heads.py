@@ -21,11 +21,13 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from ocrr.errors import OcrrError
 
 __all__ = [
     "TreeHead",
+    "NoteKey",
     "Signer",
     "checkpoint_text",
     "check_vkey",
@@ -203,38 +205,55 @@ def load_private_key(path: Path, what: str, fix: str):
     return key
 
 
-class Signer:
-    """An Ed25519 key that signs tree heads and checkpoints under ``origin``."""
+class NoteKey:
+    """An Ed25519 private key signing C2SP notes under a name: its raw public key, key id
+    (SHA-256 of name, newline, key type byte, public key; the first 4 bytes) and verifier key;
+    ``generate``, ``save`` and ``load`` as PKCS#8 PEM readable by its owner only. A subclass
+    gives its key type byte, what its key file is called and the command that makes one."""
 
-    def __init__(self, private_key, origin: str):
+    KEY_TYPE = _ED25519  # a signed-note Ed25519 key
+    KEY_FILE = "signing key"
+    KEYGEN = "ocrr ledger keygen {path}"
+
+    def __init__(self, private_key, name: str):
         from cryptography.hazmat.primitives import serialization
 
         self._key = private_key
-        self.origin = check_origin(origin)
+        self._key_name = name
         self.public_bytes = private_key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
-        self.key_id = hashlib.sha256(origin.encode() + b"\n" + _ED25519 + self.public_bytes).digest()[:4]
+        self.key_id = hashlib.sha256(name.encode() + b"\n" + self.KEY_TYPE + self.public_bytes).digest()[:4]
 
     @property
     def vkey(self) -> str:
-        """The verifier key string witnesses and note tools are configured with."""
-        return f"{self.origin}+{self.key_id.hex()}+{_b64(_ED25519 + self.public_bytes)}"
+        """The verifier key (name+key id+base64 of type byte and public key) that the key's
+        readers (witnesses, clients, note tools) are configured with."""
+        return f"{self._key_name}+{self.key_id.hex()}+{_b64(self.KEY_TYPE + self.public_bytes)}"
 
     @classmethod
-    def generate(cls, origin: str) -> Signer:
+    def generate(cls, name: str) -> Self:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-        return cls(Ed25519PrivateKey.generate(), origin)
+        return cls(Ed25519PrivateKey.generate(), name)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the private key as PKCS#8 PEM, readable by its owner only."""
         save_private_key(self._key, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], origin: str) -> Signer:
+    def load(cls, path: str | os.PathLike[str], name: str) -> Self:
         path = Path(path).expanduser()
-        return cls(load_private_key(path, "signing key", f"create one with `ocrr ledger keygen {path}`"), origin)
+        fix = f"create one with `{cls.KEYGEN.format(path=path)}`"
+        return cls(load_private_key(path, cls.KEY_FILE, fix), name)
+
+
+class Signer(NoteKey):
+    """An Ed25519 key that signs tree heads and checkpoints under ``origin``."""
+
+    def __init__(self, private_key, origin: str):
+        self.origin = check_origin(origin)
+        super().__init__(private_key, self.origin)
 
     def sign_head(self, head: TreeHead) -> dict:
         sig = self._key.sign(head.text(self.origin).encode())

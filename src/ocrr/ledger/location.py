@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -136,20 +136,7 @@ def import_jsonl(
     export, checked hash for hash, atomically; refused unless ``expect_size``/``expect_root``
     (bytes, hex or base64) or a signed C2SP ``checkpoint`` with its ``verifier_key`` describe
     the imported log exactly, when given. Returns the new ledger, open."""
-    if isinstance(location, str) and is_database_url(location):
-        return import_into_database(
-            src,
-            location,
-            expect_size=expect_size,
-            expect_root=expect_root,
-            checkpoint=checkpoint,
-            verifier_key=verifier_key,
-        )
-    return import_file(
-        src,
-        location,
-        expect_size=expect_size,
-        expect_root=expect_root,
-        checkpoint=checkpoint,
-        verifier_key=verifier_key,
-    )
+    into_database = isinstance(location, str) and is_database_url(location)
+    import_into: Callable[..., LedgerStore] = import_into_database if into_database else import_file
+    checks = dict(expect_size=expect_size, expect_root=expect_root, checkpoint=checkpoint, verifier_key=verifier_key)
+    return import_into(src, location, **checks)

@@ -34,6 +34,8 @@ __all__ = [
     "leaf_hash",
     "node_hash",
     "EMPTY_ROOT",
+    "ENTRY_TAG",
+    "entry_head",
     "entry_bytes",
     "entry_leaf_hash",
     "root_from_inclusion_proof",
@@ -54,8 +56,12 @@ __all__ = [
 
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
-# The ledger's canonical entry encoding (ocrr.ledger.chain.entry_digest hashes exactly these bytes).
-_ENTRY_TAG = b"ocrr-ledger-entry-v1\x00"
+# The ledger's canonical entry encoding (ocrr.ledger.chain.entry_digest hashes exactly these bytes);
+# bumping the tag changes every digest: do it only with a new file format.
+ENTRY_TAG = b"ocrr-ledger-entry-v1\x00"
+_ID_LABEL_LEN = struct.Struct("<QI")
+_TEXT_PRESENT_LEN = struct.Struct("<BI")
+_DIM = struct.Struct("<I")
 
 
 class ProofError(ValueError):
@@ -75,29 +81,25 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
+def entry_head(id: int, label: str, text: str | None, dim: int) -> bytes:
+    """The bytes of an entry before its vector (``entry_bytes`` is these, the vector, prev_hash):
+    the chain hashes them first and streams the vector after, without copying it."""
+    lab = label.encode("utf-8")
+    if text is None:
+        txt = b"\x00"
+    else:
+        raw = text.encode("utf-8")
+        txt = _TEXT_PRESENT_LEN.pack(1, len(raw)) + raw
+    return b"".join((ENTRY_TAG, _ID_LABEL_LEN.pack(id, len(lab)), lab, txt, _DIM.pack(dim)))
+
+
 def entry_bytes(id: int, label: str, text: str | None, vector_le_f32: bytes, prev_hash: bytes) -> bytes:
     """Canonical bytes of one ledger entry: tag | id u64 | len u32, label | text (0x00 if
     absent, else 0x01, len u32, utf-8) | dim u32 | little-endian float32 vector | prev_hash.
     Its SHA-256 is the entry's chain hash; SHA-256(0x00 || it) is its Merkle leaf."""
     if len(vector_le_f32) % 4:
         raise ProofError(f"vector bytes must be a whole number of float32 values, got {len(vector_le_f32)} bytes")
-    lab = label.encode("utf-8")
-    if text is None:
-        txt = b"\x00"
-    else:
-        raw = text.encode("utf-8")
-        txt = struct.pack("<BI", 1, len(raw)) + raw
-    return b"".join(
-        (
-            _ENTRY_TAG,
-            struct.pack("<QI", id, len(lab)),
-            lab,
-            txt,
-            struct.pack("<I", len(vector_le_f32) // 4),
-            vector_le_f32,
-            prev_hash,
-        )
-    )
+    return b"".join((entry_head(id, label, text, len(vector_le_f32) // 4), vector_le_f32, prev_hash))
 
 
 def entry_leaf_hash(id: int, label: str, text: str | None, vector_le_f32: bytes, prev_hash: bytes) -> bytes:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ocrr.protocols.base import Option, Protocol
 from ocrr.protocols.clusters import class_clusters
-from ocrr.protocols.scenario import Scenario, cap_each, crc, every_n, rows_of
+from ocrr.protocols.scenario import Scenario, cap_and_shuffle, crc, every_n, split_rows
 
 
 class DriftProtocol(Protocol):
@@ -80,25 +80,20 @@ def drift_scenario(
     test_moves = np.array([moved_of[lab] == j for lab, j in zip(dataset.test.labels, test_j)], dtype=bool)
     seed_idx, stream_idx = np.flatnonzero(~train_moves), np.flatnonzero(train_moves)
     drifted_idx, stable_idx = np.flatnonzero(test_moves), np.flatnonzero(~test_moves)
-    rng = np.random.default_rng(seed)
-    drifted_idx, stable_idx = cap_each(rng, eval_cap, drifted_idx, stable_idx)
-    stream_idx = stream_idx[rng.permutation(len(stream_idx))]
-    train, test = dataset.train, dataset.test
+    eval_idx, stream_idx = cap_and_shuffle(seed, eval_cap, {"drifted": drifted_idx, "stable": stable_idx}, stream_idx)
     return Scenario(
         protocol="drift",
         seed_value=seed,
         labels=dataset.labels,
-        seed_set=rows_of(train, train_vecs, seed_idx),
-        stream=rows_of(train, train_vecs, stream_idx),
-        eval_sets={"drifted": rows_of(test, test_vecs, drifted_idx), "stable": rows_of(test, test_vecs, stable_idx)},
         eval_after=every_n(len(stream_idx), every),
-        stream_columns={"cluster": [f"{train.labels[i]}#d{train_j[i]}" for i in stream_idx]},
+        **split_rows(dataset, train_vecs, test_vecs, seed_idx, stream_idx, eval_idx),
+        stream_columns={"cluster": [f"{dataset.train.labels[i]}#d{train_j[i]}" for i in stream_idx]},
         info={
             "n_clusters": n_clusters,
             "out": out,
             "moved": {lab: f"d{j}" for lab, j in moved_of.items()},
             "n_stream": len(stream_idx),
-            "n_drifted": len(drifted_idx),
-            "n_stable": len(stable_idx),
+            "n_drifted": len(eval_idx["drifted"]),
+            "n_stable": len(eval_idx["stable"]),
         },
     )

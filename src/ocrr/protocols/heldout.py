@@ -17,21 +17,19 @@ import pandas as pd
 from ocrr.data.records import Dataset
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.scenario import Scenario, cap_each, every_n, rows_of
+from ocrr.protocols.scenario import Scenario, cap_and_shuffle, every_n, split_rows
 from ocrr.protocols.summary import (
     CELL_KEYS,
     FOOTPRINT_BYTES,
     FOOTPRINT_ENTRIES,
     FOOTPRINT_PARAMS,
     RUN_KEYS,
-    add_footprints,
     add_online_accuracy,
     corrections_to,
-    corrections_to_across_seeds,
     fmt_acc,
     fmt_buffer,
     fmt_corrections,
-    mean_and_std,
+    summarise_runs,
 )
 
 THRESHOLDS = (10, 50, 70)  # corrections until novel accuracy first reaches N %
@@ -99,19 +97,13 @@ def heldout_scenario(
     original_idx = np.flatnonzero(~test_is_novel)
     novel_idx = np.flatnonzero(test_is_novel)
 
-    rng = np.random.default_rng(seed)
-    original_idx, novel_idx = cap_each(rng, eval_cap, original_idx, novel_idx)
-    stream_idx = stream_idx[rng.permutation(len(stream_idx))]
-
-    train, test = dataset.train, dataset.test
+    eval_idx, stream_idx = cap_and_shuffle(seed, eval_cap, {"original": original_idx, "novel": novel_idx}, stream_idx)
     return Scenario(
         protocol="heldout",
         seed_value=seed,
         labels=labels,
-        seed_set=rows_of(train, train_vecs, seed_idx),
-        stream=rows_of(train, train_vecs, stream_idx),
-        eval_sets={"original": rows_of(test, test_vecs, original_idx), "novel": rows_of(test, test_vecs, novel_idx)},
         eval_after=every_n(len(stream_idx), every),
+        **split_rows(dataset, train_vecs, test_vecs, seed_idx, stream_idx, eval_idx),
         heldout=tuple(labels[i] for i in held_idx),
         info={"n_heldout": n_heldout, "eval_cap": eval_cap, "every": every},
     )
@@ -140,17 +132,7 @@ def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
 
 def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (dataset, encoder, policy, system): mean and std over seeds (footprints: mean, rounded)."""
-    runs = per_run(per_checkpoint)
-    rows = []
-    for key, cell in runs.groupby(CELL_KEYS, sort=False):
-        row = dict(zip(CELL_KEYS, key))
-        row["n_seeds"] = len(cell)
-        for col in ("final_novel", "final_original"):
-            row[f"{col}_mean"], row[f"{col}_std"] = mean_and_std(cell[col])
-        row["corrections_mean"] = float(cell["corrections"].mean())
-        row.update(corrections_to_across_seeds(cell, THRESHOLDS))
-        rows.append(row)
-    return add_footprints(pd.DataFrame(rows), footprints)
+    return summarise_runs(per_run(per_checkpoint), ("final_novel", "final_original"), THRESHOLDS, footprints)
 
 
 # summary.csv's columns, in the order its files have always had (footprints: entries, bytes, params)

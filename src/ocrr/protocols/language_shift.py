@@ -35,18 +35,16 @@ import pandas as pd
 
 from ocrr.errors import OcrrError
 from ocrr.protocols.base import Option, Protocol
-from ocrr.protocols.scenario import Scenario, cap_each, crc, every_n, rows_of
+from ocrr.protocols.scenario import Scenario, cap_and_shuffle, crc, every_n, split_rows
 from ocrr.protocols.summary import (
     CELL_KEYS,
     RUN_KEYS,
-    add_footprints,
     add_online_accuracy,
     corrections_to,
-    corrections_to_across_seeds,
     fmt_acc,
     fmt_buffer,
     fmt_corrections,
-    mean_and_std,
+    summarise_runs,
 )
 
 THRESHOLDS = (50, 70)  # corrections until target-language accuracy first reaches N %
@@ -129,19 +127,15 @@ def language_shift_scenario(
     }
     if heldout:
         eval_idx["novel"] = np.flatnonzero((test_lang == target) & np.isin(test_labels, heldout))
-    rng = np.random.default_rng(seed)
-    eval_idx = dict(zip(eval_idx, cap_each(rng, eval_cap or None, *eval_idx.values())))
-    stream_idx = stream_idx[rng.permutation(len(stream_idx))]
+    eval_idx, stream_idx = cap_and_shuffle(seed, eval_cap or None, eval_idx, stream_idx)
     if stream_cap:
         stream_idx = stream_idx[:stream_cap]
     return Scenario(
         protocol="language_shift",
         seed_value=seed,
         labels=dataset.labels,
-        seed_set=rows_of(train, train_vecs, seed_idx),
-        stream=rows_of(train, train_vecs, stream_idx),
-        eval_sets={name: rows_of(test, test_vecs, idx) for name, idx in eval_idx.items()},
         eval_after=every_n(len(stream_idx), every),
+        **split_rows(dataset, train_vecs, test_vecs, seed_idx, stream_idx, eval_idx),
         heldout=tuple(heldout),
         info={
             "source": source,
@@ -176,16 +170,8 @@ def per_run(per_checkpoint: pd.DataFrame) -> pd.DataFrame:
 
 def summarise(per_checkpoint: pd.DataFrame, footprints: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (dataset, encoder, policy, system): mean and std over seeds."""
-    rows = []
-    for key, cell in per_run(per_checkpoint).groupby(CELL_KEYS, sort=False):
-        row = dict(zip(CELL_KEYS, key))
-        row["n_seeds"] = len(cell)
-        for col in ("start_target", *(f"final_{name}" for name in FINALS)):
-            row[f"{col}_mean"], row[f"{col}_std"] = mean_and_std(cell[col])
-        row["corrections_mean"] = float(cell["corrections"].mean())
-        row.update(corrections_to_across_seeds(cell, THRESHOLDS))
-        rows.append(row)
-    return add_footprints(pd.DataFrame(rows), footprints)
+    columns = ("start_target", *(f"final_{name}" for name in FINALS))
+    return summarise_runs(per_run(per_checkpoint), columns, THRESHOLDS, footprints)
 
 
 SUMMARY_COLUMNS = (

@@ -79,6 +79,30 @@ def cap_each(rng: np.random.Generator, cap: int | None, *index_sets: np.ndarray)
     return [idx[rng.choice(len(idx), size=cap, replace=False)] if cap and len(idx) > cap else idx for idx in index_sets]
 
 
+def cap_and_shuffle(
+    seed: int, eval_cap: int | None, eval_idx: dict[str, np.ndarray], stream_idx: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The held-out protocol's draws, which the protocols modelled on it repeat: a fresh
+    ``default_rng(seed)`` caps each eval set (``cap_each``, in the dict's order), then orders the
+    stream by its ``permutation``. Returns the capped sets (same names) and the ordered stream."""
+    rng = np.random.default_rng(seed)
+    capped = dict(zip(eval_idx, cap_each(rng, eval_cap, *eval_idx.values())))
+    return capped, stream_idx[rng.permutation(len(stream_idx))]
+
+
+def split_rows(
+    dataset, train_vecs: np.ndarray, test_vecs: np.ndarray, seed_idx, stream_idx, eval_idx: dict[str, np.ndarray]
+) -> dict:
+    """The Scenario fields ``seed_set``, ``stream`` (items of the training split) and ``eval_sets``
+    (items of the test split), from their index sets."""
+    train, test = dataset.train, dataset.test
+    return {
+        "seed_set": rows_of(train, train_vecs, seed_idx),
+        "stream": rows_of(train, train_vecs, stream_idx),
+        "eval_sets": {name: rows_of(test, test_vecs, idx) for name, idx in eval_idx.items()},
+    }
+
+
 def crc(text: str) -> int:
     """A stable integer key for seeding (``SeedSequence([..., crc("name")])``); never ``hash()``."""
     return zlib.crc32(text.encode("utf-8"))

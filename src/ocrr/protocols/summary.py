@@ -71,6 +71,23 @@ def final_values(per_checkpoint: pd.DataFrame, metrics: list[str], footprints: p
     return add_online_accuracy(add_footprints(pd.DataFrame(rows), footprints), per_checkpoint)
 
 
+def summarise_runs(
+    runs: pd.DataFrame, columns: tuple[str, ...], thresholds: tuple[int, ...], footprints: pd.DataFrame | None
+) -> pd.DataFrame:
+    """One row per cell from a protocol's ``per_run`` table: mean and std over seeds of each of
+    ``columns``, the mean corrections, corrections to each threshold, the footprint."""
+    rows = []
+    for key, cell in runs.groupby(CELL_KEYS, sort=False):
+        row = dict(zip(CELL_KEYS, key))
+        row["n_seeds"] = len(cell)
+        for col in columns:
+            row[f"{col}_mean"], row[f"{col}_std"] = mean_and_std(cell[col])
+        row["corrections_mean"] = float(cell["corrections"].mean())
+        row.update(corrections_to_across_seeds(cell, thresholds))
+        rows.append(row)
+    return add_footprints(pd.DataFrame(rows), footprints)
+
+
 # --- numbers as the tables print them ------------------------------------------------------------
 
 

@@ -32,11 +32,11 @@ from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from ocrr.errors import LedgerIntegrityError, OcrrError
-from ocrr.ledger.proofs import InclusionProof, b64, entry_fields
+from ocrr.ledger.proofs import b64, entry_fields
 from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.tiles import TILE_WIDTH, Tile, entry_bundle, parse_tile_path, tile_bytes, tile_width
 from ocrr.service.schemas import error_responses
-from ocrr.service.served import served_entries
+from ocrr.service.served import served_entries, served_inclusion_proof
 from ocrr.service.state import ServiceState, failure_report
 
 FULL_TILE_CACHE = "public, max-age=31536000, immutable"
@@ -261,14 +261,7 @@ class AuditRoutes:
         self._require_token(request, "an entry")
         led = self._ledger()
         with led.lock.read():
-            n = len(led) if size is None else size
-            if not 0 <= index < n <= len(led):
-                raise HTTPException(
-                    404,
-                    f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
-                    "ask for 0 <= index < size <= the ledger's size",
-                )
-            proof = InclusionProof.of(led.tree, index, n)
+            proof = served_inclusion_proof(led, index, size)
         ((i, label, text, vector, prev, raw),) = served_entries(self.state, led, index, index + 1)
         entry = {**entry_fields(i, label, text, vector, prev), "bytes": b64(raw)}
         return {**proof.to_dict(), "entry": entry}

@@ -60,7 +60,7 @@ from ocrr.service.schemas import (
     parse,
     to_json,
 )
-from ocrr.service.served import served_entries
+from ocrr.service.served import served_entries, served_inclusion_proof
 from ocrr.service.state import ServiceState, failure_report
 from ocrr.service.threads import one_omp_thread
 from ocrr.systems.substrate.persistent import POOLED_BELOW
@@ -305,14 +305,7 @@ class Routes:
 
     def inclusion(self, index: int, size: Annotated[int | None, Query(ge=1)] = None) -> dict:
         with self._ledger_held() as led:
-            n = len(led) if size is None else size
-            if not 0 <= index < n <= len(led):
-                raise HTTPException(
-                    404,
-                    f"no entry {index} in a log of size {n} (the ledger holds {len(led)}); "
-                    "ask for 0 <= index < size <= the ledger's size",
-                )
-            return InclusionProof.of(led.tree, index, n).to_dict()
+            return served_inclusion_proof(led, index, size).to_dict()
 
     def consistency(
         self,

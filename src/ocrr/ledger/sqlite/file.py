@@ -19,7 +19,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -74,24 +74,10 @@ class Ledger(Chain):
         self._closed = False
 
     # ------------------------------------------------------------ appending
-    def append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
+    def _check_open(self) -> None:
         if self._closed:
-            self._refuse_closed()
-        return super().append_checked(vec, label, text)
-
-    def extend(
-        self,
-        vectors: np.ndarray | Sequence[Sequence[float]],
-        labels: Sequence[str],
-        texts: Sequence[str | None] | None = None,
-    ) -> range:
-        if self._closed:
-            self._refuse_closed()
-        return super().extend(vectors, labels, texts)
-
-    def _refuse_closed(self) -> None:
-        path = None if self._store is None else self._store.path
-        raise OcrrError(f"ledger {path} is closed; reopen it with Ledger.open(path) to append")
+            path = None if self._store is None else self._store.path
+            raise OcrrError(f"ledger {path} is closed; reopen it with Ledger.open(path) to append")
 
     # ------------------------------------------------------------ the file
     @classmethod

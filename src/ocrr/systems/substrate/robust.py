@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ocrr.batch import Batch
-from ocrr.index.vote import VoteRule, band, keep_best
+from ocrr.index.vote import VoteRule, band, elect
 from ocrr.specs import Option
 from ocrr.systems.base import check_vectors
 from ocrr.systems.substrate.core import Substrate
@@ -44,13 +44,7 @@ def trusted_vote(
     same = (labels[:, :, None] == labels[:, None, :]) & voting[:, None, :]
     weighted = np.where(same, weights[:, None, :], 0.0)
     score = weighted.sum(axis=2) if rule.weighting == "count" else (weighted * sims[:, None, :]).sum(axis=2)
-    cand = keep_best(voting, score)
-    if rule.tiebreak_maxsim:
-        cand = keep_best(cand, np.where(same, sims[:, None, :], -np.inf).max(axis=2))
-    if rule.tiebreak_recency:
-        cand = keep_best(cand, np.where(same, ids[:, None, :], -1).max(axis=2).astype(np.float64))
-    winner = np.where(cand, labels, np.iinfo(np.int64).max).min(axis=1)
-    return np.where(voting.any(axis=1), winner, -1).astype(np.int64)
+    return elect(score, same, voting, sims, ids, labels, rule)
 
 
 class RobustSubstrate(Substrate):
