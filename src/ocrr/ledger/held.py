@@ -43,9 +43,11 @@ from ocrr.utils.rwlock import RWLock
 __all__ = ["Apply", "HeldLedger", "damage_in"]
 
 
-# apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
-# feeds committed entries to the in-memory side, which must hash them to the same chain.
-Apply = Callable[[np.ndarray, list, list], bytes]
+# apply(vectors (m, d) float32, labels, texts[, hashes]) -> the in-memory chain head afterwards:
+# feeds committed entries to the in-memory side, which must hash them to the same chain. An
+# open passes the entries it read with their chain hashes as checked (``hashes``), which the
+# in-memory side may take instead of recomputing; the store compares the head either way.
+Apply = Callable[..., bytes]
 
 
 class HeldLedger(GroupCommit):
@@ -94,7 +96,7 @@ class HeldLedger(GroupCommit):
         else:
             self._apply = apply
             if scan.hashes:
-                self._feed(scan.vectors, scan.labels, scan.texts)
+                self._feed(scan.vectors, scan.labels, scan.texts, scan.hashes)
 
     @property
     def broken(self) -> BaseException | None:
@@ -332,8 +334,9 @@ class HeldLedger(GroupCommit):
         )
         return self._broken
 
-    def _feed(self, vecs: np.ndarray, labels: list, texts: list) -> None:
-        if self._apply(vecs, labels, texts) != self.chain_head:  # same bytes in, same digests out
+    def _feed(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> None:
+        head = self._apply(vecs, labels, texts) if hashes is None else self._apply(vecs, labels, texts, hashes)
+        if head != self.chain_head:  # same bytes in, same digests out
             raise OcrrError(
                 f"ledger {self.path}: the in-memory chain does not match the file (was the "
                 "substrate opened with other settings than the ones that wrote it?)"

@@ -29,13 +29,14 @@ __all__ = ["LedgerReport", "report_of", "scan_file"]
 _F4LE = np.dtype("<f4")
 
 
-def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()) -> Scan:
+def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = (), fast: bool = True) -> Scan:
     """Read and check every entry; raise Damage at the first problem.
 
     ``trust_until`` not None: entries before the last authenticated checkpoint (its note
     signed by one of ``vkeys``) are not rehashed: their stored leaves build the tree, and
     the checkpoint's root and chain head must match it. ``None`` trusts nothing (a full
-    check). Every authenticated checkpoint must match the entries; other rows are ignored."""
+    check). Every authenticated checkpoint must match the entries; other rows are ignored.
+    ``fast``: read the entries before that checkpoint column-wise (``_trusted_prefix``)."""
     meta = {k: v for k, v in conn.execute("SELECT key, value FROM meta")}
     if meta.get("format") != FORMAT or str(meta.get("version")) != str(VERSION):
         raise Damage(
@@ -67,11 +68,6 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
     trusted = 0
     if trust_until is not None and checkpoints:
         trusted = min(checkpoints[-1][0], size)
-    stored = {}  # (level, idx) -> hash, all of it: ~100 bytes per entry while scanning
-    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes"):
-        stored[(level, idx)] = h
-    tree = MerkleTree()
-    labels, texts, hashes = [], [], []
     held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
     rows = max(0, min(size, held))
     # Bounded by what is held: the vectors of a valid file are in the file, so a dim claiming
@@ -86,12 +82,26 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
             f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
             f"entries, more than the file's {file_bytes} bytes (dim edited)",
         )
-    vectors = np.empty((rows, width), _F4LE)
-    prev = GENESIS
-    i = 0
+    vectors = _row_buffer(rows, width)
+    # The entries a checkpoint vouches for, read column-wise when they are intact (anything
+    # unexpected there: read them again one by one below, which names what is wrong).
+    prefix = _trusted_prefix(conn, trusted, width, vectors) if fast and trusted else None
+    labels: list[str]
+    texts: list[str | None]
+    hashes: list[bytes]
+    if prefix is None:
+        tree, labels, texts, hashes, prev, i = MerkleTree(), [], [], [], GENESIS, 0
+    else:
+        tree, labels, texts, hashes = prefix
+        prev, i = hashes[-1], trusted
+        check_checkpoint(checkpoints[-1], tree, prev)
+    stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
+    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
+        stored[(level, idx)] = h
     rows = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
-        "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries ORDER BY id"
+        "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
+        (i,),
     )
     while batch := rows.fetchmany(4096):
         for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
@@ -157,6 +167,92 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
         records.ignored,
         records.reasons,
     )
+
+
+def _row_buffer(rows: int, width: int) -> np.ndarray:
+    """An uninitialised (rows, width) float32 array whose buffer has room to grow to the next
+    power of two: a substrate opened on the scan adopts it as its vector buffer (no copy),
+    and rows past ``rows`` cost no memory until written."""
+    capacity = 1 << max(rows - 1, 63).bit_length()  # at least the 64 rows a new Chain starts with
+    return np.empty((capacity, width), _F4LE)[:rows]
+
+
+class _NotIntact(Exception):
+    """The column-wise reading of the trusted prefix found something to name: read it row by row."""
+
+
+_PREFIX_BLOCK = 16_384  # entries read per statement in _trusted_prefix
+
+
+def _trusted_prefix(
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray
+) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]] | None:
+    """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
+    read a block of rows per statement, their vectors copied into ``vectors``, with the checks
+    the row-by-row reading makes of them, made over whole columns: consecutive ids, labels and
+    texts stored as text, vectors of ``width`` float32, links, 32-byte hashes, the stored
+    leaves, and the stored nodes over them equal to the tree the leaves build. Returns (tree,
+    labels, texts, hashes), or None when any check fails or a value cannot be read: the
+    caller then reads every entry one by one, which names the first bad one."""
+    try:
+        return _read_prefix(conn, trusted, width, vectors)
+    except (_NotIntact, sqlite3.Error, TypeError, ValueError):
+        return None
+
+
+def _read_prefix(
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray
+) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]]:
+    labels: list[str] = []
+    texts: list[str | None] = []
+    hashes: list[bytes] = []
+    leaves = bytearray()
+    prev = GENESIS
+    row_bytes = width * _F4LE.itemsize
+    for lo in range(0, trusted, _PREFIX_BLOCK):
+        hi = min(lo + _PREFIX_BLOCK, trusted)
+        got = conn.execute(
+            "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
+            (lo, hi),
+        ).fetchall()
+        if len(got) != hi - lo:
+            raise _NotIntact
+        ids, labs, txts, vecs, prevs, digests = zip(*got)
+        del got
+        if ids != tuple(range(lo, hi)) or set(map(type, labs)) != {str} or not set(map(type, txts)) <= _TEXT_TYPES:
+            raise _NotIntact
+        if set(map(type, vecs)) != {bytes} or set(map(len, vecs)) != {row_bytes}:
+            raise _NotIntact
+        if set(map(type, prevs)) != {bytes} or set(map(type, digests)) != {bytes}:
+            raise _NotIntact
+        chain, links = b"".join(digests), b"".join(prevs)
+        if len(chain) != 32 * (hi - lo) or links != prev + chain[:-32]:  # each links to the entry before
+            raise _NotIntact
+        stored_leaves = conn.execute(
+            "SELECT hash FROM nodes WHERE level = 0 AND idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
+        ).fetchall()
+        block_leaves = b"".join(leaf for (leaf,) in stored_leaves)
+        if len(stored_leaves) != hi - lo or len(block_leaves) != 32 * (hi - lo):
+            raise _NotIntact
+        leaves += block_leaves
+        vectors[lo:hi] = np.frombuffer(b"".join(vecs), _F4LE).reshape(hi - lo, width)
+        labels.extend(labs)
+        texts.extend(txts)
+        hashes.extend(digests)
+        prev = digests[-1]
+    tree = MerkleTree.from_leaves(bytes(leaves))
+    for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
+        nodes = conn.execute(
+            "SELECT idx, hash FROM nodes WHERE level = ? AND idx < ? ORDER BY idx", (level, trusted >> level)
+        ).fetchall()
+        if [k for k, _ in nodes] != list(range(trusted >> level)) or b"".join(h for _, h in nodes) != tree.levels[
+            level
+        ]:
+            raise _NotIntact
+    return tree, labels, texts, hashes
+
+
+_TEXT_TYPES = {str, type(None)}
 
 
 def scan_file(
