@@ -91,6 +91,7 @@ class HeldLedger(GroupCommit):
                 scan.vectors,
                 [GENESIS, *scan.hashes[:-1]][:n],
                 scan.hashes,
+                adopt=True,  # the scan's rows buffer, not a second copy of it
             )
             self._apply = self._apply_memory
         else:

@@ -181,7 +181,7 @@ class _NotIntact(Exception):
     """The column-wise reading of the trusted prefix found something to name: read it row by row."""
 
 
-_PREFIX_BLOCK = 16_384  # entries read per statement in _trusted_prefix
+_PREFIX_BLOCK = 2048  # entries read per statement in _trusted_prefix: its temporaries stay small and reused
 
 
 def _trusted_prefix(
