@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ocrr.batch import Batch
+from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.sqlite import scan as sqlite_scan
@@ -21,6 +22,7 @@ from ocrr.ledger.sqlite.schema import connect
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import open_substrate
+from ocrr.utils.grow_ahead import due
 
 ORIGIN = "example.com/quick-open"
 N = 300  # entries under the signed checkpoint
@@ -159,3 +161,25 @@ def test_the_substrate_takes_the_scans_buffer_instead_of_copying_it(signed):
         opened.correct(unit_rows(300, 3), ["grow"] * 300, ["t"] * 300)  # past the buffer: it grows
         assert np.array_equal(ledger.vectors[: len(before)], before) and len(ledger) == N + 5 + 300
         assert ledger.verify().ok
+
+
+@pytest.mark.parametrize("rows", [1, 47, 48, 49, 100, 768, 769, 1_000_000])
+def test_the_rows_an_open_reads_leave_a_quarter_of_their_buffer_free(rows):
+    """So that an opened ledger's buffer is not grown ahead (from three quarters full) at once:
+    at a million entries that was a second buffer of twice the rows, filled in the background."""
+    buffer = sqlite_scan._row_buffer(rows, 2).base
+    capacity = buffer.shape[0]
+    assert capacity & (capacity - 1) == 0 and capacity >= 64
+    assert 4 * rows < 3 * capacity
+    assert not due(rows, capacity, 1 << 40)  # whatever its size
+
+
+def test_a_shortlists_first_pass_leaves_a_quarter_of_its_buffer_free_and_later_rows_double_it():
+    rows = unit_rows(4097, 4)
+    shortlist = Int8Shortlist(DIM)
+    shortlist.catch_up(rows[:2000])
+    assert len(shortlist._codes) == 4096 and not due(2000, 4096, 1 << 40)
+    shortlist.catch_up(rows[:4096])  # into the room left
+    assert len(shortlist._codes) == 4096 and len(shortlist) == 4096
+    shortlist.catch_up(rows)  # one past it: doubled, as before
+    assert len(shortlist._codes) == 8192 and len(shortlist) == 4097

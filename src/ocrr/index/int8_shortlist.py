@@ -112,6 +112,8 @@ class Int8Shortlist:
             new = matrix[self._n :]
             if not len(new):  # another search coded them meanwhile
                 return
+            if not self._n:  # the first pass over a ledger: sized once, with room to grow
+                self._room_for(len(matrix))
             with np.errstate(invalid="ignore"):
                 lo, hi = float(np.min(new)), float(np.max(new))
             if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -185,6 +187,17 @@ class Int8Shortlist:
         buf = self._reserve(len(codes))
         buf[self._n : self._n + len(codes)] = codes
         self._n += len(codes)
+
+    def _room_for(self, rows: int) -> None:
+        """Before the first pass codes a whole ledger: a buffer of a power of two rows that
+        leaves a quarter free once they are in, so that a buffer grown ahead (made from three
+        quarters full) is not made, and filled, beside it at once. Later rows double it as before."""
+        if 4 * rows <= 3 * len(self._codes):
+            return
+        capacity = 1 << max(rows + rows // 3, _INITIAL_ROWS - 1).bit_length()
+        grown = np.empty((capacity, self.dim), np.int8)
+        grown[: self._n] = self._codes[: self._n]
+        self._codes = grown  # a search holding the old buffer reads rows that never change
 
     def _reserve(self, extra: int) -> np.ndarray:
         """The code buffer, with room for ``extra`` more rows (doubling, as the ledger's)."""

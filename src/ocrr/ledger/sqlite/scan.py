@@ -170,10 +170,12 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
 
 
 def _row_buffer(rows: int, width: int) -> np.ndarray:
-    """An uninitialised (rows, width) float32 array whose buffer has room to grow to the next
-    power of two: a substrate opened on the scan adopts it as its vector buffer (no copy),
-    and rows past ``rows`` cost no memory until written."""
-    capacity = 1 << max(rows - 1, 63).bit_length()  # at least the 64 rows a new Chain starts with
+    """An uninitialised (rows, width) float32 array whose buffer has room to grow: a substrate
+    opened on the scan adopts it as its vector buffer (no copy). Its capacity, a power of two,
+    leaves a quarter of it free, so that a buffer grown ahead (``ocrr.utils.grow_ahead``, which
+    starts at three quarters full) is not made, and filled, as soon as the file is opened; rows
+    past ``rows`` cost no memory until written."""
+    capacity = 1 << max(rows + rows // 3, 63).bit_length()  # at least the 64 rows a new Chain starts with
     return np.empty((capacity, width), _F4LE)[:rows]
 
 

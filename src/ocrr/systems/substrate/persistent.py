@@ -303,10 +303,11 @@ def open_substrate(
             # are refused before the substrate learns them.
             _check_stored_rows(vecs, f"ledger {display(path)}")
         batch = Batch(vecs, texts, labels)
-        if system.ledger_ is None and hashes is not None:
-            system.fit_checked(batch, hashes)  # the store's checked hashes: not recomputed
-        elif system.ledger_ is None:
-            system.fit(batch)  # the stored entries are the substrate's history
+        if system.ledger_ is None:
+            if hashes is not None:
+                system.fit_checked(batch, hashes)  # the stored entries, with the store's checked hashes
+            else:
+                system.fit(batch)  # the stored entries are the substrate's history
             if grow_ahead:
                 system._fitted_ledger().grow_ahead()
         else:
