@@ -183,3 +183,25 @@ def test_a_shortlists_first_pass_leaves_a_quarter_of_its_buffer_free_and_later_r
     assert len(shortlist._codes) == 4096 and len(shortlist) == 4096
     shortlist.catch_up(rows)  # one past it: doubled, as before
     assert len(shortlist._codes) == 8192 and len(shortlist) == 4097
+
+
+@pytest.mark.parametrize("verify", ["checkpoint", "full"])
+def test_a_check_for_its_report_gives_the_same_report_without_holding_the_rows(signed, verify):
+    """The service's background check (every --check-every seconds in each worker) and
+    verify() want the report only: at a million entries the rows are gigabytes."""
+    path, signer = signed
+    kept_report, kept = sqlite_scan.scan_file(path, verify, (signer.vkey,))
+    report, bare = sqlite_scan.scan_file(path, verify, (signer.vkey,), rows=False)
+    assert report == kept_report and report.ok
+    assert bare.hashes == kept.hashes and bare.tree.root() == kept.tree.root()
+    assert len(bare.vectors) == 0 and bare.labels == [] and bare.texts == []
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            EDITS["a broken link"] if verify == "checkpoint" else "UPDATE entries SET label = 'x' WHERE id = 3"
+        )
+    conn.close()
+    assert (
+        sqlite_scan.scan_file(path, verify, (signer.vkey,), rows=False)[0]
+        == sqlite_scan.scan_file(path, verify, (signer.vkey,))[0]
+    )

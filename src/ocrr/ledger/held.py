@@ -152,8 +152,9 @@ class HeldLedger(GroupCommit):
         return size
 
     # -- checking what storage holds ----------------------------------------------------
-    def scan(self, verify: str = "full") -> tuple[LedgerReport, Scan | None]:
-        """Check the ledger as stored now (read-only): the report, and what it holds when intact."""
+    def scan(self, verify: str = "full", rows: bool = True) -> tuple[LedgerReport, Scan | None]:
+        """Check the ledger as stored now (read-only): the report, and what it holds when intact
+        (``rows`` False: an engine may leave out its vectors, labels and texts)."""
         raise NotImplementedError
 
     def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
@@ -181,7 +182,7 @@ class HeldLedger(GroupCommit):
 
     def verify(self, verify: str = "full") -> LedgerReport:
         """Re-read and check storage as it is now; record a checkpoint if intact (full check)."""
-        report, _ = self.scan(verify)
+        report, _ = self.scan(verify, rows=False)
         self.report = report
         if report and verify == "full":
             self.refresh()  # other processes may have appended: vouch only for entries this one holds too

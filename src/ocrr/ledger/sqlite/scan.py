@@ -29,14 +29,22 @@ __all__ = ["LedgerReport", "report_of", "scan_file"]
 _F4LE = np.dtype("<f4")
 
 
-def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = (), fast: bool = True) -> Scan:
+def _scan(
+    conn: sqlite3.Connection,
+    trust_until: int | None,
+    vkeys: Sequence[str] = (),
+    fast: bool = True,
+    keep_rows: bool = True,
+) -> Scan:
     """Read and check every entry; raise Damage at the first problem.
 
     ``trust_until`` not None: entries before the last authenticated checkpoint (its note
     signed by one of ``vkeys``) are not rehashed: their stored leaves build the tree, and
     the checkpoint's root and chain head must match it. ``None`` trusts nothing (a full
     check). Every authenticated checkpoint must match the entries; other rows are ignored.
-    ``fast``: read the entries before that checkpoint column-wise (``_trusted_prefix``)."""
+    ``fast``: read the entries before that checkpoint column-wise (``_trusted_prefix``).
+    ``keep_rows`` False: the same checks, but the Scan holds no vectors, labels or texts (a
+    check whose caller wants only the report: at a million entries they are gigabytes)."""
     meta = {k: v for k, v in conn.execute("SELECT key, value FROM meta")}
     if meta.get("format") != FORMAT or str(meta.get("version")) != str(VERSION):
         raise Damage(
@@ -82,10 +90,10 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
             f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
             f"entries, more than the file's {file_bytes} bytes (dim edited)",
         )
-    vectors = _row_buffer(rows, width)
+    vectors = _row_buffer(rows if keep_rows else 0, width)
     # The entries a checkpoint vouches for, read column-wise when they are intact (anything
     # unexpected there: read them again one by one below, which names what is wrong).
-    prefix = _trusted_prefix(conn, trusted, width, vectors) if fast and trusted else None
+    prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
     labels: list[str]
     texts: list[str | None]
     hashes: list[bytes]
@@ -135,9 +143,10 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
                         f"Merkle node (level {level}, index {k}) over entries {lo}.."
                         f"{lo + (1 << level) - 1} is missing or does not match them",
                     )
-            vectors[i] = np.frombuffer(vec, _F4LE)
-            labels.append(label)
-            texts.append(text)
+            if keep_rows:
+                vectors[i] = np.frombuffer(vec, _F4LE)
+                labels.append(label)
+                texts.append(text)
             hashes.append(digest)
             prev = digest
             i += 1
@@ -187,10 +196,11 @@ _PREFIX_BLOCK = 2048  # entries read per statement in _trusted_prefix: its tempo
 
 
 def _trusted_prefix(
-    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
 ) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]] | None:
     """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
-    read a block of rows per statement, their vectors copied into ``vectors``, with the checks
+    read a block of rows per statement, their vectors copied into ``vectors`` (None: not kept,
+    nor their labels and texts), with the checks
     the row-by-row reading makes of them, made over whole columns: consecutive ids, labels and
     texts stored as text, vectors of ``width`` float32, links, 32-byte hashes, the stored
     leaves, and the stored nodes over them equal to the tree the leaves build. Returns (tree,
@@ -203,7 +213,7 @@ def _trusted_prefix(
 
 
 def _read_prefix(
-    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
 ) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]]:
     labels: list[str] = []
     texts: list[str | None] = []
@@ -237,9 +247,10 @@ def _read_prefix(
         if len(stored_leaves) != hi - lo or len(block_leaves) != 32 * (hi - lo):
             raise _NotIntact
         leaves += block_leaves
-        vectors[lo:hi] = np.frombuffer(b"".join(vecs), _F4LE).reshape(hi - lo, width)
-        labels.extend(labs)
-        texts.extend(txts)
+        if vectors is not None:
+            vectors[lo:hi] = np.frombuffer(b"".join(vecs), _F4LE).reshape(hi - lo, width)
+            labels.extend(labs)
+            texts.extend(txts)
         hashes.extend(digests)
         prev = digests[-1]
     tree = MerkleTree.from_leaves(bytes(leaves))
@@ -258,11 +269,12 @@ _TEXT_TYPES = {str, type(None)}
 
 
 def scan_file(
-    path: str | os.PathLike[str], verify: str = "full", vkeys: Sequence[str] = ()
+    path: str | os.PathLike[str], verify: str = "full", vkeys: Sequence[str] = (), rows: bool = True
 ) -> tuple[LedgerReport, Scan | None]:
     """Check a ledger file (read-only); return the report and, when intact, what it holds.
     ``vkeys``: the verifier keys whose checkpoint records are trusted (none: no record is,
-    and ``verify="checkpoint"`` rehashes every entry)."""
+    and ``verify="checkpoint"`` rehashes every entry). ``rows`` False: the Scan holds no
+    vectors, labels or texts (for a caller that wants the report)."""
     path = Path(path)
     if not path.is_file():
         raise OcrrError(
@@ -276,7 +288,7 @@ def scan_file(
         try:
             _require_sqlite(conn, path)
             conn.execute("BEGIN")  # one snapshot, even while a writer appends
-            return report_of(conn, None if verify == "full" else 0, vkeys)
+            return report_of(conn, None if verify == "full" else 0, vkeys, rows)
         finally:
             conn.close()
     except sqlite3.Error as e:
@@ -302,12 +314,12 @@ def _require_sqlite(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def report_of(
-    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()
+    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = (), rows: bool = True
 ) -> tuple[LedgerReport, Scan | None]:
     """Check the file open on ``conn`` inside the caller's transaction: the report and, when
-    intact, what it holds (``trust_until`` and ``vkeys`` as ``_scan``)."""
+    intact, what it holds (``trust_until`` and ``vkeys`` as ``_scan``; ``rows`` as ``scan_file``)."""
     try:
-        scan = _scan(conn, trust_until, vkeys)
+        scan = _scan(conn, trust_until, vkeys, keep_rows=rows)
     except Damage as d:
         try:
             n = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
