@@ -49,7 +49,7 @@ from ocrr.index.shortlist import (
     positions_after_removal,
     settle,
 )
-from ocrr.utils.grow_ahead import GrowAhead
+from ocrr.utils.grow_ahead import GrowAhead, room_at_open
 from ocrr.utils.rwlock import RWLock
 
 _LEVELS = 127  # codes and query bytes in [-127, 127]: products fit VNNI's signed bytes
@@ -189,13 +189,12 @@ class Int8Shortlist:
         self._n += len(codes)
 
     def _room_for(self, rows: int) -> None:
-        """Before the first pass codes a whole ledger: a buffer of a power of two rows that
-        leaves a quarter free once they are in, so that a buffer grown ahead (made from three
+        """Before the first pass codes a whole ledger: a buffer that leaves a quarter free
+        once they are in (``room_at_open``), so that a buffer grown ahead (made from three
         quarters full) is not made, and filled, beside it at once. Later rows double it as before."""
         if 4 * rows <= 3 * len(self._codes):
             return
-        capacity = 1 << max(rows + rows // 3, _INITIAL_ROWS - 1).bit_length()
-        grown = np.empty((capacity, self.dim), np.int8)
+        grown = np.empty((room_at_open(rows, _INITIAL_ROWS), self.dim), np.int8)
         grown[: self._n] = self._codes[: self._n]
         self._codes = grown  # a search holding the old buffer reads rows that never change
 

@@ -23,6 +23,7 @@ from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
 from ocrr.ledger.sqlite.schema import FORMAT, VERSION, connect, has_note_column
+from ocrr.utils.grow_ahead import room_at_open
 
 __all__ = ["LedgerReport", "report_of", "scan_file"]
 
@@ -180,12 +181,10 @@ def _scan(
 
 def _row_buffer(rows: int, width: int) -> np.ndarray:
     """An uninitialised (rows, width) float32 array whose buffer has room to grow: a substrate
-    opened on the scan adopts it as its vector buffer (no copy). Its capacity, a power of two,
-    leaves a quarter of it free, so that a buffer grown ahead (``ocrr.utils.grow_ahead``, which
-    starts at three quarters full) is not made, and filled, as soon as the file is opened; rows
-    past ``rows`` cost no memory until written."""
-    capacity = 1 << max(rows + rows // 3, 63).bit_length()  # at least the 64 rows a new Chain starts with
-    return np.empty((capacity, width), _F4LE)[:rows]
+    opened on the scan adopts it as its vector buffer (no copy). Its capacity leaves a quarter
+    of it free (``ocrr.utils.grow_ahead.room_at_open``), so that a buffer grown ahead is not
+    made, and filled, as soon as the file is opened."""
+    return np.empty((room_at_open(rows, 64), width), _F4LE)[:rows]  # at least the 64 rows a new Chain starts with
 
 
 class _NotIntact(Exception):
