@@ -139,6 +139,11 @@ def rss_mb(pid: int) -> dict[str, float]:
             name, _, value = line.partition(":")
             if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
                 out[name] = int(value.split()[0]) / 1024
+    with open(f"/proc/{pid}/smaps_rollup") as fh:  # PSS: shared pages split between the processes mapping them
+        for line in fh:
+            name, _, value = line.partition(":")
+            if name == "Pss":
+                out[name] = int(value.split()[0]) / 1024
     return out
 
 
@@ -149,7 +154,8 @@ def show_rss(when: str, server: int, limit_gb: float) -> bool:
         m = rss_mb(pid)
         ok &= m["VmRSS"] <= 1024 * limit_gb
         print(
-            f"  RSS {when}, pid {pid}: {m['VmRSS']:,.0f} MB (anonymous {m['RssAnon']:,.0f}, file {m['RssFile']:,.0f}, "
+            f"  RSS {when}, pid {pid}: {m['VmRSS']:,.0f} MB, PSS {m.get('Pss', float('nan')):,.0f} MB "
+            f"(anonymous {m['RssAnon']:,.0f}, file {m['RssFile']:,.0f}, "
             f"shared memory {m['RssShmem']:,.0f}; peak {m['VmHWM']:,.0f}) target <= {limit_gb:g} GB ({load_average()})"
         )
     return ok

@@ -49,7 +49,7 @@ from ocrr.index.shortlist import (
     positions_after_removal,
     settle,
 )
-from ocrr.utils.grow_ahead import GrowAhead
+from ocrr.utils.grow_ahead import GrowAhead, room_at_open
 from ocrr.utils.rwlock import RWLock
 
 _LEVELS = 127  # codes and query bytes in [-127, 127]: products fit VNNI's signed bytes
@@ -112,6 +112,8 @@ class Int8Shortlist:
             new = matrix[self._n :]
             if not len(new):  # another search coded them meanwhile
                 return
+            if not self._n:  # the first pass over a ledger: sized once, with room to grow
+                self._room_for(len(matrix))
             with np.errstate(invalid="ignore"):
                 lo, hi = float(np.min(new)), float(np.max(new))
             if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -185,6 +187,16 @@ class Int8Shortlist:
         buf = self._reserve(len(codes))
         buf[self._n : self._n + len(codes)] = codes
         self._n += len(codes)
+
+    def _room_for(self, rows: int) -> None:
+        """Before the first pass codes a whole ledger: a buffer that leaves a quarter free
+        once they are in (``room_at_open``), so that a buffer grown ahead (made from three
+        quarters full) is not made, and filled, beside it at once. Later rows double it as before."""
+        if 4 * rows <= 3 * len(self._codes):
+            return
+        grown = np.empty((room_at_open(rows, _INITIAL_ROWS), self.dim), np.int8)
+        grown[: self._n] = self._codes[: self._n]
+        self._codes = grown  # a search holding the old buffer reads rows that never change
 
     def _reserve(self, extra: int) -> np.ndarray:
         """The code buffer, with room for ``extra`` more rows (doubling, as the ledger's)."""

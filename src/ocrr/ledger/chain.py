@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import numpy as np
 
@@ -404,26 +404,49 @@ class Chain:
     def _from_stored(
         cls,
         dim: int | None,
-        ids: list[int],
-        labels: list,
-        texts: list,
+        ids: Sequence[int],
+        labels: Sequence,
+        texts: Sequence,
         vectors: np.ndarray,
-        prevs: list[bytes],
-        hashes: list[bytes],
-    ) -> Chain:
+        prevs: Sequence[bytes],
+        hashes: Sequence[bytes],
+        adopt: bool = False,
+    ) -> Self:
         """Build a chain from stored columns as-is: no hashing, no checks (a durable store's
-        mirror of the entries it checked, and the seam the tests use to build tampered ledgers)."""
+        mirror of the entries it checked, and the seam the tests use to build tampered ledgers).
+        ``adopt``: when ``vectors`` are the first rows of a writable float32 buffer nobody else
+        writes (what a scan of the file reads into), that buffer becomes the chain's, not a copy."""
         chain = cls(dim)
         n = len(ids)
         if n:
             assert dim is not None, "stored entries come with their dim"
-            buf = np.empty((max(INITIAL_CAPACITY, n), dim), F4LE)
-            buf[:n] = vectors
+            buf = _whole_buffer(vectors, dim) if adopt else None
+            if buf is None:
+                buf = np.empty((max(INITIAL_CAPACITY, n), dim), F4LE)
+                buf[:n] = vectors
             chain._set_buffer(buf)
         chain._ids, chain._labels, chain._texts = list(ids), list(labels), list(texts)
         chain._prev, chain._hashes = list(prevs), list(hashes)
         chain._n = n
         return chain
+
+
+def _whole_buffer(rows: np.ndarray, dim: int) -> np.ndarray | None:
+    """The array whose leading rows ``rows`` are, if it is a writable C-ordered float32 buffer
+    of ``dim`` columns (so appends can go on in place past them); None otherwise."""
+    base = rows.base if isinstance(rows.base, np.ndarray) else rows
+    usable = (
+        base.ndim == 2
+        and base.shape[1] == dim
+        and base.dtype == F4LE
+        and base.flags.c_contiguous
+        and base.flags.writeable
+        and base.base is None  # owns its memory: not a view of something else
+        and rows.shape[0] <= base.shape[0]
+        and rows.ctypes.data == base.ctypes.data
+        and rows.flags.c_contiguous
+    )
+    return base if usable else None
 
 
 def _check_label_text(label: object, text: object) -> None:

@@ -43,9 +43,11 @@ from ocrr.utils.rwlock import RWLock
 __all__ = ["Apply", "HeldLedger", "damage_in"]
 
 
-# apply(vectors (m, d) float32, labels, texts) -> the in-memory chain head afterwards:
-# feeds committed entries to the in-memory side, which must hash them to the same chain.
-Apply = Callable[[np.ndarray, list, list], bytes]
+# apply(vectors (m, d) float32, labels, texts[, hashes]) -> the in-memory chain head afterwards:
+# feeds committed entries to the in-memory side, which must hash them to the same chain. An
+# open passes the entries it read with their chain hashes as checked (``hashes``), which the
+# in-memory side may take instead of recomputing; the store compares the head either way.
+Apply = Callable[..., bytes]
 
 
 class HeldLedger(GroupCommit):
@@ -89,12 +91,13 @@ class HeldLedger(GroupCommit):
                 scan.vectors,
                 [GENESIS, *scan.hashes[:-1]][:n],
                 scan.hashes,
+                adopt=True,  # the scan's rows buffer, not a second copy of it
             )
             self._apply = self._apply_memory
         else:
             self._apply = apply
             if scan.hashes:
-                self._feed(scan.vectors, scan.labels, scan.texts)
+                self._feed(scan.vectors, scan.labels, scan.texts, scan.hashes)
 
     @property
     def broken(self) -> BaseException | None:
@@ -149,8 +152,9 @@ class HeldLedger(GroupCommit):
         return size
 
     # -- checking what storage holds ----------------------------------------------------
-    def scan(self, verify: str = "full") -> tuple[LedgerReport, Scan | None]:
-        """Check the ledger as stored now (read-only): the report, and what it holds when intact."""
+    def scan(self, verify: str = "full", rows: bool = True) -> tuple[LedgerReport, Scan | None]:
+        """Check the ledger as stored now (read-only): the report, and what it holds when intact
+        (``rows`` False: an engine may leave out its vectors, labels and texts)."""
         raise NotImplementedError
 
     def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
@@ -178,7 +182,7 @@ class HeldLedger(GroupCommit):
 
     def verify(self, verify: str = "full") -> LedgerReport:
         """Re-read and check storage as it is now; record a checkpoint if intact (full check)."""
-        report, _ = self.scan(verify)
+        report, _ = self.scan(verify, rows=False)
         self.report = report
         if report and verify == "full":
             self.refresh()  # other processes may have appended: vouch only for entries this one holds too
@@ -332,8 +336,9 @@ class HeldLedger(GroupCommit):
         )
         return self._broken
 
-    def _feed(self, vecs: np.ndarray, labels: list, texts: list) -> None:
-        if self._apply(vecs, labels, texts) != self.chain_head:  # same bytes in, same digests out
+    def _feed(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> None:
+        head = self._apply(vecs, labels, texts) if hashes is None else self._apply(vecs, labels, texts, hashes)
+        if head != self.chain_head:  # same bytes in, same digests out
             raise OcrrError(
                 f"ledger {self.path}: the in-memory chain does not match the file (was the "
                 "substrate opened with other settings than the ones that wrote it?)"

@@ -10,11 +10,17 @@ the log. Memory: about 64 bytes per leaf.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from ocrr.ledger.verify import EMPTY_ROOT, HASH_SIZE, node_hash
 
 __all__ = ["MerkleTree"]
+
+
+def _node_of_pair(pair: memoryview) -> bytes:
+    """``node_hash`` of two adjacent nodes, given as their 64 concatenated bytes."""
+    return hashlib.sha256(b"\x01" + pair).digest()
 
 
 def _split(n: int) -> int:
@@ -25,6 +31,24 @@ def _split(n: int) -> int:
 class MerkleTree:
     def __init__(self) -> None:
         self.levels: list[bytearray] = [bytearray()]
+
+    @classmethod
+    def from_leaves(cls, leaves: bytes) -> MerkleTree:
+        """The tree of these leaf hashes (32 bytes each, concatenated): the same levels as
+        appending them one by one, built a level at a time (no per-append bookkeeping)."""
+        if len(leaves) % HASH_SIZE:
+            raise ValueError(f"leaf hashes are {HASH_SIZE} bytes each, got {len(leaves)} bytes")
+        tree = cls()
+        level = bytearray(leaves)
+        tree.levels = [level]
+        pair = 2 * HASH_SIZE
+        while len(level) >= pair:
+            below = memoryview(level)
+            level = bytearray(
+                b"".join([_node_of_pair(below[j : j + pair]) for j in range(0, len(level) // pair * pair, pair)])
+            )
+            tree.levels.append(level)
+        return tree
 
     def __len__(self) -> int:
         return len(self.levels[0]) // HASH_SIZE

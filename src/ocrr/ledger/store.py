@@ -91,7 +91,7 @@ class LedgerStore(Protocol):
 
     def read_entries(self, lo: int = 0, hi: int | None = None) -> Iterator[tuple]: ...
 
-    def scan(self, verify: str = "full") -> tuple[LedgerReport, Scan | None]: ...  # the quick or full check
+    def scan(self, verify: str = "full", rows: bool = True) -> tuple[LedgerReport, Scan | None]: ...  # the check
 
     def verify(self, verify: str = "full") -> LedgerReport: ...
 

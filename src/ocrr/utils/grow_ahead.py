@@ -53,6 +53,15 @@ if sys.platform.startswith("linux"):
         _madvise = None
 
 
+def room_at_open(rows: int, least: int) -> int:
+    """The capacity (rows) to give a buffer filled with ``rows`` at once (a ledger opened,
+    coded): a quarter of it free, so that ``due`` is not true at once and no second buffer
+    of twice the rows is made beside it, but no more (the free rows are backed too, in the
+    background: a power of two would have left up to half of a large buffer free). At least
+    ``least``, in whole multiples of 64 rows."""
+    return max(least, -(-(rows + rows // 3 + 1) // 64) * 64)
+
+
 def due(rows: int, room: int, nbytes: int) -> bool:
     """Time to make the next buffer: ``rows`` fill three quarters of ``room`` (rows it holds;
     0 when not known), and the buffer is big enough (``nbytes``) for its growth to stall."""

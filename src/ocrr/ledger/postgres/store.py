@@ -320,8 +320,9 @@ class PostgresLedger(HeldLedger):
             ).fetchall(),
         )
 
-    def scan(self, verify: str = "full") -> tuple[LedgerReport, Scan | None]:
-        """Check the ledger as stored now (read-only): the report, and what it holds when intact."""
+    def scan(self, verify: str = "full", rows: bool = True) -> tuple[LedgerReport, Scan | None]:
+        """Check the ledger as stored now (read-only): the report, and what it holds when intact
+        (with its rows whatever ``rows`` says)."""
         return self._db("the check", lambda conn: report_of(conn, None if verify == "full" else 0, self.vkeys))
 
     # -- records beside the log ---------------------------------------------------------

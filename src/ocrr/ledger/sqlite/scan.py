@@ -23,19 +23,29 @@ from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
 from ocrr.ledger.sqlite.schema import FORMAT, VERSION, connect, has_note_column
+from ocrr.utils.grow_ahead import room_at_open
 
 __all__ = ["LedgerReport", "report_of", "scan_file"]
 
 _F4LE = np.dtype("<f4")
 
 
-def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()) -> Scan:
+def _scan(
+    conn: sqlite3.Connection,
+    trust_until: int | None,
+    vkeys: Sequence[str] = (),
+    fast: bool = True,
+    keep_rows: bool = True,
+) -> Scan:
     """Read and check every entry; raise Damage at the first problem.
 
     ``trust_until`` not None: entries before the last authenticated checkpoint (its note
     signed by one of ``vkeys``) are not rehashed: their stored leaves build the tree, and
     the checkpoint's root and chain head must match it. ``None`` trusts nothing (a full
-    check). Every authenticated checkpoint must match the entries; other rows are ignored."""
+    check). Every authenticated checkpoint must match the entries; other rows are ignored.
+    ``fast``: read the entries before that checkpoint column-wise (``_trusted_prefix``).
+    ``keep_rows`` False: the same checks, but the Scan holds no vectors, labels or texts (a
+    check whose caller wants only the report: at a million entries they are gigabytes)."""
     meta = {k: v for k, v in conn.execute("SELECT key, value FROM meta")}
     if meta.get("format") != FORMAT or str(meta.get("version")) != str(VERSION):
         raise Damage(
@@ -67,11 +77,6 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
     trusted = 0
     if trust_until is not None and checkpoints:
         trusted = min(checkpoints[-1][0], size)
-    stored = {}  # (level, idx) -> hash, all of it: ~100 bytes per entry while scanning
-    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes"):
-        stored[(level, idx)] = h
-    tree = MerkleTree()
-    labels, texts, hashes = [], [], []
     held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
     rows = max(0, min(size, held))
     # Bounded by what is held: the vectors of a valid file are in the file, so a dim claiming
@@ -86,12 +91,26 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
             f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
             f"entries, more than the file's {file_bytes} bytes (dim edited)",
         )
-    vectors = np.empty((rows, width), _F4LE)
-    prev = GENESIS
-    i = 0
+    vectors = _row_buffer(rows if keep_rows else 0, width)
+    # The entries a checkpoint vouches for, read column-wise when they are intact (anything
+    # unexpected there: read them again one by one below, which names what is wrong).
+    prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
+    labels: list[str]
+    texts: list[str | None]
+    hashes: list[bytes]
+    if prefix is None:
+        tree, labels, texts, hashes, prev, i = MerkleTree(), [], [], [], GENESIS, 0
+    else:
+        tree, labels, texts, hashes = prefix
+        prev, i = hashes[-1], trusted
+        check_checkpoint(checkpoints[-1], tree, prev)
+    stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
+    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
+        stored[(level, idx)] = h
     rows = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
-        "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries ORDER BY id"
+        "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
+        (i,),
     )
     while batch := rows.fetchmany(4096):
         for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
@@ -125,9 +144,10 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
                         f"Merkle node (level {level}, index {k}) over entries {lo}.."
                         f"{lo + (1 << level) - 1} is missing or does not match them",
                     )
-            vectors[i] = np.frombuffer(vec, _F4LE)
-            labels.append(label)
-            texts.append(text)
+            if keep_rows:
+                vectors[i] = np.frombuffer(vec, _F4LE)
+                labels.append(label)
+                texts.append(text)
             hashes.append(digest)
             prev = digest
             i += 1
@@ -159,12 +179,101 @@ def _scan(conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str
     )
 
 
+def _row_buffer(rows: int, width: int) -> np.ndarray:
+    """An uninitialised (rows, width) float32 array whose buffer has room to grow: a substrate
+    opened on the scan adopts it as its vector buffer (no copy). Its capacity leaves a quarter
+    of it free (``ocrr.utils.grow_ahead.room_at_open``), so that a buffer grown ahead is not
+    made, and filled, as soon as the file is opened."""
+    return np.empty((room_at_open(rows, 64), width), _F4LE)[:rows]  # at least the 64 rows a new Chain starts with
+
+
+class _NotIntact(Exception):
+    """The column-wise reading of the trusted prefix found something to name: read it row by row."""
+
+
+_PREFIX_BLOCK = 2048  # entries read per statement in _trusted_prefix: its temporaries stay small and reused
+
+
+def _trusted_prefix(
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
+) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]] | None:
+    """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
+    read a block of rows per statement, their vectors copied into ``vectors`` (None: not kept,
+    nor their labels and texts), with the checks
+    the row-by-row reading makes of them, made over whole columns: consecutive ids, labels and
+    texts stored as text, vectors of ``width`` float32, links, 32-byte hashes, the stored
+    leaves, and the stored nodes over them equal to the tree the leaves build. Returns (tree,
+    labels, texts, hashes), or None when any check fails or a value cannot be read: the
+    caller then reads every entry one by one, which names the first bad one."""
+    try:
+        return _read_prefix(conn, trusted, width, vectors)
+    except (_NotIntact, sqlite3.Error, TypeError, ValueError):
+        return None
+
+
+def _read_prefix(
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
+) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]]:
+    labels: list[str] = []
+    texts: list[str | None] = []
+    hashes: list[bytes] = []
+    leaves = bytearray()
+    prev = GENESIS
+    row_bytes = width * _F4LE.itemsize
+    for lo in range(0, trusted, _PREFIX_BLOCK):
+        hi = min(lo + _PREFIX_BLOCK, trusted)
+        got = conn.execute(
+            "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
+            (lo, hi),
+        ).fetchall()
+        if len(got) != hi - lo:
+            raise _NotIntact
+        ids, labs, txts, vecs, prevs, digests = zip(*got)
+        del got
+        if ids != tuple(range(lo, hi)) or set(map(type, labs)) != {str} or not set(map(type, txts)) <= _TEXT_TYPES:
+            raise _NotIntact
+        if set(map(type, vecs)) != {bytes} or set(map(len, vecs)) != {row_bytes}:
+            raise _NotIntact
+        if set(map(type, prevs)) != {bytes} or set(map(type, digests)) != {bytes}:
+            raise _NotIntact
+        chain, links = b"".join(digests), b"".join(prevs)
+        if len(chain) != 32 * (hi - lo) or links != prev + chain[:-32]:  # each links to the entry before
+            raise _NotIntact
+        stored_leaves = conn.execute(
+            "SELECT hash FROM nodes WHERE level = 0 AND idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
+        ).fetchall()
+        block_leaves = b"".join(leaf for (leaf,) in stored_leaves)
+        if len(stored_leaves) != hi - lo or len(block_leaves) != 32 * (hi - lo):
+            raise _NotIntact
+        leaves += block_leaves
+        if vectors is not None:
+            vectors[lo:hi] = np.frombuffer(b"".join(vecs), _F4LE).reshape(hi - lo, width)
+            labels.extend(labs)
+            texts.extend(txts)
+        hashes.extend(digests)
+        prev = digests[-1]
+    tree = MerkleTree.from_leaves(bytes(leaves))
+    for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
+        nodes = conn.execute(
+            "SELECT idx, hash FROM nodes WHERE level = ? AND idx < ? ORDER BY idx", (level, trusted >> level)
+        ).fetchall()
+        if [k for k, _ in nodes] != list(range(trusted >> level)) or b"".join(h for _, h in nodes) != tree.levels[
+            level
+        ]:
+            raise _NotIntact
+    return tree, labels, texts, hashes
+
+
+_TEXT_TYPES = {str, type(None)}
+
+
 def scan_file(
-    path: str | os.PathLike[str], verify: str = "full", vkeys: Sequence[str] = ()
+    path: str | os.PathLike[str], verify: str = "full", vkeys: Sequence[str] = (), rows: bool = True
 ) -> tuple[LedgerReport, Scan | None]:
     """Check a ledger file (read-only); return the report and, when intact, what it holds.
     ``vkeys``: the verifier keys whose checkpoint records are trusted (none: no record is,
-    and ``verify="checkpoint"`` rehashes every entry)."""
+    and ``verify="checkpoint"`` rehashes every entry). ``rows`` False: the Scan holds no
+    vectors, labels or texts (for a caller that wants the report)."""
     path = Path(path)
     if not path.is_file():
         raise OcrrError(
@@ -178,7 +287,7 @@ def scan_file(
         try:
             _require_sqlite(conn, path)
             conn.execute("BEGIN")  # one snapshot, even while a writer appends
-            return report_of(conn, None if verify == "full" else 0, vkeys)
+            return report_of(conn, None if verify == "full" else 0, vkeys, rows)
         finally:
             conn.close()
     except sqlite3.Error as e:
@@ -204,12 +313,12 @@ def _require_sqlite(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def report_of(
-    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = ()
+    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = (), rows: bool = True
 ) -> tuple[LedgerReport, Scan | None]:
     """Check the file open on ``conn`` inside the caller's transaction: the report and, when
-    intact, what it holds (``trust_until`` and ``vkeys`` as ``_scan``)."""
+    intact, what it holds (``trust_until`` and ``vkeys`` as ``_scan``; ``rows`` as ``scan_file``)."""
     try:
-        scan = _scan(conn, trust_until, vkeys)
+        scan = _scan(conn, trust_until, vkeys, keep_rows=rows)
     except Damage as d:
         try:
             n = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]

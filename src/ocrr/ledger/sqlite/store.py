@@ -387,9 +387,10 @@ class DurableLedger(HeldLedger):
         return self._take_in_rows(rows, size, "processes")
 
     # -- checking -----------------------------------------------------------------------
-    def scan(self, verify: str = "full") -> tuple[LedgerReport, Scan | None]:
-        """Check the file as it is on disk now (read-only): the report, and what it holds when intact."""
-        return scan_file(self.path, verify, self.vkeys)
+    def scan(self, verify: str = "full", rows: bool = True) -> tuple[LedgerReport, Scan | None]:
+        """Check the file as it is on disk now (read-only): the report, and what it holds when
+        intact (``rows`` False: without its vectors, labels and texts)."""
+        return scan_file(self.path, verify, self.vkeys, rows)
 
     def _record_checkpoint(self, size: int | None = None) -> None:
         row = self._checkpoint_row(size)

@@ -25,6 +25,7 @@ from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.index.vote import VoteRule, vote, vote_margin, vote_one, vote_rows
 from ocrr.ledger import Ledger, VerifyResult
+from ocrr.ledger.chain import GENESIS
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
@@ -127,6 +128,30 @@ class Substrate(IndexedSystem, System):
         self._entry_label = np.empty(0, np.int64)
         if len(seed):
             self._append(seed, who="fit")
+        return self
+
+    def fit_checked(self, seed: Batch, hashes: list[bytes]) -> Substrate:
+        """``fit`` on entries a durable store has read and checked, taking their chain hashes
+        (``hashes``, the store's) instead of recomputing them: the store holds the chain and
+        tree of these very entries and compares the head after, so hashing them again here
+        would only repeat its work. The vectors are taken as they are (the store checked
+        them), and their buffer too when it has room to grow (``Chain._from_stored``). A
+        substrate whose learning differs (bounded ones evict), or whose vectors live on
+        disk, is fitted the usual way."""
+        own_steps = type(self).fit is Substrate.fit and type(self)._index_new is Substrate._index_new
+        if not own_steps or self.vectors_on_disk is not None or not self.store_text or not len(seed):
+            return self.fit(seed)
+        vecs = np.asarray(seed.vecs)
+        dim, n = int(vecs.shape[1]), len(vecs)
+        labels = require_labels(seed, "fit")
+        texts = list(seed.texts) if seed.texts is not None else [None] * n
+        self.ledger_ = ledger = Ledger._from_stored(
+            dim, range(n), labels, texts, vecs, [GENESIS, *hashes[: n - 1]], hashes, adopt=True
+        )
+        self.index_ = self._new_index(dim)
+        self.search_ = IncrementalSearch(self.index_)
+        self._entry_label = self.space_.encode(labels, grow=True)
+        self._index_new(ledger.vectors, np.arange(n, dtype=np.int64))
         return self
 
     def correct(self, batch: Batch) -> None:

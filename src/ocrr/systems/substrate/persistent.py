@@ -296,7 +296,7 @@ def open_substrate(
     system = _servable(system, seed)
     opening = True
 
-    def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
+    def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> bytes:
         if opening:
             # The rows stored before this open (later ones come through checked_corrections):
             # rows an older import, another program or an edit that rehashed the chain wrote
@@ -304,7 +304,10 @@ def open_substrate(
             _check_stored_rows(vecs, f"ledger {display(path)}")
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
-            system.fit(batch)  # the stored entries are the substrate's history
+            if hashes is not None:
+                system.fit_checked(batch, hashes)  # the stored entries, with the store's checked hashes
+            else:
+                system.fit(batch)  # the stored entries are the substrate's history
             if grow_ahead:
                 system._fitted_ledger().grow_ahead()
         else:

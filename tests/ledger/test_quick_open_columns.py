@@ -1,0 +1,209 @@
+"""A quick open reads the entries a signed checkpoint vouches for a block of rows at a time
+(``ocrr.ledger.sqlite.scan._trusted_prefix``) and builds their Merkle tree a level at a time
+(``MerkleTree.from_leaves``); the substrate then takes the store's checked hashes instead of
+rehashing (``Substrate.fit_checked``). Each must give what the row-by-row way gives: the same
+columns, tree, head, root and proofs, the same report naming the same entry when the file was
+edited, and the same answers."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import numpy as np
+import pytest
+
+from ocrr.batch import Batch
+from ocrr.index.int8_shortlist import Int8Shortlist
+from ocrr.ledger.heads import Signer
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.sqlite import scan as sqlite_scan
+from ocrr.ledger.sqlite.schema import connect
+from ocrr.ledger.sqlite.store import DurableLedger
+from ocrr.systems.substrate.core import Substrate
+from ocrr.systems.substrate.persistent import open_substrate
+from ocrr.utils.grow_ahead import due
+
+ORIGIN = "example.com/quick-open"
+N = 300  # entries under the signed checkpoint
+DIM = 8
+
+
+def unit_rows(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(size=(n, DIM)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def signed(tmp_path, monkeypatch):
+    """A ledger of N entries (some without text) under a signed checkpoint, then 5 more
+    entries after it; read in blocks of 64 rows so that the prefix spans several blocks."""
+    monkeypatch.setattr(sqlite_scan, "_PREFIX_BLOCK", 64)
+    signer = Signer.generate(ORIGIN)
+    path = tmp_path / "l.db"
+    with DurableLedger.open(path, dim=DIM) as led:
+        texts = [None if i % 7 == 0 else f"item {i}" for i in range(N)]
+        led.extend(unit_rows(N, 0), [f"c{i % 5}" for i in range(N)], texts)
+    with DurableLedger.open(path, signer=signer):  # a full check: records the signed checkpoint
+        pass
+    with DurableLedger.open(path) as led:
+        led.extend(unit_rows(5, 1), ["c1"] * 5, ["later"] * 5)
+    return path, signer
+
+
+def scans(path, signer):
+    """(column-wise scan, row-by-row scan) of the file, each trusting the signed checkpoint."""
+    conn = connect(path, readonly=True)
+    try:
+        conn.execute("BEGIN")
+        out = []
+        for fast in (True, False):
+            try:
+                out.append(sqlite_scan._scan(conn, 0, (signer.vkey,), fast=fast))
+            except sqlite_scan.Damage as d:
+                out.append((d.first_bad, d.reason))
+        return out
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 300])
+def test_a_tree_built_from_its_leaves_is_the_tree_built_by_appending_them(n):
+    leaves = [hashlib.sha256(str(i).encode()).digest() for i in range(n)]
+    appended = MerkleTree()
+    for leaf in leaves:
+        appended.append(leaf)
+    built = MerkleTree.from_leaves(b"".join(leaves))
+    assert [bytes(level) for level in built.levels] == [bytes(level) for level in appended.levels]
+    if n:
+        assert built.inclusion_proof(n // 2) == appended.inclusion_proof(n // 2)
+        assert built.consistency_proof(max(1, n // 3)) == appended.consistency_proof(max(1, n // 3))
+
+
+def test_the_column_wise_scan_reads_what_the_row_by_row_scan_reads(signed):
+    path, signer = signed
+    conn = connect(path, readonly=True)
+    try:  # the intact prefix is read column-wise, not handed to the row-by-row reading
+        assert sqlite_scan._trusted_prefix(conn, N, DIM, np.empty((N, DIM), np.float32)) is not None
+    finally:
+        conn.close()
+    fast, slow = scans(path, signer)
+    assert fast.checked_from == slow.checked_from == N
+    assert fast.labels == slow.labels and fast.texts == slow.texts and fast.hashes == slow.hashes
+    assert np.array_equal(fast.vectors, slow.vectors)
+    assert [bytes(level) for level in fast.tree.levels] == [bytes(level) for level in slow.tree.levels]
+
+
+def test_a_quick_open_gives_the_full_checks_head_root_and_proofs(signed):
+    path, signer = signed
+    with DurableLedger.open(path, verify="checkpoint", signer=signer) as quick:
+        assert quick.report.checked_from == N
+        quick_head = quick.head()
+        proofs = [quick.inclusion_proof(i) for i in (0, 63, 64, N - 1, N + 2)]
+        consistency = quick.consistency_proof(N - 1)
+    with DurableLedger.open(path, verify="full") as full:
+        assert quick_head == full.head()
+        assert proofs == [full.inclusion_proof(i) for i in (0, 63, 64, N - 1, N + 2)]
+        assert consistency == full.consistency_proof(N - 1)
+
+
+EDITS = {
+    "a label stored as bytes": "UPDATE entries SET label = CAST(label AS BLOB) WHERE id = 70",
+    "a label that is not UTF-8": "UPDATE entries SET label = CAST(x'ff00' AS TEXT) WHERE id = 70",
+    "a vector cut short": "UPDATE entries SET vector = substr(vector, 1, 16) WHERE id = 130",
+    "a broken link": "UPDATE entries SET prev_hash = zeroblob(32) WHERE id = 65",
+    "a missing entry": "DELETE FROM entries WHERE id = 200",
+    "a missing leaf": "DELETE FROM nodes WHERE level = 0 AND idx = 10",
+    "an edited inner node": "UPDATE nodes SET hash = zeroblob(32) WHERE level = 3 AND idx = 4",
+    "an extra node": "INSERT INTO nodes VALUES (2, 5000, zeroblob(32))",
+    "a hash of another length": "UPDATE entries SET hash = x'00' WHERE id = 5",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edit_before_the_checkpoint_is_reported_as_the_row_by_row_scan_reports_it(signed, edit):
+    path, signer = signed
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(EDITS[edit])
+    conn.close()
+    fast, slow = scans(path, signer)
+    assert isinstance(slow, tuple), "the edit is one a quick open finds"
+    assert fast == slow
+
+
+def test_a_substrate_fitted_on_checked_hashes_is_the_substrate_fitted_by_rehashing(signed):
+    path, signer = signed
+    queries = unit_rows(40, 2)
+    with open_substrate(path, verify="checkpoint", signer=signer) as opened:
+        took = opened.system.ledger_
+        with DurableLedger.open(path, verify="full") as led:
+            mirror = led.memory
+            rehashed = Substrate().fit(Batch(mirror.vectors, list(mirror._texts), list(mirror.labels)))
+        assert took.head == rehashed.ledger_.head == opened.ledger.chain_head
+        assert took._hashes == rehashed.ledger_._hashes and took._prev == rehashed.ledger_._prev
+        assert took.verify().ok
+        assert opened.predict(queries) == rehashed.predict(Batch(queries, None, None))
+        # and both go on alike: a correction, then the same answers and head
+        opened.correct(queries[:3], ["new"] * 3, ["fix"] * 3)
+        rehashed.correct(Batch(queries[:3], ["fix"] * 3, ["new"] * 3))
+        assert took.head == rehashed.ledger_.head == opened.ledger.chain_head
+        assert opened.predict(queries) == rehashed.predict(Batch(queries, None, None))
+
+
+def test_the_substrate_takes_the_scans_buffer_instead_of_copying_it(signed):
+    path, signer = signed
+    with open_substrate(path, verify="checkpoint", signer=signer) as opened:
+        ledger = opened.system.ledger_
+        assert ledger.vector_buffer_bytes == 448 * DIM * 4  # the scan's: a quarter free (305 rows held)
+        before = ledger.vectors.copy()
+        opened.correct(unit_rows(300, 3), ["grow"] * 300, ["t"] * 300)  # past the buffer: it grows
+        assert np.array_equal(ledger.vectors[: len(before)], before) and len(ledger) == N + 5 + 300
+        assert ledger.verify().ok
+
+
+@pytest.mark.parametrize("rows", [1, 47, 48, 49, 100, 768, 769, 1_000_000])
+def test_the_rows_an_open_reads_leave_a_quarter_of_their_buffer_free(rows):
+    """So that an opened ledger's buffer is not grown ahead (from three quarters full) at once:
+    at a million entries that was a second buffer of twice the rows, filled in the background;
+    and not much more than a quarter, since the free rows are backed in the background too."""
+    buffer = sqlite_scan._row_buffer(rows, 2).base
+    capacity = buffer.shape[0]
+    assert capacity >= 64 and capacity % 64 == 0
+    assert 4 * rows < 3 * capacity <= 4 * rows + 3 * 64 + 3  # a quarter free, and not much more
+    assert not due(rows, capacity, 1 << 40)  # whatever its size
+
+
+def test_a_shortlists_first_pass_leaves_a_quarter_of_its_buffer_free_and_later_rows_double_it():
+    """The same for the 8-bit copy a service's pooled predicts scan."""
+    rows = unit_rows(2689, 4)
+    shortlist = Int8Shortlist(DIM)
+    shortlist.catch_up(rows[:2000])
+    assert len(shortlist._codes) == 2688 and not due(2000, 2688, 1 << 40)  # 2000 * 4/3, in rows of 64
+    shortlist.catch_up(rows[:2688])  # into the room left
+    assert len(shortlist._codes) == 2688 and len(shortlist) == 2688
+    shortlist.catch_up(rows)  # one past it: doubled, as before
+    assert len(shortlist._codes) == 2 * 2688 and len(shortlist) == 2689
+
+
+@pytest.mark.parametrize("verify", ["checkpoint", "full"])
+def test_a_check_for_its_report_gives_the_same_report_without_holding_the_rows(signed, verify):
+    """The service's background check (every --check-every seconds in each worker) and
+    verify() want the report only: at a million entries the rows are gigabytes."""
+    path, signer = signed
+    kept_report, kept = sqlite_scan.scan_file(path, verify, (signer.vkey,))
+    report, bare = sqlite_scan.scan_file(path, verify, (signer.vkey,), rows=False)
+    assert report == kept_report and report.ok
+    assert bare.hashes == kept.hashes and bare.tree.root() == kept.tree.root()
+    assert len(bare.vectors) == 0 and bare.labels == [] and bare.texts == []
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            EDITS["a broken link"] if verify == "checkpoint" else "UPDATE entries SET label = 'x' WHERE id = 3"
+        )
+    conn.close()
+    assert (
+        sqlite_scan.scan_file(path, verify, (signer.vkey,), rows=False)[0]
+        == sqlite_scan.scan_file(path, verify, (signer.vkey,))[0]
+    )
