@@ -11,9 +11,9 @@ import dataclasses
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -86,21 +86,26 @@ class System(ABC):
     # constructors always converted them, so that their records and task ids do not move.
     widened_options: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, *, labels: Sequence[str] | None = None, seed: int = 0, name: str | None = None, **options: Any):
-        declared = _generated_options(type(self))
+    def __init__(self, *, labels: Iterable[str] | None = None, seed: int = 0, name: str | None = None, **options: Any):
+        declared = _merged_options(type(self))
         unknown = [key for key in options if key not in declared]
         if unknown:  # as Python refuses an argument no signature names
             raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {', '.join(unknown)}")
-        missing = [key for key, option in declared.items() if option.default is FROM_SIGNATURE and key not in options]
+        generated = _generated_options(type(self))  # (a hand-written constructor sets its own)
+        missing = [key for key, option in generated.items() if option.default is FROM_SIGNATURE and key not in options]
         if missing:
             raise TypeError(f"{type(self).__name__}() missing required keyword argument(s) {', '.join(missing)}")
         self.name = self.default_name if name is None else name
         checked = validate(self.name, declared, options)  # a direct call gets the message a spec gets
-        for key, option in declared.items():  # as given: an int stays an int (the record, task ids)
-            value = options.get(key, option.default)
-            setattr(self, key, checked[key] if key in self.widened_options and key in checked else value)
+        for key, option in {**generated, **{key: declared[key] for key in options}}.items():
+            value = checked[key] if key in self.widened_options and key in checked else options.get(key, option.default)
+            setattr(self, key, value)  # as given: an int stays an int (the record, task ids)
         self.labels = labels
         self.seed = seed
+
+    if TYPE_CHECKING:  # the options are set from their declarations, which type checkers do not read
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -107,7 +107,7 @@ class LinearHead(HeadSystem, System):
     over_all_labels = True  # head over the dataset's whole label list, or the seed's labels only
     options = SEED_OPTIONS
     default_name = "linear"
-    head_ = None  # until fit
+    head_: torch.nn.Module | None = None  # until fit
 
     def fit(self, seed: Batch) -> LinearHead:
         import torch

@@ -212,7 +212,7 @@ class LoRA(System):
             targets = resolve_targets(base, self.targets, self.model)
             config = LoraConfig(
                 r=self.rank,
-                lora_alpha=self.alpha,  # type: ignore[arg-type]  # peft annotates int but only divides it by r
+                lora_alpha=self.alpha,  # (peft annotates int but only divides it by r)
                 lora_dropout=0.0,
                 bias="none",
                 target_modules=targets,
