@@ -66,7 +66,7 @@ class System(ABC):
       first. (An option declared without a default is read from a hand-written signature,
       as plug-ins written before this did.)
     * ``default_name``: the ``name`` a system built without one gets.
-    * ``widened_options``: options kept as their declared kind's value (see below).
+    * ``widened_options``: options kept as their declared kind's value (see the attribute).
     * ``uncertainty(batch)``: optional, one number per item, higher where the prediction is
       less sure, with no side effects (selective feedback, ``budget=f:uncertainty``, ranks
       reveals by it). The default, None, means "not offered": the budget is then spent by the
@@ -222,8 +222,9 @@ def _merged_options(cls: type) -> dict[str, Option]:
 
 @functools.cache
 def _generated_options(cls: type) -> dict[str, Option]:
-    """The options ``System.__init__`` takes: the declared ones no hand-written constructor
-    on the way up names (an older plug-in's own signature keeps taking its own)."""
+    """The options ``System.__init__`` sets, to the value given or the declared default, and
+    the generated signature lists: the declared ones no hand-written constructor on the way up
+    names (an older plug-in's own signature keeps taking and setting its own)."""
     named: set[str] = set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
