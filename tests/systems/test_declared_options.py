@@ -152,3 +152,19 @@ def test_a_plug_in_whose_signature_holds_its_defaults_still_works():
     system = Older(steps=2, lr=0.1)
     assert (system.name, system.steps, system.lr) == ("older", 2, 0.1)
     assert system.hyperparameters()["steps"] == 2
+
+
+def test_a_plug_in_constructor_that_passes_nothing_on_keeps_its_own_signature():
+    from ocrr.specs import Option
+    from ocrr.systems.blind import BlindClassifier
+
+    class Own(BlindClassifier):
+        options = {"k": Option(kind=int, low=1, help="revealed labels in the window")}
+
+        def __init__(self, k: int = 2, labels=None, seed: int = 0, name: str = "own"):
+            super().__init__(k=k, labels=labels, seed=seed, name=name)
+
+    params = inspect.signature(Own).parameters
+    assert list(params) == ["k", "labels", "seed", "name"]
+    assert params["k"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and Own(3).k == 3
+    assert Own.declared_options()["k"].default == 2 and Own().name == "own"

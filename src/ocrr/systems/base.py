@@ -109,12 +109,17 @@ class System(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # What inspect.signature, help() and the registry read: every option with its default.
-        cls.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [
-                inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
-                for p in constructor_parameters(cls)
-            ]
+        # What inspect.signature, help() and the registry read: every option with its default,
+        # when this class's constructor reaches System's (else None: its own signature, as written).
+        cls.__signature__ = (  # type: ignore[attr-defined]
+            inspect.Signature(
+                [
+                    inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
+                    for p in constructor_parameters(cls)
+                ]
+            )
+            if _reaches_system_constructor(cls)
+            else None
         )
 
     @classmethod
@@ -201,6 +206,19 @@ def constructor_parameters(cls: type) -> list[inspect.Parameter]:
         if not any(p.kind == p.VAR_KEYWORD for p in own):
             break  # this constructor does not pass arguments on to its parents
     return params
+
+
+def _reaches_system_constructor(cls: type) -> bool:
+    """Whether ``cls``'s constructor hands ``**kwargs`` on up to ``System.__init__``."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is System.__init__:
+            return True
+        if init is not None and klass is not object:
+            own = list(inspect.signature(init).parameters.values())
+            if not any(p.kind == p.VAR_KEYWORD for p in own):
+                return False
+    return False
 
 
 def _keyword(name: str, default: Any) -> inspect.Parameter:
