@@ -130,8 +130,8 @@ class Option:
     """One option of a plug-in: its default, its type, the values it allows, a help line.
 
     Bounds: ``low``/``high`` are inclusive, ``gt``/``lt`` exclusive. ``choices`` lists the
-    values a text option allows. A system's options leave ``default`` unset: the registry
-    reads it from the constructor signature, so it is written once.
+    values a text option allows. A system declares its default here (``ocrr.systems.base.System``
+    takes it from the declaration); one left unset is read from the constructor's signature.
     """
 
     default: Any = FROM_SIGNATURE

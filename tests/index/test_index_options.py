@@ -9,7 +9,7 @@ import re
 import pytest
 
 from ocrr.errors import OcrrError
-from ocrr.index.options import INDEX_OPTIONS, IndexedSystem, IndexOptions
+from ocrr.index.options import INDEX_OPTIONS, IndexOptions
 from ocrr.systems import make_system
 from ocrr.systems.hybrid.consolidating import ConsolidatingMemory
 from ocrr.systems.hybrid.knn_lm import KNNLM
@@ -27,8 +27,9 @@ def test_each_owner_declares_the_index_options_as_declared_once(owner):
     assert all(getattr(system, key) == option.default for key, option in INDEX_OPTIONS.items())
 
 
-def test_the_constructor_signature_shows_the_declared_options():
-    params = inspect.signature(IndexedSystem.__init__).parameters
+@pytest.mark.parametrize("owner", OWNERS, ids=lambda c: c.__name__)
+def test_the_constructor_signature_shows_the_declared_options(owner):
+    params = inspect.signature(owner).parameters
     assert [p for p in params if p in INDEX_OPTIONS] == list(INDEX_OPTIONS)
     assert all(params[key].default == option.default for key, option in INDEX_OPTIONS.items())
 

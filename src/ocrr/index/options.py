@@ -11,7 +11,6 @@ record starts from the tuned values and, tuning again on the same data, ends the
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
@@ -156,34 +155,17 @@ INDEX_OPTIONS = field_options(IndexOptions)
 
 
 class IndexedSystem:
-    """Mixin for a system that owns a k-NN store: its constructor takes the ``INDEX_OPTIONS``
-    (defaults from their declaration) and passes every other argument on; each is kept as a
-    plain attribute of the same name (as every system keeps its hyperparameters) and
-    ``index_options`` is built from them. A subclass's constructor takes ``**kwargs`` and
-    hands them to ``super().__init__`` after setting ``name``."""
+    """Mixin, before ``System`` among the bases, for a system that owns a k-NN store: it
+    declares the ``INDEX_OPTIONS``, which ``System``'s constructor keeps as plain attributes of
+    the same name (as every option), and ``index_options`` is built from them; its constructor
+    adds the checks that involve several of them (``IndexOptions.check``)."""
 
     name: str
     options: ClassVar[dict[str, Option]] = INDEX_OPTIONS  # merged into the owner's (System.declared_options)
 
     def __init__(self, **kwargs: Any) -> None:
-        given = {key: kwargs.pop(key, declared.default) for key, declared in INDEX_OPTIONS.items()}
-        # Left over with only object.__init__ to come, which would refuse them without naming them:
-        if kwargs and super().__init__ == object.__init__.__get__(self):
-            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {', '.join(kwargs)}")
         super().__init__(**kwargs)
-        for key, value in given.items():  # as given: the record shows what was asked for
-            setattr(self, key, value)
         self.index_options.check(self.name)
-
-    # The signature the registry and ``help()`` read: the declared options, then the rest.
-    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        + [
-            inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=declared.default)
-            for key, declared in INDEX_OPTIONS.items()
-        ]
-        + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
-    )
 
     @staticmethod
     def _anticipate_search(index: object, queries: np.ndarray, k: int) -> None:

@@ -11,15 +11,15 @@ import dataclasses
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ocrr.batch import Batch
 from ocrr.errors import NotFittedError, OcrrError
-from ocrr.specs import FROM_SIGNATURE, Option
+from ocrr.specs import FROM_SIGNATURE, Option, validate
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ class System(ABC):
     """Base class of the systems under test: four methods, a few declared capabilities.
 
     Conventions (scikit-learn's): the constructor only stores its arguments, each as an
-    attribute of the same name; ``fit`` learns the seed state into attributes whose names
+    attribute of the same name (this class's constructor does it for every declared option,
+    so most systems write none); ``fit`` learns the seed state into attributes whose names
     end in ``_`` and returns ``self``. The runner calls only the four abstract methods, so a
     system that does not inherit this class still runs; inheriting gives the defaults below.
 
@@ -59,11 +60,18 @@ class System(ABC):
       cores idle, a worker raises its torch and BLAS threads between checkpoints
       (``ocrr.utils.threads.CoreBudget``). Declare it only with a test that its results at
       one and at two threads are identical; the default keeps one thread.
-    * ``options``: each constructor argument's declaration (``ocrr.specs.Option``: type,
-      constraint, help; the default is read from the signature), merged along the class
-      hierarchy by ``declared_options()``. ``make_system`` checks a spec's values against
-      them before the constructor runs, so constructors only store (and check what involves
-      several arguments at once).
+    * ``options``: each option declared once (``ocrr.specs.Option``: default, type,
+      constraint, help), merged along the class hierarchy by ``declared_options()`` (a
+      subclass's declaration wins). The constructor takes each as a keyword argument, checks
+      a given value against its declaration (``make_system`` checks a spec before that) and
+      keeps it as given in the attribute of the same name; the class's signature is
+      generated from the declarations, so ``help()`` and the registry see every option. A
+      subclass writes ``__init__`` only for real work (checks that involve several options,
+      empty learned state), taking ``**kwargs`` and calling ``super().__init__(**kwargs)``
+      first. (An option declared without a default is read from a hand-written signature,
+      as plug-ins written before this did.)
+    * ``default_name``: the ``name`` a system built without one gets.
+    * ``widened_options``: options kept as their declared kind's value (see the attribute).
     * ``uncertainty(batch)``: optional, one number per item, higher where the prediction is
       less sure, with no side effects (selective feedback, ``budget=f:uncertainty``, ranks
       reveals by it). The default, None, means "not offered": the budget is then spent by the
@@ -79,6 +87,46 @@ class System(ABC):
     execution_settings: tuple[str, ...] = ()
     takes_free_cores: bool = False
     options: ClassVar[dict[str, Option]] = {}
+    default_name: ClassVar[str] = "system"
+    # Options kept as their declared kind (a number given as 1 kept as 1.0): the systems whose
+    # constructors always converted them, so that their records and task ids do not move.
+    widened_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *, labels: Iterable[str] | None = None, seed: int = 0, name: str | None = None, **options: Any):
+        declared = _merged_options(type(self))
+        unknown = [key for key in options if key not in declared]
+        if unknown:  # as Python refuses an argument no signature names
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {', '.join(unknown)}")
+        generated = _generated_options(type(self))  # (a hand-written constructor sets its own)
+        missing = [key for key, option in generated.items() if option.default is FROM_SIGNATURE and key not in options]
+        if missing:
+            raise TypeError(f"{type(self).__name__}() missing required keyword argument(s) {', '.join(missing)}")
+        self.name = self.default_name if name is None else name
+        checked = validate(self.name, declared, options)  # a direct call gets the message a spec gets
+        for key, option in {**generated, **{key: declared[key] for key in options}}.items():
+            value = checked[key] if key in self.widened_options and key in checked else options.get(key, option.default)
+            setattr(self, key, value)  # as given: an int stays an int (the record, task ids)
+        self.labels = labels
+        self.seed = seed
+
+    if TYPE_CHECKING:  # the options are set from their declarations, which type checkers do not read
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # What inspect.signature, help() and the registry read: every option with its default,
+        # when this class's constructor reaches System's (else None: its own signature, as written).
+        cls.__signature__ = (  # type: ignore[attr-defined]
+            inspect.Signature(
+                [
+                    inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
+                    for p in constructor_parameters(cls)
+                ]
+            )
+            if _reaches_system_constructor(cls)
+            else None
+        )
 
     @classmethod
     def declared_options(cls) -> dict[str, Option]:
@@ -146,13 +194,19 @@ class System(ABC):
 
 
 def constructor_parameters(cls: type) -> list[inspect.Parameter]:
-    """The keyword parameters of ``cls``'s constructor, following ``**kwargs`` up the classes."""
+    """The keyword parameters of ``cls``'s constructor, following ``**kwargs`` up the classes:
+    a hand-written constructor's own, then (``System``'s) each declared option not named yet,
+    then the run arguments."""
     params: list[inspect.Parameter] = []
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None or klass is object:
             continue
-        own = list(inspect.signature(init).parameters.values())[1:]  # without self
+        if init is System.__init__:
+            own = [_keyword(key, option.default) for key, option in _generated_options(cls).items()]
+            own += [_keyword("labels", None), _keyword("seed", 0), _keyword("name", cls.default_name)]  # type: ignore[attr-defined]
+        else:
+            own = list(inspect.signature(init).parameters.values())[1:]  # without self
         names = {p.name for p in params}
         params += [p for p in own if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names]
         if not any(p.kind == p.VAR_KEYWORD for p in own):
@@ -160,11 +214,54 @@ def constructor_parameters(cls: type) -> list[inspect.Parameter]:
     return params
 
 
+def _reaches_system_constructor(cls: type) -> bool:
+    """Whether ``cls``'s constructor hands ``**kwargs`` on up to ``System.__init__``."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is System.__init__:
+            return True
+        if init is not None and klass is not object:
+            own = list(inspect.signature(init).parameters.values())
+            if not any(p.kind == p.VAR_KEYWORD for p in own):
+                return False
+    return False
+
+
+def _keyword(name: str, default: Any) -> inspect.Parameter:
+    if default is FROM_SIGNATURE:  # declared without a default, and no signature gives one: required
+        default = inspect.Parameter.empty
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+
+
+@functools.cache
+def _merged_options(cls: type) -> dict[str, Option]:
+    """Every option declared along the class hierarchy: the class's own first, in declaration
+    order, then each parent's not declared yet (a subclass's declaration wins)."""
+    merged: dict[str, Option] = {}
+    for klass in cls.__mro__:
+        for key, option in vars(klass).get("options", {}).items():
+            merged.setdefault(key, option)
+    return merged
+
+
+@functools.cache
+def _generated_options(cls: type) -> dict[str, Option]:
+    """The options ``System.__init__`` sets, to the value given or the declared default, and
+    the generated signature lists: the declared ones no hand-written constructor on the way up
+    names (an older plug-in's own signature keeps taking and setting its own)."""
+    named: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or init is System.__init__ or klass is object:
+            continue
+        named |= {p.name for p in list(inspect.signature(init).parameters.values())[1:]}
+    named |= set(RUN_ARGUMENTS)
+    return {key: option for key, option in _merged_options(cls).items() if key not in named}
+
+
 @functools.cache
 def _declared_options(cls: type) -> dict[str, Option]:
-    declared: dict[str, Option] = {}
-    for klass in reversed(cls.__mro__):  # a subclass's declaration wins
-        declared.update(vars(klass).get("options", {}))
+    declared = _merged_options(cls)
     out = {}
     for p in constructor_parameters(cls):
         if p.name in RUN_ARGUMENTS:

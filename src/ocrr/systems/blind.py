@@ -37,14 +37,9 @@ class BlindClassifier(System):
     corrected item in order). Vectors are validated, never used."""
 
     family = "strawman"
-    options = {"k": Option(kind=int, low=1, help="revealed labels in the window")}
-
-    def __init__(self, k: int = 1, labels=None, seed: int = 0, name: str = "blind"):
-        self.name = name
-        self.k = int(k)
-        self.labels = labels
-        self.seed = seed
-        self.window_: deque[str] | None = None
+    options = {"k": Option(1, int, low=1, help="revealed labels in the window")}
+    default_name = "blind"
+    window_: deque[str] | None = None  # until fit
 
     def _window(self) -> deque[str]:
         """``window_``, which ``fit`` has set."""

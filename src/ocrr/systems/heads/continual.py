@@ -54,15 +54,10 @@ class EWC(OnlineLinear):
     family = "continual"
 
     options = {
-        "ewc_lambda": Option(kind=float, low=0, help="weight of the Fisher penalty"),
-        "fisher_samples": Option(kind=int, low=0, help="seed items the Fisher is estimated on"),
+        "ewc_lambda": Option(1000.0, float, low=0, help="weight of the Fisher penalty"),
+        "fisher_samples": Option(2000, int, low=0, help="seed items the Fisher is estimated on"),
     }
-
-    def __init__(self, ewc_lambda: float = 1000.0, fisher_samples: int = 2000, **kwargs):
-        kwargs.setdefault("name", "ewc")
-        super().__init__(**kwargs)
-        self.ewc_lambda = ewc_lambda
-        self.fisher_samples = fisher_samples
+    default_name = "ewc"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         import torch
@@ -155,15 +150,10 @@ class AGEM(OnlineLinear):
     family = "continual"
 
     options = {
-        "memory_size": Option(kind=int, low=0, help="seed items kept in the episodic memory (a reservoir)"),
-        "memory_batch": Option(kind=int, low=0, help="memory items whose gradient a step is projected against"),
+        "memory_size": Option(1000, int, low=0, help="seed items kept in the episodic memory (a reservoir)"),
+        "memory_batch": Option(64, int, low=0, help="memory items whose gradient a step is projected against"),
     }
-
-    def __init__(self, memory_size: int = 1000, memory_batch: int = 64, **kwargs):
-        kwargs.setdefault("name", "a_gem")
-        super().__init__(**kwargs)
-        self.memory_size = memory_size
-        self.memory_batch = memory_batch
+    default_name = "a_gem"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         import torch
@@ -214,15 +204,10 @@ class LwF(OnlineLinear):
     family = "continual"
 
     options = {
-        "lwf_lambda": Option(kind=float, low=0, help="weight of the distillation loss"),
-        "temperature": Option(kind=float, gt=0, help="softmax temperature of the distillation"),
+        "lwf_lambda": Option(1.0, float, low=0, help="weight of the distillation loss"),
+        "temperature": Option(2.0, float, gt=0, help="softmax temperature of the distillation"),
     }
-
-    def __init__(self, lwf_lambda: float = 1.0, temperature: float = 2.0, **kwargs):
-        kwargs.setdefault("name", "lwf")
-        super().__init__(**kwargs)
-        self.lwf_lambda = lwf_lambda
-        self.temperature = temperature
+    default_name = "lwf"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.teacher_ = copy.deepcopy(self._fitted_head()).requires_grad_(False)

@@ -24,10 +24,10 @@ if TYPE_CHECKING:  # torch is imported where a head is built or run: naming a sy
 
 # The seed training of every head (ocrr.systems.heads.training.SeedTraining), declared once.
 SEED_OPTIONS = {
-    "seed_epochs": Option(kind=int, low=0, help="epochs of seed training"),
-    "seed_lr": Option(kind=float, gt=0, help="AdamW learning rate of seed training"),
-    "seed_weight_decay": Option(kind=float, low=0, help="AdamW weight decay of seed training"),
-    "seed_batch_size": Option(kind=int, low=1, help="mini-batch size of seed training"),
+    "seed_epochs": Option(30, int, low=0, help="epochs of seed training"),
+    "seed_lr": Option(1e-2, float, gt=0, help="AdamW learning rate of seed training"),
+    "seed_weight_decay": Option(1e-4, float, low=0, help="AdamW weight decay of seed training"),
+    "seed_batch_size": Option(256, int, low=1, help="mini-batch size of seed training"),
 }
 
 
@@ -106,25 +106,8 @@ class LinearHead(HeadSystem, System):
     family = "parametric"
     over_all_labels = True  # head over the dataset's whole label list, or the seed's labels only
     options = SEED_OPTIONS
-
-    def __init__(
-        self,
-        seed_epochs: int = 30,
-        seed_lr: float = 1e-2,
-        seed_weight_decay: float = 1e-4,
-        seed_batch_size: int = 256,
-        labels=None,
-        seed: int = 0,
-        name: str = "linear",
-    ):
-        self.name = name
-        self.seed_epochs = seed_epochs
-        self.seed_lr = seed_lr
-        self.seed_weight_decay = seed_weight_decay
-        self.seed_batch_size = seed_batch_size
-        self.labels = labels
-        self.seed = seed
-        self.head_ = None
+    default_name = "linear"
+    head_: torch.nn.Module | None = None  # until fit
 
     def fit(self, seed: Batch) -> LinearHead:
         import torch
@@ -160,23 +143,16 @@ class StaticLinear(LinearHead):
     family = "strawman"
     learns = False  # corrections never change predictions (see System)
     over_all_labels = False
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "static_linear")
-        super().__init__(**kwargs)
+    default_name = "static_linear"
 
 
 class OnlineLinear(LinearHead):
     """Head over every class, one plain SGD step (no momentum) per corrected item."""
 
     family = "strawman"
-    options = {"lr": Option(kind=float, low=0, help="SGD learning rate of a correction's step")}
+    options = {"lr": Option(0.05, float, low=0, help="SGD learning rate of a correction's step")}
+    default_name = "online_linear"
     head_: torch.nn.Linear | None  # the seed head, grown by carry_rows: always one Linear layer
-
-    def __init__(self, lr: float = 0.05, **kwargs):
-        kwargs.setdefault("name", "online_linear")
-        super().__init__(**kwargs)
-        self.lr = lr
 
     def correct(self, batch: Batch) -> None:
         import torch

@@ -43,7 +43,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -171,66 +171,32 @@ class LoRA(System):
     # (predict_batch_size only caps how many equal-length texts share one forward pass).
     execution_settings = ("predict_batch_size", "device", "threads", "progress")
     options = {
-        "model": Option(kind=str, help=f"{PACKAGED} (packaged), {TINY}, a Hugging Face id or a folder"),
-        "rank": Option(kind=int, low=1, help="LoRA rank r"),
-        "alpha": Option(kind=float, low=0, help="LoRA scaling alpha"),
-        "targets": Option(kind=str, allow_none=True, help="modules to adapt, '+'-separated; none: query and value"),
-        "pooling": Option(kind=str, choices=POOLINGS, help="sentence vector: mean of tokens, or [CLS]"),
-        "max_length": Option(kind=int, low=2, help="tokens per text at most"),
-        "seed_epochs": Option(kind=int, low=0, help="epochs of seed training"),
-        "seed_lr": Option(kind=float, low=0, help="AdamW learning rate of seed training"),
-        "seed_weight_decay": Option(kind=float, low=0, help="AdamW weight decay of seed training"),
-        "seed_batch_size": Option(kind=int, low=1, help="mini-batch size of seed training"),
-        "lr": Option(kind=float, low=0, help="SGD learning rate of a correction's step"),
-        "predict_batch_size": Option(kind=int, low=1, help="texts per forward pass at prediction (how, not what)"),
-        "device": Option(kind=str, help="torch device, e.g. cpu or cuda (how, not what)"),
-        "threads": Option(kind=int, low=1, allow_none=True, help="torch threads; none: as set (how, not what)"),
-        "progress": Option(kind=bool, help="show progress bars (how, not what)"),
+        "model": Option(PACKAGED, str, help=f"{PACKAGED} (packaged), {TINY}, a Hugging Face id or a folder"),
+        "rank": Option(8, int, low=1, help="LoRA rank r"),
+        "alpha": Option(16, float, low=0, help="LoRA scaling alpha"),
+        "targets": Option(None, str, allow_none=True, help="modules to adapt, '+'-separated; none: query and value"),
+        "pooling": Option("mean", str, choices=POOLINGS, help="sentence vector: mean of tokens, or [CLS]"),
+        "max_length": Option(64, int, low=2, help="tokens per text at most"),
+        "seed_epochs": Option(2, int, low=0, help="epochs of seed training"),
+        "seed_lr": Option(1e-3, float, low=0, help="AdamW learning rate of seed training"),
+        "seed_weight_decay": Option(0.0, float, low=0, help="AdamW weight decay of seed training"),
+        "seed_batch_size": Option(32, int, low=1, help="mini-batch size of seed training"),
+        "lr": Option(5e-4, float, low=0, help="SGD learning rate of a correction's step"),
+        "predict_batch_size": Option(128, int, low=1, help="texts per forward pass at prediction (how, not what)"),
+        "device": Option("cpu", str, help="torch device, e.g. cpu or cuda (how, not what)"),
+        "threads": Option(None, int, low=1, allow_none=True, help="torch threads; none: as set (how, not what)"),
+        "progress": Option(True, bool, help="show progress bars (how, not what)"),
     }
+    default_name = "lora"
+    model_: PeftModel | None = None  # until fit
 
-    def __init__(
-        self,
-        model: str = PACKAGED,
-        rank: int = 8,
-        alpha: float = 16,
-        targets: str | None = None,
-        pooling: str = "mean",
-        max_length: int = 64,
-        seed_epochs: int = 2,
-        seed_lr: float = 1e-3,
-        seed_weight_decay: float = 0.0,
-        seed_batch_size: int = 32,
-        lr: float = 5e-4,
-        predict_batch_size: int = 128,
-        device: str = "cpu",
-        threads: int | None = None,
-        progress: bool = True,
-        labels=None,
-        seed: int = 0,
-        name: str = "lora",
-    ):
-        self.name = name
-        self.model = model
-        self.rank = rank
-        self.alpha = alpha
-        self.targets = targets
-        self.pooling = pooling
-        self.max_length = max_length
-        self.seed_epochs = seed_epochs
-        self.seed_lr = seed_lr
-        self.seed_weight_decay = seed_weight_decay
-        self.seed_batch_size = seed_batch_size
-        self.lr = lr
-        self.predict_batch_size = predict_batch_size
-        self.device = device
-        self.threads = threads
-        self.progress = progress
-        self.labels = labels
-        self.seed = seed
-        if not model:  # (types and ranges are checked at the door, against `options`)
-            raise OcrrError(f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; got {model!r}.")
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # (types and ranges are checked there, against `options`)
+        if not self.model:
+            raise OcrrError(
+                f"lora: model must be {PACKAGED}, {TINY}, a Hugging Face id or a folder; got {self.model!r}."
+            )
         _require_peft()
-        self.model_: PeftModel | None = None
 
     # -- fitting ---------------------------------------------------------------------------
 
@@ -246,7 +212,7 @@ class LoRA(System):
             targets = resolve_targets(base, self.targets, self.model)
             config = LoraConfig(
                 r=self.rank,
-                lora_alpha=self.alpha,  # type: ignore[arg-type]  # peft annotates int but only divides it by r
+                lora_alpha=self.alpha,  # (peft annotates int but only divides it by r)
                 lora_dropout=0.0,
                 bias="none",
                 target_modules=targets,

@@ -73,16 +73,11 @@ class UpstreamHead(LinearHead):
 
     family = "cmr refinement"
     options = {
-        "head": Option(kind=str, choices=HEADS, help="the upstream head: linear, or one hidden ReLU layer"),
-        "hidden": Option(kind=int, low=1, help="hidden units of head=mlp"),
+        "head": Option("linear", str, choices=HEADS, help="the upstream head: linear, or one hidden ReLU layer"),
+        "hidden": Option(256, int, low=1, help="hidden units of head=mlp"),
     }
+    default_name = "cmr_frozen"
     head_: torch.nn.Linear | torch.nn.Sequential | None  # the seed head, or head=mlp's layers
-
-    def __init__(self, head: str = "linear", hidden: int = 256, **kwargs):
-        kwargs.setdefault("name", "cmr_frozen")
-        super().__init__(**kwargs)
-        self.head = head
-        self.hidden = hidden
 
     def _fitted_head(self) -> torch.nn.Linear | torch.nn.Sequential:
         assert self.head_ is not None, "fit() sets head_"
@@ -113,10 +108,7 @@ class FrozenUpstream(UpstreamHead):
     """FrozenUpstream: f_0 as deployed; the revealed errors are never learned (the floor)."""
 
     learns = False
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "cmr_frozen")
-        super().__init__(**kwargs)
+    default_name = "cmr_frozen"
 
     def fit(self, seed: Batch) -> FrozenUpstream:
         super().fit(seed)
@@ -133,29 +125,13 @@ class RefiningHead(UpstreamHead):
     """
 
     options = {
-        "lr": Option(kind=float, gt=0, help="AdamW learning rate of a refinement"),
-        "epochs": Option(kind=int, low=1, help="passes over what a correct() call trains on"),
-        "batch_size": Option(kind=int, low=1, help="mini-batch size of a refinement"),
-        "clip_norm": Option(kind=float, gt=0, allow_none=True, help="gradient norm clip; none: no clipping"),
-        "weight_decay": Option(kind=float, low=0, help="AdamW weight decay of a refinement"),
+        "lr": Option(1e-2, float, gt=0, help="AdamW learning rate of a refinement"),
+        "epochs": Option(5, int, low=1, help="passes over what a correct() call trains on"),
+        "batch_size": Option(16, int, low=1, help="mini-batch size of a refinement"),
+        "clip_norm": Option(1.0, float, gt=0, allow_none=True, help="gradient norm clip; none: no clipping"),
+        "weight_decay": Option(0.0, float, low=0, help="AdamW weight decay of a refinement"),
     }
-
-    def __init__(
-        self,
-        lr: float = 1e-2,
-        epochs: int = 5,
-        batch_size: int = 16,
-        clip_norm: float | None = 1.0,
-        weight_decay: float = 0.0,
-        **kwargs,
-    ):
-        kwargs.setdefault("name", "cft")
-        super().__init__(**kwargs)
-        self.lr = lr
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.clip_norm = clip_norm
-        self.weight_decay = weight_decay
+    default_name = "cft"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.batch_generator_ = torch.Generator().manual_seed(derive_seed(self.seed, "cmr-refine/batches"))
@@ -233,12 +209,8 @@ def pad_rows(state: dict[str, torch.Tensor], head: torch.nn.Module) -> dict[str,
 class OnlineL2Reg(RefiningHead):
     """OnlineL2Reg: CFT on E_t + l2_lambda * ||theta - theta_{t-1}||^2 (theta_{t-1}: f_{t-1})."""
 
-    options = {"l2_lambda": Option(kind=float, low=0, help="weight of the squared distance to f_{t-1}")}
-
-    def __init__(self, l2_lambda: float = 0.01, **kwargs):
-        kwargs.setdefault("name", "online_l2")
-        super().__init__(**kwargs)
-        self.l2_lambda = l2_lambda
+    options = {"l2_lambda": Option(0.01, float, low=0, help="weight of the squared distance to f_{t-1}")}
+    default_name = "online_l2"
 
     def _penalty(self) -> Penalty | None:
         return l2_penalty(self._fitted_head(), self.l2_lambda)
@@ -261,15 +233,10 @@ class OnlineEWC(RefiningHead):
     """
 
     options = {
-        "ewc_lambda": Option(kind=float, low=0, help="weight of the Fisher penalty"),
-        "ewc_gamma": Option(kind=float, low=0, help="decay of the running Fisher per call"),
+        "ewc_lambda": Option(1.0, float, low=0, help="weight of the Fisher penalty"),
+        "ewc_gamma": Option(0.9, float, low=0, help="decay of the running Fisher per call"),
     }
-
-    def __init__(self, ewc_lambda: float = 1.0, ewc_gamma: float = 0.9, **kwargs):
-        kwargs.setdefault("name", "online_ewc")
-        super().__init__(**kwargs)
-        self.ewc_lambda = ewc_lambda
-        self.ewc_gamma = ewc_gamma
+    default_name = "online_ewc"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         super()._after_seed_training(x, y)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -81,50 +81,24 @@ SAMPLING = LABEL_SAMPLINGS
 class ConsolidatingMemory(Substrate):
     family = "hybrid"
     options = {
-        "refit_every": Option(kind=int, low=1, help="corrections between consolidations"),
-        "refit_steps": Option(kind=int, low=0, help="AdamW steps of a consolidation"),
-        "refit_batch": Option(kind=int, low=1, help="ledger entries per step"),
-        "sampling": Option(kind=str, choices=SAMPLING, help="how a step draws its entries (see _sampler)"),
-        "correction_share": Option(kind=float, low=0, high=1, help="sampling=share: share of corrections per batch"),
-        "lr": Option(kind=float, gt=0, help="AdamW learning rate of a consolidation"),
-        "weight_decay": Option(kind=float, low=0, help="AdamW weight decay of a consolidation"),
-        "combine": Option(kind=str, choices=COMBINE, help="how the head and the vote answer together"),
-        "vote_weight": Option(kind=float, low=0, high=1, help="combine=mix: weight of the vote's shares"),
-        "keep_optimizer": Option(kind=bool, help="one AdamW across consolidations instead of a fresh one"),
-        "seed_epochs": Option(kind=int, low=0, help="epochs of the seed head's training"),
-        "background": Option(kind=bool, help="consolidate on a background thread, one interval later"),
+        "refit_every": Option(10, int, low=1, help="corrections between consolidations"),
+        "refit_steps": Option(50, int, low=0, help="AdamW steps of a consolidation"),
+        "refit_batch": Option(64, int, low=1, help="ledger entries per step"),
+        "sampling": Option("prior", str, choices=SAMPLING, help="how a step draws its entries (see _sampler)"),
+        "correction_share": Option(0.5, float, low=0, high=1, help="sampling=share: share of corrections per batch"),
+        "lr": Option(1e-2, float, gt=0, help="AdamW learning rate of a consolidation"),
+        "weight_decay": Option(1e-4, float, low=0, help="AdamW weight decay of a consolidation"),
+        "combine": Option("mix", str, choices=COMBINE, help="how the head and the vote answer together"),
+        "vote_weight": Option(0.5, float, low=0, high=1, help="combine=mix: weight of the vote's shares"),
+        "keep_optimizer": Option(False, bool, help="one AdamW across consolidations instead of a fresh one"),
+        "seed_epochs": Option(30, int, low=0, help="epochs of the seed head's training"),
+        "background": Option(False, bool, help="consolidate on a background thread, one interval later"),
     }
+    default_name = "consolidating"
+    widened_options = ("correction_share", "lr", "weight_decay", "vote_weight")
 
-    def __init__(
-        self,
-        refit_every: int = 10,
-        refit_steps: int = 50,
-        refit_batch: int = 64,
-        sampling: str = "prior",
-        correction_share: float = 0.5,
-        lr: float = 1e-2,
-        weight_decay: float = 1e-4,
-        combine: str = "mix",
-        vote_weight: float = 0.5,
-        keep_optimizer: bool = False,
-        seed_epochs: int = 30,
-        background: bool = False,
-        **kwargs,
-    ):
-        kwargs.setdefault("name", "consolidating")
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.refit_every = int(refit_every)
-        self.refit_steps = int(refit_steps)
-        self.refit_batch = int(refit_batch)
-        self.sampling = sampling
-        self.correction_share = float(correction_share)
-        self.lr = float(lr)
-        self.weight_decay = float(weight_decay)
-        self.combine = combine
-        self.vote_weight = float(vote_weight)
-        self.seed_epochs = int(seed_epochs)
-        self.keep_optimizer = bool(keep_optimizer)
-        self.background = bool(background)
         if self.background and self.keep_optimizer:
             raise OcrrError(
                 f"{self.name}: background=true trains each head on a copy, so there is no optimizer to keep "

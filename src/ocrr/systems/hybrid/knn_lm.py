@@ -31,23 +31,12 @@ if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.sy
 class KNNLM(IndexedSystem, LinearHead):
     family = "hybrid"
     options = {
-        "k": Option(kind=int, low=1, help="datastore neighbours of a query"),
-        "tau": Option(kind=float, gt=0, help="temperature of the softmax over neighbour similarities"),
-        "knn_lambda": Option(kind=float, low=0, high=1, help="weight of p_kNN in the interpolation"),
-    }
-
-    def __init__(
-        self,
-        k: int = 5,
-        tau: float = 0.1,
-        knn_lambda: float = 0.5,
-        **kwargs,  # INDEX_OPTIONS (ocrr.index.options), then LinearHead's seed training
-    ):
-        kwargs.setdefault("name", "knn_lm")
-        super().__init__(**kwargs)
-        self.k = int(k)
-        self.tau = float(tau)
-        self.knn_lambda = float(knn_lambda)
+        "k": Option(5, int, low=1, help="datastore neighbours of a query"),
+        "tau": Option(0.1, float, gt=0, help="temperature of the softmax over neighbour similarities"),
+        "knn_lambda": Option(0.5, float, low=0, high=1, help="weight of p_kNN in the interpolation"),
+    }  # then INDEX_OPTIONS (ocrr.index.options), then LinearHead's seed training
+    default_name = "knn_lm"
+    widened_options = ("tau", "knn_lambda")
 
     def hyperparameters(self) -> dict:
         return {

@@ -39,41 +39,17 @@ class MbPAPlusPlus(OnlineLinear):
 
     family = "hybrid"
     options = {
-        "k": Option(kind=int, low=1, help="nearest memories of a query that adapt the head"),
-        "local_steps": Option(kind=int, low=0, help="gradient steps of local adaptation; 0: the global head"),
-        "local_lr": Option(kind=float, low=0, help="learning rate of local adaptation"),
-        "local_lambda": Option(kind=float, low=0, help="pull of the adapted head towards the global one"),
-        "replay_every": Option(kind=int, low=1, help="corrections between sparse replays"),
-        "replay_size": Option(kind=int, low=1, help="memories drawn per replay step"),
-        "replay_steps": Option(kind=int, low=0, help="SGD steps per replay"),
+        "k": Option(32, int, low=1, help="nearest memories of a query that adapt the head"),
+        "local_steps": Option(30, int, low=0, help="gradient steps of local adaptation; 0: the global head"),
+        "local_lr": Option(0.5, float, low=0, help="learning rate of local adaptation"),
+        "local_lambda": Option(1e-3, float, low=0, help="pull of the adapted head towards the global one"),
+        "lr": OnlineLinear.options["lr"],  # (listed here: its place among this system's options)
+        "replay_every": Option(10, int, low=1, help="corrections between sparse replays"),
+        "replay_size": Option(32, int, low=1, help="memories drawn per replay step"),
+        "replay_steps": Option(1, int, low=0, help="SGD steps per replay"),
     }
-
-    def __init__(
-        self,
-        k: int = 32,
-        local_steps: int = 30,
-        local_lr: float = 0.5,
-        local_lambda: float = 1e-3,
-        lr: float = 0.05,
-        replay_every: int = 10,
-        replay_size: int = 32,
-        replay_steps: int = 1,
-        **kwargs,
-    ):
-        kwargs.setdefault("name", "mbpa")
-        super().__init__(lr=lr, **kwargs)
-        self.k, self.local_steps, self.local_lr, self.local_lambda = (
-            int(k),
-            int(local_steps),
-            float(local_lr),
-            float(local_lambda),
-        )
-        self.lr, self.replay_every, self.replay_size, self.replay_steps = (
-            float(lr),
-            int(replay_every),
-            int(replay_size),
-            int(replay_steps),
-        )
+    default_name = "mbpa"
+    widened_options = ("local_lr", "local_lambda", "lr")
 
     # -- learning -------------------------------------------------------------------
     def fit(self, seed: Batch) -> MbPAPlusPlus:

@@ -43,17 +43,11 @@ class ExperienceReplay(RefiningHead):
     """ER with the bi-memory: CFT on E_t plus a uniform replay of both memories."""
 
     options = {
-        "replay_size": Option(kind=int, low=0, help="items of the replay set R_t, half from each memory"),
-        "replay_every": Option(kind=int, low=1, help="replay on every N-th correct() call"),
-        "mode": Option(kind=str, choices=MODES, help="R_t mixed with E_t, or R_t first, then E_t"),
+        "replay_size": Option(32, int, low=0, help="items of the replay set R_t, half from each memory"),
+        "replay_every": Option(1, int, low=1, help="replay on every N-th correct() call"),
+        "mode": Option("mixed", str, choices=MODES, help="R_t mixed with E_t, or R_t first, then E_t"),
     }
-
-    def __init__(self, replay_size: int = 32, replay_every: int = 1, mode: str = "mixed", **kwargs):
-        kwargs.setdefault("name", "er")
-        super().__init__(**kwargs)
-        self.replay_size = replay_size
-        self.replay_every = replay_every
-        self.mode = mode
+    default_name = "er"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         super()._after_seed_training(x, y)
@@ -112,12 +106,8 @@ class MaxLossReplay(ExperienceReplay):
 
     score = "virtual_loss"
 
-    options = {"candidates": Option(kind=int, low=1, help="items drawn from each memory to choose R_t among")}
-
-    def __init__(self, candidates: int = 256, **kwargs):
-        kwargs.setdefault("name", "max_loss")
-        super().__init__(**kwargs)
-        self.candidates = candidates
+    options = {"candidates": Option(256, int, low=1, help="items drawn from each memory to choose R_t among")}
+    default_name = "max_loss"
 
     def _choose(self, x: torch.Tensor, y: torch.Tensor) -> Picks:
         n_up, n_on = self.shares()
@@ -144,10 +134,7 @@ class MIRReplay(MaxLossReplay):
     """MIR (Aljundi et al. 2019): replay the candidates whose loss the virtual update raises most."""
 
     score = "loss_increase"
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "mir")
-        super().__init__(**kwargs)
+    default_name = "mir"
 
     def interference(self, virtual: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return per_item_loss(virtual, x, y) - per_item_loss(self._fitted_head(), x, y)
@@ -157,11 +144,7 @@ class MIRWithL2(MIRReplay):
     """MIR + OnlineL2Reg: MIR's replay, trained with l2_lambda * ||theta - theta_{t-1}||^2."""
 
     options = {"l2_lambda": OnlineL2Reg.options["l2_lambda"]}
-
-    def __init__(self, l2_lambda: float = 0.01, **kwargs):
-        kwargs.setdefault("name", "mir_l2")
-        super().__init__(**kwargs)
-        self.l2_lambda = l2_lambda
+    default_name = "mir_l2"
 
     def _penalty(self) -> Penalty | None:
         return l2_penalty(self._fitted_head(), self.l2_lambda)
@@ -176,9 +159,7 @@ class OfflineRefining(RefiningHead):
     report shows only its final values, as the paper's Table 1 does.
     """
 
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "offline_refining")
-        super().__init__(**kwargs)
+    default_name = "offline_refining"
 
     def _after_seed_training(self, x: torch.Tensor, y: torch.Tensor) -> None:
         super()._after_seed_training(x, y)

@@ -67,48 +67,19 @@ class OclReplay(HeadSystem, System):
 
     family = "online continual learning"
     options = {
-        "sampler": Option(kind=str, choices=SAMPLERS, help="which stored items a rehearsal batch draws"),
-        "head": Option(kind=str, choices=HEADS, help="linear, or the released code's two-layer MLP"),
-        "cosine": Option(kind=bool, help="CosineFC output layer: sigma * cos(x, w_c), no bias"),
-        "budget": Option(kind=int, low=1, help="gradient updates per incoming batch (the compute budget)"),
-        "batch_size": Option(kind=int, low=1, help="items of a rehearsal batch"),
-        "optimizer": Option(kind=str, choices=OPTIMIZERS, help="one optimiser for the whole stream"),
-        "lr": Option(kind=float, gt=0, help="learning rate"),
-        "weight_decay": Option(kind=float, low=0, help="weight decay"),
-        "hidden": Option(kind=int, low=1, help="hidden units of head=mlp"),
-        "sigma": Option(kind=float, gt=0, help="CosineFC's starting scale"),
+        "sampler": Option("uniform", str, choices=SAMPLERS, help="which stored items a rehearsal batch draws"),
+        "head": Option("linear", str, choices=HEADS, help="linear, or the released code's two-layer MLP"),
+        "cosine": Option(False, bool, help="CosineFC output layer: sigma * cos(x, w_c), no bias"),
+        "budget": Option(1, int, low=1, help="gradient updates per incoming batch (the compute budget)"),
+        "batch_size": Option(16, int, low=1, help="items of a rehearsal batch"),
+        "optimizer": Option("adamw", str, choices=OPTIMIZERS, help="one optimiser for the whole stream"),
+        "lr": Option(1e-2, float, gt=0, help="learning rate"),
+        "weight_decay": Option(1e-4, float, low=0, help="weight decay"),
+        "hidden": Option(256, int, low=1, help="hidden units of head=mlp"),
+        "sigma": Option(10.0, float, gt=0, help="CosineFC's starting scale"),
     }
-
-    def __init__(
-        self,
-        sampler: str = "uniform",
-        head: str = "linear",
-        cosine: bool = False,
-        budget: int = 1,
-        batch_size: int = 16,
-        optimizer: str = "adamw",
-        lr: float = 1e-2,
-        weight_decay: float = 1e-4,
-        hidden: int = 256,
-        sigma: float = 10.0,
-        labels=None,
-        seed: int = 0,
-        name: str = "er_uniform",
-    ):
-        self.name = name
-        self.sampler = sampler
-        self.head = head
-        self.cosine = cosine
-        self.budget = budget
-        self.batch_size = batch_size
-        self.optimizer = optimizer
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.hidden = hidden
-        self.sigma = sigma
-        self.labels = labels
-        self.seed = seed
-        self.head_ = None
+    default_name = "er_uniform"
+    head_ = None  # until fit
 
     # -- state ----------------------------------------------------------------------------
 

@@ -74,29 +74,14 @@ class RiverSystem(System):
     has_intercept = True
     mirror_class: ClassVar[type[RiverMirror]]  # learns as river does, in numpy
     options = {
-        "lr": Option(kind=float, gt=0, help="river SGD learning rate"),
-        "subsample": Option(kind=int, low=0, help="seed items of the seed pass (a seeded sample)"),
-        "seed_passes": Option(kind=int, low=0, help="passes over the subsample"),
+        "lr": Option(0.01, float, gt=0, help="river SGD learning rate"),
+        "subsample": Option(3000, int, low=0, help="seed items of the seed pass (a seeded sample)"),
+        "seed_passes": Option(1, int, low=0, help="passes over the subsample"),
     }
-
-    def __init__(
-        self,
-        lr: float = 0.01,
-        subsample: int = 3000,
-        seed_passes: int = 1,
-        labels=None,
-        seed: int = 0,
-        name: str = "river",
-    ):
-        self.name = name
-        self.lr = lr
-        self.subsample = subsample
-        self.seed_passes = seed_passes
-        self.labels = labels  # river learns classes as it meets them; kept for the common signature
-        self.seed = seed
-        self._model: Classifier | None = None
-        # Learns for river when the mirror reproduces this river exactly; None otherwise.
-        self.mirror_: RiverMirror | None = None
+    default_name = "river"  # (labels: river learns classes as it meets them; kept for the common signature)
+    _model: Classifier | None = None
+    # Learns for river when the mirror reproduces this river exactly; None otherwise.
+    mirror_: RiverMirror | None = None
 
     @property
     def model_(self) -> Classifier | None:
@@ -246,10 +231,7 @@ class RiverLogReg(RiverSystem):
     mirror_class = OvRLogRegMirror
     _model: OneVsRestClassifier | None
     mirror_: OvRLogRegMirror | None
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "river_logreg")
-        super().__init__(**kwargs)
+    default_name = "river_logreg"
 
     def _make_model(self) -> OneVsRestClassifier:
         linear_model, multiclass, optim = _river()
@@ -282,13 +264,9 @@ class RiverOvRBalanced(RiverLogReg):
     """One-vs-rest whose new-class models first learn ``warm_sample`` stored seed items as negatives."""
 
     options = {
-        "warm_sample": Option(kind=int, low=0, help="stored seed items a new class's model first learns as negatives")
+        "warm_sample": Option(3000, int, low=0, help="stored seed items a new class's model first learns as negatives")
     }
-
-    def __init__(self, warm_sample: int = 3000, **kwargs):
-        kwargs.setdefault("name", "river_ovr_balanced")
-        super().__init__(**kwargs)
-        self.warm_sample = warm_sample
+    default_name = "river_ovr_balanced"
 
     def _after_seed(self, vecs: np.ndarray, labels) -> None:
         # The first warm_sample items of the (already random) subsample: a uniform sample,
@@ -320,10 +298,7 @@ class RiverSoftmax(RiverSystem):
     has_intercept = False  # river's SoftmaxRegression has none
     mirror_class = SoftmaxMirror
     _model: SoftmaxRegression | None
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "river_softmax")
-        super().__init__(**kwargs)
+    default_name = "river_softmax"
 
     def _make_model(self) -> SoftmaxRegression:
         linear_model, _, optim = _river()

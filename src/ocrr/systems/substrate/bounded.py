@@ -52,12 +52,8 @@ class BoundedSubstrate(Substrate):
     """Substrate whose retrieval index holds at most ``budget`` entries; subclasses pick who stays."""
 
     eviction = "none"
-    options = {"budget": Option(kind=int, low=1, help="entries searchable at most (the full ledger is kept)")}
-
-    def __init__(self, budget: int = 1000, **kwargs):
-        kwargs.setdefault("name", f"bounded_{self.eviction}")
-        super().__init__(**kwargs)
-        self.budget = int(budget)
+    options = {"budget": Option(1000, int, low=1, help="entries searchable at most (the full ledger is kept)")}
+    default_name = "bounded_none"  # each subclass: bounded_<its eviction>
 
     def hyperparameters(self) -> dict:
         return {"budget": self.budget, **super().hyperparameters()}  # the class names the eviction
@@ -155,6 +151,7 @@ class BoundedReservoir(BoundedSubstrate):
     """Vitter's Algorithm R: the live set is a uniform sample of everything appended so far."""
 
     eviction = "reservoir"
+    default_name = "bounded_reservoir"
     _rng_key = "bounded_reservoir"  # not the spec: every budget of one seed shares the draws
 
     def _reset_live(self) -> None:
@@ -194,6 +191,7 @@ class BoundedFIFO(BoundedSubstrate):
     """First in, first out: the newest ``budget`` entries are live."""
 
     eviction = "fifo"
+    default_name = "bounded_fifo"
 
     def _reset_live(self) -> None:
         self.live_ = np.empty(0, np.int64)  # ascending = arrival order

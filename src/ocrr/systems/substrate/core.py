@@ -7,7 +7,7 @@ nothing is ever updated in place, so nothing learned is ever overwritten (paper 
 from __future__ import annotations
 
 from functools import partial
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -59,48 +59,28 @@ class Substrate(IndexedSystem, System):
     family = "retrieval"
     execution_settings = ("vectors_on_disk",)  # where the vectors live, not what is computed
     options = {
-        "k": Option(kind=int, low=1, help="neighbours retrieved per query"),
+        "k": Option(5, int, low=1, help="neighbours retrieved per query"),
         "margin": Option(
-            kind=float, low=0, allow_none=True, help="band below the top similarity whose neighbours vote; none: all k"
+            0.05, float, low=0, allow_none=True, help="band below the top similarity whose neighbours vote; none: all k"
         ),
-        "weighting": Option(kind=str, choices=("count", "sumsim"), help="a vote: 1 per neighbour, or its similarity"),
-        "tiebreak_maxsim": Option(kind=bool, help="break count ties by the highest similarity"),
-        "tiebreak_recency": Option(kind=bool, help="then by the newest entry"),
-        "store_text": Option(kind=bool, help="keep each item's text in its ledger entry"),
+        "weighting": Option(
+            "count", str, choices=("count", "sumsim"), help="a vote: 1 per neighbour, or its similarity"
+        ),
+        "tiebreak_maxsim": Option(True, bool, help="break count ties by the highest similarity"),
+        "tiebreak_recency": Option(True, bool, help="then by the newest entry"),
+        "store_text": Option(True, bool, help="keep each item's text in its ledger entry"),
         "vectors_on_disk": Option(
-            kind=str, allow_none=True, help="folder for a memory-mapped vector file instead of RAM (how, not what)"
+            None, str, allow_none=True, help="folder for a memory-mapped vector file instead of RAM (how, not what)"
         ),
-    }
+    }  # then INDEX_OPTIONS (ocrr.index.options): index, hnsw_m, …, target_agreement
+    default_name = "substrate"
 
-    def __init__(
-        self,
-        k: int = 5,
-        margin: float | None = 0.05,
-        weighting: str = "count",
-        tiebreak_maxsim: bool = True,
-        tiebreak_recency: bool = True,
-        store_text: bool = True,
-        vectors_on_disk: str | None = None,
-        labels=None,
-        seed: int = 0,
-        name: str = "substrate",
-        **index_options,  # INDEX_OPTIONS (ocrr.index.options): index, hnsw_m, …, target_agreement
-    ):
-        self.name = name
-        self.k = k
-        self.margin = margin
-        self.weighting = weighting
-        self.tiebreak_maxsim = tiebreak_maxsim
-        self.tiebreak_recency = tiebreak_recency
-        self.store_text = store_text
-        self.vectors_on_disk = vectors_on_disk  # an execution setting: not a hyperparameter
-        super().__init__(**index_options)
-        self.labels = labels
-        self.seed = seed
-        self.rule_ = VoteRule(k, margin, weighting, tiebreak_maxsim, tiebreak_recency)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rule_ = VoteRule(self.k, self.margin, self.weighting, self.tiebreak_maxsim, self.tiebreak_recency)
         self.ledger_: Ledger | None = None
         self.index_: SearchIndex | None = None
-        self.space_ = LabelSpace(labels or ())
+        self.space_ = LabelSpace(self.labels or ())
         self._entry_label = np.empty(0, np.int64)  # label index of every ledger entry
 
     def hyperparameters(self) -> dict:

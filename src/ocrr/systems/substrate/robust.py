@@ -22,6 +22,8 @@ neighbour of another class until a second correction of its class lands near it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ocrr.batch import Batch
@@ -52,16 +54,14 @@ class RobustSubstrate(Substrate):
 
     options = {
         "isolated_weight": Option(
-            kind=float, low=0, high=1, help="vote of a correction no same-label entry corroborates"
+            0.5, float, low=0, high=1, help="vote of a correction no same-label entry corroborates"
         ),
-        "support_k": Option(kind=int, low=1, help="nearest entries searched for a corroborating one"),
+        "support_k": Option(5, int, low=1, help="nearest entries searched for a corroborating one"),
     }
+    default_name = "robust_substrate"
 
-    def __init__(self, isolated_weight: float = 0.5, support_k: int = 5, **kwargs):
-        kwargs.setdefault("name", "robust_substrate")
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.isolated_weight = isolated_weight
-        self.support_k = support_k
         self._corroborated = np.empty(0, bool)
 
     def hyperparameters(self) -> dict:

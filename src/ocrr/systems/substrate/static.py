@@ -12,10 +12,7 @@ class StaticKNN(Substrate):
 
     family = "strawman"
     learns = False  # corrections never change predictions (see System)
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("name", "static_knn")
-        super().__init__(**kwargs)
+    default_name = "static_knn"
 
     def correct(self, batch: Batch) -> None:
         self._require_fitted()
