@@ -224,6 +224,17 @@ def to_json(value: object) -> bytes:
 
 def _unpack(packed: list[str]) -> np.ndarray:
     """``vectors_b64`` -> (n, d) float64 (checked like ``vectors`` afterwards)."""
+    joined = "".join(packed)
+    width = len(packed[0]) if packed else 0
+    if width and not width % 4 and len(joined) == width * len(packed) and "=" not in joined:
+        # Strings of one length without padding decode, joined, to the rows one after another:
+        # one decode for the request instead of one per vector (the slow part of a big /correct).
+        try:
+            raw = binascii.a2b_base64(joined, strict_mode=True)
+        except (binascii.Error, ValueError):
+            raw = None  # not base64: the per-vector decode below names the error
+        if raw is not None and not (width // 4 * 3) % 4:
+            return np.frombuffer(raw, _F4LE).reshape(len(packed), -1).astype(np.float64)
     try:
         raws = [base64.b64decode(v, validate=True) for v in packed]
     except (binascii.Error, ValueError):

@@ -296,7 +296,10 @@ def open_substrate(
     system = _servable(system, seed)
     opening = True
 
-    def apply(vecs: np.ndarray, labels: list, texts: list) -> bytes:
+    def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
+        if hashes is not None and system.ledger_ is not None:  # a commit, hashed (and checked) by the store
+            system.learn_committed(Batch(vecs, texts, labels), hashes)
+            return system._fitted_ledger().head
         if opening:
             # The rows stored before this open (later ones come through checked_corrections):
             # rows an older import, another program or an edit that rehashed the chain wrote
