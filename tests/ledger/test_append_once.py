@@ -13,6 +13,7 @@ import pytest
 
 from ocrr.ledger.chain import Chain
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.proofs import InclusionProof
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verify import entry_bytes, leaf_hash
 from ocrr.systems.substrate.persistent import open_substrate
@@ -131,3 +132,12 @@ def test_an_apply_of_three_arguments_is_still_fed(tmp_path):
             led.extend(vecs, labels, texts)
         assert len(chain) == 400
         assert led.chain_head == chain.head
+
+
+def test_a_group_commits_proof_documents_are_each_proofs_own():
+    tree = MerkleTree()
+    tree.extend(_leaves(0, 300))
+    ids = list(range(37, 300))
+    found = [(i, tree.node(0, i), p) for i, p in zip(ids, tree.inclusion_proofs(ids, 300))]
+    expected = [InclusionProof.of(tree, i, 300).to_dict() for i in ids]
+    assert InclusionProof.documents(300, tree.root(300), found) == expected
