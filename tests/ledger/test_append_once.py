@@ -11,9 +11,11 @@ import sqlite3
 import numpy as np
 import pytest
 
+from ocrr.errors import OcrrError
 from ocrr.ledger.chain import Chain
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.proofs import InclusionProof
+from ocrr.ledger.rows import check_rows
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verify import entry_bytes, leaf_hash
 from ocrr.systems.substrate.persistent import open_substrate
@@ -141,3 +143,12 @@ def test_a_group_commits_proof_documents_are_each_proofs_own():
     found = [(i, tree.node(0, i), p) for i, p in zip(ids, tree.inclusion_proofs(ids, 300))]
     expected = [InclusionProof.of(tree, i, 300).to_dict() for i in ids]
     assert InclusionProof.documents(300, tree.root(300), found) == expected
+
+
+def test_the_row_rules_measure_norms_as_numpy_does():
+    vecs = _unit(50, 384, 4)
+    vecs[31] *= np.float32(1.0017)  # just past the tolerance
+    expected = np.linalg.norm(vecs.astype(np.float64), axis=1)
+    with pytest.raises(OcrrError, match=f"row 31 has norm {expected[31]:.4g}"):
+        check_rows(vecs, 384, lambda i: f"row {i}")
+    assert check_rows(vecs[:31], 384, lambda i: f"row {i}") is not None
