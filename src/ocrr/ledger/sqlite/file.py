@@ -89,6 +89,13 @@ class Ledger(Chain):
             self._refuse_closed()
         return super().extend(vectors, labels, texts)
 
+    def extend_hashed(
+        self, vectors: np.ndarray, labels: Sequence[str], texts: Sequence[str | None], hashes: Sequence[bytes]
+    ) -> range:
+        if self._closed:
+            self._refuse_closed()
+        return super().extend_hashed(vectors, labels, texts, hashes)
+
     def _refuse_closed(self) -> None:
         path = None if self._store is None else self._store.path
         raise OcrrError(f"ledger {path} is closed; reopen it with Ledger.open(path) to append")
