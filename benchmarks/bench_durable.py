@@ -19,7 +19,8 @@ Each figure is the median over the rounds, beside its engine's bare loop measure
 same round at the same rows per commit (the service's groups may merge requests: its bare
 loop is run again at the rows per commit it reached); its share of the limit is the median
 of the rounds' shares, so a burst of load from other processes moves one round, not the
-figure. The load average is printed before and after. The PostgreSQL server is a
+figure. Beside each service figure, its process's CPU time per 1,000 corrections (what the
+load of other processes moves least). The load average is printed before and after. The PostgreSQL server is a
 throwaway cluster on this machine (as the tests make it), or ``$OCRR_TEST_PG_DSN``.
 
 Run: PYTHONPATH=src python benchmarks/bench_durable.py [--per-commit 256] [--seconds 3] [--rounds 3]
@@ -151,7 +152,7 @@ def _free_port() -> int:
 
 
 def _seed(ledger: str, n: int, dim: int) -> None:
-    from ocrr.systems.persistent import open_substrate
+    from ocrr.systems.substrate.persistent import open_substrate
 
     with open_substrate(ledger) as sub:
         sub.correct(unit_rows(n, dim, 1), [f"intent_{i % 77}" for i in range(n)])
@@ -352,10 +353,16 @@ def main() -> int:
     )
     fig = Figures()
 
+    cpu_per_1000: dict[str, list[float]] = {}
+
     def service_round(port: int, name: str, limit: float, bare_at, on_ack=None) -> None:
         """One round of the service, beside ``limit`` (the bare loop at ``r`` rows per commit) or,
         when its groups merged requests, ``bare_at(rows)`` at the rows per commit it reached."""
+        cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
         rate, per = service_rate(port, vecs, r, args.clients, s, on_ack)
+        done = rate * (time.perf_counter() - t0)
+        if cpu0 is not None and done:
+            cpu_per_1000.setdefault(name, []).append(1000 * (_cpu_seconds(proc.pid) - cpu0) / done)
         reached = max(1, round(per))
         fig.add(name, rate, limit if reached == r else bare_at(reached), per)
 
@@ -420,6 +427,9 @@ def main() -> int:
                 drop_schema(cluster, x)
             cluster.stop()
 
+    for name, costs in cpu_per_1000.items():  # what load on the machine moves least
+        note = f"the service's CPU: {np.median(costs) * 1000:.0f} ms per 1,000 corrections (median of rounds)"
+        fig.notes[name] = f"{fig.notes[name]}; {note}" if name in fig.notes else note
     fig.show()
     if not args.no_postgres:
         ratio = fig.rate("service on PostgreSQL") / fig.rate("service on SQLite")
@@ -435,6 +445,16 @@ def main() -> int:
         + f"; load after {load()}"
     )
     return 0
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used, or None where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _with_limit(measured: tuple[float, float], limit: float) -> tuple[float, float, float]:

@@ -263,18 +263,37 @@ class Chain:
         if not finite.all():
             bad = int(np.flatnonzero(~finite)[0])
             raise OcrrError(f"vector {bad} contains NaN or inf; check the encoder output before appending")
+        return self._extend(mat, labels, texts, None)
+
+    def extend_hashed(
+        self, vectors: np.ndarray, labels: Sequence[str], texts: Sequence[str | None], hashes: Sequence[bytes]
+    ) -> range:
+        """``extend`` of entries whose chain hashes the caller computed from these very fields,
+        chained on from this ledger's head (a durable store's commit, written and checked):
+        they are taken as given instead of hashed again. ``vectors``: finite (m, d) float32."""
+        self._check_open()
+        if not len(hashes) == len(labels) == len(texts) == len(vectors) or any(len(h) != 32 for h in hashes):
+            raise ValueError(f"extend_hashed takes one 32-byte hash per entry, got {len(hashes)} for {len(labels)}")
+        return self._extend(vectors, labels, texts, list(hashes))
+
+    def _extend(self, mat: np.ndarray, labels: Sequence[str], texts: Sequence[str | None], hashes) -> range:
+        """Add checked entries; hash each (``hashes`` None) or take their given hashes."""
+        m = mat.shape[0]
         start = self._n
         if m == 0:
             return range(start, start)
         block = self._reserve(mat.shape[1], m)[start : start + m]
         block[:] = mat
-        prev = self.head
-        prevs: list[bytes] = []
-        digests: list[bytes] = []
-        for j in range(m):
-            prevs.append(prev)
-            prev = _digest_or_raise(start + j, labels[j], texts[j], block[j], prev)
-            digests.append(prev)
+        head = self.head
+        if hashes is None:
+            prev = head
+            digests: list[bytes] = []
+            for j in range(m):
+                prev = _digest_or_raise(start + j, labels[j], texts[j], block[j], prev)
+                digests.append(prev)
+        else:
+            digests = hashes
+        prevs = [head, *digests[:-1]]
         self._ids.extend(range(start, start + m))
         self._labels.extend(labels)
         self._texts.extend(texts)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 
-__all__ = ["Done", "GroupCommit", "Pending", "check_batch"]
+__all__ = ["Done", "GroupCommit", "Pending", "check_batch", "checked"]
 
 # done(ids, error): a submitted append is on disk (ids) or failed (error); called once, by the committing thread.
 Done = Callable[[range | None, BaseException | None], None]
@@ -57,6 +57,9 @@ class GroupCommit:
 
     # The thread committing what ``submit`` queues, started by the first submit.
     _committer: threading.Thread | None = None
+    # True: ``_commit`` runs the items' checks itself (``checked``), inside its write
+    # transaction, where a store can answer them from what that transaction read already.
+    _checks_in_commit = False
     path: object
     dim: int | None
 
@@ -72,8 +75,9 @@ class GroupCommit:
         raise NotImplementedError
 
     def _commit(self, batch: list[Pending]) -> None:
-        """Write ``batch`` (the items whose checks passed) in one transaction: each item gets
-        its ids and ``done``, or an ``error`` and ``done``."""
+        """Write ``batch`` (the items whose checks passed, or with ``_checks_in_commit`` every
+        item, whose checks it runs) in one transaction: each item gets its ids and ``done``,
+        or an ``error`` and ``done``."""
         raise NotImplementedError
 
     def append(self, vector, label: str, text: str | None = None) -> int:
@@ -171,7 +175,7 @@ class GroupCommit:
         """Commit a group; every item ends done, with its ids or an error (never left
         waiting), and every submitted one is told."""
         try:
-            ok = _checked(batch)
+            ok = batch if self._checks_in_commit else checked(batch)
             if self._broken is not None:
                 raise self._broken
             if ok:
@@ -185,7 +189,7 @@ class GroupCommit:
             _tell(batch)
 
 
-def _checked(batch: list[Pending]) -> list[Pending]:
+def checked(batch: list[Pending]) -> list[Pending]:
     """The items of a group whose ``check`` passes (each distinct check is run once); the
     others end done with the check's error."""
     passed: list = []

@@ -21,6 +21,7 @@ The ``LedgerStore`` protocol (``ocrr.ledger.store``) is what the service uses of
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import threading
 import time
@@ -43,11 +44,13 @@ from ocrr.utils.rwlock import RWLock
 __all__ = ["Apply", "HeldLedger", "damage_in"]
 
 
-# apply(vectors (m, d) float32, labels, texts[, hashes]) -> the in-memory chain head afterwards:
-# feeds committed entries to the in-memory side, which must hash them to the same chain. An
-# open passes the entries it read with their chain hashes as checked (``hashes``), which the
-# in-memory side may take instead of recomputing; the store compares the head either way.
-Apply = Callable[..., bytes]
+# apply(vectors (m, d) float32, labels, texts, hashes) -> the in-memory chain head afterwards:
+# feeds entries to the in-memory side. ``hashes``: their chain hashes as the store computed
+# them (its own commits) or checked them (entries an open read, others' entries), for the side
+# to take as they are, or None: the side hashes the entries itself, and its head must then be
+# the store's (the check that it was opened with the settings that wrote them). A
+# three-argument apply (before ``hashes``) is still taken: it is called without them.
+Apply = Callable[[np.ndarray, list, list, list | None], bytes]
 
 
 class HeldLedger(GroupCommit):
@@ -95,7 +98,7 @@ class HeldLedger(GroupCommit):
             )
             self._apply = self._apply_memory
         else:
-            self._apply = apply
+            self._apply = apply if _takes_hashes(apply) else _ignoring_hashes(apply)
             if scan.hashes:
                 self._feed(scan.vectors, scan.labels, scan.texts, scan.hashes)
 
@@ -234,10 +237,10 @@ class HeldLedger(GroupCommit):
 
     def _rows_of(self, ok: list[Pending]):
         """The rows, tree nodes and digests of new entries chained on from the last one."""
-        rows, nodes, digests = [], [], []
+        rows, leaves, digests = [], [], []
         n0 = n = len(self._hashes)
         prev = self.chain_head
-        sha256, add_leaf = hashlib.sha256, self.tree.append
+        sha256 = hashlib.sha256
         for p in ok:
             p.ids = range(n, n + len(p.labels))
             blob = p.vecs.astype(F4LE, copy=False).tobytes()  # every row's bytes at once, sliced below
@@ -247,10 +250,10 @@ class HeldLedger(GroupCommit):
                 pre = entry_bytes(n, label, text, raw, prev)
                 digest = sha256(pre).digest()
                 rows.append((n, label, text, raw, prev, digest))
-                nodes.extend(add_leaf(leaf_hash(pre)))
+                leaves.append(leaf_hash(pre))
                 digests.append(digest)
                 prev, n = digest, n + 1
-        return rows, nodes, digests, n0
+        return rows, self.tree.extend(leaves), digests, n0
 
     def _commit_failed(self, n0: int | None, batch: list[Pending], err: BaseException) -> None:
         """A group commit wrote nothing: drop its leaves from the tree (added from ``n0``) and
@@ -274,7 +277,7 @@ class HeldLedger(GroupCommit):
             self._hashes.extend(digests)
             vecs = np.concatenate([p.vecs for p in ok]) if len(ok) > 1 else ok[0].vecs
             try:
-                self._feed(vecs, [x for p in ok for x in p.labels], [x for p in ok for x in p.texts])
+                self._feed(vecs, [x for p in ok for x in p.labels], [x for p in ok for x in p.texts], digests)
             except BaseException as e:  # in storage but not in memory: refuse appends until reopened
                 self._broken = OcrrError(
                     f"ledger {self.path}: the in-memory copy could not take committed entries ({e}); reopen the ledger"
@@ -313,10 +316,9 @@ class HeldLedger(GroupCommit):
                 )
             vecs = np.frombuffer(b"".join(vectors), F4LE).reshape(len(rows), self.dim or 0)
             with self.lock.write():
-                for leaf in tree_leaves:
-                    self.tree.append(leaf)
+                self.tree.extend(tree_leaves)
                 self._hashes.extend(digests)
-                self._feed(vecs.astype(np.float32), labels, texts)
+                self._feed(vecs.astype(np.float32), labels, texts, digests)
         except BaseException as e:  # the mirror may be part-way: refuse to go on until reopened
             raise self._take_in_failed(e, stop) from e
         self.followed += len(rows)
@@ -337,19 +339,22 @@ class HeldLedger(GroupCommit):
         return self._broken
 
     def _feed(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> None:
-        head = self._apply(vecs, labels, texts) if hashes is None else self._apply(vecs, labels, texts, hashes)
-        if head != self.chain_head:  # same bytes in, same digests out
+        """Hand entries to the mirror (``hashes``: theirs, computed or checked here, or None:
+        the mirror hashes them, and must reach the same chain head)."""
+        if self._apply(vecs, labels, texts, hashes) != self.chain_head:  # same bytes in, same digests out
             raise OcrrError(
                 f"ledger {self.path}: the in-memory chain does not match the file (was the "
                 "substrate opened with other settings than the ones that wrote it?)"
             )
 
-    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list) -> bytes:
+    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
         memory = self.memory
         assert memory is not None  # made in _take_in_scan whenever this method is the apply
         if memory.dim is None:
             memory = self.memory = Chain(vecs.shape[1])
-        if len(labels) == 1:
+        if hashes is not None:
+            memory.extend_hashed(vecs, labels, texts, hashes)
+        elif len(labels) == 1:
             memory.append_checked(vecs[0], labels[0], texts[0])
         else:
             memory.extend(vecs, labels, texts)
@@ -374,6 +379,22 @@ class HeldLedger(GroupCommit):
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+def _takes_hashes(apply: Callable) -> bool:
+    """Whether ``apply`` takes the fourth argument, ``hashes`` (an apply written before it did not)."""
+    try:
+        inspect.signature(apply).bind(None, None, None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): assume the current form
+        return True
+    return True
+
+
+def _ignoring_hashes(apply: Callable) -> Apply:
+    """A three-argument ``apply`` called as the current four-argument one: it hashes the entries itself."""
+    return lambda vecs, labels, texts, hashes: apply(vecs, labels, texts)
 
 
 def damage_in(rows: Iterable[tuple[int, str]], after: int, where: str) -> tuple[int, dict | None]:

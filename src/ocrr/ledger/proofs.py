@@ -18,7 +18,7 @@ copies that one file without ocrr, and re-exported here for the rest of ocrr.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ocrr.ledger.merkle import MerkleTree
@@ -30,6 +30,13 @@ __all__ = ["b64", "unb64", "shared_b64", "InclusionProof", "ConsistencyProof", "
 def shared_b64() -> Callable[[bytes], str]:
     """``b64`` that encodes each distinct value once: the proofs of one batch share most nodes."""
     return functools.cache(b64)
+
+
+def _inclusion_document(
+    index: int, size: int, root_b64: str, leaf_b64: str, encode: Callable[[bytes], str], path: list[bytes]
+) -> dict:
+    """An inclusion proof's JSON document (what every proof the service or the CLI hands out looks like)."""
+    return {"index": index, "size": size, "root": root_b64, "leaf_hash": leaf_b64, "proof": list(map(encode, path))}
 
 
 @dataclass(frozen=True)
@@ -49,13 +56,15 @@ class InclusionProof:
 
     def to_dict(self, encode: Callable[[bytes], str] = b64) -> dict:
         """The JSON document; ``encode``: ``b64``, or one ``shared_b64()`` for many proofs at once."""
-        return {
-            "index": self.index,
-            "size": self.size,
-            "root": encode(self.root),
-            "leaf_hash": encode(self.leaf),
-            "proof": [encode(p) for p in self.path],
-        }
+        return _inclusion_document(self.index, self.size, encode(self.root), encode(self.leaf), encode, self.path)
+
+    @staticmethod
+    def documents(size: int, root: bytes, found: Iterable[tuple[int, bytes, list[bytes]]]) -> list[dict]:
+        """``to_dict`` of the proof of each ``(index, leaf, path)`` of ``found`` in the log of
+        ``size`` entries with ``root`` (a group commit's answer), each node encoded once."""
+        encode = shared_b64()
+        root_b64 = encode(root)
+        return [_inclusion_document(i, size, root_b64, encode(leaf), encode, path) for i, leaf, path in found]
 
     @classmethod
     def from_dict(cls, doc: object) -> InclusionProof:

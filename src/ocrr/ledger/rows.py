@@ -52,7 +52,8 @@ def check_rows(
     if dim is not None and vecs.shape[1] != dim:
         raise OcrrError(f"{row(0)} has dimension {vecs.shape[1]}, the ledger holds {dim}; encode with its encoder")
     with np.errstate(over="ignore", invalid="ignore"):  # a huge or non-finite row gives inf/nan: named below
-        norms = np.linalg.norm(vecs.astype(np.float64, copy=False), axis=1)
+        # np.linalg.norm's float64 sums, without its temporaries (fresh memory is slow to touch)
+        norms = np.sqrt(np.square(vecs, dtype=np.float64).sum(axis=1))
     finite = np.isfinite(vecs).all(axis=1)
     bad = np.flatnonzero(~finite | ~(np.abs(norms - 1.0) <= UNIT_TOLERANCE))
     if len(bad):

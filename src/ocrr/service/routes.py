@@ -41,7 +41,7 @@ from fastapi.security import HTTPBearer
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import TreeHead
-from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, shared_b64
+from ocrr.ledger.proofs import ConsistencyProof, InclusionProof
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.commits import Commits
 from ocrr.service.pool import PredictPool
@@ -232,8 +232,7 @@ class Routes:
     async def _correct_answer(self, ids: range) -> bytes:
         """The answer to a committed correction: its ids, a signed head and their proofs."""
         size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids)  # one size for all
-        encode = shared_b64()  # proofs of neighbouring entries share most nodes: encode each once
-        proofs = [InclusionProof(i, size, root, leaf, proof).to_dict(encode) for i, leaf, proof in found]
+        proofs = InclusionProof.documents(size, root, found)  # neighbours' proofs share nodes: each encoded once
         head = await self._commit_head(size, root, chain)
         if self.state.witnessing is not None:  # ocrr serve --witness: send the new head now
             self.state.witnessing.nudge()

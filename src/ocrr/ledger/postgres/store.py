@@ -26,12 +26,13 @@ psycopg 3 and psycopg_pool are imported inside functions: they are the optional 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
-from ocrr.ledger.group_commit import Pending
+from ocrr.ledger.group_commit import Pending, checked
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.held import Apply, HeldLedger, damage_in
 from ocrr.ledger.postgres.follow import Follower
@@ -60,9 +61,11 @@ _INSERT = (
 _TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
 # The head row, locked, with the stored tail as of the entries this process holds (``%s``: its
 # last id): one round trip when no other writer committed since (the usual case).
+# The latest verification record's id comes with it: the appenders' check for damage another
+# process recorded (``damage_since``) is answered from it, not by a round trip of its own.
 _LOCK_AND_TAIL = (
-    "SELECT size, chain_head, (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries) "
-    "FROM ocrr_head FOR UPDATE"
+    "SELECT size, chain_head, (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries), "
+    "(SELECT max(id) FROM ocrr_verifications) FROM ocrr_head FOR UPDATE"
 )
 
 
@@ -75,6 +78,8 @@ class PostgresLedger(HeldLedger):
     (``HeldLedger``). ``path`` is the URL without its password; ``url`` the one to connect with.
     """
 
+    _checks_in_commit = True  # the appenders' damage check costs no round trip of its own (damage_since)
+
     def __init__(
         self, url: str, pool, schema: str, scan: Scan, report: LedgerReport, apply: Apply | None, gather: float
     ):
@@ -83,6 +88,9 @@ class PostgresLedger(HeldLedger):
         self._start_mirror(scan, report)
         self.gather = gather
         self.follower: Any = None  # the Follower taking in others' entries, if one runs
+        # While a commit runs its items' checks: (its thread, its connection, the latest
+        # verification record's id its transaction read), for ``damage_since``.
+        self._checking: tuple[int, Any, int] | None = None
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
@@ -199,13 +207,20 @@ class PostgresLedger(HeldLedger):
             with conn.transaction():
                 # The head row's lock: the writers' one lock.
                 held = len(self._hashes)
-                size, stored_head, last, top = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
+                size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
+                self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
+                try:
+                    ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
+                finally:
+                    self._checking = None
+                if not ready:
+                    return
                 with self._follow:
                     if self._take_in_db(conn, size) or len(self._hashes) != held:
                         # Others' entries came first: the tail is read again after them.
                         last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
                     self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
-                    ok, dim = self._same_dim(batch)
+                    ok, dim = self._same_dim(ready)
                     if not ok:
                         return
                     rows, nodes, digests, start = self._rows_of(ok)
@@ -360,6 +375,15 @@ class PostgresLedger(HeldLedger):
         follower's ``on_tick`` looks instead)."""
         if self._closed or not wait:
             return None
+        checking = self._checking
+        if checking is not None and checking[0] == threading.get_ident():
+            # Asked by an appender's check, in our commit's transaction: it read the latest
+            # record's id with the head's lock; only when there is a newer one read them.
+            _, conn, latest = checking
+            if latest <= after:
+                return after, None
+            rows = conn.execute("SELECT id, report FROM ocrr_verifications WHERE id > %s ORDER BY id", (after,))
+            return damage_in(rows.fetchall(), after, "the database")
         try:
             rows = self._db(
                 "reading verifications",

@@ -32,7 +32,7 @@ __all__ = ["import_into_database"]
 _CHUNK = 4096
 _ROWS = (
     "INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) SELECT * FROM "
-    "unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[])"
+    "unnest(%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[])"
 )
 
 
@@ -120,10 +120,10 @@ def _insert(conn, batch: list, tree: MerkleTree, prev: bytes, n: int, src: Path,
                 "(label, text, vector or an earlier entry edited)"
             )
         leaf = leaf_hash(pre)
-        tree.append(leaf)
         for col, value in zip(cols, (n, label, text, raw, prev, digest, leaf)):
             col.append(value)
         prev, n = digest, n + 1
+    tree.extend(cols[6])  # the leaves
     conn.execute(_ROWS, cols)
     batch.clear()
     return prev, n

@@ -97,8 +97,8 @@ class Ledger(Chain):
 
     def _take_committed(self, vectors: np.ndarray, labels: list, texts: list, hashes: list | None = None) -> bytes:
         """The store committed these entries (or found them in the file): return the chain
-        head after them, which the store checks against the file's (rehashed here: ``hashes``,
-        the store's, are not taken)."""
+        head after them, which the store checks against the file's. (``hashes``: the store's
+        of them; this ledger hashed its own entries already, and hashes the file's itself.)"""
         start, m = self._durable, len(labels)
         if start == self._n:  # the file's entries when opening: not in memory yet
             super().extend(vectors, labels, texts)

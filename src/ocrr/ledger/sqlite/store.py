@@ -300,8 +300,8 @@ class DurableLedger(HeldLedger):
                             return
                         rows, nodes, digests, n0 = self._rows_of(ok)
                         self._own = (n0, n0 + len(rows))
-                    conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
-                    conn.executemany("INSERT INTO nodes VALUES (?, ?, ?)", nodes)
+                    _insert_rows(conn, "entries", rows)
+                    _insert_rows(conn, "nodes", nodes)
                     conn.executemany(
                         "UPDATE meta SET value = ? WHERE key = ?",
                         [(n0 + len(rows), "size"), (digests[-1], "chain_head"), (dim, "dim")],
@@ -417,6 +417,24 @@ class DurableLedger(HeldLedger):
                 if self._file is not None:
                     self._file.release()  # after SQLite's connections: see ocrr.ledger.sqlite.locks
                 self._cv.notify_all()
+
+
+def _insert_rows(conn: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
+    """INSERT ``rows`` (tuples of one width) into ``table``, in order, as multi-row statements.
+    ``executemany`` steps SQLite once per row, letting go of the GIL each time, and in a
+    service each step may then wait for the event loop's thread to hand it back; a statement
+    of many rows steps once. (At most 999 parameters each: SQLite's limit before 3.32.)"""
+    if not rows:
+        return
+    width = len(rows[0])
+    per = max(1, 999 // width)
+    row = "(" + ", ".join("?" * width) + ")"
+    for lo in range(0, len(rows), per):
+        chunk = rows[lo : lo + per]
+        conn.execute(
+            f"INSERT INTO {table} VALUES " + ", ".join([row] * len(chunk)),  # table: "entries" or "nodes"
+            [value for r in chunk for value in r],
+        )
 
 
 def _text_as_stored(raw: bytes) -> str | bytes:

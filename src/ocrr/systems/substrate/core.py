@@ -139,15 +139,27 @@ class Substrate(IndexedSystem, System):
         if len(batch):
             self._append(batch, who=self.name)
 
-    def _append(self, batch: Batch, who: str) -> np.ndarray:
+    def learn_committed(self, batch: Batch, hashes: list[bytes]) -> None:
+        """``correct(batch)`` for entries a durable store committed: the ledger takes the chain
+        hashes the store computed from these very fields (``hashes``) instead of hashing
+        them again (``ocrr.ledger.held``)."""
+        self._require_fitted()
+        if len(batch):
+            # Without texts kept, the ledger's entries are not the store's: hash them (and differ).
+            self._append(batch, who=self.name, hashes=hashes if self.store_text else None)
+
+    def _append(self, batch: Batch, who: str, hashes: list[bytes] | None = None) -> np.ndarray:
         ledger = self._fitted_ledger()
         labels = require_labels(batch, who)
         vecs = check_vectors(batch.vecs, ledger.dim, "vectors")
         texts = list(batch.texts) if (self.store_text and batch.texts is not None) else None
-        if len(vecs) == 1:  # one correction: the ledger's single-entry path (vecs are checked)
+        if hashes is not None:  # committed by a durable store, which hashed every field
+            ids = np.asarray(ledger.extend_hashed(vecs, labels, texts or [None] * len(vecs), hashes), np.int64)
+            codes: int | np.ndarray = self.space_.encode(labels, grow=True)
+        elif len(vecs) == 1:  # one correction: the ledger's single-entry path (vecs are checked)
             first = ledger.append_checked(vecs[0], labels[0], texts[0] if texts else None)
             ids = np.arange(first, first + 1, dtype=np.int64)
-            codes: int | np.ndarray = self.space_.encode_one(labels[0])
+            codes = self.space_.encode_one(labels[0])
         else:
             ids = np.asarray(ledger.extend(vecs, labels, texts), np.int64)
             codes = self.space_.encode(labels, grow=True)

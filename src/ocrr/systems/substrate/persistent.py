@@ -296,7 +296,7 @@ def open_substrate(
     system = _servable(system, seed)
     opening = True
 
-    def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> bytes:
+    def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
         if opening:
             # The rows stored before this open (later ones come through checked_corrections):
             # rows an older import, another program or an edit that rehashed the chain wrote
@@ -304,12 +304,16 @@ def open_substrate(
             _check_stored_rows(vecs, f"ledger {display(path)}")
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
-            if hashes is not None:
-                system.fit_checked(batch, hashes)  # the stored entries, with the store's checked hashes
+            if opening and hashes is not None:
+                # the stored entries, with the store's checked hashes; their rows buffer is the
+                # scan's own (a commit's vectors are not: the first commit is fitted the usual way)
+                system.fit_checked(batch, hashes)
             else:
                 system.fit(batch)  # the stored entries are the substrate's history
             if grow_ahead:
                 system._fitted_ledger().grow_ahead()
+        elif hashes is not None:  # a commit, hashed (and checked) by the store
+            system.learn_committed(batch, hashes)
         else:
             system.correct(batch)
         return system._fitted_ledger().head

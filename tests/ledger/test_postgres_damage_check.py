@@ -1,0 +1,73 @@
+# ruff: noqa: F811, E402 - pytest passes the imported fixtures (pg_cluster, pg_url) as arguments; psycopg may be missing
+"""On PostgreSQL the appenders' check for damage another process recorded runs inside the
+group commit's transaction, answered from what its first statement read: no connection (and
+round trip) of its own, and damage recorded before the commit still fails the append."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
+
+from ocrr.errors import OcrrError
+from ocrr.ledger.postgres.store import PostgresLedger
+
+DIM = 8
+
+
+def _rows(n: int, seed: int):
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True), [f"label {i}" for i in range(n)], [None] * n
+
+
+class Appender:
+    """Submits like the service: each append checked first for damage recorded since the last look."""
+
+    def __init__(self, led: PostgresLedger):
+        self.led, self.seen = led, -1
+
+    def check(self) -> None:
+        found = self.led.damage_since(self.seen)
+        assert found is not None
+        self.seen, bad = found
+        if bad is not None:
+            raise OcrrError(f"the ledger was found damaged: {bad['reason']}")
+
+    def append(self, seed: int):
+        outcome: list = []
+        done = threading.Event()
+
+        def tell(ids, err):
+            outcome.extend((ids, err))
+            done.set()
+
+        self.led.submit(*_rows(3, seed), tell, self.check)
+        assert done.wait(30)
+        return outcome
+
+
+def test_the_damage_check_takes_no_connection_of_its_own(pg_url):
+    with PostgresLedger.open(pg_url, dim=DIM, gather=0) as led:
+        appender = Appender(led)
+        appender.append(0)  # the committer thread is running
+        before = led._pool.get_stats().get("requests_num", 0)
+        ids, err = appender.append(1)
+        assert err is None and ids == range(3, 6)
+        assert led._pool.get_stats().get("requests_num", 0) - before == 1  # the commit's own, nothing else
+
+
+def test_damage_recorded_by_another_process_fails_the_next_append(pg_url):
+    with PostgresLedger.open(pg_url, dim=DIM, gather=0) as led, PostgresLedger.open(pg_url) as other:
+        appender = Appender(led)
+        assert appender.append(0)[1] is None
+        other.record_verification({"ok": True, "time": 1.0})
+        assert appender.append(1)[1] is None  # a newer record, read in the transaction: no damage
+        other.record_verification({"ok": False, "reason": "entry 2 edited", "time": 2.0})
+        ids, err = appender.append(2)
+        assert ids is None and "entry 2 edited" in str(err)
+        assert len(led) == 6  # nothing was added over it
+        assert led.damage_since(-1)[1]["reason"] == "entry 2 edited"  # outside a commit: read as before
