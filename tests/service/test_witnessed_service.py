@@ -205,10 +205,13 @@ def test_with_workers_one_process_witnesses_and_every_worker_serves_the_witnesse
     service, w1, w2 = world
     with service.serving(tmp_path / "ledger.db", [w1, w2], tmp_path / "serve.log", workers=2) as url:
         workers = {}
-        for _ in range(40):  # a new connection each: the kernel spreads them over the workers
+
+        def both_workers_answer() -> bool:  # the service is up once one worker answers; the other may still open
             h = requests.get(f"{url}/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).json()
-            workers[h["worker"]] = h["pid"]
-        assert sorted(workers) == [0, 1]
+            workers[h["worker"]] = h["pid"]  # a new connection each: the kernel spreads them over the workers
+            return sorted(workers) == [0, 1]
+
+        _until("both workers to answer", both_workers_answer)
         add_entries(url, 5, seed=1)
         note = service.witnessed_at(5, [w1.vkey, w2.vkey], count=2)
         answers = {
