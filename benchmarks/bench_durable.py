@@ -38,7 +38,6 @@ import re
 import secrets
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -49,10 +48,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.ledger.pg_cluster
+from bare_sqlite import bare_sqlite_loop  # noqa: E402 - beside this script
 
 TOKEN = secrets.token_urlsafe(32)  # a real random token: the service refuses weak ones
-TARGET_SHARE = 0.5  # durable corrections/s as a share of the bare loop (issue 54)
-TARGET_SERVICE = 10_000  # durable corrections/s through batched /correct (issue 54)
+TARGET_SHARE = 0.5  # durable corrections/s as a share of the bare loop
+TARGET_SERVICE = 10_000  # durable corrections/s through batched /correct
 
 
 def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
@@ -80,25 +80,10 @@ def _chained_rows(vecs: np.ndarray, start: int, prev: bytes, per_commit: int) ->
 
 
 def bare_sqlite(folder: Path, vecs: np.ndarray, per_commit: int, seconds: float) -> float:
-    path = folder / f"bare-{per_commit}-{time.monotonic_ns()}.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(
-            "CREATE TABLE entries (id INTEGER PRIMARY KEY, label TEXT, text TEXT, vector BLOB, prev BLOB, hash BLOB)"
-        )
-        n, prev = 0, b"\0" * 32
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            rows, prev = _chained_rows(vecs, n, prev, per_commit)
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
-            conn.execute("COMMIT")  # fsynced: WAL with synchronous=FULL
-            n += per_commit
-        return n / (time.perf_counter() - t0)
-    finally:
-        conn.close()
+    def make_rows(n: int, prev: bytes, count: int) -> tuple[list[tuple], bytes]:
+        return _chained_rows(vecs, n, prev, count)
+
+    return bare_sqlite_loop(folder, make_rows, per_commit, seconds)[0]
 
 
 def bare_postgres(url: str, vecs: np.ndarray, per_commit: int, seconds: float, table: str) -> float:

@@ -64,7 +64,6 @@ import os
 import secrets
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -74,6 +73,8 @@ from pathlib import Path
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
+
+from bare_sqlite import bare_sqlite_loop  # noqa: I001 - beside this script
 
 TOKEN = secrets.token_urlsafe(32)  # the service refuses weak tokens
 ORIGIN = "bench.invalid/ledger"  # the log's name when it signs (--sign, --witnesses)
@@ -152,34 +153,20 @@ def sqlite_limit(folder: Path, dim: int, per_commit: int, seconds: float = LIMIT
     """The limit of durable corrections: a plain SQLite insert loop with the service's
     durability (WAL, synchronous=FULL), rows as big as a ledger entry's (dim float32, a label,
     a text, two 32-byte hashes), ``per_commit`` rows per transaction, for ``seconds``."""
-    path = folder / f"limit-{per_commit}-{time.monotonic_ns()}.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(
-            "CREATE TABLE entries (id INTEGER PRIMARY KEY, label TEXT, text TEXT, vector BLOB, prev BLOB, hash BLOB)"
-        )
-        raw = np.random.default_rng(2).normal(size=dim).astype("<f4").tobytes()
-        n = commits = 0
-        prev = b"\0" * 32
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            rows = []
-            for _ in range(per_commit):
-                digest = hashlib.sha256(prev + raw).digest()
-                rows.append((n, "label", f"bench correction {n}", raw, prev, digest))
-                prev, n = digest, n + 1
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
-            conn.execute("COMMIT")  # fsynced: WAL with synchronous=FULL
-            commits += 1
-        wall = time.perf_counter() - t0
-    finally:
-        conn.close()
+    raw = np.random.default_rng(2).normal(size=dim).astype("<f4").tobytes()
+
+    def make_rows(n: int, prev: bytes, count: int) -> tuple[list[tuple], bytes]:
+        rows = []
+        for i in range(n, n + count):
+            digest = hashlib.sha256(prev + raw).digest()
+            rows.append((i, "label", f"bench correction {i}", raw, prev, digest))
+            prev = digest
+        return rows, prev
+
+    rows_per_s, commits_per_s = bare_sqlite_loop(folder, make_rows, per_commit, seconds)
     return (
         f"limit: plain SQLite insert loop (WAL, synchronous=FULL, {per_commit} rows per commit, one "
-        f"thread): {n / wall:.0f} rows/s, {commits / wall:.0f} commits/s"
+        f"thread): {rows_per_s:.0f} rows/s, {commits_per_s:.0f} commits/s"
     )
 
 
