@@ -175,7 +175,7 @@ def test_the_command_refuses_what_it_cannot_save(here, capsys):
     _ledger(small, n=500)
     argv[2] = str(small)
     assert main([*argv, "--system", SPEC, "--key", str(here / "key.pem")]) != 0
-    assert "too few entries" in capsys.readouterr().err
+    assert "fewer than the 20000 an IVF index trains on" in capsys.readouterr().err
 
 
 def test_the_statement_cannot_be_read_as_a_checkpoint(built):

@@ -279,14 +279,19 @@ def _cmd_index(args) -> int:
     verify = "checkpoint" if args.quick else "full"
     with open_substrate(args.path, system, verify=verify, signer=signer) as sub:
         built = time.perf_counter() - started
-        ledger, size, index = sub.ledger, len(sub.ledger), sub.system.index_
-        check_trained(index, size)  # before anything is signed
+        ledger, index = sub.ledger, sub.system.index_
+        with ledger.lock.read():  # the entries the index holds (others' commits come in only on a refresh)
+            size = len(index)
+            check_trained(index, size)  # before anything is signed
+            head = TreeHead.now(size, ledger.root(size), ledger.entry_hash(size - 1))
         state = SignedState.open(signer, args.signed_state or default_state_path(args.key), ledger, log=_to_stderr)
         try:
-            signed = state.sign_head(TreeHead.now(size, ledger.root(size), ledger.entry_hash(size - 1)), ledger)
+            signed = state.sign_head(head, ledger)
         finally:
             state.close()
-        statement = write_saved_index(index, out, index_settings(system, ledger.dim), size, ledger.root(size), signer)
+        with ledger.lock.read():
+            settings = index_settings(system, ledger.dim)
+            statement = write_saved_index(index, out, settings, size, head.root, signer)
     _print(
         {
             "index": str(out),

@@ -89,11 +89,20 @@ def check_saveable(system: Substrate, what: str) -> None:
 
 
 def check_trained(index: Any, size: int) -> None:
-    """Refuse an index that is not a trained IVF index over the ``size`` entries, borrowing their rows."""
-    if not isinstance(index, IVFIndex) or not index.trained or not index.borrowed or len(index) != size:
+    """Refuse an index that is not a trained IVF index over entries 0 .. ``size``-1, borrowing their rows."""
+    if not isinstance(index, IVFIndex) or not index.borrowed:
         raise OcrrError(
-            f"only a trained IVF index over all {size} entries can be saved; the ledger holds too few "
-            f"entries to train one ({getattr(index, 'min_train', '?')}), and exact search serves so few fast"
+            "only an IVF index borrowing the ledger's rows can be saved (give --system substrate:index=ivf_…)"
+        )
+    if not index.trained:
+        raise OcrrError(
+            f"the ledger holds {len(index)} entries, fewer than the {index.min_train} an IVF index trains on; "
+            "exact search serves so few fast: serve without an index file"
+        )
+    if len(index) != size or index._rows != size:
+        raise OcrrError(
+            f"the index holds {len(index)} of entries 0 .. {index._rows - 1}, not all {size} entries the "
+            "ledger held when it was built (entries came in meanwhile): run the command again"
         )
 
 
@@ -285,7 +294,7 @@ def _read_bounded(index_file: Path, path: Path, limit: int) -> bytes:
     try:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size > limit:
-                raise refused(index_file, f"{path.name} is longer than its statement allows")
+                raise refused(index_file, f"{path.name} is longer than the {limit} bytes it may have")
             return fh.read(limit + 1)
     except OSError as e:
         raise refused(index_file, f"cannot read {path.name} ({e.strerror or e})") from None
