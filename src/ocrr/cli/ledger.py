@@ -2,8 +2,9 @@
 
 Ledger commands take a file or a PostgreSQL URL (``postgresql://…``) alike. They read the
 ledger without changing it (except ``import`` and ``migrate``,
-which create one, and ``verify``, which records a checkpoint when asked to); each prints JSON on
-stdout so its output can be piped to the standalone verifier or a witness.
+which create one, and ``verify``, which records a checkpoint when asked to, as ``index`` does
+with its key); each prints JSON on stdout so its output can be piped to the standalone verifier
+or a witness. ``index`` also writes its index files (``ocrr.systems.substrate.saved_index``).
 """
 
 from __future__ import annotations

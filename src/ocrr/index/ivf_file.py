@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ def _read_side(data: bytes, where: str) -> tuple[dict, dict]:
         with np.load(io.BytesIO(data), allow_pickle=False) as saved:
             meta = json.loads(str(saved["meta"]))
             arrays = {key: saved[key] for key in saved.files if key != "meta"}
-    except (OSError, ValueError, KeyError, EOFError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise ValueError(f"{where} is not an IVF index's .npz file ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else None
@@ -144,12 +145,12 @@ def _read_side(data: bytes, where: str) -> tuple[dict, dict]:
 
 def _restore(index: IVFIndex, faiss_index: Any, meta: dict, arrays: dict) -> None:
     """Put a read FAISS index and its bookkeeping into ``index`` (made with the saved settings)."""
-    index._index = faiss_index
-    index._staged = None
-    index.nlist, index.trained_on, index.tuned_at = meta["nlist"], meta["trained_on"], meta["tuned_at"]
     rows, alive = meta["rows"], arrays["alive"]
     if alive.dtype != bool or alive.shape != (rows,) or int(alive.sum()) != meta["live"]:
         raise ValueError(f"the saved index's live rows disagree with its count of {rows} rows, {meta['live']} live")
+    index._index = faiss_index
+    index._staged = None
+    index.nlist, index.trained_on, index.tuned_at = meta["nlist"], meta["trained_on"], meta["tuned_at"]
     index._grow(rows)
     index._alive[:rows] = alive
     index._rows, index._live = rows, meta["live"]
