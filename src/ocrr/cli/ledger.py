@@ -282,7 +282,7 @@ def _cmd_index(args) -> int:
         built = time.perf_counter() - started
         ledger, index = sub.ledger, sub.system.index_
         with ledger.lock.read():  # the entries the index holds (others' commits come in only on a refresh)
-            size = len(index)
+            size = 0 if index is None else len(index)
             check_trained(index, size)  # before anything is signed
             head = TreeHead.now(size, ledger.root(size), ledger.entry_hash(size - 1))
         state = SignedState.open(signer, args.signed_state or default_state_path(args.key), ledger, log=_to_stderr)

@@ -90,6 +90,8 @@ def check_saveable(system: Substrate, what: str) -> None:
 
 def check_trained(index: Any, size: int) -> None:
     """Refuse an index that is not a trained IVF index over entries 0 .. ``size``-1, borrowing their rows."""
+    if index is None:
+        raise OcrrError("the ledger is empty: there is nothing to index yet")
     if not isinstance(index, IVFIndex) or not index.borrowed:
         raise OcrrError(
             "only an IVF index borrowing the ledger's rows can be saved (give --system substrate:index=ivf_…)"
@@ -99,11 +101,16 @@ def check_trained(index: Any, size: int) -> None:
             f"the ledger holds {len(index)} entries, fewer than the {index.min_train} an IVF index trains on; "
             "exact search serves so few fast: serve without an index file"
         )
-    if len(index) != size or index._rows != size:
+    if not holds_first(index, size):
         raise OcrrError(
-            f"the index holds {len(index)} of entries 0 .. {index._rows - 1}, not all {size} entries the "
-            "ledger held when it was built (entries came in meanwhile): run the command again"
+            f"the index holds {len(index)} entries, not the {size} the ledger held when it was built "
+            "(entries came in meanwhile): run the command again"
         )
+
+
+def holds_first(index: IVFIndex, size: int) -> bool:
+    """Whether ``index`` holds exactly entries 0 .. ``size``-1 (its ids are sorted: rows of the ledger)."""
+    return len(index) == size and (size == 0 or int(index.ids[-1]) == size - 1)
 
 
 @dataclass(frozen=True)
@@ -244,7 +251,7 @@ class SavedIndex:
             restore_ivf(index, self.faiss_bytes, self.npz_bytes, str(self.path))
         except (ValueError, RuntimeError) as e:  # RuntimeError: what FAISS raises on a file it cannot read
             raise refused(self.path, str(e)) from None
-        if len(index) != size or index._rows != size:
+        if not holds_first(index, size):
             raise refused(self.path, f"it holds {len(index)} entries, but its statement says {size}")
         self.faiss_bytes = self.npz_bytes = b""  # parsed: the index holds what it needs
         self.restored = True
