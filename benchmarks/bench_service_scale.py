@@ -13,6 +13,9 @@ beside its target, with the load average (the box is shared):
 * RSS per worker process after the start and after the load (anonymous and file-backed pages
   apart: file pages of a shared read-only map are the page cache's, shared by the workers);
 * predict by vector at a paced ``--rate`` (requests/s in all, ``--seconds``): p50, p99;
+* with ``--system substrate:index=ivf_…`` and ``--index-file`` (an index ``ocrr ledger index``
+  saved for the cached ledger): the opt-in approximate search, each worker opening the saved
+  index instead of training one;
 * agreement with the exact vote: ``--agreement`` queries sent one per request, their labels
   compared with the substrate's exact search and vote computed in this process afterwards
   (``open_substrate(...).explain`` over the whole batch: one float32 matrix product);
@@ -233,6 +236,7 @@ def serve(path: Path, key: Path, args, log) -> tuple[subprocess.Popen, int, floa
     cmd = [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(path), "--port", str(port)]
     cmd += ["--workers", str(args.workers), "--quick-open", "--key", str(key), "--origin", ORIGIN]
     cmd += ["--system", args.system, *(["--pin-workers"] if args.pin_workers else [])]
+    cmd += ["--index-file", str(args.index_file)] if args.index_file else []
     t0 = time.perf_counter()
     server = subprocess.Popen(cmd, env={**os.environ, "OCRR_TOKEN": TOKEN}, stderr=log, text=True)
     up: set[int] = set()
@@ -278,6 +282,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--pin-workers", action="store_true")
     ap.add_argument("--system", default="substrate", help="ocrr serve --system (default substrate)")
+    ap.add_argument(
+        "--index-file",
+        type=Path,
+        default=None,
+        help="ocrr serve --index-file: an IVF index `ocrr ledger index` saved for the cached ledger with its key "
+        "(origin " + ORIGIN + "), opened by each worker instead of trained; --system must be the one it was built with",
+    )
     ap.add_argument("--rate", type=float, default=1000.0, help="predicts by vector per second, in all")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=10.0, help="paced load (0: skip)")

@@ -39,6 +39,28 @@ def test_saved_and_opened_answers_the_same(tmp_path, kind, borrow):
         assert (opened.nprobe, opened.rerank, opened.nlist) == (index.nprobe, index.rerank, index.nlist)
 
 
+def test_restored_from_bytes_into_an_index_of_the_same_settings_only(tmp_path):
+    """``restore_ivf`` fills a new index from the files' bytes: the same answers as the saved
+    index, its own search knobs kept; an index made with another structure is refused."""
+    from ocrr.index.ivf_file import restore_ivf, side_path
+
+    faiss.omp_set_num_threads(1)
+    x = _data()
+    index = make_index("ivf_sq8", x.shape[1], source=lambda: x, nlist=16, nprobe=3, rerank=30, ivf_min_train=1000)
+    index.add(x, np.arange(len(x), dtype=np.int64))
+    save_ivf(index, tmp_path / "ivf.faiss")
+    blobs = (tmp_path / "ivf.faiss").read_bytes(), side_path(tmp_path / "ivf.faiss").read_bytes()
+    fresh = make_index("ivf_sq8", x.shape[1], source=lambda: x, nlist=16, nprobe=5, rerank=30, ivf_min_train=1000)
+    restore_ivf(fresh, *blobs)
+    assert fresh.nprobe == 5
+    fresh.nprobe = 3
+    want, got = index.search(x[:40] + 0.05, 5), fresh.search(x[:40] + 0.05, 5)
+    assert got[0].tobytes() == want[0].tobytes() and np.array_equal(got[1], want[1])
+    other = make_index("ivf_pq", x.shape[1], source=lambda: x, nlist=16, ivf_min_train=1000)
+    with pytest.raises(ValueError, match="built with other settings: kind 'ivf_sq8' \\(wanted 'ivf_pq'\\)"):
+        restore_ivf(other, *blobs)
+
+
 def test_opening_needs_the_rows_of_a_borrowing_index_and_the_files(tmp_path):
     x = _data()
     index = make_index("ivf_pq", x.shape[1], source=lambda: x, nlist=16, ivf_min_train=1000)

@@ -2,14 +2,16 @@
 
 Ledger commands take a file or a PostgreSQL URL (``postgresql://…``) alike. They read the
 ledger without changing it (except ``import`` and ``migrate``,
-which create one, and ``verify``, which records a checkpoint when asked to); each prints JSON on
-stdout so its output can be piped to the standalone verifier or a witness.
+which create one, and ``verify``, which records a checkpoint when asked to, as ``index`` does
+with its key); each prints JSON on stdout so its output can be piped to the standalone verifier
+or a witness. ``index`` also writes its index files (``ocrr.systems.substrate.saved_index``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from ocrr.cli.paths import output_file
@@ -24,6 +26,7 @@ from ocrr.ledger.location import (
     export_jsonl,
     export_lines,
     import_jsonl,
+    is_database_url,
     scan_location,
 )
 from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64, entry_fields, unb64
@@ -36,6 +39,15 @@ from ocrr.ledger.verify import (
     check_files,
     trusted_root_of,
     verify_consistency,
+)
+from ocrr.systems.registry import make_system
+from ocrr.systems.substrate.persistent import open_substrate
+from ocrr.systems.substrate.saved_index import (
+    check_saveable,
+    check_trained,
+    index_settings,
+    statement_path,
+    write_saved_index,
 )
 
 LOCATION = "the ledger file, or a postgresql://… URL (its options=-csearch_path%%3D<schema> picks the schema)"
@@ -137,6 +149,26 @@ def add_parser(sub) -> None:
     m.add_argument("new", type=Path, help="the new ledger file (must not exist)")
     m.set_defaults(handler=_cmd_migrate)
 
+    x = lsub.add_parser(
+        "index",
+        help="build an IVF index over the checked ledger, save it and sign a statement binding it to the ledger "
+        "(`ocrr serve --index-file` opens it instead of training)",
+    )
+    x.add_argument("path", type=as_location, help=LOCATION)
+    x.add_argument(
+        "--system",
+        required=True,
+        help="the substrate spec the service will serve, with an IVF index, e.g. substrate:index=ivf_pq:nprobe=32",
+    )
+    _key_options(x)
+    x.add_argument("--out", type=Path, default=None, help="the index file (default: <ledger>.ivf beside a ledger file)")
+    x.add_argument(
+        "--quick",
+        action="store_true",
+        help="trust the entries before the ledger's last checkpoint record (signed by --key)",
+    )
+    x.set_defaults(handler=_cmd_index)
+
     k = lsub.add_parser("keygen", help="create an Ed25519 signing key for heads; print its verifier key")
     k.add_argument("key", type=Path, help="where to write the private key (PEM, mode 600)")
     k.add_argument("--origin", required=True, help="the log's name, e.g. example.com/my-ledger")
@@ -230,6 +262,49 @@ def _cmd_head(args) -> int:
         sys.stdout.write(note)
     else:
         _print(head)
+    return 0
+
+
+def _cmd_index(args) -> int:
+    """Train the IVF index as the service would at open, save it, sign the statement (through the
+    record of signed heads: a ledger that does not extend what the key signed is refused)."""
+    if args.key is None:
+        raise OcrrError("ocrr ledger index signs what it builds: give --key (the ledger's key, as `ocrr serve` uses)")
+    if args.out is None and is_database_url(args.path):
+        raise OcrrError("a ledger in a database has no folder to save beside: give --out FILE")
+    out = output_file(args.out if args.out is not None else Path(f"{args.path}.ivf"))
+    signer = Signer.load(args.key, args.origin or default_origin_of(args.path))
+    system = make_system(args.system)
+    check_saveable(system, "ocrr ledger index")  # before minutes of reading and training
+    started = time.perf_counter()
+    verify = "checkpoint" if args.quick else "full"
+    with open_substrate(args.path, system, verify=verify, signer=signer) as sub:
+        built = time.perf_counter() - started
+        ledger, index = sub.ledger, sub.system.index_
+        with ledger.lock.read():  # the entries the index holds (others' commits come in only on a refresh)
+            size = 0 if index is None else len(index)
+            check_trained(index, size)  # before anything is signed
+            head = TreeHead.now(size, ledger.root(size), ledger.entry_hash(size - 1))
+        state = SignedState.open(signer, args.signed_state or default_state_path(args.key), ledger, log=_to_stderr)
+        try:
+            signed = state.sign_head(head, ledger)
+        finally:
+            state.close()
+        with ledger.lock.read():
+            settings = index_settings(system, ledger.dim)
+            statement = write_saved_index(index, out, settings, size, head.root, signer)
+    _print(
+        {
+            "index": str(out),
+            "statement": str(statement_path(out)),
+            "size": size,
+            "root": signed["root"],
+            "checkpoint": signed["checkpoint"],
+            "settings": statement.settings,
+            "nlist": int(getattr(index, "nlist", 0)),
+            "build_seconds": round(built, 1),
+        }
+    )
     return 0
 
 

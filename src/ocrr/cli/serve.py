@@ -48,6 +48,7 @@ def add_parser(sub) -> None:
     _flag(s, "witnesses", "--witness", action="append", default=[], metavar="URL=VKEY")
     _flag(s, "quorum", metavar="K")
     _flag(s, "quick_open")
+    _flag(s, "index_file", metavar="FILE")
     _flag(s, "workers", metavar="N")
     _flag(s, "pin_workers")
 

@@ -14,11 +14,17 @@ coarse quantiser's graph and the lookup-table buffers touched, numpy's re-rank p
 ``nprobe`` and ``rerank``) before returning, so that cost is paid at open; the first real
 query then costs what any other does, plus reading its re-ranked rows if they are not
 cached (``ocrr.index.file_rows`` fetches those in parallel).
+
+From bytes. ``restore_ivf`` fills an empty index from the two files' bytes as read once by
+a caller that has checked them (``ocrr.systems.substrate.saved_index`` compares their
+SHA-256 with a signed statement first, so that no byte FAISS parses is read after the check).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,8 @@ import numpy as np
 from ocrr.index.ivf import IVFIndex
 
 _SETTINGS = ("dim", "kind", "pq_m", "nprobe", "rerank", "min_train", "train_per_list", "grouped_quantizer_from", "seed")
+# What shapes the lists and codes: an index restored into one made otherwise would mislead.
+_STRUCTURE = ("dim", "kind", "pq_m", "min_train", "train_per_list", "grouped_quantizer_from", "seed", "borrowed")
 _FORMAT = 1
 
 
@@ -59,26 +67,25 @@ def save_ivf(index: IVFIndex, path: str | Path) -> None:
     arrays: dict[str, Any] = {"alive": index._alive[: index._rows]}
     if not index.borrowed:
         arrays.update(own=index._own[: index._rows], row_ids=index._row_ids[: index._rows])
-    with open(f"{path}.npz", "wb") as fh:
+    with open(side_path(path), "wb") as fh:
         np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def side_path(path: str | Path) -> Path:
+    """The bookkeeping file ``save_ivf`` writes beside the FAISS file ``path``."""
+    return Path(f"{path}.npz")
 
 
 def open_ivf(path: str | Path, source: Callable[[], Any] | None = None, warm: bool = True) -> IVFIndex:
     """The index ``save_ivf`` wrote to ``path``; ``source``: the float32 rows it re-ranks
     from, for an index saved in borrowed mode. ``warm``: run one query before returning."""
     path = Path(path)
-    side = Path(f"{path}.npz")
+    side = side_path(path)
     if not path.exists() or not side.exists():
         raise FileNotFoundError(f"no saved IVF index at {path} (it needs {path.name} and {side.name})")
-    with np.load(side) as saved:
-        meta = json.loads(str(saved["meta"]))
-        arrays = {key: saved[key] for key in saved.files if key != "meta"}
-    if meta.get("format") != _FORMAT:
-        raise ValueError(f"{side}: IVF index file format {meta.get('format')}, this version reads {_FORMAT}")
+    meta, arrays = _read_side(side.read_bytes(), str(side))
     if meta["borrowed"] and source is None:
         raise ValueError("this IVF index was saved borrowing its vectors: open it with source= the same rows")
-    if "hnsw_quantizer_from" in meta:  # the option's earlier name, in indexes saved before it changed
-        meta["grouped_quantizer_from"] = meta.pop("hnsw_quantizer_from")
     index = IVFIndex(
         **{key: meta[key] for key in _SETTINGS},
         source=source if meta["borrowed"] else None,
@@ -86,19 +93,70 @@ def open_ivf(path: str | Path, source: Callable[[], Any] | None = None, warm: bo
         retrain_growth=meta["retrain_growth"],
         retune_growth=meta["retune_growth"],
     )
-    index._index = _faiss().read_index(str(path))
+    _restore(index, _faiss().read_index(str(path)), meta, arrays)
+    if warm:
+        warm_up(index)
+    return index
+
+
+def restore_ivf(index: IVFIndex, faiss_bytes: bytes, side_bytes: bytes, where: str = "the saved index") -> None:
+    """Fill ``index`` (new, untrained, made with the settings the index was saved with:
+    ``structure_of`` both must agree) from the bytes of the two files ``save_ivf`` wrote.
+    Its search knobs (``nprobe``, ``rerank``) stay its own, unless it tunes itself: then it
+    takes the values the saved index was tuned to. Raises ValueError naming what differs."""
+    meta, arrays = _read_side(side_bytes, where)
+    if index.trained or len(index):
+        raise ValueError("restore_ivf fills a new, empty index")
+    saved, wanted = _structure(meta), structure_of(index)
+    if saved != wanted:
+        differ = sorted(key for key in wanted if saved.get(key) != wanted[key])
+        shown = ", ".join(f"{key} {saved.get(key)!r} (wanted {wanted[key]!r})" for key in differ)
+        raise ValueError(f"{where} was built with other settings: {shown}")
+    if index.tunes and meta["tuned_at"]:
+        index.nprobe, index.rerank = int(meta["nprobe"]), int(meta["rerank"])
+    faiss = _faiss()
+    _restore(index, faiss.deserialize_index(np.frombuffer(faiss_bytes, np.uint8)), meta, arrays)
+
+
+def structure_of(index: IVFIndex) -> dict:
+    """The settings that shape a saved index's lists and codes (not its search knobs)."""
+    return {**{key: getattr(index, key) for key in _STRUCTURE}, "nlist_setting": index.nlist_setting}
+
+
+def _structure(meta: dict) -> dict:
+    return {**{key: meta.get(key) for key in _STRUCTURE}, "nlist_setting": meta.get("nlist_setting")}
+
+
+def _read_side(data: bytes, where: str) -> tuple[dict, dict]:
+    """(meta, arrays) of a ``.npz`` written by ``save_ivf`` (never unpickled)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
+            meta = json.loads(str(saved["meta"]))
+            arrays = {key: saved[key] for key in saved.files if key != "meta"}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{where} is not an IVF index's .npz file ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise ValueError(f"{where}: IVF index file format {got}, this version reads {_FORMAT}")
+    if "hnsw_quantizer_from" in meta:  # the option's earlier name, in indexes saved before it changed
+        meta["grouped_quantizer_from"] = meta.pop("hnsw_quantizer_from")
+    return meta, arrays
+
+
+def _restore(index: IVFIndex, faiss_index: Any, meta: dict, arrays: dict) -> None:
+    """Put a read FAISS index and its bookkeeping into ``index`` (made with the saved settings)."""
+    rows, alive = meta["rows"], arrays["alive"]
+    if alive.dtype != bool or alive.shape != (rows,) or int(alive.sum()) != meta["live"]:
+        raise ValueError(f"the saved index's live rows disagree with its count of {rows} rows, {meta['live']} live")
+    index._index = faiss_index
     index._staged = None
     index.nlist, index.trained_on, index.tuned_at = meta["nlist"], meta["trained_on"], meta["tuned_at"]
-    rows = meta["rows"]
     index._grow(rows)
-    index._alive[:rows] = arrays["alive"]
+    index._alive[:rows] = alive
     index._rows, index._live = rows, meta["live"]
     if not meta["borrowed"]:
         index._own[:rows] = arrays["own"]
         index._row_ids[:rows] = arrays["row_ids"]
-    if warm:
-        warm_up(index)
-    return index
 
 
 def warm_up(index: IVFIndex) -> None:

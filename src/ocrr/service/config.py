@@ -90,6 +90,14 @@ class ServiceConfig:
     quick_open: bool = option(
         default=False, kind=bool, help="on open, rehash only the entries after the last checkpoint"
     )
+    index_file: Path | None = option(
+        default=None,
+        kind=Path,
+        allow_none=True,
+        help="an IVF index `ocrr ledger index` saved for this ledger and signed with --key: each worker "
+        "opens it instead of training one (the --system must be the one it was built with; nprobe and "
+        "rerank may differ); refused, naming the fix, unless its signature, files and Merkle root check out",
+    )
     workers: int = option(
         default=1,
         kind=int,
@@ -165,6 +173,11 @@ class ServiceConfig:
         object.__setattr__(self, "ledger", as_location(self.ledger))  # a URL stays a string
         if self.signed_state is not None and self.key is None:
             raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
+        if self.index_file is not None and self.key is None:
+            raise OcrrError(
+                "--index-file is trusted through the signature of the ledger's key: give --key (the key "
+                "`ocrr ledger index` signed it with)"
+            )
         if self.pin_workers and self.workers < 2:
             raise OcrrError(
                 "--pin-workers keeps each of several workers on its own core; with one worker there is "

@@ -34,6 +34,7 @@ from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
+from ocrr.systems.substrate.saved_index import check_index_file
 
 #: Entries older than the last checkpoint the background check rehashes per tick (a slice
 #: short enough for requests not to notice, docs/reference/measurements.md), in turn: all of
@@ -299,13 +300,21 @@ def build_state(
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
         if predicts:
             sub = open_substrate(
-                config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True, signer=signer
+                config.ledger,
+                config.system,
+                seed=config.seed,
+                verify=config.verify,
+                grow_ahead=True,
+                signer=signer,
+                index_file=config.index_file,
             )
         else:
             if config.fit is not None:
                 raise ValueError("predicts=False cannot seed the ledger (config.fit)")
             sub = open_checked(config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer)
         opened.enter_context(sub)
+        if not predicts and config.index_file is not None:  # refused once here, not by every worker in turn
+            check_index_file(config.index_file, signer, sub.system, sub.ledger)
         guarded = None if signer is None else opened.enter_context(_signing_state(config, signer, sub, log))
         if encoder is not None:
             encoder = SerialEncoder(encoder)

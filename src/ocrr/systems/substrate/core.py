@@ -6,6 +6,7 @@ nothing is ever updated in place, so nothing learned is ever overwritten (paper 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeAlias
 
@@ -110,16 +111,22 @@ class Substrate(IndexedSystem, System):
             self._append(seed, who="fit")
         return self
 
-    def fit_checked(self, seed: Batch, hashes: list[bytes]) -> Substrate:
+    def fit_checked(
+        self, seed: Batch, hashes: list[bytes], saved_index: Callable[[SearchIndex, int], int] | None = None
+    ) -> Substrate:
         """``fit`` on entries a durable store has read and checked, taking their chain hashes
         (``hashes``, the store's) instead of recomputing them: the store holds the chain and
         tree of these very entries and compares the head after, so hashing them again here
         would only repeat its work. The vectors are taken as they are (the store checked
         them), and their buffer too when it has room to grow (``Chain._from_stored``). A
         substrate whose learning differs (bounded ones evict), or whose vectors live on
-        disk, is fitted the usual way."""
+        disk, is fitted the usual way. ``saved_index(index, n)``: fills the new, empty index
+        from a saved one (``ocrr.systems.substrate.saved_index``, which refuses the substrates
+        fitted the usual way) and returns how many of the first entries it holds; only the
+        entries after those are added."""
         own_steps = type(self).fit is Substrate.fit and type(self)._index_new is Substrate._index_new
         if not own_steps or self.vectors_on_disk is not None or not self.store_text or not len(seed):
+            assert saved_index is None, "a saved index is for the substrate's own steps (saved_index.check_saveable)"
             return self.fit(seed)
         vecs = np.asarray(seed.vecs)
         dim, n = int(vecs.shape[1]), len(vecs)
@@ -129,9 +136,10 @@ class Substrate(IndexedSystem, System):
             dim, range(n), labels, texts, vecs, [GENESIS, *hashes[: n - 1]], hashes, adopt=True
         )
         self.index_ = self._new_index(dim)
-        self.search_ = IncrementalSearch(self.index_)
         self._entry_label = self.space_.encode(labels, grow=True)
-        self._index_new(ledger.vectors, np.arange(n, dtype=np.int64))
+        held = 0 if saved_index is None else saved_index(self.index_, n)
+        self.search_ = IncrementalSearch(self.index_)
+        self._index_new(ledger.vectors[held:], np.arange(held, n, dtype=np.int64))
         return self
 
     def correct(self, batch: Batch) -> None:

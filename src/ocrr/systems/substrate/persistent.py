@@ -29,6 +29,7 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
 from ocrr.systems.substrate.core import Substrate
+from ocrr.systems.substrate.saved_index import SavedIndex
 
 __all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "open_checked", "POOLED_BELOW"]
 
@@ -258,6 +259,7 @@ def open_substrate(
     seed: int = 0,
     grow_ahead: bool = False,
     signer: Signer | None = None,
+    index_file: str | os.PathLike[str] | None = None,
 ) -> PersistentSubstrate:
     """Open (or create) a substrate persisted in the ledger file ``path``.
 
@@ -268,7 +270,9 @@ def open_substrate(
     make each bigger vector buffer in the background before the current one fills
     (``Chain.grow_ahead``), for a process that answers requests while the ledger grows.
     ``signer``: signs the ledger's checkpoint records; only its records let ``"checkpoint"``
-    skip rehashing (without one, every entry is rehashed).
+    skip rehashing (without one, every entry is rehashed). ``index_file``: an IVF index
+    ``ocrr ledger index`` saved and ``signer``'s key signed, opened instead of trained
+    (``ocrr.systems.substrate.saved_index``: refused, naming the fix, unless it checks out).
 
     Examples:
         >>> import os, tempfile
@@ -294,6 +298,9 @@ def open_substrate(
         >>> folder.cleanup()
     """
     system = _servable(system, seed)
+    saved = None if index_file is None else SavedIndex.read(index_file, signer)
+    if saved is not None:
+        saved.check_system(system)
     opening = True
 
     def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
@@ -307,7 +314,7 @@ def open_substrate(
             if opening and hashes is not None:
                 # the stored entries, with the store's checked hashes; their rows buffer is the
                 # scan's own (a commit's vectors are not: the first commit is fitted the usual way)
-                system.fit_checked(batch, hashes)
+                system.fit_checked(batch, hashes, None if saved is None else saved.restore)
             else:
                 system.fit(batch)  # the stored entries are the substrate's history
             if grow_ahead:
@@ -320,6 +327,12 @@ def open_substrate(
 
     ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
     opening = False
+    if saved is not None:
+        try:
+            saved.check_ledger(ledger)  # built over these very entries: before any answer comes from it
+        except BaseException:
+            ledger.close()
+            raise
     return PersistentSubstrate(ledger, system)
 
 
