@@ -47,6 +47,8 @@ _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
 # About what one entry (beside its vector) and one tree node add to the log, for the checkpoints.
 _ROW_BYTES, _NODE_BYTES = 128, 48
+# Parameters bound per INSERT at most: a statement's text is parsed again whenever its size is new.
+_MAX_PARAMETERS = 4096
 # The stored tail (ocrr.ledger.tail.StoredTail) in one statement: point reads on two primary keys.
 _TAIL = (
     "SELECT (SELECT value FROM meta WHERE key = 'size'), (SELECT value FROM meta WHERE key = 'chain_head'), "
@@ -436,11 +438,12 @@ def _insert_rows(conn: sqlite3.Connection, table: str, rows: list[tuple]) -> Non
     """INSERT ``rows`` (tuples of one width) into ``table``, in order, as multi-row statements.
     ``executemany`` steps SQLite once per row, letting go of the GIL each time, and in a
     service each step may then wait for the event loop's thread to hand it back; a statement
-    of many rows steps once. (At most 999 parameters each: SQLite's limit before 3.32.)"""
+    of many rows steps once. As many rows per statement as the library binds parameters
+    (a group commit's rows usually fit in one; SQLite before 3.32 binds 999)."""
     if not rows:
         return
     width = len(rows[0])
-    per = max(1, 999 // width)
+    per = max(1, min(conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER), _MAX_PARAMETERS) // width)
     row = "(" + ", ".join("?" * width) + ")"
     for lo in range(0, len(rows), per):
         chunk = rows[lo : lo + per]
