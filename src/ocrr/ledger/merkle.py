@@ -11,7 +11,8 @@ the log. Memory: about 64 bytes per leaf.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ocrr.ledger.verify import EMPTY_ROOT, HASH_SIZE, node_hash
 
@@ -155,13 +156,16 @@ class MerkleTree:
                 lo += k
         return proof[::-1]
 
-    def inclusion_proofs(self, indices: Sequence[int], size: int | None = None) -> list[list[bytes]]:
+    def inclusion_proofs(
+        self, indices: Sequence[int], size: int | None = None, encode: Callable[[bytes], Any] = bytes
+    ) -> list[list[Any]]:
         """``inclusion_proof(i, size)`` for every ``i`` of ``indices``, made together. Entries
         under one node share the upper part of their proofs: level by level from the top, each
         node the entries reach gets its path up (its sibling, then its parent's path), so
         every sibling is looked up once (a stored node or, on the right edge, the hash of an
         incomplete subtree, computed once for all of them) and a group commit's proofs cost a
-        few list joins per node instead of a step per entry and level."""
+        few list joins per node instead of a step per entry and level. ``encode``: what each
+        node is handed out as, called once per distinct node (``b64`` for JSON documents)."""
         size = len(self) if size is None else self._check(size, "tree size")
         for index in indices:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
@@ -172,7 +176,7 @@ class MerkleTree:
             reached.append(dict.fromkeys(k >> 1 for k in reached[-1]))
             lasts.append(lasts[-1] >> 1)
         memo: dict = {}
-        above: dict[int, list[bytes]] = dict.fromkeys(reached[-1], [])  # the root's path up: none
+        above: dict[int, list[Any]] = dict.fromkeys(reached[-1], [])  # the root's path up: none
         for level in range(len(lasts) - 2, -1, -1):
             nodes, width, last = self.levels[level], 1 << level, lasts[level]
             paths = {}
@@ -181,9 +185,9 @@ class MerkleTree:
                 if sib > last:  # an even last node: its own parent (RFC 6962's unbalanced right edge)
                     paths[k] = up
                 elif (sib + 1) * width <= size:  # a complete subtree: stored
-                    paths[k] = [bytes(nodes[sib * HASH_SIZE : (sib + 1) * HASH_SIZE]), *up]
+                    paths[k] = [encode(bytes(nodes[sib * HASH_SIZE : (sib + 1) * HASH_SIZE])), *up]
                 else:
-                    paths[k] = [self._range(sib * width, size, memo), *up]
+                    paths[k] = [encode(self._range(sib * width, size, memo)), *up]
             above = paths
         return [list(above[i]) for i in indices]  # one list each (paths share their parts)
 
