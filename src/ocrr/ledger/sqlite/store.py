@@ -1,7 +1,8 @@
 """The durable ledger: appends acknowledged only once on disk, shared commits, checked reopening.
 
 SQLite runs in WAL mode with ``synchronous=FULL``, so a commit is on disk when it
-returns. ``append`` returns only after its entry is committed; appends that arrive while
+returns; the log is copied into the file by the ledger's own thread, never inside a commit
+(``ocrr.ledger.sqlite.wal``). ``append`` returns only after its entry is committed; appends that arrive while
 a commit is running wait and then go in one transaction together (group commit: one
 fsync for all of them; the queue is ``ocrr.ledger.group_commit``). On open, the whole
 file is checked (``verify="full"``) or only what follows the last recorded checkpoint
