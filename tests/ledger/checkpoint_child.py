@@ -1,9 +1,9 @@
 """The checkpoint crash test's helper process (started by test_wal_checkpoints.py).
 
 Opens the ledger file ``argv[1]`` with background checkpoints every ``argv[2]`` bytes, appends
-``argv[3]`` entries in batches until its checkpointer has copied the log into the file once,
-then appends ``argv[3]`` more (in the log only), prints the last acknowledged id and waits on
-stdin, to be killed with SIGKILL.
+``argv[3]`` entries until its checkpointer has copied the log into the file once, then keeps
+appending ``argv[3]`` at a time (checkpoints running beside the commits), printing each last
+acknowledged id, until it is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ def main() -> None:
     if not led.wal.wait(1, timeout=60):
         raise SystemExit("no checkpoint ran")
     print(f"checkpointed {last}", flush=True)
-    last = append(led, count)  # acknowledged: in the log, not yet in the file
-    print(f"acked {last}", flush=True)
-    sys.stdin.read()  # killed here
+    while True:  # killed somewhere in here: in a commit, a checkpoint, or both
+        print(f"acked {append(led, count)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,27 +58,27 @@ def test_commits_leave_the_log_to_the_background_checkpointer(tmp_path):
         assert len(again) == 1010
 
 
-def test_an_acknowledged_entry_survives_a_kill_after_a_checkpoint(tmp_path):
-    """A process checkpoints, appends more (acknowledged: in the log only) and is SIGKILLed:
-    every acknowledged entry is there on reopening, those checkpointed in the file itself."""
+def test_an_acknowledged_entry_survives_a_kill_while_checkpoints_run(tmp_path):
+    """A process checkpoints, then appends on while its checkpointer copies the log after
+    every commit, and is SIGKILLed part-way: every acknowledged entry is there on reopening,
+    and the first ones are in the database file itself (a checkpoint really ran)."""
     from checkpoint_child import label, vec
 
     path = tmp_path / "crash.db"
     child = subprocess.Popen(
         [sys.executable, str(HERE / "checkpoint_child.py"), str(path), "1", "300"],
-        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         checkpointed = int(child.stdout.readline().split()[1])
-        acked = int(child.stdout.readline().split()[1])
+        acked = max(int(child.stdout.readline().split()[1]) for _ in range(20))
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
-    assert (checkpointed, acked) == (299, 599)
-    assert _file_alone(path, tmp_path) >= checkpointed + 1  # the checkpoint really copied them
+    assert checkpointed == 299 and acked >= 299 + 20 * 300
+    assert _file_alone(path, tmp_path) >= checkpointed + 1
     with DurableLedger.open(path) as led:  # full check: refuses a broken chain or tree
-        assert len(led) == acked + 1
+        assert len(led) > acked
         for i in range(len(led)):
             assert led.memory[i].label == label(i) and np.array_equal(led.memory[i].vector, vec(i))
