@@ -14,7 +14,7 @@ import pytest
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import Chain
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.proofs import InclusionProof
+from ocrr.ledger.proofs import InclusionProof, b64
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verify import entry_bytes, leaf_hash
@@ -143,6 +143,21 @@ def test_a_group_commits_proof_documents_are_each_proofs_own():
     found = [(i, tree.node(0, i), p) for i, p in zip(ids, tree.inclusion_proofs(ids, 300))]
     expected = [InclusionProof.of(tree, i, 300).to_dict() for i in ids]
     assert InclusionProof.documents(300, tree.root(300), found) == expected
+    encoded = [(i, b64(tree.node(0, i)), p) for i, p in zip(ids, tree.inclusion_proofs(ids, 300, b64))]
+    assert InclusionProof.documents(300, tree.root(300), encoded, encoded=True) == expected
+
+
+def test_a_stores_proofs_encoded_once_are_its_proofs_encoded(tmp_path):
+    """``head_with_proofs(ids, b64)`` (the service's answer) hands out exactly the base64 of
+    ``head_with_proofs(ids)``'s leaves and nodes, at the same head."""
+    with DurableLedger.open(tmp_path / "p.db", dim=8) as led:
+        for vecs, labels, texts in _groups():
+            led.extend(vecs, labels, texts)
+        ids = range(len(led) - 77, len(led))
+        size, root, chain, found = led.head_with_proofs(ids)
+        size2, root2, chain2, encoded = led.head_with_proofs(ids, b64)
+        assert (size2, root2, chain2) == (size, root, chain)
+        assert encoded == [(i, b64(leaf), [b64(n) for n in path]) for i, leaf, path in found]
 
 
 def test_the_row_rules_measure_norms_as_numpy_does():

@@ -151,6 +151,8 @@ def test_proofs_made_together_equal_each_made_alone(tree):
     for size in (1500, 1024, 1025, 1279):
         block = list(range(size - 256, size))
         assert big.inclusion_proofs(block, size) == [big.inclusion_proof(i, size) for i in block]
+        scattered = [int(i) for i in np.random.default_rng(size).integers(0, size, 300)]  # repeats too
+        assert big.inclusion_proofs(scattered, size) == [big.inclusion_proof(i, size) for i in scattered]
     assert big.inclusion_proofs([]) == []
     with pytest.raises(IndexError):
         tree.inclusion_proofs([3, 64], 64)

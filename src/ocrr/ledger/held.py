@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 
@@ -133,13 +133,17 @@ class HeldLedger(GroupCommit):
         size, root, chain, _ = self.head_with_proofs(())
         return size, root, chain
 
-    def head_with_proofs(self, ids) -> tuple[int, bytes, bytes, list[tuple[int, bytes, list[bytes]]]]:
-        """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head."""
+    def head_with_proofs(
+        self, ids, encode: Callable[[bytes], Any] = bytes
+    ) -> tuple[int, bytes, bytes, list[tuple[int, Any, list[Any]]]]:
+        """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head;
+        ``encode``: what the leaves and proofs' nodes are handed out as (``b64``: each
+        distinct node encoded once, ready for ``InclusionProof.documents(..., encoded=True)``)."""
         with self.lock.read():
             size = len(self._hashes)
             ids = list(ids)
-            found = self.tree.inclusion_proofs(ids, size)
-            proofs = [(i, self.tree.node(0, i), proof) for i, proof in zip(ids, found)]
+            found = self.tree.inclusion_proofs(ids, size, encode)
+            proofs = [(i, encode(self.tree.node(0, i)), proof) for i, proof in zip(ids, found)]
             return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS, proofs
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import ProofError, b64, read_consistency, read_inclusion, unb64
@@ -32,11 +33,9 @@ def shared_b64() -> Callable[[bytes], str]:
     return functools.cache(b64)
 
 
-def _inclusion_document(
-    index: int, size: int, root_b64: str, leaf_b64: str, encode: Callable[[bytes], str], path: list[bytes]
-) -> dict:
+def _inclusion_document(index: int, size: int, root_b64: str, leaf_b64: str, path_b64: list[str]) -> dict:
     """An inclusion proof's JSON document (what every proof the service or the CLI hands out looks like)."""
-    return {"index": index, "size": size, "root": root_b64, "leaf_hash": leaf_b64, "proof": list(map(encode, path))}
+    return {"index": index, "size": size, "root": root_b64, "leaf_hash": leaf_b64, "proof": path_b64}
 
 
 @dataclass(frozen=True)
@@ -56,15 +55,26 @@ class InclusionProof:
 
     def to_dict(self, encode: Callable[[bytes], str] = b64) -> dict:
         """The JSON document; ``encode``: ``b64``, or one ``shared_b64()`` for many proofs at once."""
-        return _inclusion_document(self.index, self.size, encode(self.root), encode(self.leaf), encode, self.path)
+        return _inclusion_document(
+            self.index, self.size, encode(self.root), encode(self.leaf), list(map(encode, self.path))
+        )
 
     @staticmethod
-    def documents(size: int, root: bytes, found: Iterable[tuple[int, bytes, list[bytes]]]) -> list[dict]:
+    def documents(
+        size: int, root: bytes, found: Iterable[tuple[int, Any, list[Any]]], encoded: bool = False
+    ) -> list[dict]:
         """``to_dict`` of the proof of each ``(index, leaf, path)`` of ``found`` in the log of
-        ``size`` entries with ``root`` (a group commit's answer), each node encoded once."""
+        ``size`` entries with ``root`` (a group commit's answer), each node encoded once.
+        ``encoded``: the leaves and paths are in base64 already (``head_with_proofs(ids, b64)``,
+        which encodes each distinct node once); their lists become the documents' own."""
+        if encoded:
+            root_b64 = b64(root)
+            return [_inclusion_document(i, size, root_b64, leaf, path) for i, leaf, path in found]
         encode = shared_b64()
         root_b64 = encode(root)
-        return [_inclusion_document(i, size, root_b64, encode(leaf), encode, path) for i, leaf, path in found]
+        return [
+            _inclusion_document(i, size, root_b64, encode(leaf), list(map(encode, path))) for i, leaf, path in found
+        ]
 
     @classmethod
     def from_dict(cls, doc: object) -> InclusionProof:

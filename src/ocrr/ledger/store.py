@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.group_commit import Done
@@ -66,7 +66,9 @@ class LedgerStore(Protocol):
 
     def head(self) -> tuple[int, bytes, bytes]: ...
 
-    def head_with_proofs(self, ids) -> tuple[int, bytes, bytes, list[tuple[int, bytes, list[bytes]]]]: ...
+    def head_with_proofs(
+        self, ids, encode: Callable[[bytes], Any] = bytes
+    ) -> tuple[int, bytes, bytes, list[tuple[int, Any, list[Any]]]]: ...
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]: ...
 

@@ -1,7 +1,8 @@
 """The durable ledger: appends acknowledged only once on disk, shared commits, checked reopening.
 
 SQLite runs in WAL mode with ``synchronous=FULL``, so a commit is on disk when it
-returns. ``append`` returns only after its entry is committed; appends that arrive while
+returns; the log is copied into the file by the ledger's own thread, never inside a commit
+(``ocrr.ledger.sqlite.wal``). ``append`` returns only after its entry is committed; appends that arrive while
 a commit is running wait and then go in one transaction together (group commit: one
 fsync for all of them; the queue is ``ocrr.ledger.group_commit``). On open, the whole
 file is checked (``verify="full"``) or only what follows the last recorded checkpoint
@@ -38,12 +39,17 @@ from ocrr.ledger.scan import Damage, LedgerReport, Scan
 from ocrr.ledger.sqlite.locks import FileHold, join_writers
 from ocrr.ledger.sqlite.scan import report_of, scan_file
 from ocrr.ledger.sqlite.schema import VERIFICATIONS_TABLE, add_note_column, adopt_v1, connect, create_tables
+from ocrr.ledger.sqlite.wal import BackgroundCheckpoints, no_checkpoints_in_commits
 from ocrr.ledger.tail import StoredTail
 
 __all__ = ["Apply", "DurableLedger", "LedgerReport", "scan_file"]
 
 _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
+# About what one entry (beside its vector) and one tree node add to the log, for the checkpoints.
+_ROW_BYTES, _NODE_BYTES = 128, 48
+# Parameters bound per INSERT at most: a statement's text is parsed again whenever its size is new.
+_MAX_PARAMETERS = 4096
 # The stored tail (ocrr.ledger.tail.StoredTail) in one statement: point reads on two primary keys.
 _TAIL = (
     "SELECT (SELECT value FROM meta WHERE key = 'size'), (SELECT value FROM meta WHERE key = 'chain_head'), "
@@ -73,15 +79,23 @@ class DurableLedger(HeldLedger):
             # Writers of other processes queue on this lock file, not in SQLite's busy handler, which
             # polls with sleeps of up to 100 ms (two writers there: docs/reference/measurements.md).
             self._writer = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT, 0o644)
+            # Commits only fsync the log; a thread of this ledger copies it into the file
+            # (ocrr.ledger.sqlite.wal), so no correction waits for a checkpoint.
+            no_checkpoints_in_commits(conn)
+            no_checkpoints_in_commits(self._watch)
+            self.wal = BackgroundCheckpoints(path)
         except (OSError, sqlite3.Error) as e:
             conn.close()
             if hasattr(self, "_watch"):
                 self._watch.close()
+            if hasattr(self, "_writer"):
+                os.close(self._writer)
             raise _not_writable(path, e) from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
+            self.wal.close()
             conn.close()
             self._watch.close()
             os.close(self._writer)
@@ -314,6 +328,7 @@ class DurableLedger(HeldLedger):
         except BaseException as e:
             self._commit_failed(n0, batch, self._write_error(e))
             return
+        self.wal.committed(len(rows) * (len(rows[0][3]) + _ROW_BYTES) + len(nodes) * _NODE_BYTES)
         self._commit_done(ok, digests, dim)  # the mirror follows the file
 
     def _write_error(self, e: BaseException) -> OcrrError:
@@ -409,6 +424,7 @@ class DurableLedger(HeldLedger):
             while self._committing or (self._queue and self._committer is not None):
                 self._cv.wait()
             if not self._closed:
+                self.wal.close()
                 with self._follow:
                     self._closed = True
                     self._watch.close()
@@ -423,11 +439,12 @@ def _insert_rows(conn: sqlite3.Connection, table: str, rows: list[tuple]) -> Non
     """INSERT ``rows`` (tuples of one width) into ``table``, in order, as multi-row statements.
     ``executemany`` steps SQLite once per row, letting go of the GIL each time, and in a
     service each step may then wait for the event loop's thread to hand it back; a statement
-    of many rows steps once. (At most 999 parameters each: SQLite's limit before 3.32.)"""
+    of many rows steps once. As many rows per statement as the library binds parameters
+    (a group commit's rows usually fit in one; SQLite before 3.32 binds 999)."""
     if not rows:
         return
     width = len(rows[0])
-    per = max(1, 999 // width)
+    per = max(1, min(conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER), _MAX_PARAMETERS) // width)
     row = "(" + ", ".join("?" * width) + ")"
     for lo in range(0, len(rows), per):
         chunk = rows[lo : lo + per]
