@@ -32,6 +32,7 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
+from ocrr.service.shared_rows import SharedRows
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
 
@@ -275,6 +276,7 @@ def build_state(
     log: Callable[[str], None] = print,
     damage_after: int | None = None,
     predicts: bool = True,
+    shared: SharedRows | None = None,
 ) -> ServiceState:
     """Open everything the service serves: the signer, the substrate (its ledger checked),
     the encoder, and seed an empty ledger with ``config.fit``. ``encoder``: an encoder object
@@ -283,7 +285,9 @@ def build_state(
     latest verification record when the service started (a worker gets its supervisor's);
     damage recorded after it is honoured (default: the latest record now). ``predicts=False``:
     the ledger is checked as for serving but the substrate does not learn its entries (the
-    supervisor of ``--workers N``, whose workers each open it; no ``config.fit``)."""
+    supervisor of ``--workers N``, whose workers each open it; no ``config.fit``). ``shared``:
+    the entries that supervisor checked (``service/shared_rows.py``): the substrate is built
+    from them, and only the entries committed since are read from the ledger."""
     signer = (
         Signer.load(config.key, config.origin or default_origin_of(config.ledger)) if config.key is not None else None
     )
@@ -298,9 +302,19 @@ def build_state(
         )
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
         if predicts:
+            known = None if shared is None else shared.known_prefix()
             sub = open_substrate(
-                config.ledger, config.system, seed=config.seed, verify=config.verify, grow_ahead=True, signer=signer
+                config.ledger,
+                config.system,
+                seed=config.seed,
+                verify=config.verify,
+                grow_ahead=True,
+                signer=signer,
+                known=known,
             )
+            del known  # (its lists are the substrate's now)
+            if shared is not None:
+                shared.lend_codes(sub)
         else:
             if config.fit is not None:
                 raise ValueError("predicts=False cannot seed the ledger (config.fit)")

@@ -25,6 +25,7 @@ from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import display, open_store
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.scan import LedgerReport
+from ocrr.ledger.sqlite.scan import KnownPrefix
 from ocrr.ledger.store import LedgerStore
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
@@ -224,13 +225,13 @@ def bounded_queries(vecs, dim: int | None) -> np.ndarray:
     return queries
 
 
-def _check_stored_rows(vecs: np.ndarray, where: str) -> None:
+def _check_stored_rows(vecs: np.ndarray, where: str, first: int = 0) -> None:
     """``check_rows`` over the rows an open finds stored, a block at a time: its float64
     temporaries then stay small and reused, where whole they would be eight bytes per stored
     value of fresh memory, which is slow to touch on a loaded VM (the check dominated the
-    open of a million-entry ledger)."""
+    open of a million-entry ledger). ``vecs``: the rows of entries ``first`` on."""
     for lo in range(0, len(vecs), _CHECK_ROWS):
-        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, lo), _STORED_FIX)
+        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, first + lo), _STORED_FIX)
 
 
 def _entry_namer(where: str, first: int) -> Callable[[int], str]:
@@ -258,6 +259,7 @@ def open_substrate(
     seed: int = 0,
     grow_ahead: bool = False,
     signer: Signer | None = None,
+    known: KnownPrefix | None = None,
 ) -> PersistentSubstrate:
     """Open (or create) a substrate persisted in the ledger file ``path``.
 
@@ -268,7 +270,9 @@ def open_substrate(
     make each bigger vector buffer in the background before the current one fills
     (``Chain.grow_ahead``), for a process that answers requests while the ledger grows.
     ``signer``: signs the ledger's checkpoint records; only its records let ``"checkpoint"``
-    skip rehashing (without one, every entry is rehashed).
+    skip rehashing (without one, every entry is rehashed). ``known``: the file's first entries
+    as another process read and checked them, rows included (``ocrr serve --workers N``: the
+    supervisor's, in shared memory); only the entries after them are read and checked here.
 
     Examples:
         >>> import os, tempfile
@@ -295,13 +299,14 @@ def open_substrate(
     """
     system = _servable(system, seed)
     opening = True
+    checked = 0 if known is None else known.size  # rows whose rules the process that read them checked
 
     def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
         if opening:
             # The rows stored before this open (later ones come through checked_corrections):
             # rows an older import, another program or an edit that rehashed the chain wrote
             # are refused before the substrate learns them.
-            _check_stored_rows(vecs, f"ledger {display(path)}")
+            _check_stored_rows(vecs[checked:], f"ledger {display(path)}", checked)
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
             if opening and hashes is not None:
@@ -318,7 +323,8 @@ def open_substrate(
             system.correct(batch)
         return system._fitted_ledger().head
 
-    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
+    # a file, or a postgresql:// URL
+    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer, known=known)
     opening = False
     return PersistentSubstrate(ledger, system)
 

@@ -1,0 +1,171 @@
+"""``ocrr serve --workers N``: the supervisor's checked entries, handed to the workers in shared
+memory (``service/shared_rows.py``). A worker built from them holds what a worker that reads
+the file holds, answers the same, reads only the entries committed after the supervisor's
+read, and never writes into the shared rows."""
+
+from __future__ import annotations
+
+import mmap
+import pickle
+
+import numpy as np
+import pytest
+
+from ocrr.ledger.chain import APPENDABLE
+from ocrr.ledger.sqlite.store import DurableLedger
+from ocrr.service import shared_rows
+from ocrr.systems.substrate.persistent import open_checked, open_substrate
+
+pytestmark = pytest.mark.skipif(not shared_rows.available(), reason="shared rows need Linux's memfd")
+
+DIM, ENTRIES = 16, 6_000
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _texts(lo: int, hi: int) -> list[str | None]:
+    return [None if i % 7 == 0 else f"ütterance {i} ✓" * (i % 3) for i in range(lo, hi)]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    rng = np.random.default_rng(54)
+    centres = _unit(rng.normal(size=(40, DIM)))
+    classes = rng.integers(len(centres), size=ENTRIES)
+    vecs = _unit(centres[classes] + rng.normal(0, 0.2, (ENTRIES, DIM)))
+    path = tmp_path / "l.db"
+    with DurableLedger.open(path, dim=DIM) as led:
+        led.extend(vecs, [f"c{c}" for c in classes.tolist()], _texts(0, ENTRIES))
+    return path, centres, rng
+
+
+def _published(path):
+    supervisor = open_checked(path, verify="checkpoint")
+    try:
+        return shared_rows.publish(supervisor)
+    finally:
+        supervisor.close()
+
+
+def _same_holdings(got, want) -> None:
+    a, b = got.system.ledger_, want.system.ledger_
+    assert len(a) == len(b) == len(got.ledger) == len(want.ledger)
+    assert a.vectors.tobytes() == b.vectors.tobytes()
+    assert a.stored_columns() == b.stored_columns()
+    assert [a[i] for i in (0, 1, len(a) - 1)] == [b[i] for i in (0, 1, len(b) - 1)]
+    assert got.ledger.head() == want.ledger.head()
+    assert got.ledger.tree.levels == want.ledger.tree.levels
+    assert got.ledger.inclusion_proof(3) == want.ledger.inclusion_proof(3)
+
+
+def test_a_worker_built_from_the_shared_entries_holds_and_answers_what_the_file_gives(ledger):
+    path, centres, rng = ledger
+    shared = _published(path)
+    handed = pickle.loads(pickle.dumps(shared))  # (a spawned worker gets its own descriptor the same way)
+    try:
+        worker = open_substrate(path, verify="checkpoint", known=handed.known_prefix())
+        assert handed.lend_codes(worker)
+    finally:
+        handed.close()
+        shared.close()
+    plain = open_substrate(path, verify="checkpoint")
+    try:
+        assert _owner(worker.system.ledger_.vectors) is not None  # the mapped rows themselves, not a copy
+        assert _owner(plain.system.ledger_.vectors) is None
+        _same_holdings(worker, plain)
+        queries = [q[None] for q in _unit(centres[rng.integers(len(centres), size=200)] + rng.normal(0, 0.2, (200, DIM)))]
+        lent = worker.system.index_.shortlist("i8")
+        assert len(lent) == ENTRIES  # the codes were handed over, not made again
+        own = plain.system.index_.shortlist("i8")
+        for got, want in zip(worker.explain_each(queries, lent), plain.explain_each(queries, own)):
+            assert got == want
+        assert worker.predict(np.concatenate(queries)) == plain.predict(np.concatenate(queries))
+    finally:
+        worker.close()
+        plain.close()
+
+
+def test_entries_committed_after_the_supervisor_read_are_read_from_the_file(ledger):
+    path, centres, rng = ledger
+    shared = _published(path)
+    extra = _unit(rng.normal(size=(300, DIM)))
+    with DurableLedger.open(path, verify="checkpoint") as led:  # a writer, after the supervisor's read
+        led.extend(extra, ["late"] * 300, _texts(ENTRIES, ENTRIES + 300))
+    try:
+        worker = open_substrate(path, verify="checkpoint", known=shared.known_prefix())
+    finally:
+        shared.close()
+    plain = open_substrate(path)
+    try:
+        assert len(worker) == ENTRIES + 300
+        _same_holdings(worker, plain)
+        assert worker.predict(extra[:5]) == ["late"] * 5
+    finally:
+        worker.close()
+        plain.close()
+
+
+def test_a_workers_appends_go_to_its_own_memory_not_the_shared_rows(ledger):
+    path, _, rng = ledger
+    shared = _published(path)
+    try:
+        before = _shared_bytes(shared)
+        worker = open_substrate(path, verify="checkpoint", known=shared.known_prefix(), grow_ahead=True)
+        shared.lend_codes(worker)
+        other = open_substrate(path, verify="checkpoint", known=shared.known_prefix())  # a second worker
+        try:
+            new = _unit(rng.normal(size=(3, DIM)))
+            worker.correct(new, ["mine"] * 3, ["a", None, "c"])
+            worker.system.index_.shortlist("i8").catch_up(worker.system.ledger_.vectors)
+            assert worker.predict(new) == ["mine"] * 3
+            assert _shared_bytes(shared) == before  # the shared rows and codes are as published
+            assert len(other.system.ledger_) == ENTRIES  # the other worker's rows did not move
+            other.ledger.refresh()
+            assert other.predict(new) == ["mine"] * 3  # it takes them in from the file
+        finally:
+            worker.close()
+            other.close()
+    finally:
+        shared.close()
+    again = _published(path)  # a restart: what the workers appended is in the file, and handed on
+    try:
+        restarted = open_substrate(path, verify="checkpoint", known=again.known_prefix())
+        assert len(restarted) == ENTRIES + 3
+        assert restarted.predict(new) == ["mine"] * 3
+        restarted.close()
+    finally:
+        again.close()
+
+
+def test_a_file_changed_since_the_supervisor_read_is_read_again_and_refused(ledger):
+    import sqlite3
+
+    from ocrr.errors import OcrrError
+
+    path, _, _ = ledger
+    shared = _published(path)
+    with sqlite3.connect(path) as conn:  # history rewritten after the supervisor's check
+        conn.execute("DROP TRIGGER IF EXISTS entries_no_update")
+        triggers = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]
+        for name in triggers:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("UPDATE entries SET hash = zeroblob(32) WHERE id = ?", (ENTRIES - 1,))
+    try:
+        with pytest.raises(OcrrError, match=f"entry {ENTRIES - 1}"):
+            open_substrate(path, known=shared.known_prefix())
+    finally:
+        shared.close()
+
+
+def _owner(rows: np.ndarray):
+    """The mapping under ``rows`` when they lie in one (``shared_rows``), else None."""
+    while isinstance(rows, np.ndarray):
+        rows = rows.base
+    return rows if getattr(rows, APPENDABLE, False) else None
+
+
+def _shared_bytes(shared) -> bytes:
+    with mmap.mmap(shared.fd, shared.layout.total, prot=mmap.PROT_READ) as m:
+        return bytes(m)
