@@ -75,7 +75,9 @@ def test_a_worker_built_from_the_shared_entries_holds_and_answers_what_the_file_
         assert _owner(worker.system.ledger_.vectors) is not None  # the mapped rows themselves, not a copy
         assert _owner(plain.system.ledger_.vectors) is None
         _same_holdings(worker, plain)
-        queries = [q[None] for q in _unit(centres[rng.integers(len(centres), size=200)] + rng.normal(0, 0.2, (200, DIM)))]
+        queries = [
+            q[None] for q in _unit(centres[rng.integers(len(centres), size=200)] + rng.normal(0, 0.2, (200, DIM)))
+        ]
         lent = worker.system.index_.shortlist("i8")
         assert len(lent) == ENTRIES  # the codes were handed over, not made again
         own = plain.system.index_.shortlist("i8")
@@ -169,3 +171,51 @@ def _owner(rows: np.ndarray):
 def _shared_bytes(shared) -> bytes:
     with mmap.mmap(shared.fd, shared.layout.total, prot=mmap.PROT_READ) as m:
         return bytes(m)
+
+
+def test_two_workers_answer_the_exact_vote_and_keep_what_they_were_taught_across_a_restart(ledger):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("requests")
+    import signal
+    import time
+
+    from service_helpers import TOKEN, free_port, serve_workers, session_on, wait_for_workers
+
+    from ocrr.batch import Batch
+    from ocrr.systems.registry import make_system
+
+    path, centres, rng = ledger
+    with open_substrate(path) as exact:
+        vecs, labels = np.array(exact.system.ledger_.vectors), list(exact.system.ledger_.labels)
+    queries = _unit(centres[rng.integers(len(centres), size=60)] + rng.normal(0, 0.2, (60, DIM)))
+    want = list(make_system("substrate").fit(Batch(vecs, None, labels)).predict(Batch(queries)))
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    taught = _unit(rng.normal(size=(2, DIM)))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    for start in ("first", "restarted"):
+        proc = serve_workers(path, port)
+        try:
+            pids = wait_for_workers(url, proc, 2, time.monotonic() + 60)
+            for pid in pids.values():  # each maps the supervisor's memory file
+                assert "memfd:ocrr-shared-rows" in open(f"/proc/{pid}/maps").read()
+            on = [session_on(url, slot, time.monotonic() + 30) for slot in (0, 1)]
+            for slot in (0, 1):  # every worker answers from the rows the supervisor handed it
+                got = [
+                    on[slot].post(f"{url}/predict", json={"vectors": [q.tolist()]}, headers=auth).json()
+                    for q in queries
+                ]
+                assert [a["predictions"][0]["label"] for a in got] == want
+            if start == "first":  # taught through worker 0 after the start: worker 1 reads it from the file
+                answer = on[0].post(
+                    f"{url}/correct", json={"vectors": taught.tolist(), "labels": ["taught"] * 2}, headers=auth
+                )
+                assert answer.status_code == 200, answer.text
+            for slot in (0, 1):
+                got = on[slot].post(f"{url}/predict", json={"vectors": taught.tolist()}, headers=auth).json()
+                assert [p["label"] for p in got["predictions"]] == ["taught"] * 2
+            for s in on:
+                s.close()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()

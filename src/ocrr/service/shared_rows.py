@@ -26,6 +26,7 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing import reduction
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,14 @@ if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
     try:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc_mmap, _libc_munmap = _libc.mmap, _libc.munmap
-        _libc_mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        _libc_mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
         _libc_mmap.restype = ctypes.c_void_p
         _libc_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         _libc_munmap.restype = ctypes.c_int
@@ -149,7 +157,8 @@ class SharedRows:
         return True
 
 
-def _attach(fd: reduction.DupFd, layout: Layout) -> SharedRows:
+def _attach(fd: Any, layout: Layout) -> SharedRows:
+    """``SharedRows`` in the spawned process: ``fd`` is what ``reduction.DupFd`` made of the descriptor."""
     return SharedRows(fd.detach(), layout)
 
 
@@ -269,4 +278,4 @@ def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, i
     region = (ctypes.c_char * nbytes).from_address(base)
     setattr(region, APPENDABLE, True)  # Chain._from_stored adopts it as its buffer
     weakref.finalize(region, _libc_munmap, base, nbytes)
-    return np.ndarray(shape, dtype, buffer=region)
+    return np.ndarray(shape, dtype, buffer=memoryview(region))

@@ -217,7 +217,9 @@ def _still_stored(conn: sqlite3.Connection, known: KnownPrefix, size: int, width
         return False
     last = conn.execute("SELECT hash FROM entries WHERE id = ?", (n - 1,)).fetchone()
     leaf = conn.execute("SELECT hash FROM nodes WHERE level = 0 AND idx = ?", (n - 1,)).fetchone()
-    return last is not None and last[0] == known.hashes[-1] and leaf is not None and leaf[0] == known.tree.node(0, n - 1)
+    if last is None or leaf is None:
+        return False
+    return bool(last[0] == known.hashes[-1] and leaf[0] == known.tree.node(0, n - 1))
 
 
 def _room_for(buffer: np.ndarray, filled: int, rows: int) -> np.ndarray:
