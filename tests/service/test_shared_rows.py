@@ -41,12 +41,19 @@ def ledger(tmp_path):
     return path, centres, rng
 
 
-def _published(path):
-    supervisor = open_checked(path, verify="checkpoint")
+def _published(path, read_into_shared_memory: bool = True):
+    """What the supervisor of ``ocrr serve --workers N`` hands its workers: the rows read
+    straight into the memory they share (``RowsRoom``), or copied there."""
+    room = shared_rows.room_for_rows(path) if read_into_shared_memory else None
+    supervisor = open_checked(path, verify="checkpoint", known=None if room is None else room.known_prefix())
     try:
-        return shared_rows.publish(supervisor)
+        if room is not None:
+            assert room.holds(supervisor.ledger.memory.vectors)  # read into it: no second copy
+        return shared_rows.publish(supervisor, room)
     finally:
         supervisor.close()
+        if room is not None:
+            room.close()
 
 
 def _same_holdings(got, want) -> None:
@@ -60,9 +67,10 @@ def _same_holdings(got, want) -> None:
     assert got.ledger.inclusion_proof(3) == want.ledger.inclusion_proof(3)
 
 
-def test_a_worker_built_from_the_shared_entries_holds_and_answers_what_the_file_gives(ledger):
+@pytest.mark.parametrize("read_into_shared_memory", [True, False])
+def test_a_worker_built_from_the_shared_entries_holds_and_answers_what_the_file_gives(ledger, read_into_shared_memory):
     path, centres, rng = ledger
-    shared = _published(path)
+    shared = _published(path, read_into_shared_memory)
     handed = pickle.loads(pickle.dumps(shared))  # (a spawned worker gets its own descriptor the same way)
     try:
         worker = open_substrate(path, verify="checkpoint", known=handed.known_prefix())
@@ -170,7 +178,8 @@ def _owner(rows: np.ndarray):
 
 def _shared_bytes(shared) -> bytes:
     with mmap.mmap(shared.fd, shared.layout.total, prot=mmap.PROT_READ) as m:
-        return bytes(m)
+        with mmap.mmap(shared.rows_fd, 0, prot=mmap.PROT_READ) as rows:
+            return bytes(rows) + bytes(m)
 
 
 def test_two_workers_answer_the_exact_vote_and_keep_what_they_were_taught_across_a_restart(ledger):

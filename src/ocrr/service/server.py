@@ -23,7 +23,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.header_timeout import header_deadline_protocol
 from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
-from ocrr.service.shared_rows import SharedRows, publish
+from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
 from ocrr.service.threads import limit_threads, pin_to_core
@@ -61,11 +61,20 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
     alone = config.workers == 1 or config.fit is not None
     first = config if alone else dataclasses.replace(config, encoder=None)
-    state = build_state(first, log=log, predicts=alone)  # with workers, the substrate is theirs to build
+    # With workers, the rows are read into memory they will share (shared_rows.py).
+    room = None if alone or config.on_database else room_for_rows(config.ledger)
+    try:
+        state = build_state(first, log=log, predicts=alone, shared=room)  # with workers, the substrate is theirs
+    except BaseException:
+        if room is not None:
+            room.close()
+        raise
     log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
     if config.workers > 1:
         # What it checked, handed to the workers (they read from the file only what follows it).
-        shared = None if config.on_database else publish(state.substrate)
+        shared = None if config.on_database else publish(state.substrate, room)
+        if room is not None:
+            room.close()
         state.close()
         # Damage recorded in the file after this start is honoured, also by a worker started later.
         token, damage_seen = state.token, state.damage_seen

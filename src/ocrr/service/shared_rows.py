@@ -22,10 +22,12 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import sqlite3
 import sys
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing import reduction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,12 +36,14 @@ from ocrr.index.exact import ExactIndex
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.sqlite.scan import KnownPrefix
+from ocrr.ledger.sqlite.schema import connect
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import PersistentSubstrate
 from ocrr.utils.grow_ahead import room_at_open
 
-__all__ = ["SharedRows", "available", "publish"]
+__all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
 
 _PAGE = mmap.PAGESIZE
 _HASH = 32
@@ -78,7 +82,6 @@ class Layout:
 
     size: int
     dim: int
-    rows: int  # offset of the float32 rows (size x dim)
     codes: int | None  # offset of the 8-bit codes (capacity x dim, the first size written), or None
     code_rows: int  # the codes' capacity (rows)
     shortlist: dict | None  # Int8Shortlist.snapshot() of the codes
@@ -94,21 +97,24 @@ class Layout:
 
 @dataclass
 class SharedRows:
-    """A memory file of checked entries (``publish``) and where its columns lie. Pickled to a
-    worker as it is spawned, the worker gets its own descriptor of the file."""
+    """Two memory files of checked entries (``publish``): ``rows_fd`` the float32 rows (from
+    offset 0), ``fd`` the rest, and where its columns lie. Pickled to a worker as it is
+    spawned, the worker gets its own descriptors of them."""
 
+    rows_fd: int
     fd: int
     layout: Layout
     _closed: list[bool] = field(default_factory=list)
 
     def __reduce__(self):
         # DupFd: while a process is being spawned, the descriptor is passed on to it
-        return _attach, (reduction.DupFd(self.fd), self.layout)
+        return _attach, (reduction.DupFd(self.rows_fd), reduction.DupFd(self.fd), self.layout)
 
     def close(self) -> None:
-        """Let go of the descriptor (the mappings made from it stay)."""
+        """Let go of the descriptors (the mappings made from them stay)."""
         if not self._closed:
             self._closed.append(True)
+            os.close(self.rows_fd)
             os.close(self.fd)
 
     def known_prefix(self) -> KnownPrefix:
@@ -117,7 +123,7 @@ class SharedRows:
         lay = self.layout
         n, dim = lay.size, lay.dim
         capacity = room_at_open(n, 64)
-        vectors = _private_buffer(self.fd, lay.rows, n * dim * F4LE.itemsize, (capacity, dim), F4LE)
+        vectors = _private_buffer(self.rows_fd, 0, n * dim * F4LE.itemsize, (capacity, dim), F4LE)
         with mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ) as columns:
             view = memoryview(columns)
             try:
@@ -157,15 +163,68 @@ class SharedRows:
         return True
 
 
-def _attach(fd: Any, layout: Layout) -> SharedRows:
-    """``SharedRows`` in the spawned process: ``fd`` is what ``reduction.DupFd`` made of the descriptor."""
-    return SharedRows(fd.detach(), layout)
+def _attach(rows_fd: Any, fd: Any, layout: Layout) -> SharedRows:
+    """``SharedRows`` in the spawned process: what ``reduction.DupFd`` made of the descriptors."""
+    return SharedRows(rows_fd.detach(), fd.detach(), layout)
 
 
-def publish(substrate: PersistentSubstrate) -> SharedRows | None:
-    """The entries ``substrate``'s ledger holds, checked (``open_checked``), written into a new
-    memory file; None when there are none or this system cannot share them (``available``).
-    Codes them to 8 bits once when the substrate's searches would scan such codes."""
+class RowsRoom:
+    """Shared memory with room for a ledger file's rows, for the supervisor's check to read
+    them into (``build_state(shared=…)``, ``known_prefix``): ``publish`` then hands that very
+    memory to the workers, without copying the rows, or backing a second copy of them."""
+
+    def __init__(self, rows: int, dim: int):
+        self.fd = os.memfd_create("ocrr-shared-rows", os.MFD_CLOEXEC)
+        try:
+            nbytes = max(rows * dim * F4LE.itemsize, _PAGE)
+            os.ftruncate(self.fd, nbytes)
+            self.buffer: np.ndarray | None = _mapped(self.fd, nbytes, (rows, dim), F4LE)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def known_prefix(self) -> KnownPrefix:
+        """No entries, only the buffer their rows are read into."""
+        assert self.buffer is not None, "the room was closed"
+        return KnownPrefix(0, self.buffer, [], [], [], MerkleTree())
+
+    def holds(self, rows: np.ndarray) -> bool:
+        """Whether ``rows`` are this room's first rows (a scan read them into it)."""
+        buf = self.buffer
+        return buf is not None and len(rows) <= len(buf) and rows.ctypes.data == buf.ctypes.data
+
+    def close(self) -> None:
+        """Let go of the descriptor and of this object's view (unmapped once no view is left)."""
+        if self.buffer is not None:
+            self.buffer = None
+            os.close(self.fd)
+
+
+def room_for_rows(ledger: Any) -> RowsRoom | None:
+    """A ``RowsRoom`` for the rows the ledger file at ``ledger`` says it commits (its meta
+    table, read as it is now), or None: nothing to share (no entries, this system cannot,
+    or the file cannot be read: the check that follows says why)."""
+    if not available():
+        return None
+    try:
+        conn = connect(Path(ledger), readonly=True)
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('size', 'dim')").fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    size, dim = meta.get("size"), meta.get("dim")
+    if type(size) is not int or type(dim) is not int or size <= 0 or not 0 < dim <= MAX_DIM:
+        return None
+    return RowsRoom(size, dim)
+
+
+def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> SharedRows | None:
+    """The entries ``substrate``'s ledger holds, checked (``open_checked``), written into new
+    memory files; None when there are none or this system cannot share them (``available``).
+    Codes them to 8 bits once when the substrate's searches would scan such codes. ``room``:
+    where the check read the rows into (they are shared from there; else they are copied)."""
     mirror = getattr(substrate.ledger, "memory", None)
     if not available() or mirror is None or not len(mirror) or mirror.dim is None:
         return None
@@ -185,7 +244,6 @@ def publish(substrate: PersistentSubstrate) -> SharedRows | None:
         where, at = at, at + _whole_pages(nbytes)
         return where
 
-    rows_at = place(n * dim * F4LE.itemsize)
     codes_at = place(code_rows * dim) if coded else None
     hashes_at = place(n * _HASH)
     levels = tuple((place(len(level)), len(level)) for level in tree.levels)
@@ -193,11 +251,11 @@ def publish(substrate: PersistentSubstrate) -> SharedRows | None:
     ends_at = place(8 * n)
     none_at = place(n)
     texts_at = place(len(text_blob))
-    fd = os.memfd_create("ocrr-shared-rows", os.MFD_CLOEXEC)
+    rows_fd = _rows_file(mirror.vectors, room)
+    fd = os.memfd_create("ocrr-shared-columns", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, max(at, _PAGE))  # the codes' spare rows stay a hole: no memory until written
         with mmap.mmap(fd, max(at, _PAGE)) as out:
-            np.frombuffer(out, F4LE, n * dim, rows_at)[:] = mirror.vectors.reshape(-1)
             snapshot = None
             if codes_at is not None:
                 shortlist = Int8Shortlist(dim, np.frombuffer(out, np.int8, code_rows * dim, codes_at).reshape(-1, dim))
@@ -213,11 +271,11 @@ def publish(substrate: PersistentSubstrate) -> SharedRows | None:
             out[texts_at : texts_at + len(text_blob)] = text_blob
     except BaseException:
         os.close(fd)
+        os.close(rows_fd)
         raise
     layout = Layout(
         n,
         dim,
-        rows_at,
         codes_at,
         code_rows,
         snapshot,
@@ -230,7 +288,24 @@ def publish(substrate: PersistentSubstrate) -> SharedRows | None:
         (texts_at, len(text_blob)),
         max(at, _PAGE),
     )
-    return SharedRows(fd, layout)
+    return SharedRows(rows_fd, fd, layout)
+
+
+def _rows_file(rows: np.ndarray, room: RowsRoom | None) -> int:
+    """A memory file whose first bytes are ``rows``: ``room``'s (a descriptor of its own) when
+    the rows were read into it, else a new one they are copied into."""
+    if room is not None and room.holds(rows):
+        return os.dup(room.fd)
+    fd = os.memfd_create("ocrr-shared-rows", os.MFD_CLOEXEC)
+    try:
+        nbytes = max(rows.nbytes, _PAGE)
+        os.ftruncate(fd, nbytes)
+        with mmap.mmap(fd, nbytes) as out:
+            np.frombuffer(out, F4LE, rows.size)[:] = rows.reshape(-1)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _codes_wanted(system: Substrate) -> bool:
@@ -256,6 +331,21 @@ def _whole_pages(nbytes: int) -> int:
 
 class _Region:
     """A private mapping this process appends rows into (see ``_private_buffer``)."""
+
+
+def _mapped(fd: int, nbytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """The memory file's first ``nbytes`` as a writable array of ``shape``, shared (what this
+    process writes there, the processes mapping the file later see): the supervisor's, which
+    a scan adopts as its rows (``APPENDABLE``: no process maps it before it is filled)."""
+    assert _libc_mmap is not None and _libc_munmap is not None
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    base = _libc_mmap(None, nbytes, rw, mmap.MAP_SHARED, fd, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap of the shared rows failed")
+    region = (ctypes.c_char * nbytes).from_address(base)
+    setattr(region, APPENDABLE, True)
+    weakref.finalize(region, _libc_munmap, base, nbytes)
+    return np.ndarray(shape, dtype, buffer=memoryview(region))
 
 
 def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:

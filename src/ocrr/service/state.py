@@ -32,7 +32,7 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
-from ocrr.service.shared_rows import SharedRows
+from ocrr.service.shared_rows import RowsRoom, SharedRows
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
 
@@ -276,7 +276,7 @@ def build_state(
     log: Callable[[str], None] = print,
     damage_after: int | None = None,
     predicts: bool = True,
-    shared: SharedRows | None = None,
+    shared: SharedRows | RowsRoom | None = None,
 ) -> ServiceState:
     """Open everything the service serves: the signer, the substrate (its ledger checked),
     the encoder, and seed an empty ledger with ``config.fit``. ``encoder``: an encoder object
@@ -287,7 +287,8 @@ def build_state(
     the ledger is checked as for serving but the substrate does not learn its entries (the
     supervisor of ``--workers N``, whose workers each open it; no ``config.fit``). ``shared``:
     the entries that supervisor checked (``service/shared_rows.py``): the substrate is built
-    from them, and only the entries committed since are read from the ledger."""
+    from them, and only the entries committed since are read from the ledger; for the
+    supervisor itself (``predicts=False``), the shared memory its rows are read into."""
     signer = (
         Signer.load(config.key, config.origin or default_origin_of(config.ledger)) if config.key is not None else None
     )
@@ -313,12 +314,16 @@ def build_state(
                 known=known,
             )
             del known  # (its lists are the substrate's now)
-            if shared is not None:
+            if isinstance(shared, SharedRows):
                 shared.lend_codes(sub)
         else:
             if config.fit is not None:
                 raise ValueError("predicts=False cannot seed the ledger (config.fit)")
-            sub = open_checked(config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer)
+            known = None if shared is None else shared.known_prefix()  # (of no entries: where rows are read into)
+            sub = open_checked(
+                config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer, known=known
+            )
+            del known
         opened.enter_context(sub)
         guarded = None if signer is None else opened.enter_context(_signing_state(config, signer, sub, log))
         if encoder is not None:

@@ -39,7 +39,8 @@ class KnownPrefix:
     ``size - 1`` still has the chain hash given here (else it reads the file as without one).
     ``vectors``: a writable (capacity, dim) float32 buffer whose first ``size`` rows are the
     entries' (the scan writes later entries' rows after them while they fit); ``tree`` holds
-    their leaves; the lists are handed over, not copied."""
+    their leaves; the lists are handed over, not copied. With ``size`` 0 it gives only that
+    buffer: the one the scan reads every row into, while they fit."""
 
     size: int
     vectors: np.ndarray
@@ -122,7 +123,8 @@ def _scan(
         if i == trusted:
             check_checkpoint(checkpoints[-1], tree, prev)
     else:
-        vectors = _row_buffer(rows if keep_rows else 0, width)
+        into = known is not None and keep_rows and not known.size and known.vectors.shape[1] == width
+        vectors = _room_for(known.vectors, 0, rows) if into else _row_buffer(rows if keep_rows else 0, width)
         # The entries a checkpoint vouches for, read column-wise when they are intact (anything
         # unexpected there: read them again one by one below, which names what is wrong).
         prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None

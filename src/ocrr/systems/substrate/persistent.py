@@ -335,13 +335,15 @@ def open_checked(
     verify: str = "full",
     seed: int = 0,
     signer: Signer | None = None,
+    known: KnownPrefix | None = None,
 ) -> PersistentSubstrate:
     """The ledger at ``path`` checked as ``open_substrate`` checks it (chain, tree, checkpoint
     records and the stored rows' rules), without the substrate learning its entries: for a
     process that answers no predicts, such as the supervisor of ``ocrr serve --workers N``,
-    whose workers each open the substrate. Its ``system`` stays unfitted."""
+    whose workers each open the substrate. Its ``system`` stays unfitted. ``known``: as
+    ``open_substrate``'s (of no entries: the buffer the rows are read into)."""
     system = _servable(system, seed)
-    ledger = open_store(path, verify=verify, signer=signer)
+    ledger = open_store(path, verify=verify, signer=signer, known=known)
     try:
         mirror = getattr(ledger, "memory", None)  # the checked entries, kept without rehashing
         if mirror is not None and len(mirror):
