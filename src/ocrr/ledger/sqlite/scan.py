@@ -123,8 +123,10 @@ def _scan(
         if i == trusted:
             check_checkpoint(checkpoints[-1], tree, prev)
     else:
-        into = known is not None and keep_rows and not known.size and known.vectors.shape[1] == width
-        vectors = _room_for(known.vectors, 0, rows) if into else _row_buffer(rows if keep_rows else 0, width)
+        if known is not None and keep_rows and not known.size and known.vectors.shape[1] == width:
+            vectors = _room_for(known.vectors, 0, rows)  # the buffer the caller gave for the rows
+        else:
+            vectors = _row_buffer(rows if keep_rows else 0, width)
         # The entries a checkpoint vouches for, read column-wise when they are intact (anything
         # unexpected there: read them again one by one below, which names what is wrong).
         prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
