@@ -228,3 +228,49 @@ def test_two_workers_answer_the_exact_vote_and_keep_what_they_were_taught_across
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0, proc.stderr.read()
+
+
+def test_the_free_rows_past_the_shared_ones_are_not_backed_ahead(tmp_path):
+    """A worker's room for appends past the shared rows is memory of its own, backed page by
+    page as rows land in it: growing ahead (``ocrr serve``'s) does not back it all at once."""
+    from ocrr.service.shared_rows import _private_buffer
+    from ocrr.utils.grow_ahead import MIN_BYTES, GrowAhead
+
+    rows = np.ones((64, 256), np.float32)
+    shared = _published_rows(rows)
+    try:
+        buf = _private_buffer(shared, 0, rows.nbytes, (4 * MIN_BYTES // 1024, 256), np.dtype(np.float32))
+        ahead = GrowAhead()
+        ahead.watch(buf, len(rows))
+        ahead.join()
+        assert _resident_kb(buf) <= rows.nbytes // 1024 + 4  # the shared rows' pages at most, not the tail
+        assert buf[: len(rows)].tobytes() == rows.tobytes()
+    finally:
+        import os
+
+        os.close(shared)
+
+
+def _published_rows(rows: np.ndarray) -> int:
+    import os
+
+    fd = os.memfd_create("test-rows")
+    os.ftruncate(fd, rows.nbytes)
+    with mmap.mmap(fd, rows.nbytes) as out:
+        out[:] = rows.tobytes()
+    return fd
+
+
+def _resident_kb(array: np.ndarray) -> int:
+    """Kilobytes of ``array``'s mappings resident in this process (/proc/self/smaps)."""
+    lo, hi = array.ctypes.data, array.ctypes.data + array.nbytes
+    total, inside = 0, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start < hi and end > lo
+            elif inside and head == "Rss:":
+                total += int(line.split()[1])
+    return total

@@ -41,7 +41,7 @@ from ocrr.ledger.sqlite.scan import KnownPrefix
 from ocrr.ledger.sqlite.schema import connect
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import PersistentSubstrate
-from ocrr.utils.grow_ahead import room_at_open
+from ocrr.utils.grow_ahead import SMALL_PAGES, room_at_open
 
 __all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
 
@@ -50,7 +50,8 @@ _HASH = 32
 _MAP_FIXED = 0x10  # Linux's value (the mmap module does not export it)
 _CODE_ROWS_AT_LEAST = 1024  # as an Int8Shortlist's first buffer
 
-_libc_mmap = _libc_munmap = None
+_MADV_NOHUGEPAGE = 15  # Linux's value
+_libc_mmap = _libc_munmap = _libc_madvise = None
 if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
     try:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -66,8 +67,11 @@ if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
         _libc_mmap.restype = ctypes.c_void_p
         _libc_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         _libc_munmap.restype = ctypes.c_int
+        _libc_madvise = _libc.madvise
+        _libc_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _libc_madvise.restype = ctypes.c_int
     except (OSError, AttributeError):
-        _libc_mmap = _libc_munmap = None
+        _libc_mmap = _libc_munmap = _libc_madvise = None
 
 
 def available() -> bool:
@@ -353,7 +357,7 @@ def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, i
     ``offset``, mapped copy-on-write (pages read stay shared with every process mapping them;
     a page written becomes this process's own), and whose rest is private anonymous memory.
     Unmapped when the last array over it is gone."""
-    assert _libc_mmap is not None and _libc_munmap is not None
+    assert _libc_mmap is not None and _libc_munmap is not None and _libc_madvise is not None
     nbytes = max(_whole_pages(int(np.prod(shape)) * dtype.itemsize), _PAGE)
     rw = mmap.PROT_READ | mmap.PROT_WRITE
     base = _libc_mmap(None, nbytes, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
@@ -365,7 +369,10 @@ def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, i
         if over != base:
             _libc_munmap(base, nbytes)
             raise OSError(ctypes.get_errno(), "mmap of the shared rows failed")
+    if nbytes > mapped:  # small pages past the shared rows: each backed as a row first lands in it
+        _libc_madvise(base + mapped, nbytes - mapped, _MADV_NOHUGEPAGE)
     region = (ctypes.c_char * nbytes).from_address(base)
     setattr(region, APPENDABLE, True)  # Chain._from_stored adopts it as its buffer
+    setattr(region, SMALL_PAGES, True)  # so its free tail is not backed ahead (grow_ahead)
     weakref.finalize(region, _libc_munmap, base, nbytes)
     return np.ndarray(shape, dtype, buffer=memoryview(region))
