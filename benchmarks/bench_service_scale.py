@@ -10,8 +10,9 @@ beside its target, with the load average (the box is shared):
 * full verify: ``ocrr ledger verify FILE`` (rehashes every entry), wall time;
 * restart to healthy: ``ocrr serve --quick-open --key … --workers N`` started, until every
   worker answers ``/health``;
-* RSS per worker process after the start and after the load (anonymous and file-backed pages
-  apart: file pages of a shared read-only map are the page cache's, shared by the workers);
+* RSS and PSS of the supervisor and of each worker after the start and after the load
+  (anonymous, file-backed and shared-memory pages apart: the rows the supervisor hands the
+  workers are shared memory, counted whole in each RSS and split between them in PSS);
 * predict by vector at a paced ``--rate`` (requests/s in all, ``--seconds``): p50, p99;
 * with ``--system substrate:index=ivf_…`` and ``--index-file`` (an index ``ocrr ledger index``
   saved for the cached ledger): the opt-in approximate search, each worker opening the saved
@@ -161,8 +162,9 @@ def show_rss(when: str, server: int, limit_gb: float) -> bool:
     for pid in worker_pids(server):
         m = rss_mb(pid)
         ok &= m["VmRSS"] <= 1024 * limit_gb
+        role = "supervisor" if pid == server else "worker" if m["VmRSS"] > 64 else "helper"
         print(
-            f"  RSS {when}, pid {pid}: {m['VmRSS']:,.0f} MB, PSS {m.get('Pss', float('nan')):,.0f} MB "
+            f"  RSS {when}, {role} pid {pid}: {m['VmRSS']:,.0f} MB, PSS {m.get('Pss', float('nan')):,.0f} MB "
             f"(anonymous {m['RssAnon']:,.0f}, file {m['RssFile']:,.0f}, "
             f"shared memory {m['RssShmem']:,.0f}; peak {m['VmHWM']:,.0f}) target <= {limit_gb:g} GB ({load_average()})"
         )

@@ -226,6 +226,14 @@ class ExactIndex:
                 self._shortlist = new_shortlist(self.dim, code or "fp16")
             return self._shortlist
 
+    def adopt_shortlist(self, shortlist: AnyShortlist) -> None:
+        """Use ``shortlist`` (the coded copy of this index's rows, made elsewhere: another
+        process coded them once for every worker) as the one ``shortlist()`` returns."""
+        if len(shortlist) > self._n:
+            raise ValueError(f"the shortlist holds {len(shortlist)} rows, the index {self._n}")
+        with self._making:
+            self._shortlist = shortlist
+
     def anticipate(self, queries: np.ndarray, k: int) -> None:
         """These queries will be searched for their top ``k``, as a stream asks them: score
         them against the rows held now in one matrix product, so that each later search of

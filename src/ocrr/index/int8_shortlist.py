@@ -70,11 +70,13 @@ class Int8Shortlist:
 
     code = "i8"
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, codes: np.ndarray | None = None):
+        """``codes``: an empty (rows, dim) int8 buffer for the first rows' codes (memory to be
+        shared: ``ocrr.service.shared_rows``); None: made as the rows come."""
         self.dim = dim
         self.group = aligned_group(dim)  # rows scored together (None: every search is a full scan)
         self.gamma = dim * UNIT_ROUNDOFF / (1 - dim * UNIT_ROUNDOFF)
-        self._codes = np.empty((0, dim), np.int8)  # room for more rows than are held
+        self._codes = np.empty((0, dim), np.int8) if codes is None else codes  # room for more rows than are held
         self._n = 0  # rows held
         self._centre = self._step = 0.0  # the range: codes -127..127 stand for centre + step * code
         self._outside = np.empty(0, np.int64)  # positions of rows past the range, ascending
@@ -102,6 +104,28 @@ class Int8Shortlist:
         """Wait for the buffer being made in the background, if any (tests)."""
         if self._ahead is not None:
             self._ahead.join()
+
+    def snapshot(self) -> dict:
+        """What, beside its codes, a copy of this shortlist needs (``from_snapshot``)."""
+        with self._rows.read():
+            return {
+                "rows": self._n,
+                "centre": self._centre,
+                "step": self._step,
+                "outside": self._outside.tolist(),
+                "bounds": (self.err_max, self.norm_max, self.code_norm_max),
+            }
+
+    @classmethod
+    def from_snapshot(cls, dim: int, codes: np.ndarray, snapshot: dict) -> Int8Shortlist:
+        """The shortlist ``snapshot`` was taken of, over ``codes`` (a writable (capacity, dim)
+        int8 buffer whose first rows are its codes, e.g. mapped from another process): its
+        later rows are coded into that buffer while they fit."""
+        made = cls(dim, codes)
+        made._n, made._centre, made._step = snapshot["rows"], snapshot["centre"], snapshot["step"]
+        made._outside = np.asarray(snapshot["outside"], np.int64)
+        made.err_max, made.norm_max, made.code_norm_max = snapshot["bounds"]
+        return made
 
     # -- rows in and out ------------------------------------------------------------------
     def catch_up(self, matrix: np.ndarray) -> None:

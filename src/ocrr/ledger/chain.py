@@ -195,6 +195,11 @@ class Chain:
         """Entry ``i``'s label, without building the Entry (a service names 5 neighbours per query)."""
         return self._labels[i]
 
+    def stored_columns(self) -> tuple[list[str], list[str | None], list[bytes]]:
+        """The labels, texts and chain hashes of every entry, in id order: the chain's own lists,
+        not copies (read them, do not change them; for a caller handing the chain on whole)."""
+        return self._labels, self._texts, self._hashes
+
     @property
     def vector_buffer_bytes(self) -> int:
         """Bytes of the vector buffer as allocated (capacity, not just the live rows)."""
@@ -450,6 +455,12 @@ class Chain:
         return chain
 
 
+#: The attribute, true, of a memory object a numpy buffer is built over (``np.ndarray(buffer=…)``)
+#: when that memory is this process's own to append rows into although numpy does not own it
+#: (a private, copy-on-write mapping: ``ocrr.service.shared_rows``); ``_from_stored`` adopts it.
+APPENDABLE = "ocrr_appendable_rows"
+
+
 def _whole_buffer(rows: np.ndarray, dim: int) -> np.ndarray | None:
     """The array whose leading rows ``rows`` are, if it is a writable C-ordered float32 buffer
     of ``dim`` columns (so appends can go on in place past them); None otherwise."""
@@ -460,7 +471,9 @@ def _whole_buffer(rows: np.ndarray, dim: int) -> np.ndarray | None:
         and base.dtype == F4LE
         and base.flags.c_contiguous
         and base.flags.writeable
-        and base.base is None  # owns its memory: not a view of something else
+        # owns its memory (not a view of something else), or rows this process mapped for itself
+        # to append into (``APPENDABLE``: copy-on-write over rows shared with other processes)
+        and (base.base is None or getattr(base.base, APPENDABLE, False))
         and rows.shape[0] <= base.shape[0]
         and rows.ctypes.data == base.ctypes.data
         and rows.flags.c_contiguous

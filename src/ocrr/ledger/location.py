@@ -26,7 +26,7 @@ from ocrr.ledger.postgres.transfer import import_into_database
 from ocrr.ledger.postgres.url import connect, is_database_url, redact
 from ocrr.ledger.scan import LedgerReport, Scan
 from ocrr.ledger.sqlite.locks import FileHold, claim_service
-from ocrr.ledger.sqlite.scan import scan_file
+from ocrr.ledger.sqlite.scan import KnownPrefix, scan_file
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.sqlite.transfer import import_file
 from ocrr.ledger.store import LedgerStore
@@ -76,12 +76,16 @@ def open_store(
     verify: str = "full",
     apply: Apply | None = None,
     signer: Signer | None = None,
+    known: KnownPrefix | None = None,
 ) -> LedgerStore:
     """Open (creating if missing) and check the ledger at ``location``; refuse a damaged one.
-    ``signer``: signs checkpoint records, and only its records are trusted (none without)."""
+    ``signer``: signs checkpoint records, and only its records are trusted (none without).
+    ``known``: a file's first entries as another process read and checked them (a file only)."""
     if isinstance(location, str) and is_database_url(location):
+        if known is not None:
+            raise ValueError("known entries are handed on for a ledger file only, not a database")
         return PostgresLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer)
-    return DurableLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer)
+    return DurableLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer, known=known)
 
 
 def scan_location(

@@ -23,6 +23,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.header_timeout import header_deadline_protocol
 from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
+from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
 from ocrr.service.threads import limit_threads, pin_to_core
@@ -60,15 +61,30 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
     alone = config.workers == 1 or config.fit is not None
     first = config if alone else dataclasses.replace(config, encoder=None)
-    state = build_state(first, log=log, predicts=alone)  # with workers, the substrate is theirs to build
+    # With workers, the rows are read into memory they will share (shared_rows.py).
+    room = None if alone or config.on_database else room_for_rows(config.ledger)
+    try:
+        state = build_state(first, log=log, predicts=alone, shared=room)  # with workers, the substrate is theirs
+    except BaseException:
+        if room is not None:
+            room.close()
+        raise
     log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
     if config.workers > 1:
+        # What it checked, handed to the workers (they read from the file only what follows it).
+        shared = None if config.on_database else publish(state.substrate, room)
+        if room is not None:
+            room.close()
         state.close()
         # Damage recorded in the file after this start is honoured, also by a worker started later.
         token, damage_seen = state.token, state.damage_seen
         del state  # the checked entries it holds are freed, not kept for the service's life
         gc.collect()  # (some are in reference cycles)
-        return _serve_workers(dataclasses.replace(config, token=token, port=port), log, damage_seen)
+        try:
+            return _serve_workers(dataclasses.replace(config, token=token, port=port), log, damage_seen, shared)
+        finally:
+            if shared is not None:
+                shared.close()
     limit_threads()
     base = _base_url(config, config.port)
     log(f"review page: {base}/   API: {base}/docs")
@@ -118,9 +134,12 @@ def _base_url(config: ServiceConfig, port: int) -> str:
     return f"{'https' if config.tls_cert else 'http'}://{config.host}:{port}"
 
 
-def _serve_workers(config: ServiceConfig, log: Callable[[str], None], damage_after: int = -1) -> int:
+def _serve_workers(
+    config: ServiceConfig, log: Callable[[str], None], damage_after: int = -1, shared: SharedRows | None = None
+) -> int:
     """``--workers N``: the ledger was checked (and seeded) already; N worker processes now
-    open it from that checkpoint and answer on one socket."""
+    open it from that checkpoint (``shared``: from the entries checked, in shared memory) and
+    answer on one socket."""
     try:
         sock = bind(config.host, config.port, listen=False)  # holds the port; the workers listen on it
     except OSError as e:
@@ -134,7 +153,7 @@ def _serve_workers(config: ServiceConfig, log: Callable[[str], None], damage_aft
     status = supervise(
         config.workers,
         sock,
-        functools.partial(worker_main, damage_after=damage_after),
+        functools.partial(worker_main, damage_after=damage_after, shared=shared),
         worker,
         log,
         balanced=not config.tls_cert,  # a TLS connection cannot move once its handshake is done
@@ -144,16 +163,23 @@ def _serve_workers(config: ServiceConfig, log: Callable[[str], None], damage_aft
 
 
 def worker_main(
-    config: ServiceConfig, slot: int, workers: int, table, mesh: Mesh | None = None, damage_after: int = -1
+    config: ServiceConfig,
+    slot: int,
+    workers: int,
+    table,
+    mesh: Mesh | None = None,
+    damage_after: int = -1,
+    shared: SharedRows | None = None,
 ) -> None:
     """One worker: open the ledger (from the supervisor's checkpoint), build the app, and
     serve on its own socket of the shared port until SIGTERM. ``mesh``: connections are
     balanced over the workers through it (``balance.py``). ``damage_after``: the latest
-    verification record when the service started (damage recorded after it is honoured)."""
+    verification record when the service started (damage recorded after it is honoured).
+    ``shared``: the entries the supervisor checked (``shared_rows.py``)."""
     log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
     try:
-        state = build_state(config, log=log, damage_after=damage_after)
+        state = build_state(config, log=log, damage_after=damage_after, shared=shared)
     except OcrrError:
         # Opened from the checkpoint, a file changed since says only that it does not match: say what is wrong.
         report, _ = scan_location(config.ledger)
@@ -166,6 +192,9 @@ def worker_main(
                 "gives the report)"
             ) from None
         raise
+    finally:
+        if shared is not None:
+            shared.close()  # this process's descriptor: its mappings stay
     state.slot, state.workers, state.shared = slot, workers, table
     if config.pin_workers:  # before the request threads start: they inherit the core (the encoder, started, does not)
         log(f"on core {pin_to_core(slot)}")

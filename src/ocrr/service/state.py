@@ -32,6 +32,7 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
+from ocrr.service.shared_rows import RowsRoom, SharedRows
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
 from ocrr.systems.substrate.saved_index import check_index_file
@@ -276,6 +277,7 @@ def build_state(
     log: Callable[[str], None] = print,
     damage_after: int | None = None,
     predicts: bool = True,
+    shared: SharedRows | RowsRoom | None = None,
 ) -> ServiceState:
     """Open everything the service serves: the signer, the substrate (its ledger checked),
     the encoder, and seed an empty ledger with ``config.fit``. ``encoder``: an encoder object
@@ -284,7 +286,10 @@ def build_state(
     latest verification record when the service started (a worker gets its supervisor's);
     damage recorded after it is honoured (default: the latest record now). ``predicts=False``:
     the ledger is checked as for serving but the substrate does not learn its entries (the
-    supervisor of ``--workers N``, whose workers each open it; no ``config.fit``)."""
+    supervisor of ``--workers N``, whose workers each open it; no ``config.fit``). ``shared``:
+    the entries that supervisor checked (``service/shared_rows.py``): the substrate is built
+    from them, and only the entries committed since are read from the ledger; for the
+    supervisor itself (``predicts=False``), the shared memory its rows are read into."""
     signer = (
         Signer.load(config.key, config.origin or default_origin_of(config.ledger)) if config.key is not None else None
     )
@@ -299,6 +304,7 @@ def build_state(
         )
     with ExitStack() as opened:  # on an error, closes what was opened; else handed to the state
         if predicts:
+            known = None if shared is None else shared.known_prefix()
             sub = open_substrate(
                 config.ledger,
                 config.system,
@@ -307,11 +313,19 @@ def build_state(
                 grow_ahead=True,
                 signer=signer,
                 index_file=config.index_file,
+                known=known,
             )
+            del known  # (its lists are the substrate's now)
+            if isinstance(shared, SharedRows):
+                shared.lend_codes(sub)
         else:
             if config.fit is not None:
                 raise ValueError("predicts=False cannot seed the ledger (config.fit)")
-            sub = open_checked(config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer)
+            known = None if shared is None else shared.known_prefix()  # (of no entries: where rows are read into)
+            sub = open_checked(
+                config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer, known=known
+            )
+            del known
         opened.enter_context(sub)
         if not predicts and config.index_file is not None:  # refused once here, not by every worker in turn
             check_index_file(config.index_file, signer, sub.system, sub.ledger)

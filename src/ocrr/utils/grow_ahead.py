@@ -93,6 +93,20 @@ def populate(array: np.ndarray, rest: Callable[[float], None] | None = None) -> 
     return True
 
 
+#: The attribute, true, of a memory object a numpy buffer is built over (``np.ndarray(buffer=…)``)
+#: whose pages are small and private to this process, so that backing one as it is first
+#: written costs little (``ocrr.service.shared_rows``' copy-on-write rows): its free tail is
+#: not backed ahead, which would only hold memory no row uses yet.
+SMALL_PAGES = "ocrr_small_pages"
+
+
+def _small_pages(array: np.ndarray) -> bool:
+    memory: object = array
+    while isinstance(memory, np.ndarray):
+        memory = memory.base
+    return bool(getattr(memory, SMALL_PAGES, False))
+
+
 class GrowAhead:
     """The next buffer of one capacity-doubling (rows, ...) array, made in the background.
 
@@ -122,7 +136,8 @@ class GrowAhead:
             return
         if self._populated != id(buf):  # back the tail that appends will write
             self._populated = id(buf)
-            self._start(self._populate_tail, buf, n)
+            if not _small_pages(buf):
+                self._start(self._populate_tail, buf, n)
         elif ready is None and due(n, len(buf), buf.nbytes):
             self._start(self._make, buf, n)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,28 @@ from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check
 from ocrr.ledger.sqlite.schema import FORMAT, VERSION, connect, has_note_column
 from ocrr.utils.grow_ahead import room_at_open
 
-__all__ = ["LedgerReport", "report_of", "scan_file"]
+__all__ = ["KnownPrefix", "LedgerReport", "report_of", "scan_file"]
 
 _F4LE = np.dtype("<f4")
+
+
+@dataclass
+class KnownPrefix:
+    """The first ``size`` entries of a ledger file as a process that read and checked them hands
+    them on (``ocrr serve``'s supervisor to its workers: ``ocrr.service.shared_rows``): an open
+    given one reads from the file only the entries after them, once the file's entry
+    ``size - 1`` still has the chain hash given here (else it reads the file as without one).
+    ``vectors``: a writable (capacity, dim) float32 buffer whose first ``size`` rows are the
+    entries' (the scan writes later entries' rows after them while they fit); ``tree`` holds
+    their leaves; the lists are handed over, not copied. With ``size`` 0 it gives only that
+    buffer: the one the scan reads every row into, while they fit."""
+
+    size: int
+    vectors: np.ndarray
+    labels: list[str]
+    texts: list[str | None]
+    hashes: list[bytes]
+    tree: MerkleTree
 
 
 def _scan(
@@ -36,6 +56,7 @@ def _scan(
     vkeys: Sequence[str] = (),
     fast: bool = True,
     keep_rows: bool = True,
+    known: KnownPrefix | None = None,
 ) -> Scan:
     """Read and check every entry; raise Damage at the first problem.
 
@@ -43,6 +64,7 @@ def _scan(
     signed by one of ``vkeys``) are not rehashed: their stored leaves build the tree, and
     the checkpoint's root and chain head must match it. ``None`` trusts nothing (a full
     check). Every authenticated checkpoint must match the entries; other rows are ignored.
+    ``known``: the first entries, read and checked by the caller's supplier (``KnownPrefix``).
     ``fast``: read the entries before that checkpoint column-wise (``_trusted_prefix``).
     ``keep_rows`` False: the same checks, but the Scan holds no vectors, labels or texts (a
     check whose caller wants only the report: at a million entries they are gigabytes)."""
@@ -91,19 +113,29 @@ def _scan(
             f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
             f"entries, more than the file's {file_bytes} bytes (dim edited)",
         )
-    vectors = _row_buffer(rows if keep_rows else 0, width)
-    # The entries a checkpoint vouches for, read column-wise when they are intact (anything
-    # unexpected there: read them again one by one below, which names what is wrong).
-    prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
     labels: list[str]
     texts: list[str | None]
     hashes: list[bytes]
-    if prefix is None:
-        tree, labels, texts, hashes, prev, i = MerkleTree(), [], [], [], GENESIS, 0
+    if known is not None and keep_rows and _still_stored(conn, known, size, width):
+        vectors = _room_for(known.vectors, known.size, rows)
+        tree, labels, texts, hashes = known.tree, known.labels, known.texts, known.hashes
+        prev, i = hashes[-1], known.size
+        if i == trusted:
+            check_checkpoint(checkpoints[-1], tree, prev)
     else:
-        tree, labels, texts, hashes = prefix
-        prev, i = hashes[-1], trusted
-        check_checkpoint(checkpoints[-1], tree, prev)
+        if known is not None and keep_rows and not known.size and known.vectors.shape[1] == width:
+            vectors = _room_for(known.vectors, 0, rows)  # the buffer the caller gave for the rows
+        else:
+            vectors = _row_buffer(rows if keep_rows else 0, width)
+        # The entries a checkpoint vouches for, read column-wise when they are intact (anything
+        # unexpected there: read them again one by one below, which names what is wrong).
+        prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
+        if prefix is None:
+            tree, labels, texts, hashes, prev, i = MerkleTree(), [], [], [], GENESIS, 0
+        else:
+            tree, labels, texts, hashes = prefix
+            prev, i = hashes[-1], trusted
+            check_checkpoint(checkpoints[-1], tree, prev)
     stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
     for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
         stored[(level, idx)] = h
@@ -177,6 +209,31 @@ def _scan(
         records.ignored,
         records.reasons,
     )
+
+
+def _still_stored(conn: sqlite3.Connection, known: KnownPrefix, size: int, width: int) -> bool:
+    """Whether the file still holds ``known``'s entries as its supplier read them: as many or
+    more committed, of the same width, and its entry ``known.size - 1`` with the same chain
+    hash and Merkle leaf (each links to the one before, so the prefix is the one read). Any
+    other file is read as without ``known``, which names what changed."""
+    n = known.size
+    if not 0 < n <= size or known.vectors.shape[1] != width or len(known.hashes) != n or len(known.tree) != n:
+        return False
+    last = conn.execute("SELECT hash FROM entries WHERE id = ?", (n - 1,)).fetchone()
+    leaf = conn.execute("SELECT hash FROM nodes WHERE level = 0 AND idx = ?", (n - 1,)).fetchone()
+    if last is None or leaf is None:
+        return False
+    return bool(last[0] == known.hashes[-1] and leaf[0] == known.tree.node(0, n - 1))
+
+
+def _room_for(buffer: np.ndarray, filled: int, rows: int) -> np.ndarray:
+    """``buffer``'s first ``rows`` rows when it holds that many (its rows from ``filled`` on are
+    the scan's to write); else a new buffer (with room to grow) holding its ``filled`` rows."""
+    if rows <= len(buffer):
+        return buffer[:rows]
+    grown = _row_buffer(rows, buffer.shape[1])
+    grown[:filled] = buffer[:filled]
+    return grown
 
 
 def _row_buffer(rows: int, width: int) -> np.ndarray:
@@ -313,12 +370,17 @@ def _require_sqlite(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def report_of(
-    conn: sqlite3.Connection, trust_until: int | None, vkeys: Sequence[str] = (), rows: bool = True
+    conn: sqlite3.Connection,
+    trust_until: int | None,
+    vkeys: Sequence[str] = (),
+    rows: bool = True,
+    known: KnownPrefix | None = None,
 ) -> tuple[LedgerReport, Scan | None]:
     """Check the file open on ``conn`` inside the caller's transaction: the report and, when
-    intact, what it holds (``trust_until`` and ``vkeys`` as ``_scan``; ``rows`` as ``scan_file``)."""
+    intact, what it holds (``trust_until``, ``vkeys`` and ``known`` as ``_scan``; ``rows`` as
+    ``scan_file``)."""
     try:
-        scan = _scan(conn, trust_until, vkeys, keep_rows=rows)
+        scan = _scan(conn, trust_until, vkeys, keep_rows=rows, known=known)
     except Damage as d:
         try:
             n = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]

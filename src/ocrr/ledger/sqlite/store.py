@@ -37,7 +37,7 @@ from ocrr.ledger.heads import Signer
 from ocrr.ledger.held import Apply, HeldLedger, damage_in
 from ocrr.ledger.scan import Damage, LedgerReport, Scan
 from ocrr.ledger.sqlite.locks import FileHold, join_writers
-from ocrr.ledger.sqlite.scan import report_of, scan_file
+from ocrr.ledger.sqlite.scan import KnownPrefix, report_of, scan_file
 from ocrr.ledger.sqlite.schema import VERIFICATIONS_TABLE, add_note_column, adopt_v1, connect, create_tables
 from ocrr.ledger.sqlite.wal import BackgroundCheckpoints, no_checkpoints_in_commits
 from ocrr.ledger.tail import StoredTail
@@ -110,12 +110,15 @@ class DurableLedger(HeldLedger):
         verify: str = "full",
         apply: Apply | None = None,
         signer: Signer | None = None,
+        known: KnownPrefix | None = None,
     ) -> DurableLedger:
         """Open (creating if missing) and check a ledger file; refuse a broken one.
 
         ``signer``: the key that signs the checkpoint records of full checks, and whose
         records ``verify="checkpoint"`` trusts to skip rehashing the entries before them.
-        Without one, nothing is recorded and every entry is rehashed on every open."""
+        Without one, nothing is recorded and every entry is rehashed on every open.
+        ``known``: its first entries as another process of this service read and checked them
+        (``KnownPrefix``): only the entries after them are read from the file."""
         path = Path(path).expanduser()
         if verify not in ("full", "checkpoint"):
             raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
@@ -126,14 +129,21 @@ class DurableLedger(HeldLedger):
         path = path.resolve()  # symlinks followed: SQLite keeps its log beside the file's own name, so does ocrr
         writer = join_writers(path)  # before SQLite opens it: one name per file (ocrr.ledger.sqlite.locks)
         try:
-            return cls._open_held(path, writer, dim, verify, apply, signer)
+            return cls._open_held(path, writer, dim, verify, apply, signer, known)
         except BaseException:
             writer.release()
             raise
 
     @classmethod
     def _open_held(
-        cls, path: Path, writer: FileHold, dim: int | None, verify: str, apply: Apply | None, signer: Signer | None
+        cls,
+        path: Path,
+        writer: FileHold,
+        dim: int | None,
+        verify: str,
+        apply: Apply | None,
+        signer: Signer | None,
+        known: KnownPrefix | None = None,
     ) -> DurableLedger:
         """``open``, once the file is held as one of its writers (``writer``, let go on close)."""
         conn: sqlite3.Connection | None = None
@@ -154,7 +164,7 @@ class DurableLedger(HeldLedger):
                     elif "checkpoints" in tables:  # (a file without it: the scan says so)
                         add_note_column(conn)  # a file from before signed checkpoint records
                     vkeys = () if signer is None else (signer.vkey,)
-                    report, scan = report_of(conn, None if verify == "full" else 0, vkeys)
+                    report, scan = report_of(conn, None if verify == "full" else 0, vkeys, known=known)
                     conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
                 except BaseException:
                     if conn.in_transaction:

@@ -25,6 +25,7 @@ from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import display, open_store
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.scan import LedgerReport
+from ocrr.ledger.sqlite.scan import KnownPrefix
 from ocrr.ledger.store import LedgerStore
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
@@ -225,13 +226,13 @@ def bounded_queries(vecs, dim: int | None) -> np.ndarray:
     return queries
 
 
-def _check_stored_rows(vecs: np.ndarray, where: str) -> None:
+def _check_stored_rows(vecs: np.ndarray, where: str, first: int = 0) -> None:
     """``check_rows`` over the rows an open finds stored, a block at a time: its float64
     temporaries then stay small and reused, where whole they would be eight bytes per stored
     value of fresh memory, which is slow to touch on a loaded VM (the check dominated the
-    open of a million-entry ledger)."""
+    open of a million-entry ledger). ``vecs``: the rows of entries ``first`` on."""
     for lo in range(0, len(vecs), _CHECK_ROWS):
-        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, lo), _STORED_FIX)
+        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, first + lo), _STORED_FIX)
 
 
 def _entry_namer(where: str, first: int) -> Callable[[int], str]:
@@ -260,6 +261,7 @@ def open_substrate(
     grow_ahead: bool = False,
     signer: Signer | None = None,
     index_file: str | os.PathLike[str] | None = None,
+    known: KnownPrefix | None = None,
 ) -> PersistentSubstrate:
     """Open (or create) a substrate persisted in the ledger file ``path``.
 
@@ -273,6 +275,9 @@ def open_substrate(
     skip rehashing (without one, every entry is rehashed). ``index_file``: an IVF index
     ``ocrr ledger index`` saved and ``signer``'s key signed, opened instead of trained
     (``ocrr.systems.substrate.saved_index``: refused, naming the fix, unless it checks out).
+    ``known``: the file's first entries as another process read and checked them, rows
+    included (``ocrr serve --workers N``: the supervisor's, in shared memory); only the
+    entries after them are read and checked here.
 
     Examples:
         >>> import os, tempfile
@@ -302,13 +307,14 @@ def open_substrate(
     if saved is not None:
         saved.check_system(system)
     opening = True
+    checked = 0 if known is None else known.size  # rows whose rules the process that read them checked
 
     def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
         if opening:
             # The rows stored before this open (later ones come through checked_corrections):
             # rows an older import, another program or an edit that rehashed the chain wrote
             # are refused before the substrate learns them.
-            _check_stored_rows(vecs, f"ledger {display(path)}")
+            _check_stored_rows(vecs[checked:], f"ledger {display(path)}", checked)
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
             if opening and hashes is not None:
@@ -325,7 +331,8 @@ def open_substrate(
             system.correct(batch)
         return system._fitted_ledger().head
 
-    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer)  # a file, or a postgresql:// URL
+    # a file, or a postgresql:// URL
+    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer, known=known)
     opening = False
     if saved is not None:
         try:
@@ -342,13 +349,15 @@ def open_checked(
     verify: str = "full",
     seed: int = 0,
     signer: Signer | None = None,
+    known: KnownPrefix | None = None,
 ) -> PersistentSubstrate:
     """The ledger at ``path`` checked as ``open_substrate`` checks it (chain, tree, checkpoint
     records and the stored rows' rules), without the substrate learning its entries: for a
     process that answers no predicts, such as the supervisor of ``ocrr serve --workers N``,
-    whose workers each open the substrate. Its ``system`` stays unfitted."""
+    whose workers each open the substrate. Its ``system`` stays unfitted. ``known``: as
+    ``open_substrate``'s (of no entries: the buffer the rows are read into)."""
     system = _servable(system, seed)
-    ledger = open_store(path, verify=verify, signer=signer)
+    ledger = open_store(path, verify=verify, signer=signer, known=known)
     try:
         mirror = getattr(ledger, "memory", None)  # the checked entries, kept without rehashing
         if mirror is not None and len(mirror):

@@ -1,0 +1,378 @@
+"""The supervisor's checked entries, handed to its workers in shared memory.
+
+``ocrr serve --workers N`` checks the ledger once, in the supervising process, before any
+worker starts. Each worker used to open the file again: read and check every entry a second
+and third time, and hold its own copy of every row and of their 8-bit codes. Instead, the
+supervisor writes what it checked into one anonymous memory file (``memfd``, reachable only
+through its descriptor, which each worker is handed as it is started): the float32 rows, their
+8-bit codes (coded once, for every worker's pooled scans), the chain hashes, the Merkle tree's
+levels, and the labels and texts as compact arrays (``publish``).
+
+A worker (``SharedRows.known_prefix``, ``lend_codes``) maps the rows and the codes privately,
+copy-on-write: pages it only reads are the same pages in every worker, counted once; rows it
+appends after them go to memory of its own past the shared ones (the mapping's tail is private
+anonymous memory), so no process writes a page another reads. The hashes, tree, labels and
+texts become the worker's own objects, and their pages are let go. The worker then reads from
+the file only the entries committed after the supervisor's read (``KnownPrefix``), and checks
+them the usual way. Linux only (``available``): elsewhere each worker opens the file itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sqlite3
+import sys
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing import reduction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ocrr.index.exact import ExactIndex
+from ocrr.index.int8_shortlist import Int8Shortlist
+from ocrr.ledger.chain import APPENDABLE, F4LE
+from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.rows import MAX_DIM
+from ocrr.ledger.sqlite.scan import KnownPrefix
+from ocrr.ledger.sqlite.schema import connect
+from ocrr.systems.substrate.core import Substrate
+from ocrr.systems.substrate.persistent import PersistentSubstrate
+from ocrr.utils.grow_ahead import SMALL_PAGES, room_at_open
+
+__all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
+
+_PAGE = mmap.PAGESIZE
+_HASH = 32
+_MAP_FIXED = 0x10  # Linux's value (the mmap module does not export it)
+_CODE_ROWS_AT_LEAST = 1024  # as an Int8Shortlist's first buffer
+
+_MADV_NOHUGEPAGE = 15  # Linux's value
+_libc_mmap = _libc_munmap = _libc_madvise = None
+if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
+    try:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc_mmap, _libc_munmap = _libc.mmap, _libc.munmap
+        _libc_mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        _libc_mmap.restype = ctypes.c_void_p
+        _libc_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _libc_munmap.restype = ctypes.c_int
+        _libc_madvise = _libc.madvise
+        _libc_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _libc_madvise.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        _libc_mmap = _libc_munmap = _libc_madvise = None
+
+
+def available() -> bool:
+    """Whether this system can share the rows (Linux: ``memfd_create`` and ``mmap``)."""
+    return _libc_mmap is not None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each column lies in the memory file (byte offsets, each a whole page), and what
+    is needed to read them: ``size`` entries of ``dim``."""
+
+    size: int
+    dim: int
+    codes: int | None  # offset of the 8-bit codes (capacity x dim, the first size written), or None
+    code_rows: int  # the codes' capacity (rows)
+    shortlist: dict | None  # Int8Shortlist.snapshot() of the codes
+    hashes: int  # chain hashes, 32 bytes each
+    levels: tuple[tuple[int, int], ...]  # the tree's levels: (offset, bytes) each
+    label_names: tuple[str, ...]
+    label_codes: int  # int32 per entry: its label's place in label_names
+    text_ends: int  # int64 per entry: where its text ends in the decoded text blob (characters)
+    text_none: int  # uint8 per entry: 1 where the text is None
+    texts: tuple[int, int]  # the UTF-8 text blob: (offset, bytes)
+    total: int = 0
+
+
+@dataclass
+class SharedRows:
+    """Two memory files of checked entries (``publish``): ``rows_fd`` the float32 rows (from
+    offset 0), ``fd`` the rest, and where its columns lie. Pickled to a worker as it is
+    spawned, the worker gets its own descriptors of them."""
+
+    rows_fd: int
+    fd: int
+    layout: Layout
+    _closed: list[bool] = field(default_factory=list)
+
+    def __reduce__(self):
+        # DupFd: while a process is being spawned, the descriptor is passed on to it
+        return _attach, (reduction.DupFd(self.rows_fd), reduction.DupFd(self.fd), self.layout)
+
+    def close(self) -> None:
+        """Let go of the descriptors (the mappings made from them stay)."""
+        if not self._closed:
+            self._closed.append(True)
+            os.close(self.rows_fd)
+            os.close(self.fd)
+
+    def known_prefix(self) -> KnownPrefix:
+        """The entries, for ``open_substrate(known=…)``: the rows mapped copy-on-write into a
+        buffer with room to grow (``room_at_open``), the columns as this process's objects."""
+        lay = self.layout
+        n, dim = lay.size, lay.dim
+        capacity = room_at_open(n, 64)
+        vectors = _private_buffer(self.rows_fd, 0, n * dim * F4LE.itemsize, (capacity, dim), F4LE)
+        with mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ) as columns:
+            view = memoryview(columns)
+            try:
+                hashes_blob = bytes(view[lay.hashes : lay.hashes + n * _HASH])
+                tree = MerkleTree()
+                tree.levels = [bytearray(view[at : at + length]) for at, length in lay.levels]
+                names = np.array(lay.label_names, dtype=object)
+                codes = np.frombuffer(columns, np.int32, n, lay.label_codes)
+                labels = names[codes].tolist()
+                ends = np.frombuffer(columns, np.int64, n, lay.text_ends).tolist()
+                none = np.frombuffer(columns, np.uint8, n, lay.text_none)
+                at, length = lay.texts
+                blob = bytes(view[at : at + length]).decode("utf-8")
+                del codes  # (views of the mapping: it closes once none is left)
+            finally:
+                view.release()
+            starts = [0, *ends[:-1]]
+            texts: list[str | None] = [blob[a:b] for a, b in zip(starts, ends)]
+            for i in np.flatnonzero(none).tolist():
+                texts[i] = None
+            del none
+        hashes = [hashes_blob[j : j + _HASH] for j in range(0, len(hashes_blob), _HASH)]
+        return KnownPrefix(n, vectors, labels, texts, hashes, tree)
+
+    def lend_codes(self, substrate: PersistentSubstrate) -> bool:
+        """Give the substrate's exact index the shared 8-bit codes as its shortlist (the one the
+        service's pooled predicts scan), mapped copy-on-write; False when it takes none (an
+        approximate or bounded substrate's index, or no codes were made)."""
+        lay = self.layout
+        index = substrate.system.index_
+        if lay.codes is None or lay.shortlist is None or not isinstance(index, ExactIndex) or not index.borrowed:
+            return False
+        if len(index) < lay.size:
+            return False
+        codes = _private_buffer(self.fd, lay.codes, lay.size * lay.dim, (lay.code_rows, lay.dim), np.dtype(np.int8))
+        index.adopt_shortlist(Int8Shortlist.from_snapshot(lay.dim, codes, lay.shortlist))
+        return True
+
+
+def _attach(rows_fd: Any, fd: Any, layout: Layout) -> SharedRows:
+    """``SharedRows`` in the spawned process: what ``reduction.DupFd`` made of the descriptors."""
+    return SharedRows(rows_fd.detach(), fd.detach(), layout)
+
+
+class RowsRoom:
+    """Shared memory with room for a ledger file's rows, for the supervisor's check to read
+    them into (``build_state(shared=…)``, ``known_prefix``): ``publish`` then hands that very
+    memory to the workers, without copying the rows, or backing a second copy of them."""
+
+    def __init__(self, rows: int, dim: int):
+        self.fd = os.memfd_create("ocrr-shared-rows", os.MFD_CLOEXEC)
+        try:
+            nbytes = max(rows * dim * F4LE.itemsize, _PAGE)
+            os.ftruncate(self.fd, nbytes)
+            self.buffer: np.ndarray | None = _mapped(self.fd, nbytes, (rows, dim), F4LE)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def known_prefix(self) -> KnownPrefix:
+        """No entries, only the buffer their rows are read into."""
+        assert self.buffer is not None, "the room was closed"
+        return KnownPrefix(0, self.buffer, [], [], [], MerkleTree())
+
+    def holds(self, rows: np.ndarray) -> bool:
+        """Whether ``rows`` are this room's first rows (a scan read them into it)."""
+        buf = self.buffer
+        return buf is not None and len(rows) <= len(buf) and rows.ctypes.data == buf.ctypes.data
+
+    def close(self) -> None:
+        """Let go of the descriptor and of this object's view (unmapped once no view is left)."""
+        if self.buffer is not None:
+            self.buffer = None
+            os.close(self.fd)
+
+
+def room_for_rows(ledger: Any) -> RowsRoom | None:
+    """A ``RowsRoom`` for the rows the ledger file at ``ledger`` says it commits (its meta
+    table, read as it is now), or None: nothing to share (no entries, this system cannot,
+    or the file cannot be read: the check that follows says why)."""
+    if not available():
+        return None
+    try:
+        conn = connect(Path(ledger), readonly=True)
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('size', 'dim')").fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    size, dim = meta.get("size"), meta.get("dim")
+    if type(size) is not int or type(dim) is not int or size <= 0 or not 0 < dim <= MAX_DIM:
+        return None
+    return RowsRoom(size, dim)
+
+
+def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> SharedRows | None:
+    """The entries ``substrate``'s ledger holds, checked (``open_checked``), written into new
+    memory files; None when there are none or this system cannot share them (``available``).
+    Codes them to 8 bits once when the substrate's searches would scan such codes. ``room``:
+    where the check read the rows into (they are shared from there; else they are copied)."""
+    mirror = getattr(substrate.ledger, "memory", None)
+    if not available() or mirror is None or not len(mirror) or mirror.dim is None:
+        return None
+    n, dim = len(mirror), mirror.dim
+    labels, texts, hashes = mirror.stored_columns()
+    tree = substrate.ledger.tree
+    names: dict[str, int] = {}
+    label_codes = np.fromiter((names.setdefault(label, len(names)) for label in labels), np.int32, n)
+    text_blob, text_ends, text_none = _texts(texts)
+    code_rows = room_at_open(n, _CODE_ROWS_AT_LEAST)
+    coded = _codes_wanted(substrate.system)
+
+    at = 0
+
+    def place(nbytes: int) -> int:
+        nonlocal at
+        where, at = at, at + _whole_pages(nbytes)
+        return where
+
+    codes_at = place(code_rows * dim) if coded else None
+    hashes_at = place(n * _HASH)
+    levels = tuple((place(len(level)), len(level)) for level in tree.levels)
+    codes_of_labels = place(4 * n)
+    ends_at = place(8 * n)
+    none_at = place(n)
+    texts_at = place(len(text_blob))
+    rows_fd = _rows_file(mirror.vectors, room)
+    fd = os.memfd_create("ocrr-shared-columns", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, max(at, _PAGE))  # the codes' spare rows stay a hole: no memory until written
+        with mmap.mmap(fd, max(at, _PAGE)) as out:
+            snapshot = None
+            if codes_at is not None:
+                shortlist = Int8Shortlist(dim, np.frombuffer(out, np.int8, code_rows * dim, codes_at).reshape(-1, dim))
+                shortlist.catch_up(mirror.vectors)
+                snapshot = shortlist.snapshot()
+                del shortlist  # (its codes are a view of the mapping: it closes once none is left)
+            out[hashes_at : hashes_at + n * _HASH] = b"".join(hashes)
+            for (where, length), level in zip(levels, tree.levels):
+                out[where : where + length] = level
+            np.frombuffer(out, np.int32, n, codes_of_labels)[:] = label_codes
+            np.frombuffer(out, np.int64, n, ends_at)[:] = text_ends
+            np.frombuffer(out, np.uint8, n, none_at)[:] = text_none
+            out[texts_at : texts_at + len(text_blob)] = text_blob
+    except BaseException:
+        os.close(fd)
+        os.close(rows_fd)
+        raise
+    layout = Layout(
+        n,
+        dim,
+        codes_at,
+        code_rows,
+        snapshot,
+        hashes_at,
+        levels,
+        tuple(names),
+        codes_of_labels,
+        ends_at,
+        none_at,
+        (texts_at, len(text_blob)),
+        max(at, _PAGE),
+    )
+    return SharedRows(rows_fd, fd, layout)
+
+
+def _rows_file(rows: np.ndarray, room: RowsRoom | None) -> int:
+    """A memory file whose first bytes are ``rows``: ``room``'s (a descriptor of its own) when
+    the rows were read into it, else a new one they are copied into."""
+    if room is not None and room.holds(rows):
+        return os.dup(room.fd)
+    fd = os.memfd_create("ocrr-shared-rows", os.MFD_CLOEXEC)
+    try:
+        nbytes = max(rows.nbytes, _PAGE)
+        os.ftruncate(fd, nbytes)
+        with mmap.mmap(fd, nbytes) as out:
+            np.frombuffer(out, F4LE, rows.size)[:] = rows.reshape(-1)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _codes_wanted(system: Substrate) -> bool:
+    """Whether the substrate's searches go through an 8-bit shortlist of every ledger row: an
+    exact index over the ledger's own rows (``Substrate.fit_checked`` fits it so), which the
+    service's pooled predicts scan (``service/pool.py``)."""
+    own_steps = type(system).fit is Substrate.fit and type(system)._index_new is Substrate._index_new
+    return own_steps and system.index_kind == "exact" and system.vectors_on_disk is None
+
+
+def _texts(texts: list[str | None]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The texts as one UTF-8 blob, where each ends in it (in characters, once decoded), and
+    which are None."""
+    none = np.fromiter((t is None for t in texts), np.uint8, len(texts))
+    present = ["" if t is None else t for t in texts]
+    ends = np.cumsum(np.fromiter(map(len, present), np.int64, len(present)))
+    return "".join(present).encode("utf-8"), ends, none
+
+
+def _whole_pages(nbytes: int) -> int:
+    return -(-nbytes // _PAGE) * _PAGE
+
+
+class _Region:
+    """A private mapping this process appends rows into (see ``_private_buffer``)."""
+
+
+def _mapped(fd: int, nbytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """The memory file's first ``nbytes`` as a writable array of ``shape``, shared (what this
+    process writes there, the processes mapping the file later see): the supervisor's, which
+    a scan adopts as its rows (``APPENDABLE``: no process maps it before it is filled)."""
+    assert _libc_mmap is not None and _libc_munmap is not None
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    base = _libc_mmap(None, nbytes, rw, mmap.MAP_SHARED, fd, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap of the shared rows failed")
+    region = (ctypes.c_char * nbytes).from_address(base)
+    setattr(region, APPENDABLE, True)
+    weakref.finalize(region, _libc_munmap, base, nbytes)
+    return np.ndarray(shape, dtype, buffer=memoryview(region))
+
+
+def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """A writable array of ``shape`` whose first ``shared_bytes`` are the memory file's from
+    ``offset``, mapped copy-on-write (pages read stay shared with every process mapping them;
+    a page written becomes this process's own), and whose rest is private anonymous memory.
+    Unmapped when the last array over it is gone."""
+    assert _libc_mmap is not None and _libc_munmap is not None and _libc_madvise is not None
+    nbytes = max(_whole_pages(int(np.prod(shape)) * dtype.itemsize), _PAGE)
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    base = _libc_mmap(None, nbytes, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap of the rows' room failed")
+    mapped = min(_whole_pages(shared_bytes), nbytes)
+    if mapped:
+        over = _libc_mmap(base, mapped, rw, mmap.MAP_PRIVATE | _MAP_FIXED, fd, offset)
+        if over != base:
+            _libc_munmap(base, nbytes)
+            raise OSError(ctypes.get_errno(), "mmap of the shared rows failed")
+    if nbytes > mapped:  # small pages past the shared rows: each backed as a row first lands in it
+        _libc_madvise(base + mapped, nbytes - mapped, _MADV_NOHUGEPAGE)
+    region = (ctypes.c_char * nbytes).from_address(base)
+    setattr(region, APPENDABLE, True)  # Chain._from_stored adopts it as its buffer
+    setattr(region, SMALL_PAGES, True)  # so its free tail is not backed ahead (grow_ahead)
+    weakref.finalize(region, _libc_munmap, base, nbytes)
+    return np.ndarray(shape, dtype, buffer=memoryview(region))
