@@ -67,6 +67,14 @@ def test_the_share_is_read_before_each_group_and_the_examples_cache_carries_over
     assert at_once.most_at_once == 2
 
 
+def test_a_prompt_without_examples_between_two_with_the_same_examples_reads_them_once():
+    batch = requests(["where is my new card", "I want to add money"])
+    batch.insert(1, ("a prompt with no examples", LABELS))
+    alone = scored(LocalScorer("tiny-random"), batch)
+    assert scored(LocalScorer("tiny-random", prompts_at_once=lambda: 2), batch) == alone
+    assert alone[0][2].tokens < alone[0][0].tokens  # the examples read once, as one at a time
+
+
 def _rows(path) -> list[tuple]:
     with sqlite3.connect(path) as db:
         return db.execute("SELECT key, scores, tokens FROM answers ORDER BY rowid").fetchall()

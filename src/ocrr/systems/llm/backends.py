@@ -246,13 +246,7 @@ class LocalScorer:
         and so the answer cache's rows, are those of scoring the requests one after another."""
         import torch
 
-        tokens = [self._tokens(prompt, continuations) for prompt, continuations in requests]  # the tokenizer here
-        groups: list[list[_Tokens]] = []
-        for request in tokens:
-            if groups and groups[-1][0].head == request.head:
-                groups[-1].append(request)
-            else:
-                groups.append([request])
+        groups = _same_examples([self._tokens(prompt, continuations) for prompt, continuations in requests])
         callers = torch.get_num_threads()
         torch_count = self.threads or callers  # 0: the caller's, in every thread
         out: list[Scores] = []
@@ -269,7 +263,7 @@ class LocalScorer:
                 at_once = max(1, self.prompts_at_once())
                 while len(running) >= at_once:  # the oldest first: results come back in order
                     collect(*running.popleft().result())
-                examples = self._examples if not running else None  # (a group's neighbours differ in examples)
+                examples = self._examples if not running else None  # (neighbouring groups differ in examples)
                 if at_once == 1:
                     collect(*self._score_group(group, examples, self.threads))
                     continue
@@ -344,6 +338,23 @@ class LocalScorer:
                 totals[i] += float(sum(float(logp[i, j - 1, c[j]]) for j in range(1, len(c))))
             read += n * (longest - 1)
         return Scores(tuple(totals), read), examples
+
+
+def _same_examples(requests: Sequence[_Tokens]) -> list[list[_Tokens]]:
+    """Consecutive requests in groups of the same examples; a prompt without examples (which
+    leaves the examples' cache as it was) joins the group it falls in. So two neighbouring
+    groups never share examples, and only a call's first group can use the cache left by the
+    call before."""
+    groups: list[list[_Tokens]] = []
+    heads: list[tuple[int, ...]] = []  # each group's examples (empty while it has none)
+    for request in requests:
+        if groups and (not request.head or not heads[-1] or heads[-1] == request.head):
+            groups[-1].append(request)
+            heads[-1] = heads[-1] or request.head
+        else:
+            groups.append([request])
+            heads.append(request.head)
+    return groups
 
 
 def _examples_cache(model, head: tuple[int, ...], examples: _Examples | None) -> tuple[dict, int, _Examples | None]:
