@@ -2,7 +2,12 @@
 (the last runs take the cores the finished ones left, ``System.takes_free_cores``).
 
 Run: python benchmarks/bench_free_cores.py [--dataset demo] [--systems substrate lora] [--seeds 0]
-     [--jobs 2] [--repeat 1]
+     [--protocol heldout] [--jobs 2] [--repeat 1]
+
+llm_icl takes free cores by scoring several prompts at once (each on one torch thread), in its
+checkpoint evaluations; a reduced demo run that finishes in minutes:
+     python benchmarks/bench_free_cores.py --systems substrate llm_icl:cache=none:progress=0:max_eval=40 \
+         --protocol heldout:n_heldout=4:every=60
 
 A slow system that takes free cores beside a fast one that does not shows it: the fast run
 ends and, before, the slow one finishes on one core while the other idles. Prints, for each
@@ -44,15 +49,18 @@ def main() -> None:
     ap.add_argument("--dataset", default="demo")
     ap.add_argument("--systems", nargs="+", default=["substrate", "lora:progress=false"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--protocol", default="heldout")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1, help="before/after pairs, interleaved")
     args = ap.parse_args()
 
-    plan = plan_experiment(Experiment(dataset=args.dataset, systems=args.systems, seeds=args.seeds))
+    experiment = Experiment(dataset=args.dataset, systems=args.systems, seeds=args.seeds, protocol=args.protocol)
+    plan = plan_experiment(experiment)
     data = prepare_data(plan.tasks, None, None)  # embeddings cached: not timed
     system_of = {task.task_id: task.system for task in plan.tasks}
     print(
-        f"{len(plan.tasks)} runs ({', '.join(args.systems)} x seeds {args.seeds}) on {args.dataset}, --jobs {args.jobs}"
+        f"{len(plan.tasks)} runs ({', '.join(args.systems)} x seeds {args.seeds}) on {args.dataset}, "
+        f"{args.protocol}, --jobs {args.jobs}"
     )
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     results = {}

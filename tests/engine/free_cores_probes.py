@@ -28,6 +28,15 @@ class SeesThreads(StaticKNN):  # type: ignore[misc, valid-type]
         return Footprint(entries=super().footprint().entries, params=self.most_threads_)
 
 
+def wait_for_free_cores() -> None:
+    """In a pool worker, until the pool shares free cores: the other runs have finished."""
+    budget = executors._WORKER_BUDGET
+    deadline = time.monotonic() + 120
+    while budget is not None and budget.share() < 2:
+        assert time.monotonic() < deadline, "the pool never shared the cores its finished runs freed"
+        time.sleep(0.01)  # polls a condition: the outcome does not depend on how long it takes
+
+
 class WaitsForFreeCores(StaticKNN):  # type: ignore[misc, valid-type]
     """static_knn that takes free cores and, in a pool worker, waits after its fit until the
     pool shares free cores: the other runs have finished and this one runs on alone."""
@@ -36,9 +45,18 @@ class WaitsForFreeCores(StaticKNN):  # type: ignore[misc, valid-type]
 
     def fit(self, batch):
         super().fit(batch)
-        budget = executors._WORKER_BUDGET
-        deadline = time.monotonic() + 120
-        while budget is not None and budget.share() < 2:
-            assert time.monotonic() < deadline, "the pool never shared the cores its finished runs freed"
-            time.sleep(0.01)  # polls a condition: the outcome does not depend on how long it takes
+        wait_for_free_cores()
         return self
+
+
+class LLMWaitsForFreeCores(REGISTRY["llm_icl"].factory):  # type: ignore[misc, valid-type]
+    """llm_icl that waits after its fit until the pool shares free cores, and reports, as its
+    footprint's ``params``, the most prompts it scored at once."""
+
+    def fit(self, batch):
+        super().fit(batch)
+        wait_for_free_cores()
+        return self
+
+    def footprint(self) -> Footprint:
+        return Footprint(entries=super().footprint().entries, params=self.scorer.most_at_once)

@@ -9,7 +9,7 @@ import multiprocessing as mp
 import numpy as np
 import pandas as pd
 import pytest
-from tests.engine.free_cores_probes import SeesThreads, WaitsForFreeCores
+from tests.engine.free_cores_probes import LLMWaitsForFreeCores, SeesThreads, WaitsForFreeCores
 
 from ocrr.checks.data import Subject, check_data
 from ocrr.engine.experiment import Experiment, plan_experiment
@@ -50,6 +50,23 @@ def test_the_last_running_task_takes_the_cores_the_others_left(probes):
     outputs = _run(plan_experiment(Experiment(dataset="demo", seeds=[0], systems=systems)).tasks, jobs=2)
     assert outputs["waits_for_free_cores"]["threads"] == 2
     assert outputs["substrate"]["threads"] == outputs["static_knn"]["threads"] == 1
+
+
+@needs_two_cores
+def test_the_last_running_llm_icl_scores_as_many_prompts_at_once_as_it_has_cores():
+    """Its torch stays on one thread; it is handed the share and scores two prompts at once."""
+    register("llm_waits", LLMWaitsForFreeCores, "test", "llm_icl waiting for the tail", in_all=False)
+    llm = "llm_waits:k=3:candidates=all:model=tiny-random:cache=none:progress=0"
+    protocol = "heldout:n_heldout=2:eval_cap=4:every=60"
+    experiment = Experiment(dataset="demo", seeds=[0], systems=["substrate", llm], protocol=protocol)
+    try:
+        outputs = _run(plan_experiment(experiment).tasks, jobs=2)
+    finally:
+        del REGISTRY["llm_waits"]
+    [waited] = [output for system, output in outputs.items() if system.startswith("llm_waits")]
+    assert waited["threads"] == 2  # the share it was handed
+    assert waited["footprint"][FOOTPRINT_PARAMS] == 2  # prompts it scored at once
+    assert outputs["substrate"]["threads"] == 1
 
 
 @needs_two_cores
@@ -99,10 +116,13 @@ def test_a_system_that_takes_free_cores_gives_the_same_numbers_on_two_threads(na
     on two, byte for byte (on the conformance suite's small data, with its light settings)."""
     data = check_data()
     subject = Subject(name)
+    spreads_itself = callable(getattr(REGISTRY[name].factory, "use_free_cores", None))
     runs = []
     for threads in (1, 2):
-        with pinned_threads(threads):
+        with pinned_threads(1 if spreads_itself else threads):  # as a pool worker sets them
             system = subject.fitted(data)
+            if spreads_itself:
+                system.use_free_cores(lambda threads=threads: threads)
             before = system.predict(data.eval)
             for i in range(len(data.stream)):
                 item = data.stream[np.asarray([i])]

@@ -59,7 +59,11 @@ class System(ABC):
       and that runs faster on more threads (a transformer): when a sweep's last tasks leave
       cores idle, a worker raises its torch and BLAS threads between checkpoints
       (``ocrr.utils.threads.CoreBudget``). Declare it only with a test that its results at
-      one and at two threads are identical; the default keeps one thread.
+      one and at two threads are identical; the default keeps one thread. A system that
+      instead runs independent pieces of work at once, each on one thread (llm_icl scores
+      several prompts at once), also defines ``use_free_cores(share)``: its pools then stay
+      on one thread and the worker hands it ``share``, a callable giving the threads it may
+      use now (read it again as it runs: it grows as the sweep's other runs finish).
     * ``options``: each option declared once (``ocrr.specs.Option``: default, type,
       constraint, help), merged along the class hierarchy by ``declared_options()`` (a
       subclass's declaration wins). The constructor takes each as a keyword argument, checks

@@ -13,7 +13,8 @@ start, so those are set too, for a FAISS loaded later.
 When fewer tasks remain than a pool has cores, their threads would idle the rest: the pool's
 owner shares its cores among the tasks still running (``CoreBudget``), and a worker raises
 the pools of a task whose system takes free cores (``System.takes_free_cores``) to that
-share, at the task's start and between its checkpoints. Other systems stay on one thread:
+share, at the task's start and between its checkpoints (or, for a system that spreads its own
+work over threads, ``use_free_cores``, hands it the share). Other systems stay on one thread:
 a thread count can change floating-point sums, and tiny heads only slow down with more.
 """
 
@@ -100,19 +101,28 @@ class CoreBudget:
 class TaskThreads:
     """A task's thread pools in a pool worker: one thread; or, when its system takes free
     cores, the budget's current share, looked up at the start and again at each checkpoint
-    (between steps: never while a step computes). ``most`` is the largest count it ran on."""
+    (between steps: never while a step computes). A system that spreads its own work over
+    the cores (``spreads_itself``: it runs independent pieces at once, each on one thread)
+    keeps its pools on one thread and reads the share through ``offered``. ``most`` is the
+    largest share it was given."""
 
-    def __init__(self, takes_free_cores: bool, share: Callable[[], int]):
+    def __init__(self, takes_free_cores: bool, share: Callable[[], int], spreads_itself: bool = False):
         self.takes_free_cores = takes_free_cores
         self.share = share
+        self.spreads_itself = spreads_itself
         import torch  # loaded by every worker: its count stands for all the pools set together
 
         self.current = torch.get_num_threads()
         self.most = 1
 
-    def update(self) -> None:
+    def offered(self) -> int:
+        """The threads the task may use now (one unless its system takes free cores)."""
         threads = self.share() if self.takes_free_cores else 1
+        self.most = max(self.most, threads)
+        return threads
+
+    def update(self) -> None:
+        threads = 1 if self.spreads_itself else self.offered()
         if threads != self.current:
             pin_threads(threads)
             self.current = threads
-        self.most = max(self.most, threads)

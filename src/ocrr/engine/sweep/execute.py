@@ -33,7 +33,8 @@ def execute_task(
 ) -> dict:
     """Run one task; return plain data (picklable across processes). In a pool worker,
     ``core_share`` says how many threads each running task may use now (``CoreBudget``):
-    a system that takes free cores follows it between checkpoints, any other runs on one."""
+    a system that takes free cores follows it between checkpoints, or, if it spreads its work
+    itself (``use_free_cores``), is handed it; any other runs on one thread."""
     started, cpu = time.perf_counter(), time.process_time()  # CPU time: meaningful on a shared machine
     vecs = vectors(shared) if vecs is None else vecs
     train, test = vecs[: shared.n_train], vecs[shared.n_train :]
@@ -42,8 +43,12 @@ def execute_task(
     hyper = {"class": type(system).__name__, **system.hyperparameters()}
     threads = None
     if core_share is not None:
-        threads = TaskThreads(getattr(system, "takes_free_cores", False), core_share)
+        takes = getattr(system, "takes_free_cores", False)
+        spreads = takes and callable(getattr(system, "use_free_cores", None))
+        threads = TaskThreads(takes, core_share, spreads_itself=spreads)
         threads.update()
+        if spreads:
+            system.use_free_cores(threads.offered)
         on_checkpoint = _following(threads, on_checkpoint)
     output = run_to_output(system, scenario, make_policy(task.policy), on_checkpoint)
     return {

@@ -5,7 +5,8 @@ default for sweeps) and ``ray``. Every worker pins its BLAS, OpenMP and torch po
 thread (ocrr.utils.threads), so N workers use N cores and results do not depend on the executor.
 When the local pool's last tasks leave cores idle, it shares them among the tasks still
 running (``CoreBudget``): a system that takes free cores (``System.takes_free_cores``, whose
-results do not depend on its thread count) runs on more threads from its next checkpoint.
+results do not depend on its thread count) runs on more threads from its next checkpoint, or,
+if it spreads its own work (``use_free_cores``: llm_icl's prompts at once), is told the share.
 Protocols and systems registered in the parent (plug-ins, test-defined ones) are registered
 in every worker too, so a task can name them.
 """

@@ -35,10 +35,13 @@ import hashlib
 import importlib.util
 import io
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ocrr.encoders.quiet import quiet_loading
 from ocrr.errors import OcrrError
@@ -185,16 +188,41 @@ class Scores:
     tokens: int
 
 
+class _Tokens(NamedTuple):
+    """A request as token ids: the examples (``head``), the query (``tail``) and each continuation."""
+
+    head: tuple[int, ...]
+    tail: list[int]
+    continuations: list[list[int]]
+
+
+_Examples = tuple[tuple[int, ...], object]  # the examples' ids and their key-value cache
+
+
 class LocalScorer:
-    """Scores continuations of a prompt with a local model (see the module docstring)."""
+    """Scores continuations of a prompt with a local model (see the module docstring).
+
+    ``prompts_at_once`` says how many prompts ``score_many`` may score at the same time (read
+    again before each group of prompts: a sweep's share of cores grows as its other runs end).
+    Each is scored on its own Python thread with ``threads`` torch threads, so every score is
+    computed exactly as it is alone; torch releases the GIL inside its operations."""
 
     method = "sum-logprob/split-at-query"  # what a score means and how it is computed: in the cache key
 
-    def __init__(self, model: str, threads: int = 1, precision: str = "fp32"):
+    def __init__(
+        self,
+        model: str,
+        threads: int = 1,
+        precision: str = "fp32",
+        prompts_at_once: Callable[[], int] | None = None,
+    ):
         require_llm_extra()
         self.ref = resolve_model(model, precision)
         self.threads = threads
-        self._examples: tuple[tuple[int, ...], object] | None = None  # the last examples' ids and cache
+        self.prompts_at_once = prompts_at_once or (lambda: 1)
+        self.most_at_once = 1  # the most prompts it has scored at the same time
+        self._examples: _Examples | None = None  # the last examples scored, in request order
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def identity(self) -> str:
@@ -210,64 +238,140 @@ class LocalScorer:
     def score_many(
         self, requests: Sequence[tuple[str, Sequence[str]]], record: Callable[[Scores, float], None]
     ) -> list[Scores]:
-        """Each request scored in turn (the model already uses the cores); ``record`` after each."""
-        out = []
-        for prompt, continuations in requests:
-            start = time.perf_counter()
-            out.append(self.score(prompt, continuations))
-            record(out[-1], time.perf_counter() - start)
+        """Each request scored, in order; ``record`` after each, in order, in this thread.
+
+        Consecutive requests with the same examples form a group, scored in turn on one thread
+        with the examples' key-value cache computed once (as one after another would); up to
+        ``prompts_at_once()`` groups run at the same time. The results, the tokens each read,
+        and so the answer cache's rows, are those of scoring the requests one after another."""
+        import torch
+
+        groups = _same_examples([self._tokens(prompt, continuations) for prompt, continuations in requests])
+        callers = torch.get_num_threads()
+        torch_count = self.threads or callers  # 0: the caller's, in every thread
+        out: list[Scores] = []
+        running: deque[Future] = deque()
+
+        def collect(scored: list[tuple[Scores, float]], examples: _Examples | None) -> None:
+            self._examples = examples
+            for scores, seconds in scored:
+                out.append(scores)
+                record(scores, seconds)
+
+        try:
+            for group in groups:
+                at_once = max(1, self.prompts_at_once())
+                while len(running) >= at_once:  # the oldest first: results come back in order
+                    collect(*running.popleft().result())
+                examples = self._examples if not running else None  # (neighbouring groups differ in examples)
+                if at_once == 1:
+                    collect(*self._score_group(group, examples, self.threads))
+                    continue
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(thread_name_prefix="llm_icl-score")
+                running.append(self._pool.submit(self._score_group, group, examples, torch_count))
+                self.most_at_once = max(self.most_at_once, len(running))
+            while running:
+                collect(*running.popleft().result())
+        finally:
+            for future in running:  # an error: let the others finish before the caller moves on
+                future.cancel()
+            wait(running)
+            if self._pool is not None:
+                torch.set_num_threads(callers)  # the pool's threads set torch's process-wide count too
         return out
 
     def score(self, prompt: str, continuations: Sequence[str]) -> Scores:
-        import torch
+        scored, self._examples = self._score_group([self._tokens(prompt, continuations)], self._examples, self.threads)
+        return scored[0][0]
 
-        _, model = load_local_model(self.ref)
+    def _tokens(self, prompt: str, continuations: Sequence[str]) -> _Tokens:
         cut = prompt.rfind(SPLIT_AFTER)
         cut = 0 if cut < 0 else cut + len(SPLIT_AFTER)
         head, tail = self._tokenize(prompt[:cut]) if cut else [], self._tokenize(prompt[cut:])
         conts = [self._tokenize(c) for c in continuations]
         if not tail or any(not c for c in conts):
             raise OcrrError("llm_icl: an empty prompt or label cannot be scored; give every label some text")
-        prompt_len, longest = len(head) + len(tail), max(len(c) for c in conts)
-        with torch.inference_mode(), torch_threads(self.threads):
-            cache, read = self._examples_cache(model, tuple(head))
-            out = model(input_ids=torch.tensor([tail]), use_cache=True, logits_to_keep=1, **cache)
-            first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-            totals = [float(first[c[0]]) for c in conts]
-            read += len(tail)
-            if longest > 1:  # the rest of each label, all labels in one forward on the prompt's cache
-                n = len(conts)
-                kv = getattr(out, "cache", None) or out.past_key_values  # renamed in transformers 5.2x
-                kv.batch_repeat_interleave(n)
-                ids = torch.zeros((n, longest - 1), dtype=torch.long)
-                mask = torch.zeros((n, prompt_len + longest - 1), dtype=torch.long)
-                mask[:, :prompt_len] = 1
-                for i, c in enumerate(conts):  # right-padded: a label's own logits never see padding
-                    ids[i, : len(c) - 1] = torch.tensor(c[:-1])
-                    mask[i, prompt_len : prompt_len + len(c) - 1] = 1
-                logp = torch.log_softmax(
-                    model(input_ids=ids, attention_mask=mask, **{_cache_argument(model): kv}).logits.float(), dim=-1
-                )
-                for i, c in enumerate(conts):
-                    totals[i] += float(sum(float(logp[i, j - 1, c[j]]) for j in range(1, len(c))))
-                read += n * (longest - 1)
-        return Scores(tuple(totals), read)
+        return _Tokens(tuple(head), tail, conts)
 
-    def _examples_cache(self, model, head: tuple[int, ...]) -> tuple[dict, int]:
-        """The forward arguments carrying the examples' key-value cache (a copy: the forward
-        extends it), computed unless the last prompt had the same examples; and the tokens read."""
-        import copy
-
+    def _score_group(
+        self, group: Sequence[_Tokens], examples: _Examples | None, threads: int
+    ) -> tuple[list[tuple[Scores, float]], _Examples | None]:
+        """Requests scored in turn on the calling thread with ``threads`` torch threads, given the
+        examples cache left by the request before them; their scores and seconds, and the
+        examples cache they leave. Touches nothing shared, so groups can run on several threads."""
         import torch
 
-        if not head:
-            return {}, 0
-        read = 0
-        if self._examples is None or self._examples[0] != head:
-            out = model(input_ids=torch.tensor([head]), use_cache=True, logits_to_keep=1)
-            self._examples = (head, getattr(out, "cache", None) or out.past_key_values)
-            read = len(head)
-        return {_cache_argument(model): copy.deepcopy(self._examples[1])}, read
+        _, model = load_local_model(self.ref)
+        scored = []
+        with torch.inference_mode(), torch_threads(threads):
+            for request in group:
+                start = time.perf_counter()
+                scores, examples = self._forward(model, request, examples)
+                scored.append((scores, time.perf_counter() - start))
+        return scored, examples
+
+    def _forward(self, model, request: _Tokens, examples: _Examples | None) -> tuple[Scores, _Examples | None]:
+        import torch
+
+        head, tail, conts = request
+        prompt_len, longest = len(head) + len(tail), max(len(c) for c in conts)
+        cache, read, examples = _examples_cache(model, head, examples)
+        out = model(input_ids=torch.tensor([tail]), use_cache=True, logits_to_keep=1, **cache)
+        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        totals = [float(first[c[0]]) for c in conts]
+        read += len(tail)
+        if longest > 1:  # the rest of each label, all labels in one forward on the prompt's cache
+            n = len(conts)
+            kv = getattr(out, "cache", None) or out.past_key_values  # renamed in transformers 5.2x
+            kv.batch_repeat_interleave(n)
+            ids = torch.zeros((n, longest - 1), dtype=torch.long)
+            mask = torch.zeros((n, prompt_len + longest - 1), dtype=torch.long)
+            mask[:, :prompt_len] = 1
+            for i, c in enumerate(conts):  # right-padded: a label's own logits never see padding
+                ids[i, : len(c) - 1] = torch.tensor(c[:-1])
+                mask[i, prompt_len : prompt_len + len(c) - 1] = 1
+            logp = torch.log_softmax(
+                model(input_ids=ids, attention_mask=mask, **{_cache_argument(model): kv}).logits.float(), dim=-1
+            )
+            for i, c in enumerate(conts):
+                totals[i] += float(sum(float(logp[i, j - 1, c[j]]) for j in range(1, len(c))))
+            read += n * (longest - 1)
+        return Scores(tuple(totals), read), examples
+
+
+def _same_examples(requests: Sequence[_Tokens]) -> list[list[_Tokens]]:
+    """Consecutive requests in groups of the same examples; a prompt without examples (which
+    leaves the examples' cache as it was) joins the group it falls in. So two neighbouring
+    groups never share examples, and only a call's first group can use the cache left by the
+    call before."""
+    groups: list[list[_Tokens]] = []
+    heads: list[tuple[int, ...]] = []  # each group's examples (empty while it has none)
+    for request in requests:
+        if groups and (not request.head or not heads[-1] or heads[-1] == request.head):
+            groups[-1].append(request)
+            heads[-1] = heads[-1] or request.head
+        else:
+            groups.append([request])
+            heads.append(request.head)
+    return groups
+
+
+def _examples_cache(model, head: tuple[int, ...], examples: _Examples | None) -> tuple[dict, int, _Examples | None]:
+    """The forward arguments carrying the examples' key-value cache (a copy: the forward extends
+    it), computed unless ``examples`` holds the same ones; the tokens read; the examples now cached."""
+    import copy
+
+    import torch
+
+    if not head:
+        return {}, 0, examples
+    read = 0
+    if examples is None or examples[0] != head:
+        out = model(input_ids=torch.tensor([head]), use_cache=True, logits_to_keep=1)
+        examples = (head, getattr(out, "cache", None) or out.past_key_values)
+        read = len(head)
+    return {_cache_argument(model): copy.deepcopy(examples[1])}, read, examples
 
 
 def _cache_argument(model) -> str:

@@ -20,6 +20,10 @@ packaged SmolLM2-135M-Instruct by default) or ``openai`` (``ocrr.systems.llm.ope
 OpenAI-compatible endpoint named by the environment). Every score goes through the answer
 cache (``ocrr.systems.llm.cache``), so a rerun costs look-ups only.
 
+Free cores: in a sweep whose other runs have finished, llm_icl scores several prompts at
+once (``use_free_cores``), each on its own thread with ``threads`` torch threads, so every score,
+and so every result, is the one computed alone.
+
 ``max_eval``: the most items of each checkpoint evaluation set to score (0: all). The system
 offers ``evaluation_subset(name, n)``, a seeded sample the same at every checkpoint; a runner
 that honours it scores only those items (the value is in the recorded hyperparameters).
@@ -27,7 +31,7 @@ that honours it scores only those items (the value is in the recorded hyperparam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -59,6 +63,7 @@ class LLMICL(Substrate):
 
     family = "llm"
     reads_text = True
+    takes_free_cores = True  # as prompts scored at once, never as more torch threads per prompt
     execution_settings = ("threads", "cache", "progress", "concurrency", "timeout", "retries")  # type: ignore[assignment]
     # the conformance checks run the machinery on the tiny random model, in memory
     conformance_overrides = {"model": "tiny-random", "k": 3, "cache": None, "progress": 0.0}
@@ -128,6 +133,7 @@ class LLMICL(Substrate):
             require_llm_extra()  # at the door: one line naming the extra
         self.stats = CallStats()
         self._scorer: LocalScorer | OpenAIScorer | None = None
+        self._core_share: Callable[[], int] | None = None
 
     def hyperparameters(self) -> dict:
         return {
@@ -148,16 +154,26 @@ class LLMICL(Substrate):
     def scorer(self) -> LocalScorer | OpenAIScorer:
         if self._scorer is None:
             if self.backend == "local":
-                self._scorer = LocalScorer(self.model, self.threads, self.precision)
+                self._scorer = LocalScorer(self.model, self.threads, self.precision, self._prompts_at_once)
             else:
                 self._scorer = OpenAIScorer.from_environment(
                     self.model, self.api_scoring, self.concurrency, self.timeout, self.retries
                 )
         return self._scorer
 
+    def use_free_cores(self, share: Callable[[], int]) -> None:
+        """``share()``: the threads this run may use now (a sweep's ``CoreBudget``). The local
+        backend scores that many prompts at once, each on ``threads`` torch threads; the
+        OpenAI-compatible backend already keeps ``concurrency`` requests in flight."""
+        self._core_share = share
+
+    def _prompts_at_once(self) -> int:
+        return 1 if self._core_share is None else max(1, self._core_share() // max(1, self.threads))
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_scorer"] = None
+        state["_core_share"] = None  # the pool's, not another process's
         state.pop("_progress", None)
         return state
 
