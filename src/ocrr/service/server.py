@@ -23,7 +23,6 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.header_timeout import header_deadline_protocol
 from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
-from ocrr.service.one_write import one_write_protocol
 from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
@@ -124,12 +123,10 @@ def outer_app(app, config: ServiceConfig):
 
 
 def with_header_deadline(uv: uvicorn.Config, config: ServiceConfig) -> None:
-    """Make ``uv``'s HTTP protocol close connections slow to send headers (``header_timeout.py``),
-    and send each answer in one write (``one_write.py``)."""
+    """Make ``uv``'s HTTP protocol close connections slow to send headers (``header_timeout.py``)."""
     if not uv.loaded:
         uv.load()  # resolves the HTTP protocol class (h11's or httptools')
-    protocol = one_write_protocol(uv.http_protocol_class)
-    uv.http_protocol_class = header_deadline_protocol(protocol, config.header_timeout)
+    uv.http_protocol_class = header_deadline_protocol(uv.http_protocol_class, config.header_timeout)
 
 
 def _base_url(config: ServiceConfig, port: int) -> str:
