@@ -188,3 +188,18 @@ def test_a_buffer_made_ahead_is_not_taken_over_after_rows_moved_or_were_coded_ag
         wide = matrix.astype(np.float64)  # every row's code, as the range in force codes it
         codes = np.clip(np.rint((wide - shortlist._centre) / shortlist._step), -127, 127).astype(np.int8)
         assert len(shortlist) == len(matrix) and np.array_equal(shortlist._codes[: len(matrix)], codes)
+
+
+@pytest.mark.parametrize("n", [1, 5, 63, 64, 65, 320, 321, 1000, 10_007])
+@pytest.mark.parametrize("k", [1, 5, 50])
+def test_the_kth_largest_score_is_the_full_partitions(n, k):
+    """Integer scores full of ties, some rows out of the running (-inf), in blocks or not."""
+    if k > n:
+        return
+    rng = np.random.default_rng([n, k])
+    scores = rng.integers(-40, 40, (4, n)).astype(np.float64)
+    scores[1] = 7.0  # every score tied
+    scores[2, rng.integers(0, n, n // 3)] = -np.inf
+    scores[3, : n // 2] = np.arange(n // 2)  # the top in one run of blocks
+    want = np.partition(scores, n - k, axis=1)[:, n - k]
+    assert np.array_equal(module.kth_largest(scores, k), want)

@@ -93,6 +93,11 @@ class AutoIndex:
         return len(self._inner)
 
     @property
+    def probed_share(self) -> float:
+        """About what share of the rows one search reads (``IVFIndex.probed_share``; 1: all)."""
+        return getattr(self._inner, "probed_share", 1.0)
+
+    @property
     def ids(self) -> np.ndarray:
         return self._inner.ids
 

@@ -280,7 +280,7 @@ class Int8Shortlist:
         if outside:  # never the k-th best
             ranked = dots.copy()
             ranked[:, outside] = -np.inf
-        kth = np.partition(ranked, n - kk, axis=1)[:, n - kk]
+        kth = kth_largest(ranked, kk)
         ok = scale > 0
         floor = kth - 2 * bound / np.where(ok, scale, 1.0)
         ok &= np.isfinite(floor)
@@ -330,6 +330,29 @@ def _square_sums(codes: np.ndarray) -> np.ndarray:
     """Each row's sum of squared codes, exactly (int64)."""
     wide = codes.astype(np.int64)
     return np.einsum("ij,ij->i", wide, wide)
+
+
+_BLOCK = 64  # kth_largest's block of scores: their maxima are a short list to select from
+
+
+def kth_largest(scores: np.ndarray, k: int) -> np.ndarray:
+    """Each row's ``k``-th largest score: ``np.partition(scores, n - k, axis=1)[:, n - k]``,
+    selecting among far fewer. Take each block's maximum: the ``k`` largest maxima are ``k``
+    scores, so the k-th largest maximum ``t`` is at most the row's k-th largest score, and
+    the scores of at least ``t`` (a few blocks' worth) hold the row's top ``k``."""
+    rows, n = scores.shape
+    blocks = n // _BLOCK
+    if blocks < k:  # too few blocks to bound it: a short row anyway
+        return np.partition(scores, n - k, axis=1)[:, n - k]
+    maxima = scores[:, : blocks * _BLOCK].reshape(rows, blocks, _BLOCK).max(axis=2)
+    if blocks * _BLOCK < n:
+        maxima = np.concatenate([maxima, scores[:, blocks * _BLOCK :].max(axis=1, keepdims=True)], axis=1)
+    floor = np.partition(maxima, maxima.shape[1] - k, axis=1)[:, maxima.shape[1] - k]
+    out = np.empty(rows, scores.dtype)
+    for j in range(rows):
+        top = scores[j][scores[j] >= floor[j]]
+        out[j] = np.partition(top, len(top) - k)[len(top) - k]
+    return out
 
 
 def _dots(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:

@@ -415,6 +415,14 @@ class IVFIndex:
     def __len__(self) -> int:
         return self._live if self._staged is None else len(self._staged)
 
+    @property
+    def probed_share(self) -> float:
+        """About what share of the rows one search reads: its ``nprobe`` lists of ``nlist``
+        (every row while the index is not trained yet and searches its staged rows)."""
+        if self._staged is not None or not self.nlist:
+            return 1.0
+        return min(self.nprobe, self.nlist) / self.nlist
+
     def remove(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids, np.int64).reshape(-1)
         self.epoch += 1

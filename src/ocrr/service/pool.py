@@ -74,8 +74,7 @@ class PredictPool:
         batch, self._waiting = self._waiting, []
         self.passes += 1
         self.requests += len(batch)
-        led = self.substrate.ledger
-        if len(led) * (led.dim or 0) <= self.inline_floats:
+        if self._floats_per_query() <= self.inline_floats:
             self._finish(batch, self._search(batch))
         else:
             try:
@@ -83,6 +82,14 @@ class PredictPool:
             except RuntimeError as e:  # the executor is shut down (the service is stopping)
                 return self._finish(batch, e)
             task.add_done_callback(lambda t: self._finish(batch, t.result()))
+
+    def _floats_per_query(self) -> float:
+        """About how many numbers one query's search reads: every row of the ledger, or the
+        lists an IVF index probes (a small share at any size: searched on the loop, as a
+        short scan is, rather than paying two thread hand-offs per request)."""
+        led = self.substrate.ledger
+        share = getattr(self.substrate.system.index_, "probed_share", 1.0)
+        return len(led) * (led.dim or 0) * share
 
     def warm(self) -> None:
         """Build the shortlist now (a pass over every row), not during the first requests."""
