@@ -20,7 +20,9 @@ same round at the same rows per commit (the service's groups may merge requests:
 loop is run again at the rows per commit it reached); its share of the limit is the median
 of the rounds' shares, so a burst of load from other processes moves one round, not the
 figure. Beside each service figure, its process's CPU time per 1,000 corrections (what the
-load of other processes moves least). The load average is printed before and after. The PostgreSQL server is a
+load of other processes moves least), split by thread (``/proc/<pid>/task``: the event loop,
+the committer ``ocrr-commit``, the WAL checkpointer, the rest) and, on PostgreSQL, the
+server's own processes. The load average is printed before and after. The PostgreSQL server is a
 throwaway cluster on this machine (as the tests make it), or ``$OCRR_TEST_PG_DSN``.
 
 Run: PYTHONPATH=src python benchmarks/bench_durable.py [--per-commit 256] [--seconds 3] [--rounds 3]
@@ -333,21 +335,26 @@ def main() -> int:
     r, s = args.per_commit, args.seconds
     print(
         f"durable appends, {args.dim}-d rows, {r} rows per commit, {args.rounds} rounds of {s:g} s each "
-        f"(bare loop, store, service back to back); load before {load()}",
+        f"(bare loop, store, service back to back); the service's {args.clients} clients each POST "
+        f"/correct with {r} items and wait for the answer; load before {load()}",
         flush=True,
     )
     fig = Figures()
 
-    cpu_per_1000: dict[str, list[float]] = {}
+    cpu_per_1000: dict[str, dict[str, list[float]]] = {}  # what -> thread -> ms per 1,000, by round
+    server: list[int] = []  # the PostgreSQL postmaster's pid, once it runs
 
     def service_round(port: int, name: str, limit: float, bare_at, on_ack=None) -> None:
         """One round of the service, beside ``limit`` (the bare loop at ``r`` rows per commit) or,
         when its groups merged requests, ``bare_at(rows)`` at the rows per commit it reached."""
-        cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
+        cpu0, t0 = _cpu_by_thread(proc.pid, server), time.perf_counter()
         rate, per = service_rate(port, vecs, r, args.clients, s, on_ack)
         done = rate * (time.perf_counter() - t0)
-        if cpu0 is not None and done:
-            cpu_per_1000.setdefault(name, []).append(1000 * (_cpu_seconds(proc.pid) - cpu0) / done)
+        cpu1 = _cpu_by_thread(proc.pid, server)
+        if cpu0 and done:
+            rounds = cpu_per_1000.setdefault(name, {})
+            for thread in cpu1:
+                rounds.setdefault(thread, []).append(1000 * (cpu1[thread] - cpu0.get(thread, 0.0)) / done)
         reached = max(1, round(per))
         fig.add(name, rate, limit if reached == r else bare_at(reached), per)
 
@@ -370,6 +377,8 @@ def main() -> int:
         from tests.ledger.pg_cluster import Cluster, drop_schema, new_schema
 
         cluster = Cluster(os.environ.get("OCRR_TEST_PG_DSN"))
+        if cluster.local:  # a server of our own: its processes are this machine's
+            server.append(int((cluster.data / "postmaster.pid").read_text().split()[0]))
         schemas = [new_schema(cluster) for _ in range(3)]
         try:
             bare_url, store_url, served_url = (cluster.url(x) for x in schemas)
@@ -412,8 +421,11 @@ def main() -> int:
                 drop_schema(cluster, x)
             cluster.stop()
 
-    for name, costs in cpu_per_1000.items():  # what load on the machine moves least
-        note = f"the service's CPU: {np.median(costs) * 1000:.0f} ms per 1,000 corrections (median of rounds)"
+    for name, threads in cpu_per_1000.items():  # what load on the machine moves least
+        ms = {thread: float(np.median(costs)) * 1000 for thread, costs in threads.items()}
+        service = sum(v for thread, v in ms.items() if thread != _PG_SERVER)
+        split = ", ".join(f"{thread} {v:.1f}" for thread, v in sorted(ms.items(), key=lambda kv: -kv[1]))
+        note = f"CPU per 1,000 corrections (medians of rounds): the service {service:.0f} ms ({split})"
         fig.notes[name] = f"{fig.notes[name]}; {note}" if name in fig.notes else note
     fig.show()
     if not args.no_postgres:
@@ -432,14 +444,46 @@ def main() -> int:
     return 0
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """CPU seconds (user + system) process ``pid`` has used, or None where /proc is missing."""
+_PG_SERVER = "PostgreSQL server"  # its processes' CPU, shown beside the service's threads
+
+
+def _cpu_by_thread(pid: int, server: list[int]) -> dict[str, float]:
+    """CPU seconds (user + system) each thread of process ``pid`` has used, summed by thread
+    name ("event loop" for the main thread; ocrr names its own: ``ocrr.utils.thread_names``),
+    plus the PostgreSQL server's processes (``server``: its postmaster, whose children are
+    the backends); empty where /proc is missing."""
+    out: dict[str, float] = {}
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        found = _stat(f"/proc/{pid}/task/{tid}/stat")
+        if found is not None:
+            name = "event loop" if tid == str(pid) else found[0]
+            out[name] = out.get(name, 0.0) + found[1]
+    for postmaster in server:
+        try:
+            with open(f"/proc/{postmaster}/task/{postmaster}/children") as f:
+                children = f.read().split()
+        except OSError:
+            continue
+        for p in [str(postmaster), *children]:
+            found = _stat(f"/proc/{p}/stat")
+            if found is not None:
+                out[_PG_SERVER] = out.get(_PG_SERVER, 0.0) + found[1]
+    return out
+
+
+def _stat(path: str) -> tuple[str, float] | None:
+    """(name, CPU seconds) of a process or thread from its ``stat`` file, or None once it is gone."""
+    try:
+        with open(path) as f:
+            text = f.read()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _with_limit(measured: tuple[float, float], limit: float) -> tuple[float, float, float]:
