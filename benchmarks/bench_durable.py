@@ -357,9 +357,12 @@ def main() -> int:
         done = rate * (time.perf_counter() - t0)
         cpu1 = _cpu_by_thread(proc.pid, server)
         if cpu0 and done:
+            used: dict[str, float] = {}  # by thread name; a thread that ended meanwhile is left out
+            for task, (thread, seconds) in cpu1.items():
+                used[thread] = used.get(thread, 0.0) + seconds - cpu0.get(task, (thread, 0.0))[1]
             rounds = cpu_per_1000.setdefault(name, {})
-            for thread in cpu1:
-                rounds.setdefault(thread, []).append(1000 * (cpu1[thread] - cpu0.get(thread, 0.0)) / done)
+            for thread, seconds in used.items():
+                rounds.setdefault(thread, []).append(1000 * seconds / done)
         reached = max(1, round(per))
         fig.add(name, rate, limit if reached == r else bare_at(reached), per)
 
@@ -452,12 +455,12 @@ def main() -> int:
 _PG_SERVER = "PostgreSQL server"  # its processes' CPU, shown beside the service's threads
 
 
-def _cpu_by_thread(pid: int, server: list[int]) -> dict[str, float]:
-    """CPU seconds (user + system) each thread of process ``pid`` has used, summed by thread
-    name ("event loop" for the main thread; ocrr names its own: ``ocrr.utils.thread_names``),
-    plus the PostgreSQL server's processes (``server``: its postmaster, whose children are
-    the backends); empty where /proc is missing."""
-    out: dict[str, float] = {}
+def _cpu_by_thread(pid: int, server: list[int]) -> dict[str, tuple[str, float]]:
+    """Each thread of process ``pid`` (by its id) -> its name ("event loop" for the main
+    thread; ocrr names its own: ``ocrr.utils.thread_names``) and the CPU seconds (user +
+    system) it has used; and so for the PostgreSQL server's processes (``server``: its
+    postmaster, whose children are the backends). Empty where /proc is missing."""
+    out: dict[str, tuple[str, float]] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -465,8 +468,7 @@ def _cpu_by_thread(pid: int, server: list[int]) -> dict[str, float]:
     for tid in tasks:
         found = _stat(f"/proc/{pid}/task/{tid}/stat")
         if found is not None:
-            name = "event loop" if tid == str(pid) else found[0]
-            out[name] = out.get(name, 0.0) + found[1]
+            out[tid] = ("event loop" if tid == str(pid) else found[0], found[1])
     for postmaster in server:
         try:
             with open(f"/proc/{postmaster}/task/{postmaster}/children") as f:
@@ -476,7 +478,7 @@ def _cpu_by_thread(pid: int, server: list[int]) -> dict[str, float]:
         for p in [str(postmaster), *children]:
             found = _stat(f"/proc/{p}/stat")
             if found is not None:
-                out[_PG_SERVER] = out.get(_PG_SERVER, 0.0) + found[1]
+                out[f"server {p}"] = (_PG_SERVER, found[1])
     return out
 
 
