@@ -32,7 +32,7 @@ Done = Callable[[range | None, BaseException | None], None]
 class Pending:
     """One queued append: its rows; once ``done``, its ``ids`` or its ``error``."""
 
-    __slots__ = ("vecs", "labels", "texts", "ids", "error", "done", "notify", "check", "hashed")
+    __slots__ = ("vecs", "labels", "texts", "ids", "error", "done", "notify", "check")
 
     def __init__(
         self,
@@ -47,7 +47,6 @@ class Pending:
         self.error: BaseException | None = None
         self.done = False
         self.notify, self.check = notify, check  # for ``submit``: whom to tell, what to check first
-        self.hashed: tuple | None = None  # its entries hashed ahead of its commit (ocrr.ledger.hash_ahead)
 
 
 class GroupCommit:
@@ -76,9 +75,6 @@ class GroupCommit:
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def _queued(self) -> None:
-        """An append was just queued (a store that works ahead on the queue looks at it)."""
-
     def _commit(self, batch: list[Pending]) -> None:
         """Write ``batch`` (the items whose checks passed, or with ``_checks_in_commit`` every
         item, whose checks it runs) in one transaction: each item gets its ids and ``done``,
@@ -99,7 +95,6 @@ class GroupCommit:
             return range(len(self), len(self))
         with self._cv:
             self._queue.append(item)
-            self._queued()
             while not item.done:
                 if self._committing:
                     self._cv.wait()
@@ -135,7 +130,6 @@ class GroupCommit:
             if self._closed:
                 raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
             self._queue.append(item)
-            self._queued()
             if self._committer is None:
                 self._committer = threading.Thread(target=self._commit_submitted, name="ocrr-commit", daemon=True)
                 self._committer.start()

@@ -20,6 +20,7 @@ The ``LedgerStore`` protocol (``ocrr.ledger.store``) is what the service uses of
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import threading
@@ -34,10 +35,10 @@ from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.chain import F4LE, GENESIS, Chain
 from ocrr.ledger.checkpoint_records import record_note
 from ocrr.ledger.group_commit import GroupCommit, Pending
-from ocrr.ledger.hash_ahead import HashAhead, hashed_rows
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
 from ocrr.ledger.tail import StoredTail, check_tail
+from ocrr.ledger.verify import entry_bytes, leaf_hash
 from ocrr.utils.rwlock import RWLock
 
 __all__ = ["Apply", "HeldLedger", "damage_in"]
@@ -68,8 +69,6 @@ class HeldLedger(GroupCommit):
         self.report = report
         self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._start_group_commits()
-        self._ahead = HashAhead()  # the next group's hashes, made while a commit is flushed
-        self.hashed_ahead = 0  # entries committed with the hashes HashAhead made for them
         self.followed = 0  # entries other processes committed, taken in by this one
         self.broken_at: int | None = None  # the entry that stopped taking in others' entries
         # Taking in other processes' entries and feeding our own commits to the mirror happen
@@ -241,29 +240,24 @@ class HeldLedger(GroupCommit):
         return ok, dim
 
     def _rows_of(self, ok: list[Pending]):
-        """The rows, tree nodes and digests of new entries chained on from the last one (each
-        item's hashes as ``HashAhead`` left them, when they start where it now does); then the
-        items queued behind them are hashed ahead, while this group is written."""
-        self._ahead.pause()  # before reading what it left on the items
+        """The rows, tree nodes and digests of new entries chained on from the last one."""
         rows, leaves, digests = [], [], []
         n0 = n = len(self._hashes)
         prev = self.chain_head
+        sha256 = hashlib.sha256
         for p in ok:
             p.ids = range(n, n + len(p.labels))
-            ahead = p.hashed
-            _, _, item_rows, item_leaves, item_digests = found = hashed_rows(p, n, prev)
-            self.hashed_ahead += len(item_rows) if found is ahead else 0
-            p.hashed = None  # (its rows are not kept past its commit)
-            rows += item_rows
-            leaves += item_leaves
-            digests += item_digests
-            prev, n = digests[-1], n + len(item_rows)
-        nodes = self.tree.extend(leaves)
-        self._ahead.resume(self._queue, n, prev)
-        return rows, nodes, digests, n0
-
-    def _queued(self) -> None:
-        self._ahead.queued()
+            blob = p.vecs.astype(F4LE, copy=False).tobytes()  # every row's bytes at once, sliced below
+            width = len(blob) // len(p.labels)
+            for j, (label, text) in enumerate(zip(p.labels, p.texts)):
+                raw = blob[j * width : (j + 1) * width]
+                pre = entry_bytes(n, label, text, raw, prev)
+                digest = sha256(pre).digest()
+                rows.append((n, label, text, raw, prev, digest))
+                leaves.append(leaf_hash(pre))
+                digests.append(digest)
+                prev, n = digest, n + 1
+        return rows, self.tree.extend(leaves), digests, n0
 
     def _commit_failed(self, n0: int | None, batch: list[Pending], err: BaseException) -> None:
         """A group commit wrote nothing: drop its leaves from the tree (added from ``n0``) and

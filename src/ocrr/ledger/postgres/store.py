@@ -424,7 +424,6 @@ class PostgresLedger(HeldLedger):
             while self._committing:
                 self._cv.wait()
             if not self._closed:
-                self._ahead.close()
                 with self._follow:
                     self._closed = True
                 self._pool.close()

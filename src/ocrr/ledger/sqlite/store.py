@@ -434,7 +434,6 @@ class DurableLedger(HeldLedger):
             while self._committing or (self._queue and self._committer is not None):
                 self._cv.wait()
             if not self._closed:
-                self._ahead.close()
                 self.wal.close()
                 with self._follow:
                     self._closed = True
