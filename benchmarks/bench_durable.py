@@ -7,7 +7,12 @@ default 256: one full ``/correct`` request), each for ``--seconds``:
      a text, two 32-byte hashes) per transaction, WAL with ``synchronous=FULL``: the limit;
   2. the ledger store on SQLite (``DurableLedger.extend``, one call per commit);
   3. the service on SQLite (``ocrr serve``, ``--clients`` clients POSTing /correct with
-     ``--per-commit`` items each, vectors as base64; every answer is a durable append);
+     ``--per-commit`` items each, vectors as base64; every answer is a durable append). Four
+     clients by default: the bare loop starts its next commit the moment one ends, and the
+     service's committer can only do that when a request is already queued; with two clients
+     it often waits for both to get their answers and send again (the clients' round trip,
+     not the service, sets the pace). Groups then merge requests, so the service is compared
+     with its bare loop at the rows per commit it reached (below);
   4. bare psycopg loop: one ``INSERT … SELECT FROM unnest(…)`` per transaction, binary
      parameters, ``synchronous_commit=on``: the limit;
   5. the ledger store on PostgreSQL (``PostgresLedger.extend``);
@@ -20,7 +25,9 @@ same round at the same rows per commit (the service's groups may merge requests:
 loop is run again at the rows per commit it reached); its share of the limit is the median
 of the rounds' shares, so a burst of load from other processes moves one round, not the
 figure. Beside each service figure, its process's CPU time per 1,000 corrections (what the
-load of other processes moves least). The load average is printed before and after. The PostgreSQL server is a
+load of other processes moves least), split by thread (``/proc/<pid>/task``: the event loop,
+the committer ``ocrr-commit``, the WAL checkpointer, the rest) and, on PostgreSQL, the
+server's own processes. The load average is printed before and after. The PostgreSQL server is a
 throwaway cluster on this machine (as the tests make it), or ``$OCRR_TEST_PG_DSN``.
 
 Run: PYTHONPATH=src python benchmarks/bench_durable.py [--per-commit 256] [--seconds 3] [--rounds 3]
@@ -317,7 +324,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement (default 3)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of bare loop, store, service (default 3)")
     ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--clients", type=int, default=2, help="clients POSTing /correct (default 2)")
+    ap.add_argument("--clients", type=int, default=4, help="clients POSTing /correct (default 4)")
     ap.add_argument("--seed-entries", type=int, default=1000, help="entries in each served ledger before measuring")
     ap.add_argument("--no-postgres", action="store_true", help="SQLite only")
     args = ap.parse_args()
@@ -333,21 +340,29 @@ def main() -> int:
     r, s = args.per_commit, args.seconds
     print(
         f"durable appends, {args.dim}-d rows, {r} rows per commit, {args.rounds} rounds of {s:g} s each "
-        f"(bare loop, store, service back to back); load before {load()}",
+        f"(bare loop, store, service back to back); the service's {args.clients} clients each POST "
+        f"/correct with {r} items and wait for the answer; load before {load()}",
         flush=True,
     )
     fig = Figures()
 
-    cpu_per_1000: dict[str, list[float]] = {}
+    cpu_per_1000: dict[str, dict[str, list[float]]] = {}  # what -> thread -> ms per 1,000, by round
+    server: list[int] = []  # the PostgreSQL postmaster's pid, once it runs
 
     def service_round(port: int, name: str, limit: float, bare_at, on_ack=None) -> None:
         """One round of the service, beside ``limit`` (the bare loop at ``r`` rows per commit) or,
         when its groups merged requests, ``bare_at(rows)`` at the rows per commit it reached."""
-        cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
+        cpu0, t0 = _cpu_by_thread(proc.pid, server), time.perf_counter()
         rate, per = service_rate(port, vecs, r, args.clients, s, on_ack)
         done = rate * (time.perf_counter() - t0)
-        if cpu0 is not None and done:
-            cpu_per_1000.setdefault(name, []).append(1000 * (_cpu_seconds(proc.pid) - cpu0) / done)
+        cpu1 = _cpu_by_thread(proc.pid, server)
+        if cpu0 and done:
+            used: dict[str, float] = {}  # by thread name; a thread that ended meanwhile is left out
+            for task, (thread, seconds) in cpu1.items():
+                used[thread] = used.get(thread, 0.0) + seconds - cpu0.get(task, (thread, 0.0))[1]
+            rounds = cpu_per_1000.setdefault(name, {})
+            for thread, seconds in used.items():
+                rounds.setdefault(thread, []).append(1000 * seconds / done)
         reached = max(1, round(per))
         fig.add(name, rate, limit if reached == r else bare_at(reached), per)
 
@@ -370,6 +385,8 @@ def main() -> int:
         from tests.ledger.pg_cluster import Cluster, drop_schema, new_schema
 
         cluster = Cluster(os.environ.get("OCRR_TEST_PG_DSN"))
+        if cluster.local:  # a server of our own: its processes are this machine's
+            server.append(int((cluster.data / "postmaster.pid").read_text().split()[0]))
         schemas = [new_schema(cluster) for _ in range(3)]
         try:
             bare_url, store_url, served_url = (cluster.url(x) for x in schemas)
@@ -412,8 +429,11 @@ def main() -> int:
                 drop_schema(cluster, x)
             cluster.stop()
 
-    for name, costs in cpu_per_1000.items():  # what load on the machine moves least
-        note = f"the service's CPU: {np.median(costs) * 1000:.0f} ms per 1,000 corrections (median of rounds)"
+    for name, threads in cpu_per_1000.items():  # what load on the machine moves least
+        ms = {thread: float(np.median(costs)) * 1000 for thread, costs in threads.items()}
+        service = sum(v for thread, v in ms.items() if thread != _PG_SERVER)
+        split = ", ".join(f"{thread} {v:.1f}" for thread, v in sorted(ms.items(), key=lambda kv: -kv[1]))
+        note = f"CPU per 1,000 corrections (medians of rounds): the service {service:.0f} ms ({split})"
         fig.notes[name] = f"{fig.notes[name]}; {note}" if name in fig.notes else note
     fig.show()
     if not args.no_postgres:
@@ -432,14 +452,45 @@ def main() -> int:
     return 0
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """CPU seconds (user + system) process ``pid`` has used, or None where /proc is missing."""
+_PG_SERVER = "PostgreSQL server"  # its processes' CPU, shown beside the service's threads
+
+
+def _cpu_by_thread(pid: int, server: list[int]) -> dict[str, tuple[str, float]]:
+    """Each thread of process ``pid`` (by its id) -> its name ("event loop" for the main
+    thread; ocrr names its own: ``ocrr.utils.thread_names``) and the CPU seconds (user +
+    system) it has used; and so for the PostgreSQL server's processes (``server``: its
+    postmaster, whose children are the backends). Empty where /proc is missing."""
+    out: dict[str, tuple[str, float]] = {}
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        found = _stat(f"/proc/{pid}/task/{tid}/stat")
+        if found is not None:
+            out[tid] = ("event loop" if tid == str(pid) else found[0], found[1])
+    for postmaster in server:
+        try:
+            with open(f"/proc/{postmaster}/task/{postmaster}/children") as f:
+                children = f.read().split()
+        except OSError:
+            continue
+        for p in [str(postmaster), *children]:
+            found = _stat(f"/proc/{p}/stat")
+            if found is not None:
+                out[f"server {p}"] = (_PG_SERVER, found[1])
+    return out
+
+
+def _stat(path: str) -> tuple[str, float] | None:
+    """(name, CPU seconds) of a process or thread from its ``stat`` file, or None once it is gone."""
+    try:
+        with open(path) as f:
+            text = f.read()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _with_limit(measured: tuple[float, float], limit: float) -> tuple[float, float, float]:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.utils.thread_names import name_os_thread
 
 __all__ = ["Done", "GroupCommit", "Pending", "check_batch", "checked"]
 
@@ -145,6 +146,7 @@ class GroupCommit:
     def _commit_submitted(self) -> None:
         """The committer thread: lead a group commit whenever appends are queued and none is
         running; on close, fail what is still queued."""
+        name_os_thread()  # its CPU shows apart from the event loop's (benchmarks/bench_durable.py)
         with self._cv:
             while True:
                 if self._queue and not self._committing and not self._closed:

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from ocrr.ledger.sqlite.schema import connect
+from ocrr.utils.thread_names import name_os_thread
 
 __all__ = ["CHECKPOINT_BYTES", "BackgroundCheckpoints", "no_checkpoints_in_commits"]
 
@@ -61,6 +62,7 @@ class BackgroundCheckpoints:
             return self._cv.wait_for(lambda: self.done >= count, timeout)
 
     def _run(self) -> None:
+        name_os_thread()
         while True:
             with self._cv:
                 self._cv.wait_for(lambda: self._closed or self._pending >= self.every)
