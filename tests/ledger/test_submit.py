@@ -109,3 +109,23 @@ def test_close_commits_what_was_submitted_then_refuses_more(tmp_path):
         led.submit(_vec(99), ["x"], None, lambda ids, err: None)
     with DurableLedger.open(path) as again:
         assert len(again) == 20
+
+
+def test_a_submitted_array_written_to_afterwards_changes_nothing_stored(tmp_path):
+    """The rows are the caller's as they were at submit: checked, hashed and stored from one
+    copy, so a caller reusing its buffer cannot make the file disagree with its own hashes."""
+    from ocrr.ledger.group_commit import check_batch
+
+    rows = np.stack([_vec(k)[0] for k in range(8)])
+    taken = check_batch(rows, [f"l{k}" for k in range(8)], None, DIM)
+    assert not np.may_share_memory(taken, rows)
+
+    told = Told()
+    told.expected = 1
+    kept = rows.copy()
+    with DurableLedger.open(tmp_path / "a.db") as led:
+        led.submit(rows, [f"l{k}" for k in range(8)], None, told.done_for(0))
+        rows[:] = np.nan  # the caller reuses its buffer at once
+        assert told.all_in.wait(30) and told.got[0][1] is None
+    with DurableLedger.open(tmp_path / "a.db") as led:  # reopened: fully checked
+        assert np.array_equal(led.memory.vectors[:8], kept)

@@ -228,6 +228,10 @@ def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
     """The rows of an append as (m, ``dim``) float32, or one error naming the fix: numeric,
     finite, one non-empty label (and at most one text) per row, valid Unicode."""
     vecs = _floats(vectors, "vectors are")
+    if isinstance(vectors, np.ndarray) and np.may_share_memory(vecs, vectors):
+        # the caller's own array: what is checked, hashed and stored must not change if the
+        # caller writes to it before the commit
+        vecs = vecs.copy()
     if vecs.ndim != 2:
         raise OcrrError(f"vectors must have shape (m, d), got {vecs.shape}")
     if dim is not None and vecs.shape[1] != dim:
