@@ -248,7 +248,27 @@ class _NotIntact(Exception):
     """The column-wise reading of the trusted prefix found something to name: read it row by row."""
 
 
-_PREFIX_BLOCK = 2048  # entries read per statement in _trusted_prefix: its temporaries stay small and reused
+_PREFIX_BLOCK = 4096  # entries read per statement in _trusted_prefix: its temporaries stay small and reused
+
+# One block of entries, each column concatenated by SQLite (no Python object per row): the
+# blobs' bytes as they are (``group_concat`` copies them; CAST back to a blob so that Python does
+# not decode them), the labels and texts joined by NUL (a label or text holding a NUL splits into
+# too many parts: the block is then read row by row), and the ids of the entries without text.
+# Every aggregate of one statement sees the rows in one order, which the ids' list names; the
+# sums count the rows whose values are of the kind and width a valid entry's are.
+_ENTRIES_BLOCK = (
+    "SELECT count(*), group_concat(id), sum(typeof(label) = 'text'), sum(typeof(text) IN ('text', 'null')), "
+    "CAST(group_concat(label, char(0)) AS BLOB), CAST(group_concat(coalesce(text, ''), char(0)) AS BLOB), "
+    "group_concat(CASE WHEN text IS NULL THEN id END), sum(typeof(vector) = 'blob' AND length(vector) = ?), "
+    "sum(typeof(prev_hash) = 'blob' AND length(prev_hash) = 32), sum(typeof(hash) = 'blob' AND length(hash) = 32), "
+    "CAST(group_concat(vector, '') AS BLOB), CAST(group_concat(prev_hash, '') AS BLOB), "
+    "CAST(group_concat(hash, '') AS BLOB) FROM entries WHERE id >= ? AND id < ?"
+)
+# The stored nodes of one level over positions lo..hi-1, the same way.
+_NODES_BLOCK = (
+    "SELECT count(*), group_concat(idx), sum(typeof(hash) = 'blob' AND length(hash) = 32), "
+    "CAST(group_concat(hash, '') AS BLOB) FROM nodes WHERE level = ? AND idx >= ? AND idx < ?"
+)
 
 
 def _trusted_prefix(
@@ -279,49 +299,44 @@ def _read_prefix(
     row_bytes = width * _F4LE.itemsize
     for lo in range(0, trusted, _PREFIX_BLOCK):
         hi = min(lo + _PREFIX_BLOCK, trusted)
-        got = conn.execute(
-            "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
-            (lo, hi),
-        ).fetchall()
-        if len(got) != hi - lo:
+        n = hi - lo
+        got = conn.execute(_ENTRIES_BLOCK, (row_bytes, lo, hi)).fetchone()
+        count, ids, labels_ok, texts_ok, labs, txts, no_text, vecs_ok, prevs_ok, digests_ok, vecs, links, chain = got
+        if count != n or ids != _ids(lo, hi) or not labels_ok == texts_ok == vecs_ok == prevs_ok == digests_ok == n:
             raise _NotIntact
-        ids, labs, txts, vecs, prevs, digests = zip(*got)
-        del got
-        if ids != tuple(range(lo, hi)) or set(map(type, labs)) != {str} or not set(map(type, txts)) <= _TEXT_TYPES:
+        if len(vecs) != n * row_bytes or len(chain) != 32 * n or links != prev + chain[:-32]:  # each links back
             raise _NotIntact
-        if set(map(type, vecs)) != {bytes} or set(map(len, vecs)) != {row_bytes}:
+        block_labels, block_texts = labs.decode("utf-8").split("\0"), txts.decode("utf-8").split("\0")
+        if len(block_labels) != n or len(block_texts) != n:
             raise _NotIntact
-        if set(map(type, prevs)) != {bytes} or set(map(type, digests)) != {bytes}:
-            raise _NotIntact
-        chain, links = b"".join(digests), b"".join(prevs)
-        if len(chain) != 32 * (hi - lo) or links != prev + chain[:-32]:  # each links to the entry before
-            raise _NotIntact
-        stored_leaves = conn.execute(
-            "SELECT hash FROM nodes WHERE level = 0 AND idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
-        ).fetchall()
-        block_leaves = b"".join(leaf for (leaf,) in stored_leaves)
-        if len(stored_leaves) != hi - lo or len(block_leaves) != 32 * (hi - lo):
-            raise _NotIntact
-        leaves += block_leaves
+        for i in () if no_text is None else map(int, no_text.split(",")):
+            block_texts[i - lo] = None
+        leaves += _stored_nodes(conn, 0, lo, hi)
         if vectors is not None:
-            vectors[lo:hi] = np.frombuffer(b"".join(vecs), _F4LE).reshape(hi - lo, width)
-            labels.extend(labs)
-            texts.extend(txts)
-        hashes.extend(digests)
-        prev = digests[-1]
+            vectors[lo:hi] = np.frombuffer(vecs, _F4LE).reshape(n, width)
+            labels.extend(block_labels)
+            texts.extend(block_texts)
+        hashes.extend([chain[j : j + 32] for j in range(0, len(chain), 32)])
+        prev = chain[-32:]
     tree = MerkleTree.from_leaves(bytes(leaves))
     for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
-        nodes = conn.execute(
-            "SELECT idx, hash FROM nodes WHERE level = ? AND idx < ? ORDER BY idx", (level, trusted >> level)
-        ).fetchall()
-        if [k for k, _ in nodes] != list(range(trusted >> level)) or b"".join(h for _, h in nodes) != tree.levels[
-            level
-        ]:
+        if _stored_nodes(conn, level, 0, trusted >> level) != tree.levels[level]:
             raise _NotIntact
     return tree, labels, texts, hashes
 
 
-_TEXT_TYPES = {str, type(None)}
+def _stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes:
+    """The stored hashes of nodes ``lo..hi-1`` of ``level``, concatenated (``_NotIntact``
+    unless each is there once, as 32 bytes)."""
+    count, positions, intact, nodes = conn.execute(_NODES_BLOCK, (level, lo, hi)).fetchone()
+    if count != hi - lo or intact != count or positions != _ids(lo, hi) or len(nodes) != 32 * count:
+        raise _NotIntact
+    return nodes
+
+
+def _ids(lo: int, hi: int) -> str:
+    """``group_concat`` of the ids lo..hi-1 in order."""
+    return ",".join(map(str, range(lo, hi)))
 
 
 def scan_file(
