@@ -252,3 +252,43 @@ def test_a_check_for_its_report_gives_the_same_report_without_holding_the_rows(s
         sqlite_scan.scan_file(path, verify, (signer.vkey,), rows=False)[0]
         == sqlite_scan.scan_file(path, verify, (signer.vkey,))[0]
     )
+
+
+HOLDINGS_EDITS = {
+    "intact": [],
+    "the last entries removed": ["DELETE FROM entries WHERE id >= 290"],
+    "an entry removed": ["DELETE FROM entries WHERE id = 120"],
+    "an entry with a negative id": [
+        "INSERT INTO entries SELECT -5, label, text, vector, prev_hash, hash FROM entries WHERE id = 3"
+    ],
+    "an entry far past the end": [
+        "INSERT INTO entries SELECT 10000000, label, text, vector, prev_hash, hash FROM entries WHERE id = 3"
+    ],
+    "a dim too large for the file": ["UPDATE meta SET value = 1000 WHERE key = 'dim'"],
+    "a dim too large, an entry removed": [
+        "UPDATE meta SET value = 1000 WHERE key = 'dim'",
+        "DELETE FROM entries WHERE id = 7",
+    ],
+    "no entries left": ["DELETE FROM entries"],
+}
+
+
+@pytest.mark.parametrize("edit", sorted(HOLDINGS_EDITS))
+def test_rows_made_room_for_from_the_ids_ends_give_what_counting_them_gives(signed, edit, monkeypatch):
+    """The room for the rows is sized from the table's largest id, not by counting every row
+    (``_held_at_most``): each open (and each report of a damaged file) is as with the count."""
+    path, signer = signed
+    conn = sqlite3.connect(path)
+    with conn:
+        for statement in HOLDINGS_EDITS[edit]:
+            conn.execute(statement)
+    conn.close()
+    bounded = [scans(path, signer)]
+    monkeypatch.setattr(sqlite_scan, "_held_at_most", lambda c: c.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+    counted = [scans(path, signer)]
+    for got, want in zip(bounded[0], counted[0]):
+        if isinstance(want, tuple):
+            assert got == want
+        else:
+            assert got.labels == want.labels and got.hashes == want.hashes
+            assert np.array_equal(got.vectors, want.vectors)

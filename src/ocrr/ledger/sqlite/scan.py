@@ -99,11 +99,14 @@ def _scan(
     trusted = 0
     if trust_until is not None and checkpoints:
         trusted = min(checkpoints[-1][0], size)
-    held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
-    rows = max(0, min(size, held))
+    # The rows to make room for: at most the committed size and what is held (``_held_at_most``,
+    # counted exactly only when that bound is too big for the file's bytes).
+    rows = max(0, min(size, _held_at_most(conn)))
     # Bounded by what is held: the vectors of a valid file are in the file, so a dim claiming
     # more than its bytes is refused (naming the first entry of another width) before allocating.
     file_bytes = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+    if rows * width * _F4LE.itemsize > file_bytes:
+        rows = max(0, min(size, conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]))
     if rows * width * _F4LE.itemsize > file_bytes:
         wrong = conn.execute(
             "SELECT id FROM entries WHERE length(vector) != ? ORDER BY id LIMIT 1", (width * _F4LE.itemsize,)
@@ -209,6 +212,19 @@ def _scan(
         records.ignored,
         records.reasons,
     )
+
+
+def _held_at_most(conn: sqlite3.Connection) -> int:
+    """At least as many as the entries the file holds, and as many when their ids are 0, 1, ...
+    (a valid file's): one more than the largest id while none is negative (ids are distinct
+    integers), read from the ends of the table; else the count, which reads all of it. Only a
+    damaged file holds fewer, and the reading reports it whatever room was made."""
+    lowest, highest = conn.execute("SELECT min(id), max(id) FROM entries").fetchone()
+    if lowest is None:
+        return 0
+    if lowest >= 0:
+        return int(highest) + 1
+    return int(conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
 
 def _still_stored(conn: sqlite3.Connection, known: KnownPrefix, size: int, width: int) -> bool:
