@@ -4,6 +4,7 @@ worker processes under a supervisor (``supervisor.py``), until SIGTERM / SIGINT.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import functools
 import gc
@@ -151,7 +152,16 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
     handed = Handoff(state.token, state.damage_seen, shared)
     del state  # the checked entries it holds are freed, not kept for the service's life
     gc.collect()  # (some are in reference cycles)
+    _trim_heap()  # (read in a thread of its own: glibc keeps that thread's freed heap otherwise)
     return handed
+
+
+def _trim_heap() -> None:
+    """Give the memory this process freed back to the system (glibc's ``malloc_trim``)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _serve_workers(
