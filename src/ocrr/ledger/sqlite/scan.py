@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -310,35 +311,47 @@ def _read_prefix(
     labels: list[str] = []
     texts: list[str | None] = []
     hashes: list[bytes] = []
-    leaves = bytearray()
     prev = GENESIS
-    row_bytes = width * _F4LE.itemsize
-    for lo in range(0, trusted, _PREFIX_BLOCK):
-        hi = min(lo + _PREFIX_BLOCK, trusted)
-        n = hi - lo
-        got = conn.execute(_ENTRIES_BLOCK, (row_bytes, lo, hi)).fetchone()
-        count, ids, labels_ok, texts_ok, labs, txts, no_text, vecs_ok, prevs_ok, digests_ok, vecs, links, chain = got
-        if count != n or ids != _ids(lo, hi) or not labels_ok == texts_ok == vecs_ok == prevs_ok == digests_ok == n:
-            raise _NotIntact
-        if len(vecs) != n * row_bytes or len(chain) != 32 * n or links != prev + chain[:-32]:  # each links back
-            raise _NotIntact
-        block_labels, block_texts = labs.decode("utf-8").split("\0"), txts.decode("utf-8").split("\0")
-        if len(block_labels) != n or len(block_texts) != n:
-            raise _NotIntact
-        for i in () if no_text is None else map(int, no_text.split(",")):
-            block_texts[i - lo] = None
-        leaves += _stored_nodes(conn, 0, lo, hi)
-        if vectors is not None:
-            vectors[lo:hi] = np.frombuffer(vecs, _F4LE).reshape(n, width)
-            labels.extend(block_labels)
-            texts.extend(block_texts)
-        hashes.extend([chain[j : j + 32] for j in range(0, len(chain), 32)])
-        prev = chain[-32:]
-    tree = MerkleTree.from_leaves(bytes(leaves))
+    # The tree is hashed in a thread while the entries are read: SQLite lets go of the GIL
+    # while it reads a block.
+    with ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool:
+        building = pool.submit(MerkleTree.from_leaves, _stored_nodes(conn, 0, 0, trusted))
+        try:
+            for lo in range(0, trusted, _PREFIX_BLOCK):
+                hi = min(lo + _PREFIX_BLOCK, trusted)
+                block_labels, block_texts, rows, chain = _read_block(conn, lo, hi, width, prev)
+                if vectors is not None:
+                    vectors[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, width)
+                    labels.extend(block_labels)
+                    texts.extend(block_texts)
+                hashes.extend([chain[j : j + 32] for j in range(0, len(chain), 32)])
+                prev = chain[-32:]
+        finally:
+            tree = building.result()  # (also when reading failed: the thread ends first)
     for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
         if _stored_nodes(conn, level, 0, trusted >> level) != tree.levels[level]:
             raise _NotIntact
     return tree, labels, texts, hashes
+
+
+def _read_block(
+    conn: sqlite3.Connection, lo: int, hi: int, width: int, prev: bytes
+) -> tuple[list[str], list[str | None], bytes, bytes]:
+    """Entries ``lo..hi-1``, checked (``_NotIntact`` unless each is as a valid entry's and the
+    first links to ``prev``): their labels, texts, rows' bytes and chain hashes' bytes."""
+    n, row_bytes = hi - lo, width * _F4LE.itemsize
+    got = conn.execute(_ENTRIES_BLOCK, (row_bytes, lo, hi)).fetchone()
+    count, ids, labels_ok, texts_ok, labels, texts, no_text, rows_ok, links_ok, hashes_ok, rows, links, chain = got
+    if count != n or ids != _ids(lo, hi) or not labels_ok == texts_ok == rows_ok == links_ok == hashes_ok == n:
+        raise _NotIntact
+    if len(rows) != n * row_bytes or len(chain) != 32 * n or links != prev + chain[:-32]:  # each links back
+        raise _NotIntact
+    block_labels, block_texts = labels.decode("utf-8").split("\0"), texts.decode("utf-8").split("\0")
+    if len(block_labels) != n or len(block_texts) != n:
+        raise _NotIntact
+    for i in () if no_text is None else map(int, no_text.split(",")):
+        block_texts[i - lo] = None
+    return block_labels, block_texts, rows, chain
 
 
 def _stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes:
