@@ -143,12 +143,12 @@ def _scan(
     stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
     for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
         stored[(level, idx)] = h
-    rows = conn.execute(
+    entries = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
         "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
         (i,),
     )
-    while batch := rows.fetchmany(4096):
+    while batch := entries.fetchmany(4096):
         for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
             if i >= size:
                 raise Damage(
