@@ -152,7 +152,7 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
     handed = Handoff(state.token, state.damage_seen, shared)
     del state  # the checked entries it holds are freed, not kept for the service's life
     gc.collect()  # (some are in reference cycles)
-    _trim_heap()  # (read in a thread of its own: glibc keeps that thread's freed heap otherwise)
+    _trim_heap()  # (glibc keeps some of a helper thread's freed heap otherwise)
     return handed
 
 

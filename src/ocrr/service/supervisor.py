@@ -240,11 +240,11 @@ def supervise(
     """Run ``target(config, slot, workers, table)`` in ``workers`` processes until a
     signal asks to stop; restart any that dies meanwhile (``backoff``). ``balanced``: the
     target also gets a ``balance.Mesh`` (connections balanced over the workers).
-    ``prepare``: called in a thread as the workers start (they start meanwhile, not after
+    ``prepare``: called once the workers are started (they start up meanwhile, not after
     it); the target also gets ``handoff``, a connection on which its result comes, to each
     worker started before or after it returns; if it raises, the workers are stopped and
-    its exception raised here. Returns the exit status: 0 when stopped by a signal, 1 when
-    a worker kept failing."""
+    its exception raised here (a signal meanwhile acts as it would without workers).
+    Returns the exit status: 0 when stopped by a signal, 1 when a worker kept failing."""
     backoff = backoff or Backoff()
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads or locks
     table = ctx.RawArray("d", workers * Counters.width(MAX_ROUTES))
@@ -259,9 +259,7 @@ def supervise(
     stopping: list[int] = []
     me = os.getpid()
     prepared: list[Any] = []  # prepare's result, once it returned
-    failed: list[BaseException] = []  # or what it raised
     waiting: dict[int, Connection] = {}  # slot -> where its worker waits for that result
-    woken, wake = ctx.Pipe(duplex=False)  # prepare's thread wakes the loop below when it ends
 
     def start(slot: int) -> None:
         handed, hand = ctx.Pipe(duplex=False) if prepare is not None else (None, None)
@@ -289,15 +287,6 @@ def supervise(
                 pass  # it died meanwhile: restarted as any other, and handed it then
             hand.close()
 
-    def run_prepare() -> None:
-        assert prepare is not None
-        try:
-            prepared.append(prepare())
-        except BaseException as e:  # raised in the supervisor's thread, once the workers are stopped
-            failed.append(e)
-        finally:
-            wake.send_bytes(b"done")
-
     def stop(signum, frame) -> None:
         stopping.append(signum)
 
@@ -306,19 +295,19 @@ def supervise(
         for slot in range(workers):
             start(slot)
         if prepare is not None:
-            threading.Thread(target=run_prepare, name="ocrr-prepare", daemon=True).start()
+            for s, handler in old.items():  # meanwhile, a signal stops this process as it would anyway
+                signal.signal(s, handler)
+            prepared.append(prepare())  # (in this thread: a check's freed heap goes back to the system)
+            for s in old:
+                signal.signal(s, stop)
+            hand_over()
         while not stopping:
             now = time.monotonic()
             timeout = min([0.5, *(max(0.0, t - now) for t in due.values())])
-            wait([p.sentinel for p in procs.values()] + [errors_in, woken], timeout=timeout)
+            wait([p.sentinel for p in procs.values()] + [errors_in], timeout=timeout)
             while errors_in.poll():
                 slot, message = errors_in.recv()
                 last_error[slot] = message
-            if woken.poll():
-                woken.recv_bytes()
-                if failed:
-                    break
-                hand_over()
             now = time.monotonic()
             for slot, proc in list(procs.items()):
                 if proc.exitcode is None or stopping:
@@ -354,13 +343,11 @@ def supervise(
                 proc.kill()
         for s, handler in old.items():
             signal.signal(s, handler)
-        for conn in (watch, alive, errors_in, errors, woken, wake, *waiting.values()):
+        for conn in (watch, alive, errors_in, errors, *waiting.values()):
             conn.close()
         if mesh is not None:
             mesh.close()
         sock.close()
-    if failed:
-        raise failed[0]
     return 1 if stopping and stopping[0] == 0 else 0
 
 
