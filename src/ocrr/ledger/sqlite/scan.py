@@ -220,7 +220,8 @@ def _held_at_most(conn: sqlite3.Connection) -> int:
     (a valid file's): one more than the largest id while none is negative (ids are distinct
     integers), read from the ends of the table; else the count, which reads all of it. Only a
     damaged file holds fewer, and the reading reports it whatever room was made."""
-    lowest, highest = conn.execute("SELECT min(id), max(id) FROM entries").fetchone()
+    # (two statements: SQLite finds a lone min() or max() at the table's end, both at once by a scan)
+    (lowest,), (highest,) = (conn.execute(f"SELECT {end}(id) FROM entries").fetchone() for end in ("min", "max"))
     if lowest is None:
         return 0
     if lowest >= 0:
