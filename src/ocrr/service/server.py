@@ -175,6 +175,8 @@ def _serve_workers(
 
     def prepared() -> Handoff:
         handed.append(prepare())
+        base = _base_url(config, port)  # said once the ledger is checked
+        log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
         return handed[-1]
 
     try:
@@ -185,8 +187,6 @@ def _serve_workers(
         ) from e
     port = sock.getsockname()[1]  # the one bound (--port 0: a free one)
     worker = dataclasses.replace(config, port=port, fit=None, data_dir=None, quick_open=True)
-    base = _base_url(config, port)
-    log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
     try:
         status = supervise(
             config.workers,
