@@ -63,6 +63,8 @@ def scans(path, signer):
                 out.append(sqlite_scan._scan(conn, 0, (signer.vkey,), fast=fast))
             except sqlite_scan.Damage as d:
                 out.append((d.first_bad, d.reason))
+            except sqlite3.Error as e:  # (report_of reports it as damaged tables)
+                out.append((None, str(e)))
         return out
     finally:
         conn.close()
@@ -95,6 +97,37 @@ def test_the_column_wise_scan_reads_what_the_row_by_row_scan_reads(signed):
     assert [bytes(level) for level in fast.tree.levels] == [bytes(level) for level in slow.tree.levels]
 
 
+def test_texts_and_labels_of_any_kind_are_read_column_wise_as_row_by_row(signed):
+    """Texts removed, empty, or holding separators and other scripts, in the trusted prefix
+    (which a quick open does not rehash): both readings give the same columns."""
+    path, signer = signed
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE entries SET text = NULL WHERE id IN (1, 64, 299)")
+        conn.execute("UPDATE entries SET text = '' WHERE id IN (0, 2, 7)")
+        conn.execute("UPDATE entries SET text = 'a,b' || char(10) || 'é€😀' WHERE id = 3")
+        conn.execute("UPDATE entries SET label = 'ü,' WHERE id = 4")
+    conn.close()
+    fast, slow = scans(path, signer)
+    assert fast.texts == slow.texts and fast.labels == slow.labels
+    assert fast.texts[1] is None and fast.texts[0] == "" and fast.texts[3] == "a,b\né€😀" and fast.labels[4] == "ü,"
+
+
+def test_a_nul_in_a_label_reads_the_block_row_by_row_with_the_same_columns(signed):
+    path, signer = signed
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE entries SET label = 'a' || char(0) || 'b', text = char(0) WHERE id = 5")
+    conn.close()
+    reader = connect(path, readonly=True)
+    try:
+        assert sqlite_scan._trusted_prefix(reader, N, DIM, np.empty((N, DIM), np.float32)) is None
+    finally:
+        reader.close()
+    fast, slow = scans(path, signer)
+    assert fast.labels == slow.labels and fast.texts == slow.texts and fast.labels[5] == "a\0b"
+
+
 def test_a_quick_open_gives_the_full_checks_head_root_and_proofs(signed):
     path, signer = signed
     with DurableLedger.open(path, verify="checkpoint", signer=signer) as quick:
@@ -118,6 +151,17 @@ EDITS = {
     "an edited inner node": "UPDATE nodes SET hash = zeroblob(32) WHERE level = 3 AND idx = 4",
     "an extra node": "INSERT INTO nodes VALUES (2, 5000, zeroblob(32))",
     "a hash of another length": "UPDATE entries SET hash = x'00' WHERE id = 5",
+    "a vector stored as text of its bytes": "UPDATE entries SET vector = CAST(vector AS TEXT) WHERE id = 90",
+    "a hash stored as text": "UPDATE entries SET hash = CAST(hash AS TEXT) WHERE id = 90",
+    "a link stored as text": "UPDATE entries SET prev_hash = CAST(prev_hash AS TEXT) WHERE id = 91",
+    "a text stored as bytes": "UPDATE entries SET text = CAST(text AS BLOB) WHERE id = 92",
+    "a text that is not UTF-8": "UPDATE entries SET text = CAST(x'c328' AS TEXT) WHERE id = 93",
+    "two entries' ids swapped": "UPDATE entries SET id = -id - 1 WHERE id IN (100, 101); "
+    "UPDATE entries SET id = CASE id WHEN -101 THEN 101 ELSE 100 END WHERE id < 0",
+    "a leaf of another length": "UPDATE nodes SET hash = x'00' WHERE level = 0 AND idx = 12",
+    "an inner node of another length": "UPDATE nodes SET hash = x'00' WHERE level = 1 AND idx = 40",
+    "an inner node missing": "DELETE FROM nodes WHERE level = 2 AND idx = 7",
+    "an extra leaf": "INSERT INTO nodes VALUES (0, 100000, zeroblob(32))",
 }
 
 
@@ -126,7 +170,8 @@ def test_an_edit_before_the_checkpoint_is_reported_as_the_row_by_row_scan_report
     path, signer = signed
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute(EDITS[edit])
+        for statement in EDITS[edit].split("; "):
+            conn.execute(statement)
     conn.close()
     fast, slow = scans(path, signer)
     assert isinstance(slow, tuple), "the edit is one a quick open finds"
@@ -207,3 +252,43 @@ def test_a_check_for_its_report_gives_the_same_report_without_holding_the_rows(s
         sqlite_scan.scan_file(path, verify, (signer.vkey,), rows=False)[0]
         == sqlite_scan.scan_file(path, verify, (signer.vkey,))[0]
     )
+
+
+HOLDINGS_EDITS = {
+    "intact": [],
+    "the last entries removed": ["DELETE FROM entries WHERE id >= 290"],
+    "an entry removed": ["DELETE FROM entries WHERE id = 120"],
+    "an entry with a negative id": [
+        "INSERT INTO entries SELECT -5, label, text, vector, prev_hash, hash FROM entries WHERE id = 3"
+    ],
+    "an entry far past the end": [
+        "INSERT INTO entries SELECT 10000000, label, text, vector, prev_hash, hash FROM entries WHERE id = 3"
+    ],
+    "a dim too large for the file": ["UPDATE meta SET value = 1000 WHERE key = 'dim'"],
+    "a dim too large, an entry removed": [
+        "UPDATE meta SET value = 1000 WHERE key = 'dim'",
+        "DELETE FROM entries WHERE id = 7",
+    ],
+    "no entries left": ["DELETE FROM entries"],
+}
+
+
+@pytest.mark.parametrize("edit", sorted(HOLDINGS_EDITS))
+def test_rows_made_room_for_from_the_ids_ends_give_what_counting_them_gives(signed, edit, monkeypatch):
+    """The room for the rows is sized from the table's largest id, not by counting every row
+    (``_held_at_most``): each open (and each report of a damaged file) is as with the count."""
+    path, signer = signed
+    conn = sqlite3.connect(path)
+    with conn:
+        for statement in HOLDINGS_EDITS[edit]:
+            conn.execute(statement)
+    conn.close()
+    bounded = [scans(path, signer)]
+    monkeypatch.setattr(sqlite_scan, "_held_at_most", lambda c: c.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+    counted = [scans(path, signer)]
+    for got, want in zip(bounded[0], counted[0]):
+        if isinstance(want, tuple):
+            assert got == want
+        else:
+            assert got.labels == want.labels and got.hashes == want.hashes
+            assert np.array_equal(got.vectors, want.vectors)

@@ -91,6 +91,8 @@ def test_a_worker_built_from_the_shared_entries_holds_and_answers_what_the_file_
         own = plain.system.index_.shortlist("i8")
         for got, want in zip(worker.explain_each(queries, lent), plain.explain_each(queries, own)):
             assert got == want
+        assert lent.snapshot() == own.snapshot()  # coded beside the other columns, as a worker codes alone
+        assert np.array_equal(lent._codes[:ENTRIES], own._codes[:ENTRIES])
         assert worker.predict(np.concatenate(queries)) == plain.predict(np.concatenate(queries))
     finally:
         worker.close()

@@ -223,3 +223,54 @@ def test_a_worker_restarted_on_a_tampered_ledger_says_so_in_one_line(tmp_path, c
     assert [line for line in err.splitlines() if line.strip()] == [
         f"[worker 0] error: {said[0].split('last: ')[1].split('; stopping')[0]}"
     ], err
+
+
+def _waits_for_its_handoff(config, slot, workers, table, handoff):
+    config["started"].release()  # started before the supervisor's preparation is done
+    try:
+        handed = handoff.recv()
+    except EOFError:
+        sys.exit(0)
+    with open(config["out"], "a") as out:
+        out.write(f"{slot} {handed}\n")
+    sys.exit(3)
+
+
+def test_workers_start_while_the_supervisor_prepares_and_each_gets_what_it_prepared(tmp_path):
+    """``ocrr serve --workers N`` starts its workers while it checks the ledger: each waits
+    for the check's result, the workers started before it ends and the ones restarted after."""
+    import multiprocessing as mp
+
+    started = mp.get_context("spawn").Semaphore(0)
+    out = tmp_path / "handed"
+    said = []
+
+    def prepare():
+        for _ in range(2):  # both workers are up before this returns
+            assert started.acquire(timeout=120)
+        return "checked"
+
+    config = {"started": started, "out": str(out)}
+    sock = bind("127.0.0.1", 0, listen=False)
+    status = supervise(
+        2, sock, _waits_for_its_handoff, config, said.append, Backoff(first=0.1, give_up=2), prepare=prepare
+    )
+    assert status == 1  # each worker exits once handed it, is restarted, handed it again, and exits
+    assert sorted(out.read_text().splitlines()) == ["0 checked", "0 checked", "1 checked", "1 checked"]
+
+
+def test_a_preparation_that_fails_stops_the_workers_and_is_raised(tmp_path):
+    import multiprocessing as mp
+
+    started = mp.get_context("spawn").Semaphore(0)
+
+    def prepare():
+        for _ in range(2):
+            assert started.acquire(timeout=120)
+        raise OcrrError("ledger l.db is damaged at entry 3: restore it")
+
+    config = {"started": started, "out": str(tmp_path / "handed")}
+    with pytest.raises(OcrrError, match="damaged at entry 3"):
+        supervise(2, bind("127.0.0.1", 0, listen=False), _waits_for_its_handoff, config, [].append, prepare=prepare)
+    assert not mp.active_children()
+    assert not (tmp_path / "handed").exists()  # no worker went on to open the ledger

@@ -4,6 +4,7 @@ worker processes under a supervisor (``supervisor.py``), until SIGTERM / SIGINT.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import functools
 import gc
@@ -12,6 +13,8 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 import uvicorn
 
@@ -58,33 +61,17 @@ def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int
 
 
 def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
-    # With workers, this process only checks the ledger (and seeds it): each worker loads its own encoder.
-    alone = config.workers == 1 or config.fit is not None
-    first = config if alone else dataclasses.replace(config, encoder=None)
-    # With workers, the rows are read into memory they will share (shared_rows.py).
-    room = None if alone or config.on_database else room_for_rows(config.ledger)
-    try:
-        state = build_state(first, log=log, predicts=alone, shared=room)  # with workers, the substrate is theirs
-    except BaseException:
-        if room is not None:
-            room.close()
-        raise
+    if config.workers > 1 and config.fit is None:
+        return _serve_workers(dataclasses.replace(config, port=port), log)
+    state = build_state(config, log=log)
     log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
-    if config.workers > 1:
-        # What it checked, handed to the workers (they read from the file only what follows it).
-        shared = None if config.on_database else publish(state.substrate, room)
-        if room is not None:
-            room.close()
-        state.close()
-        # Damage recorded in the file after this start is honoured, also by a worker started later.
+    if config.workers > 1:  # (seeded here first: --fit)
         token, damage_seen = state.token, state.damage_seen
-        del state  # the checked entries it holds are freed, not kept for the service's life
+        handed = Handoff(token, damage_seen, None if config.on_database else publish(state.substrate))
+        state.close()
+        del state
         gc.collect()  # (some are in reference cycles)
-        try:
-            return _serve_workers(dataclasses.replace(config, token=token, port=port), log, damage_seen, shared)
-        finally:
-            if shared is not None:
-                shared.close()
+        return _serve_workers(dataclasses.replace(config, token=token, port=port), log, lambda: handed)
     limit_threads()
     base = _base_url(config, config.port)
     log(f"review page: {base}/   API: {base}/docs")
@@ -134,12 +121,64 @@ def _base_url(config: ServiceConfig, port: int) -> str:
     return f"{'https' if config.tls_cert else 'http'}://{config.host}:{port}"
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """What the supervisor of ``--workers N`` hands each worker once it checked the ledger:
+    the service's token, the latest verification record when it started (damage recorded
+    after it is honoured, also by a worker started later), and the entries it checked, in
+    shared memory (``shared_rows.py``; None: the worker reads them from the ledger)."""
+
+    token: str
+    damage_after: int
+    shared: SharedRows | None
+
+
+def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Handoff:
+    """Check the ledger once, fully or from its checkpoint, as the workers start (each loads
+    its own encoder), and write what it read into memory they share: they then read from the
+    file only what follows it."""
+    first = dataclasses.replace(config, encoder=None)
+    room = None if config.on_database else room_for_rows(config.ledger)  # the rows are read into it
+    try:
+        state = build_state(first, log=log, predicts=False, shared=room)  # the substrate is the workers'
+        try:
+            log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
+            shared = None if config.on_database else publish(state.substrate, room)
+        finally:
+            state.close()
+    finally:
+        if room is not None:
+            room.close()
+    handed = Handoff(state.token, state.damage_seen, shared)
+    del state  # the checked entries it holds are freed, not kept for the service's life
+    gc.collect()  # (some are in reference cycles)
+    _trim_heap()  # (glibc keeps some of a helper thread's freed heap otherwise)
+    return handed
+
+
+def _trim_heap() -> None:
+    """Give the memory this process freed back to the system (glibc's ``malloc_trim``)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def _serve_workers(
-    config: ServiceConfig, log: Callable[[str], None], damage_after: int = -1, shared: SharedRows | None = None
+    config: ServiceConfig, log: Callable[[str], None], prepare: Callable[[], Handoff] | None = None
 ) -> int:
-    """``--workers N``: the ledger was checked (and seeded) already; N worker processes now
-    open it from that checkpoint (``shared``: from the entries checked, in shared memory) and
-    answer on one socket."""
+    """``--workers N``: N worker processes answer on one socket. They start at once, while
+    this process checks the ledger (``prepare``, by default ``_check_for_workers``), and each
+    opens it from what that check hands it (``Handoff``)."""
+    prepare = prepare or functools.partial(_check_for_workers, config, log)
+    handed: list[Handoff] = []
+
+    def prepared() -> Handoff:
+        handed.append(prepare())
+        base = _base_url(config, port)  # said once the ledger is checked
+        log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
+        return handed[-1]
+
     try:
         sock = bind(config.host, config.port, listen=False)  # holds the port; the workers listen on it
     except OSError as e:
@@ -148,16 +187,20 @@ def _serve_workers(
         ) from e
     port = sock.getsockname()[1]  # the one bound (--port 0: a free one)
     worker = dataclasses.replace(config, port=port, fit=None, data_dir=None, quick_open=True)
-    base = _base_url(config, port)
-    log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
-    status = supervise(
-        config.workers,
-        sock,
-        functools.partial(worker_main, damage_after=damage_after, shared=shared),
-        worker,
-        log,
-        balanced=not config.tls_cert,  # a TLS connection cannot move once its handshake is done
-    )
+    try:
+        status = supervise(
+            config.workers,
+            sock,
+            worker_main,
+            worker,
+            log,
+            balanced=not config.tls_cert,  # a TLS connection cannot move once its handshake is done
+            prepare=prepared,
+        )
+    finally:
+        for h in handed:
+            if h.shared is not None:
+                h.shared.close()
     log(f"stopped: {config.workers} workers, ledger {display(config.ledger)} closed")
     return status
 
@@ -170,14 +213,26 @@ def worker_main(
     mesh: Mesh | None = None,
     damage_after: int = -1,
     shared: SharedRows | None = None,
+    handoff: Connection | None = None,
 ) -> None:
     """One worker: open the ledger (from the supervisor's checkpoint), build the app, and
     serve on its own socket of the shared port until SIGTERM. ``mesh``: connections are
     balanced over the workers through it (``balance.py``). ``damage_after``: the latest
     verification record when the service started (damage recorded after it is honoured).
-    ``shared``: the entries the supervisor checked (``shared_rows.py``)."""
+    ``shared``: the entries the supervisor checked (``shared_rows.py``). ``handoff``: where
+    the supervisor sends, once its check is done, a ``Handoff`` giving the token and these
+    two (the worker waits for it before it opens anything)."""
     log = lambda msg: print(f"[worker {slot}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which then stops each worker once
+    if handoff is not None:
+        try:
+            handed: Handoff = handoff.recv()
+        except EOFError:
+            return  # the supervisor stopped before its check was done
+        finally:
+            handoff.close()
+        config = dataclasses.replace(config, token=handed.token)
+        damage_after, shared = handed.damage_after, handed.shared
     try:
         state = build_state(config, log=log, damage_after=damage_after, shared=shared)
     except OcrrError:

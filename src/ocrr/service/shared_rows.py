@@ -24,7 +24,9 @@ import mmap
 import os
 import sqlite3
 import sys
+import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import reduction
 from pathlib import Path
@@ -50,7 +52,8 @@ _HASH = 32
 _MAP_FIXED = 0x10  # Linux's value (the mmap module does not export it)
 _CODE_ROWS_AT_LEAST = 1024  # as an Int8Shortlist's first buffer
 
-_MADV_NOHUGEPAGE = 15  # Linux's value
+_MADV_NOHUGEPAGE = 15  # Linux's values
+_MADV_POPULATE_WRITE = 23
 _libc_mmap = _libc_munmap = _libc_madvise = None
 if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
     try:
@@ -186,6 +189,9 @@ class RowsRoom:
         except BaseException:
             os.close(self.fd)
             raise
+        # Its pages are made in the background, off the GIL, while the check reads the first
+        # rows: the scan then copies rows into memory that is there, not a page fault at a time.
+        threading.Thread(target=_populate, args=(self.buffer,), name="ocrr-rows-room", daemon=True).start()
 
     def known_prefix(self) -> KnownPrefix:
         """No entries, only the buffer their rows are read into."""
@@ -233,46 +239,44 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
     if not available() or mirror is None or not len(mirror) or mirror.dim is None:
         return None
     n, dim = len(mirror), mirror.dim
-    labels, texts, hashes = mirror.stored_columns()
-    tree = substrate.ledger.tree
-    names: dict[str, int] = {}
-    label_codes = np.fromiter((names.setdefault(label, len(names)) for label in labels), np.int32, n)
-    text_blob, text_ends, text_none = _texts(texts)
     code_rows = room_at_open(n, _CODE_ROWS_AT_LEAST)
-    coded = _codes_wanted(substrate.system)
-
-    at = 0
-
-    def place(nbytes: int) -> int:
-        nonlocal at
-        where, at = at, at + _whole_pages(nbytes)
-        return where
-
-    codes_at = place(code_rows * dim) if coded else None
-    hashes_at = place(n * _HASH)
-    levels = tuple((place(len(level)), len(level)) for level in tree.levels)
-    codes_of_labels = place(4 * n)
-    ends_at = place(8 * n)
-    none_at = place(n)
-    texts_at = place(len(text_blob))
+    codes_bytes = _whole_pages(code_rows * dim) if _codes_wanted(substrate.system) else 0
     rows_fd = _rows_file(mirror.vectors, room)
     fd = os.memfd_create("ocrr-shared-columns", os.MFD_CLOEXEC)
     try:
-        os.ftruncate(fd, max(at, _PAGE))  # the codes' spare rows stay a hole: no memory until written
-        with mmap.mmap(fd, max(at, _PAGE)) as out:
-            snapshot = None
-            if codes_at is not None:
-                shortlist = Int8Shortlist(dim, np.frombuffer(out, np.int8, code_rows * dim, codes_at).reshape(-1, dim))
-                shortlist.catch_up(mirror.vectors)
-                snapshot = shortlist.snapshot()
-                del shortlist  # (its codes are a view of the mapping: it closes once none is left)
-            out[hashes_at : hashes_at + n * _HASH] = b"".join(hashes)
-            for (where, length), level in zip(levels, tree.levels):
-                out[where : where + length] = level
-            np.frombuffer(out, np.int32, n, codes_of_labels)[:] = label_codes
-            np.frombuffer(out, np.int64, n, ends_at)[:] = text_ends
-            np.frombuffer(out, np.uint8, n, none_at)[:] = text_none
-            out[texts_at : texts_at + len(text_blob)] = text_blob
+        # The 8-bit codes (first in the file) are made in a thread (numpy lets go of the GIL)
+        # while this one lays out the other columns.
+        with ThreadPoolExecutor(1, thread_name_prefix="ocrr-codes") as pool:
+            os.ftruncate(fd, max(codes_bytes, _PAGE))  # grown below, once the other columns are placed
+            coding = pool.submit(_code, fd, code_rows, dim, mirror.vectors) if codes_bytes else None
+            labels, texts, hashes = mirror.stored_columns()
+            tree = substrate.ledger.tree
+            names: dict[str, int] = {}
+            label_codes = np.fromiter((names.setdefault(label, len(names)) for label in labels), np.int32, n)
+            text_blob, text_ends, text_none = _texts(texts)
+            at = codes_bytes
+
+            def place(nbytes: int) -> int:
+                nonlocal at
+                where, at = at, at + _whole_pages(nbytes)
+                return where
+
+            hashes_at = place(n * _HASH)
+            levels = tuple((place(len(level)), len(level)) for level in tree.levels)
+            codes_of_labels = place(4 * n)
+            ends_at = place(8 * n)
+            none_at = place(n)
+            texts_at = place(len(text_blob))
+            os.ftruncate(fd, max(at, _PAGE))  # the codes' spare rows stay a hole: no memory until written
+            with mmap.mmap(fd, max(at, _PAGE)) as out:
+                out[hashes_at : hashes_at + n * _HASH] = b"".join(hashes)
+                for (where, length), level in zip(levels, tree.levels):
+                    out[where : where + length] = level
+                np.frombuffer(out, np.int32, n, codes_of_labels)[:] = label_codes
+                np.frombuffer(out, np.int64, n, ends_at)[:] = text_ends
+                np.frombuffer(out, np.uint8, n, none_at)[:] = text_none
+                out[texts_at : texts_at + len(text_blob)] = text_blob
+            snapshot = None if coding is None else coding.result()
     except BaseException:
         os.close(fd)
         os.close(rows_fd)
@@ -280,7 +284,7 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
     layout = Layout(
         n,
         dim,
-        codes_at,
+        0 if codes_bytes else None,
         code_rows,
         snapshot,
         hashes_at,
@@ -293,6 +297,17 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
         max(at, _PAGE),
     )
     return SharedRows(rows_fd, fd, layout)
+
+
+def _code(fd: int, code_rows: int, dim: int, rows: np.ndarray) -> dict:
+    """Code ``rows`` to 8 bits into the memory file's first ``code_rows`` rows of ``dim``
+    bytes; returns the shortlist's ``snapshot``."""
+    with mmap.mmap(fd, _whole_pages(code_rows * dim)) as out:
+        shortlist = Int8Shortlist(dim, np.frombuffer(out, np.int8, code_rows * dim).reshape(-1, dim))
+        shortlist.catch_up(rows)
+        snapshot = shortlist.snapshot()
+        del shortlist  # (its codes are a view of the mapping: it closes once none is left)
+    return snapshot
 
 
 def _rows_file(rows: np.ndarray, room: RowsRoom | None) -> int:
@@ -350,6 +365,13 @@ def _mapped(fd: int, nbytes: int, shape: tuple[int, int], dtype: np.dtype) -> np
     setattr(region, APPENDABLE, True)
     weakref.finalize(region, _libc_munmap, base, nbytes)
     return np.ndarray(shape, dtype, buffer=memoryview(region))
+
+
+def _populate(buffer: np.ndarray) -> None:
+    """Back every page of ``buffer`` (a mapping of ``_mapped``) now; it stays mapped meanwhile
+    (this call holds it). Where Linux cannot (before 5.14), pages are made as rows land."""
+    assert _libc_madvise is not None
+    _libc_madvise(buffer.ctypes.data, buffer.nbytes, _MADV_POPULATE_WRITE)
 
 
 def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:

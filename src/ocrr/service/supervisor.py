@@ -235,11 +235,16 @@ def supervise(
     log: Callable[[str], None],
     backoff: Backoff | None = None,
     balanced: bool = False,
+    prepare: Callable[[], Any] | None = None,
 ) -> int:
     """Run ``target(config, slot, workers, table)`` in ``workers`` processes until a
     signal asks to stop; restart any that dies meanwhile (``backoff``). ``balanced``: the
-    target also gets a ``balance.Mesh`` (connections balanced over the workers). Returns
-    the exit status: 0 when stopped by a signal, 1 when a worker kept failing."""
+    target also gets a ``balance.Mesh`` (connections balanced over the workers).
+    ``prepare``: called once the workers are started (they start up meanwhile, not after
+    it); the target also gets ``handoff``, a connection on which its result comes, to each
+    worker started before or after it returns; if it raises, the workers are stopped and
+    its exception raised here (a signal meanwhile acts as it would without workers).
+    Returns the exit status: 0 when stopped by a signal, 1 when a worker kept failing."""
     backoff = backoff or Backoff()
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads or locks
     table = ctx.RawArray("d", workers * Counters.width(MAX_ROUTES))
@@ -253,15 +258,34 @@ def supervise(
     last_error: dict[int, str] = {}
     stopping: list[int] = []
     me = os.getpid()
+    prepared: list[Any] = []  # prepare's result, once it returned
+    waiting: dict[int, Connection] = {}  # slot -> where its worker waits for that result
 
     def start(slot: int) -> None:
+        handed, hand = ctx.Pipe(duplex=False) if prepare is not None else (None, None)
         proc = ctx.Process(
             target=_worker_main,
             args=(target, watch, errors, me, config, slot, workers, table, *([mesh] if mesh else [])),
+            kwargs={} if handed is None else {"handoff": handed},
             name=f"ocrr-worker-{slot}",
         )
         proc.start()
         procs[slot], started[slot] = proc, time.monotonic()
+        if handed is not None and hand is not None:
+            handed.close()  # the worker's end
+            waiting[slot] = hand
+            hand_over()
+
+    def hand_over() -> None:
+        if not prepared:
+            return
+        for slot, hand in list(waiting.items()):
+            del waiting[slot]
+            try:
+                hand.send(prepared[0])
+            except OSError:
+                pass  # it died meanwhile: restarted as any other, and handed it then
+            hand.close()
 
     def stop(signum, frame) -> None:
         stopping.append(signum)
@@ -270,6 +294,13 @@ def supervise(
     try:
         for slot in range(workers):
             start(slot)
+        if prepare is not None:
+            for s, handler in old.items():  # meanwhile, a signal stops this process as it would anyway
+                signal.signal(s, handler)
+            prepared.append(prepare())  # (in this thread: a check's freed heap goes back to the system)
+            for s in old:
+                signal.signal(s, stop)
+            hand_over()
         while not stopping:
             now = time.monotonic()
             timeout = min([0.5, *(max(0.0, t - now) for t in due.values())])
@@ -312,7 +343,7 @@ def supervise(
                 proc.kill()
         for s, handler in old.items():
             signal.signal(s, handler)
-        for conn in (watch, alive, errors_in, errors):
+        for conn in (watch, alive, errors_in, errors, *waiting.values()):
             conn.close()
         if mesh is not None:
             mesh.close()
@@ -321,13 +352,13 @@ def supervise(
 
 
 def _worker_main(
-    target: Callable, watch: Connection, errors: Connection, supervisor: int, config: Any, slot: int, *args
+    target: Callable, watch: Connection, errors: Connection, supervisor: int, config: Any, slot: int, *args, **kwargs
 ) -> None:
     """A worker process: bound to its supervisor's life, then ``target``. An ``OcrrError``
     (a damaged ledger, say) ends it with one line, which the supervisor also gets."""
     _die_with(supervisor, watch)
     try:
-        target(config, slot, *args)
+        target(config, slot, *args, **kwargs)
     except OcrrError as e:
         _fail(errors, slot, str(e))
         sys.exit(2)

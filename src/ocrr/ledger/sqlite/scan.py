@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,11 +100,14 @@ def _scan(
     trusted = 0
     if trust_until is not None and checkpoints:
         trusted = min(checkpoints[-1][0], size)
-    held = conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
-    rows = max(0, min(size, held))
+    # The rows to make room for: at most the committed size and what is held (``_held_at_most``,
+    # counted exactly only when that bound is too big for the file's bytes).
+    rows = max(0, min(size, _held_at_most(conn)))
     # Bounded by what is held: the vectors of a valid file are in the file, so a dim claiming
     # more than its bytes is refused (naming the first entry of another width) before allocating.
     file_bytes = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+    if rows * width * _F4LE.itemsize > file_bytes:
+        rows = max(0, min(size, conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]))
     if rows * width * _F4LE.itemsize > file_bytes:
         wrong = conn.execute(
             "SELECT id FROM entries WHERE length(vector) != ? ORDER BY id LIMIT 1", (width * _F4LE.itemsize,)
@@ -139,12 +143,12 @@ def _scan(
     stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
     for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
         stored[(level, idx)] = h
-    rows = conn.execute(
+    entries = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
         "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
         (i,),
     )
-    while batch := rows.fetchmany(4096):
+    while batch := entries.fetchmany(4096):
         for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
             if i >= size:
                 raise Damage(
@@ -211,6 +215,20 @@ def _scan(
     )
 
 
+def _held_at_most(conn: sqlite3.Connection) -> int:
+    """At least as many as the entries the file holds, and as many when their ids are 0, 1, ...
+    (a valid file's): one more than the largest id while none is negative (ids are distinct
+    integers), read from the ends of the table; else the count, which reads all of it. Only a
+    damaged file holds fewer, and the reading reports it whatever room was made."""
+    # (two statements: SQLite finds a lone min() or max() at the table's end, both at once by a scan)
+    (lowest,), (highest,) = (conn.execute(f"SELECT {end}(id) FROM entries").fetchone() for end in ("min", "max"))
+    if lowest is None:
+        return 0
+    if lowest >= 0:
+        return int(highest) + 1
+    return int(conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+
+
 def _still_stored(conn: sqlite3.Connection, known: KnownPrefix, size: int, width: int) -> bool:
     """Whether the file still holds ``known``'s entries as its supplier read them: as many or
     more committed, of the same width, and its entry ``known.size - 1`` with the same chain
@@ -248,7 +266,27 @@ class _NotIntact(Exception):
     """The column-wise reading of the trusted prefix found something to name: read it row by row."""
 
 
-_PREFIX_BLOCK = 2048  # entries read per statement in _trusted_prefix: its temporaries stay small and reused
+_PREFIX_BLOCK = 4096  # entries read per statement in _trusted_prefix: its temporaries stay small and reused
+
+# One block of entries, each column concatenated by SQLite (no Python object per row): the
+# blobs' bytes as they are (``group_concat`` copies them; CAST back to a blob so that Python does
+# not decode them), the labels and texts joined by NUL (a label or text holding a NUL splits into
+# too many parts: the block is then read row by row), and the ids of the entries without text.
+# Every aggregate of one statement sees the rows in one order, which the ids' list names; the
+# sums count the rows whose values are of the kind and width a valid entry's are.
+_ENTRIES_BLOCK = (
+    "SELECT count(*), group_concat(id), sum(typeof(label) = 'text'), sum(typeof(text) IN ('text', 'null')), "
+    "CAST(group_concat(label, char(0)) AS BLOB), CAST(group_concat(coalesce(text, ''), char(0)) AS BLOB), "
+    "group_concat(CASE WHEN text IS NULL THEN id END), sum(typeof(vector) = 'blob' AND length(vector) = ?), "
+    "sum(typeof(prev_hash) = 'blob' AND length(prev_hash) = 32), sum(typeof(hash) = 'blob' AND length(hash) = 32), "
+    "CAST(group_concat(vector, '') AS BLOB), CAST(group_concat(prev_hash, '') AS BLOB), "
+    "CAST(group_concat(hash, '') AS BLOB) FROM entries WHERE id >= ? AND id < ?"
+)
+# The stored nodes of one level over positions lo..hi-1, the same way.
+_NODES_BLOCK = (
+    "SELECT count(*), group_concat(idx), sum(typeof(hash) = 'blob' AND length(hash) = 32), "
+    "CAST(group_concat(hash, '') AS BLOB) FROM nodes WHERE level = ? AND idx >= ? AND idx < ?"
+)
 
 
 def _trusted_prefix(
@@ -274,54 +312,61 @@ def _read_prefix(
     labels: list[str] = []
     texts: list[str | None] = []
     hashes: list[bytes] = []
-    leaves = bytearray()
     prev = GENESIS
-    row_bytes = width * _F4LE.itemsize
-    for lo in range(0, trusted, _PREFIX_BLOCK):
-        hi = min(lo + _PREFIX_BLOCK, trusted)
-        got = conn.execute(
-            "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
-            (lo, hi),
-        ).fetchall()
-        if len(got) != hi - lo:
-            raise _NotIntact
-        ids, labs, txts, vecs, prevs, digests = zip(*got)
-        del got
-        if ids != tuple(range(lo, hi)) or set(map(type, labs)) != {str} or not set(map(type, txts)) <= _TEXT_TYPES:
-            raise _NotIntact
-        if set(map(type, vecs)) != {bytes} or set(map(len, vecs)) != {row_bytes}:
-            raise _NotIntact
-        if set(map(type, prevs)) != {bytes} or set(map(type, digests)) != {bytes}:
-            raise _NotIntact
-        chain, links = b"".join(digests), b"".join(prevs)
-        if len(chain) != 32 * (hi - lo) or links != prev + chain[:-32]:  # each links to the entry before
-            raise _NotIntact
-        stored_leaves = conn.execute(
-            "SELECT hash FROM nodes WHERE level = 0 AND idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
-        ).fetchall()
-        block_leaves = b"".join(leaf for (leaf,) in stored_leaves)
-        if len(stored_leaves) != hi - lo or len(block_leaves) != 32 * (hi - lo):
-            raise _NotIntact
-        leaves += block_leaves
-        if vectors is not None:
-            vectors[lo:hi] = np.frombuffer(b"".join(vecs), _F4LE).reshape(hi - lo, width)
-            labels.extend(labs)
-            texts.extend(txts)
-        hashes.extend(digests)
-        prev = digests[-1]
-    tree = MerkleTree.from_leaves(bytes(leaves))
+    # The tree is hashed in a thread while the entries are read: SQLite lets go of the GIL
+    # while it reads a block.
+    with ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool:
+        building = pool.submit(MerkleTree.from_leaves, _stored_nodes(conn, 0, 0, trusted))
+        try:
+            for lo in range(0, trusted, _PREFIX_BLOCK):
+                hi = min(lo + _PREFIX_BLOCK, trusted)
+                block_labels, block_texts, rows, chain = _read_block(conn, lo, hi, width, prev)
+                if vectors is not None:
+                    vectors[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, width)
+                    labels.extend(block_labels)
+                    texts.extend(block_texts)
+                hashes.extend([chain[j : j + 32] for j in range(0, len(chain), 32)])
+                prev = chain[-32:]
+        finally:
+            tree = building.result()  # (also when reading failed: the thread ends first)
     for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
-        nodes = conn.execute(
-            "SELECT idx, hash FROM nodes WHERE level = ? AND idx < ? ORDER BY idx", (level, trusted >> level)
-        ).fetchall()
-        if [k for k, _ in nodes] != list(range(trusted >> level)) or b"".join(h for _, h in nodes) != tree.levels[
-            level
-        ]:
+        if _stored_nodes(conn, level, 0, trusted >> level) != tree.levels[level]:
             raise _NotIntact
     return tree, labels, texts, hashes
 
 
-_TEXT_TYPES = {str, type(None)}
+def _read_block(
+    conn: sqlite3.Connection, lo: int, hi: int, width: int, prev: bytes
+) -> tuple[list[str], list[str | None], bytes, bytes]:
+    """Entries ``lo..hi-1``, checked (``_NotIntact`` unless each is as a valid entry's and the
+    first links to ``prev``): their labels, texts, rows' bytes and chain hashes' bytes."""
+    n, row_bytes = hi - lo, width * _F4LE.itemsize
+    got = conn.execute(_ENTRIES_BLOCK, (row_bytes, lo, hi)).fetchone()
+    count, ids, labels_ok, texts_ok, labels, texts, no_text, rows_ok, links_ok, hashes_ok, rows, links, chain = got
+    if count != n or ids != _ids(lo, hi) or not labels_ok == texts_ok == rows_ok == links_ok == hashes_ok == n:
+        raise _NotIntact
+    if len(rows) != n * row_bytes or len(chain) != 32 * n or links != prev + chain[:-32]:  # each links back
+        raise _NotIntact
+    block_labels, block_texts = labels.decode("utf-8").split("\0"), texts.decode("utf-8").split("\0")
+    if len(block_labels) != n or len(block_texts) != n:
+        raise _NotIntact
+    for i in () if no_text is None else map(int, no_text.split(",")):
+        block_texts[i - lo] = None
+    return block_labels, block_texts, rows, chain
+
+
+def _stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes:
+    """The stored hashes of nodes ``lo..hi-1`` of ``level``, concatenated (``_NotIntact``
+    unless each is there once, as 32 bytes)."""
+    count, positions, intact, nodes = conn.execute(_NODES_BLOCK, (level, lo, hi)).fetchone()
+    if count != hi - lo or intact != count or positions != _ids(lo, hi) or len(nodes) != 32 * count:
+        raise _NotIntact
+    return nodes
+
+
+def _ids(lo: int, hi: int) -> str:
+    """``group_concat`` of the ids lo..hi-1 in order."""
+    return ",".join(map(str, range(lo, hi)))
 
 
 def scan_file(
