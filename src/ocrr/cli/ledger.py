@@ -193,8 +193,8 @@ def _print(obj) -> None:
     sys.stdout.write("\n")
 
 
-def _scan(path: Path | str, quick: bool = False):
-    report, scan = scan_location(path, "checkpoint" if quick else "full")
+def _scan(path: Path | str, quick: bool = False, rows: bool = True):
+    report, scan = scan_location(path, "checkpoint" if quick else "full", rows=rows)
     if not report:
         where = "" if report.first_bad is None else f" at entry {report.first_bad}"
         shown = display(path)
@@ -209,7 +209,7 @@ def _cmd_verify(args) -> int:
             "--quick without --vkey: no checkpoint record can be authenticated, so every entry is rehashed",
             file=sys.stderr,
         )
-    report, scan = scan_location(args.path, "checkpoint" if args.quick else "full", vkeys)
+    report, scan = scan_location(args.path, "checkpoint" if args.quick else "full", vkeys, rows=False)
     out = report.to_dict()
     if report and args.expect_size is not None:
         assert scan is not None  # an intact report always comes with its scan
@@ -254,7 +254,7 @@ def _to_stderr(message: str) -> None:
 
 
 def _cmd_head(args) -> int:
-    report, scan = _scan(args.path)
+    report, scan = _scan(args.path, rows=False)
     head, note = _head(args.path, report, scan, args)
     if args.checkpoint:
         if note is None:
@@ -323,7 +323,7 @@ def _cmd_prove(args) -> int:
 
 
 def _cmd_consistency(args) -> int:
-    report, scan = _scan(args.path)
+    report, scan = _scan(args.path, rows=False)
     size2 = report.size if args.size2 is None else args.size2
     if not 0 < args.size1 <= size2 <= report.size:
         raise OcrrError(f"need 0 < --from <= --to <= {report.size} (the log's size); got {args.size1} and {size2}")

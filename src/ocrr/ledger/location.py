@@ -89,13 +89,15 @@ def open_store(
 
 
 def scan_location(
-    location: Location, verify: str = "full", vkeys: Sequence[str] = ()
+    location: Location, verify: str = "full", vkeys: Sequence[str] = (), rows: bool = True
 ) -> tuple[LedgerReport, Scan | None]:
     """Check the ledger at ``location`` (read-only, nothing created): the report and, when
     intact, what it holds. ``vkeys``: the verifier keys whose checkpoint records are trusted
-    (none: no record is, and ``verify="checkpoint"`` rehashes every entry)."""
+    (none: no record is, and ``verify="checkpoint"`` rehashes every entry). ``rows`` False:
+    a ledger file's Scan holds no vectors, labels or texts, only the chain and tree (a
+    caller that wants the report or proofs need not hold every row)."""
     if not (isinstance(location, str) and is_database_url(location)):
-        return scan_file(location, verify, vkeys)
+        return scan_file(location, verify, vkeys, rows)
     if verify not in ("full", "checkpoint"):
         raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
     conn = connect(location)  # an OcrrError naming the extra when psycopg is missing
