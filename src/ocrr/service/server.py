@@ -73,7 +73,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
         gc.collect()  # (some are in reference cycles)
         return _serve_workers(dataclasses.replace(config, token=token, port=port), log, lambda: handed)
     limit_threads()
-    base = _base_url(config, config.port)
+    base = _base_url(config, port)  # the port claimed: a free one for --port 0
     log(f"review page: {base}/   API: {base}/docs")
     close = state.close
 
@@ -85,7 +85,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     uv = uvicorn.Config(
         outer_app(create_app(state, freeze_heap=True), config),
         host=config.host,
-        port=config.port,
+        port=port,
         log_level="warning",
         access_log=False,
         ssl_certfile=config.tls_cert,
