@@ -216,7 +216,8 @@ def test_an_old_format_file_is_adopted_and_a_damaged_one_left_alone(tmp_path):
     with DurableLedger.open(tmp_path / "plain.db") as led:
         assert len(led) == 9 and led.chain_head == ref.head
         led.append(_vec(9), _label(9))
-    assert DurableLedger.open(tmp_path / "plain.db").report.size == 10
+    with DurableLedger.open(tmp_path / "plain.db") as again:
+        assert again.report.size == 10
     write_old_format(tmp_path / "bad.db", ref)
     conn = sqlite3.connect(tmp_path / "bad.db")
     conn.execute("UPDATE entries SET label = 'forged' WHERE id = 5")

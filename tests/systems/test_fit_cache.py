@@ -66,7 +66,10 @@ def test_concurrent_requests_for_one_key_build_it_once(tmp_path):
     import multiprocessing as mp
 
     marker = str(tmp_path / "builds.txt")
-    with mp.get_context("fork").Pool(3) as pool:  # OCRR_CACHE_DIR is inherited from the test fixture
+    # Fresh interpreters: a fork of pytest's process inherits its other threads' locks held
+    # (a thread another test left running), and can wait on them forever. OCRR_CACHE_DIR is
+    # inherited from the test fixture through the environment.
+    with mp.get_context("spawn").Pool(3) as pool:
         assert pool.map(_ask, [marker] * 3) == [42, 42, 42]
     assert Path(marker).read_text().splitlines() == ["built"]
 
