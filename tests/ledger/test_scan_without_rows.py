@@ -8,7 +8,7 @@ import sqlite3
 
 import numpy as np
 
-from ocrr.cli import main
+from ocrr.cli.main import main
 from ocrr.ledger.location import scan_location
 from ocrr.ledger.sqlite.store import DurableLedger
 

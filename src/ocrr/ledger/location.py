@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from ocrr.ledger.postgres.url import connect, is_database_url, redact
 from ocrr.ledger.scan import LedgerReport, Scan
 from ocrr.ledger.sqlite.locks import FileHold, claim_service
 from ocrr.ledger.sqlite.scan import KnownPrefix, scan_file
+from ocrr.ledger.sqlite.schema import connect as connect_file
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.sqlite.transfer import import_file
 from ocrr.ledger.store import LedgerStore
@@ -34,6 +36,7 @@ from ocrr.ledger.transfer import lines_of, write_export
 
 __all__ = [
     "FileHold",
+    "KnownPrefix",
     "Location",
     "as_location",
     "claim_service",
@@ -45,6 +48,7 @@ __all__ = [
     "is_database_url",
     "open_store",
     "scan_location",
+    "stored_shape",
 ]
 
 Location = str | os.PathLike[str]
@@ -53,6 +57,21 @@ Location = str | os.PathLike[str]
 def as_location(value: Location) -> Path | str:
     """A database URL as given; anything else as a ``Path`` (for argparse ``type=``)."""
     return str(value) if is_database_url(value) else Path(value)
+
+
+def stored_shape(path: str | os.PathLike[str]) -> tuple[object, object] | None:
+    """(entries, dimension) as the ledger file's meta table states them now, unchecked (a
+    caller sizes buffers from them; the check that reads the file says whether they hold),
+    or None when the file cannot be read."""
+    try:
+        conn = connect_file(Path(path), readonly=True)
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('size', 'dim')").fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return meta.get("size"), meta.get("dim")
 
 
 def display(location: Location) -> str:

@@ -22,14 +22,12 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import sqlite3
 import sys
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import reduction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,10 +35,9 @@ import numpy as np
 from ocrr.index.exact import ExactIndex
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
+from ocrr.ledger.location import KnownPrefix, stored_shape
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
-from ocrr.ledger.sqlite.scan import KnownPrefix
-from ocrr.ledger.sqlite.schema import connect
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import PersistentSubstrate
 from ocrr.utils.grow_ahead import SMALL_PAGES, room_at_open
@@ -216,15 +213,10 @@ def room_for_rows(ledger: Any) -> RowsRoom | None:
     or the file cannot be read: the check that follows says why)."""
     if not available():
         return None
-    try:
-        conn = connect(Path(ledger), readonly=True)
-        try:
-            meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('size', 'dim')").fetchall())
-        finally:
-            conn.close()
-    except sqlite3.Error:
+    shape = stored_shape(ledger)
+    if shape is None:
         return None
-    size, dim = meta.get("size"), meta.get("dim")
+    size, dim = shape
     if type(size) is not int or type(dim) is not int or size <= 0 or not 0 < dim <= MAX_DIM:
         return None
     return RowsRoom(size, dim)

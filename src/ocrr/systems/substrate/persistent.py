@@ -22,10 +22,9 @@ from ocrr.errors import OcrrError
 from ocrr.index.exact import GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.location import display, open_store
+from ocrr.ledger.location import KnownPrefix, display, open_store
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.scan import LedgerReport
-from ocrr.ledger.sqlite.scan import KnownPrefix
 from ocrr.ledger.store import LedgerStore
 from ocrr.systems.base import check_vectors
 from ocrr.systems.registry import make_system
