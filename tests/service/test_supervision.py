@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -255,8 +256,12 @@ def test_workers_start_while_the_supervisor_prepares_and_each_gets_what_it_prepa
     status = supervise(
         2, sock, _waits_for_its_handoff, config, said.append, Backoff(first=0.1, give_up=2), prepare=prepare
     )
-    assert status == 1  # each worker exits once handed it, is restarted, handed it again, and exits
-    assert sorted(out.read_text().splitlines()) == ["0 checked", "0 checked", "1 checked", "1 checked"]
+    # Each worker exits once handed it and is restarted; the first slot to fail twice stops the
+    # service, whether or not the other one's restart has come yet.
+    assert status == 1
+    handed = Counter(out.read_text().splitlines())
+    assert set(handed) == {"0 checked", "1 checked"}  # both started before the preparation ended
+    assert max(handed.values()) == 2  # and one restarted after it was handed it again
 
 
 def test_a_preparation_that_fails_stops_the_workers_and_is_raised(tmp_path):
