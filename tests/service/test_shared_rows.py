@@ -276,3 +276,23 @@ def _resident_kb(array: np.ndarray) -> int:
             elif inside and head == "Rss:":
                 total += int(line.split()[1])
     return total
+
+
+def test_a_stored_size_claiming_more_rows_than_the_file_holds_sizes_no_shared_memory(tmp_path):
+    """The meta table is storage: a size it claims beyond what the file could hold is not
+    turned into shared memory (the check that follows reads the file and says what is wrong)."""
+    import sqlite3
+
+    from ocrr.service.shared_rows import available, room_for_rows
+
+    if not available():
+        pytest.skip("shared memory needs Linux's memfd")
+    path = tmp_path / "l.db"
+    with DurableLedger.open(path, dim=4) as led:
+        led.extend(np.eye(4, dtype=np.float32), ["a", "b", "c", "d"])
+    room = room_for_rows(path)
+    assert room is not None and room.buffer.shape == (4, 4)
+    room.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'size'", (10**12,))
+    assert room_for_rows(path) is None

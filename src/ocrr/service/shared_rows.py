@@ -28,6 +28,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import reduction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -219,7 +220,14 @@ def room_for_rows(ledger: Any) -> RowsRoom | None:
     size, dim = shape
     if type(size) is not int or type(dim) is not int or size <= 0 or not 0 < dim <= MAX_DIM:
         return None
+    if size * dim * F4LE.itemsize > _stored_bytes(Path(ledger)):
+        return None  # more rows than the file and its log could hold: not sized from an unchecked claim
     return RowsRoom(size, dim)
+
+
+def _stored_bytes(path: Path) -> int:
+    """The bytes of the ledger file and of its write-ahead log, where its rows can be."""
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
 def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> SharedRows | None:
