@@ -206,7 +206,8 @@ def test_the_block_build_writes_the_files_an_index_trained_at_open_saves(here, t
 def test_the_block_build_takes_the_training_rows_an_open_reads_and_fills_block_by_block(here):
     from ocrr.ledger.location import scan_location
     from ocrr.systems.registry import make_system
-    from ocrr.systems.substrate.index_build import ChainHashes, build_index_in_blocks, training_rows
+    from ocrr.systems.substrate.checked_rows import ChainHashes
+    from ocrr.systems.substrate.index_build import build_index_in_blocks, training_rows
 
     faiss.omp_set_num_threads(1)
     report, scan = scan_location(here / "l.db", rows=False)
@@ -225,7 +226,8 @@ def test_a_row_changed_after_the_check_is_refused_naming_it(here):
 
     from ocrr.ledger.location import scan_location
     from ocrr.systems.registry import make_system
-    from ocrr.systems.substrate.index_build import ChainHashes, build_index_in_blocks
+    from ocrr.systems.substrate.checked_rows import ChainHashes
+    from ocrr.systems.substrate.index_build import build_index_in_blocks
 
     report, scan = scan_location(here / "l.db", rows=False)
     checked = ChainHashes(scan.hashes)
@@ -233,7 +235,7 @@ def test_a_row_changed_after_the_check_is_refused_naming_it(here):
         (vector,) = conn.execute("SELECT vector FROM entries WHERE id = 20001").fetchone()
         conn.execute("UPDATE entries SET vector = ? WHERE id = 20001", (vector[::-1],))
     conn.close()
-    with pytest.raises(OcrrError, match="changed while the index was built: entry 20001 .*ocrr ledger verify"):
+    with pytest.raises(OcrrError, match="changed since it was checked: entry 20001 .*ocrr ledger verify"):
         build_index_in_blocks(here / "l.db", make_system(SPEC), DIM, checked)
 
 

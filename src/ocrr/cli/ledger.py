@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ocrr.cli.paths import output_file
 from ocrr.errors import OcrrError
@@ -41,12 +42,8 @@ from ocrr.ledger.verify import (
     verify_consistency,
 )
 from ocrr.systems.registry import make_system
-from ocrr.systems.substrate.index_build import (
-    ChainHashes,
-    build_index_in_blocks,
-    builds_in_blocks,
-    check_buildable,
-)
+from ocrr.systems.substrate.checked_rows import ChainHashes
+from ocrr.systems.substrate.index_build import build_index_in_blocks, builds_in_blocks, check_buildable
 from ocrr.systems.substrate.persistent import open_substrate
 from ocrr.systems.substrate.saved_index import (
     check_saveable,
@@ -303,7 +300,7 @@ def _cmd_index(args) -> int:
         signed = _sign(signer, state_path, head, FixedLog(scan.tree))  # before the build: a true head at N
         checked = ChainHashes(scan.hashes)
         del scan  # the tree: the build needs only the checked chain
-        index = build_index_in_blocks(args.path, system, dim, checked, progress=_to_stderr)
+        index: Any = build_index_in_blocks(args.path, system, dim, checked, progress=_to_stderr)
         built = time.perf_counter() - started
         check_trained(index, size)
         statement = write_saved_index(index, out, index_settings(system, dim), size, head.root, signer)

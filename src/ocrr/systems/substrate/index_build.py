@@ -6,7 +6,7 @@ than the machine has beside a service. This builds the same index holding only t
 its training sample and one block of rows:
 
 1. the caller checks the ledger without holding its rows (``scan_location(..., rows=False)``)
-   and hands over the checked chain hashes (``ChainHashes``);
+   and hands over the checked chain hashes (``ocrr.systems.substrate.checked_rows``);
 2. the training sample is the rows the service's own training reads (an IVF index trained at
    open trains k-means on every ``n // (nlist * train_per_list)``-th row and the codes on
    every ``n // 65536``-th: ``IVFIndex.kmeans`` and ``IVFIndex.train``), so only those rows
@@ -15,30 +15,26 @@ its training sample and one block of rows:
    ones an open's add gives it.
 
 Storage is untrusted between the check and these reads: every row read here is rehashed
-and its chain hash compared with the checked one before it goes into the index (a row that
-changed since the check is refused, naming the entry). With one FAISS thread the files are
+and its chain hash compared with the checked one before it goes into the index
+(``CheckedRows``: a row that changed since the check is refused, naming the entry). With one FAISS thread the files are
 byte-identical to the ones a train-at-open index saves (``tests/systems/test_saved_index.py``).
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.index.ivf import _ADD_CHUNK, IVFIndex, nlist_for
-from ocrr.ledger.chain import GENESIS
-from ocrr.ledger.location import display, is_database_url
-from ocrr.ledger.scan import Damage, check_stored_rows
-from ocrr.ledger.sqlite.schema import connect
+from ocrr.ledger.location import is_database_url
+from ocrr.systems.substrate.checked_rows import ChainHashes, CheckedRows
 from ocrr.systems.substrate.core import Substrate
 
-__all__ = ["ChainHashes", "build_index_in_blocks", "builds_in_blocks", "check_buildable", "training_rows"]
+__all__ = ["build_index_in_blocks", "builds_in_blocks", "check_buildable", "training_rows"]
 
 # Rows read and added at a time: a multiple of the index's own add chunk, so that FAISS is
 # given the chunks an open's single add gives it.
@@ -48,28 +44,12 @@ _CODE_SAMPLE = 65_536
 _SELECT = "SELECT id, label, text, vector, prev_hash, hash FROM entries"
 
 
-class ChainHashes:
-    """The checked chain hash of every entry 0 .. n-1, 32 bytes each in one buffer."""
-
-    def __init__(self, hashes: Iterable[bytes]):
-        self._all = b"".join(hashes)
-        if len(self._all) % 32:
-            raise ValueError("chain hashes are 32 bytes each")
-
-    def __len__(self) -> int:
-        return len(self._all) // 32
-
-    def __getitem__(self, i: int) -> bytes:
-        """Entry ``i``'s hash; ``i`` = -1: the genesis value the first entry links to."""
-        return GENESIS if i < 0 else self._all[32 * i : 32 * i + 32]
-
-
 def builds_in_blocks(location: object, system: Substrate) -> bool:
     """Whether ``build_index_in_blocks`` can build this index: a ledger file (a database's rows
     are read by its own engine), and no tuning target (tuning searches every row exactly)."""
     options = system.index_options
     tunes = bool(getattr(options, "target_recall", 0) or getattr(options, "target_agreement", 0))
-    return isinstance(location, (str, os.PathLike)) and not _is_url(location) and not tunes
+    return isinstance(location, (str, os.PathLike)) and not is_database_url(location) and not tunes
 
 
 def training_rows(index: IVFIndex, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,27 +75,22 @@ def build_index_in_blocks(
     window = _BlockWindow(n)
     index = _new_index(system, dim, window)
     _refuse_too_few(index, n)
-    conn = connect(Path(path), readonly=True)
-    try:
+    with CheckedRows(path, checked, dim) as stored:
         kmeans_ids, code_ids = training_rows(index, n)
         wanted = np.union1d(kmeans_ids, code_ids)
         if progress:
             progress(f"reading the {len(wanted)} rows the index trains on")
-        sample = _sample_rows(conn, wanted, dim, checked, path)
+        sample = stored.rows(wanted)
         centroids = index.kmeans(sample[np.searchsorted(wanted, kmeans_ids)], n=n)
         index.train(sample[np.searchsorted(wanted, code_ids)], centroids)
         del sample
         index.trained_on = n  # what an open's training records: the entries it trained over
-        for lo in range(0, n, block):
-            hi = min(lo + block, n)
-            rows = _checked_rows(conn, lo, hi, dim, checked, path)
+        for lo, rows, _labels in stored.blocks(block):
             window.show(lo, rows)
-            index.add(rows, np.arange(lo, hi, dtype=np.int64))
-            if progress and (hi // block) % 16 == 0:
-                progress(f"{hi} of {n} rows added")
+            index.add(rows, np.arange(lo, lo + len(rows), dtype=np.int64))
+            if progress and (lo // block) % 16 == 15:
+                progress(f"{lo + len(rows)} of {n} rows added")
         window.show(0, np.empty((0, dim), np.float32))
-    finally:
-        conn.close()
     return index
 
 
@@ -160,57 +135,3 @@ class _BlockWindow:
 
     def __getitem__(self, i: Any) -> np.ndarray:
         return self.rows[int(i) - self.lo]
-
-
-def _checked_rows(
-    conn: sqlite3.Connection, lo: int, hi: int, dim: int, checked: ChainHashes, path: object
-) -> np.ndarray:
-    """Rows ``lo .. hi-1`` as float32, each rehashed, linked and its hash the checked one."""
-    found = conn.execute(f"{_SELECT} WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
-    rows = np.empty((hi - lo, dim), np.float32)
-    got = 0
-    for got, vector in enumerate(_verified(found, lo, dim, checked, path), 1):
-        rows[got - 1] = np.frombuffer(vector, "<f4")
-    if got != hi - lo:
-        raise _changed(path, lo + got, "it is missing")
-    return rows
-
-
-def _sample_rows(conn: sqlite3.Connection, ids: np.ndarray, dim: int, checked: ChainHashes, path: object) -> np.ndarray:
-    """The rows ``ids`` (sorted) as float32, each checked as ``_checked_rows`` checks a block's."""
-    rows = np.empty((len(ids), dim), np.float32)
-    for row, i in enumerate(ids.tolist()):
-        found = conn.execute(f"{_SELECT} WHERE id = ?", (i,)).fetchall()
-        vectors = list(_verified(found, i, dim, checked, path))
-        if len(vectors) != 1:
-            raise _changed(path, i, "it is missing")
-        rows[row] = np.frombuffer(vectors[0], "<f4")
-    return rows
-
-
-def _verified(rows: Iterable[tuple], start: int, dim: int, checked: ChainHashes, path: object) -> Iterator[bytes]:
-    """The vector bytes of ``rows`` (entries ``start``, ``start + 1``, …): each rehashed,
-    linked to the checked hash before it, and its own hash the checked one."""
-    i = start
-    try:
-        for _label, _text, vector, digest, _leaf in check_stored_rows(rows, start, checked[start - 1], dim):
-            if i >= len(checked) or digest != checked[i]:
-                raise Damage(i, "its hash is not the one the check read")
-            yield vector
-            i += 1
-    except Damage as d:
-        raise _changed(path, d.first_bad if d.first_bad is not None else i, d.reason) from None
-    except (TypeError, ValueError, UnicodeError) as e:
-        raise _changed(path, i, f"a value of the wrong kind ({e})") from None
-
-
-def _changed(path: object, entry: int, why: str) -> OcrrError:
-    shown = display(cast(Any, path))
-    return OcrrError(
-        f"ledger {shown} changed while the index was built: entry {entry} differs from the checked one ({why}); "
-        f"run `ocrr ledger verify {shown}`, then build the index again"
-    )
-
-
-def _is_url(location: object) -> bool:
-    return isinstance(location, str) and is_database_url(location)
