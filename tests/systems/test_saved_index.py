@@ -249,3 +249,20 @@ def test_the_command_refuses_a_damaged_ledger_naming_the_entry(here, capsys):
     assert main([*argv, "--origin", ORIGIN, "--out", str(here / "x.ivf")]) != 0
     assert "is damaged at entry 5" in capsys.readouterr().err
     assert not (here / "x.ivf").exists()
+
+
+def test_an_index_that_tunes_itself_is_built_in_an_opened_substrate(here):
+    """Tuning searches every row exactly, so such an index is trained the way the service
+    trains it, in a substrate holding the rows; the saved file is still opened, not trained."""
+    from ocrr.systems.registry import make_system
+    from ocrr.systems.substrate.index_build import builds_in_blocks
+
+    faiss.omp_set_num_threads(1)
+    tuned = "substrate:index=ivf_pq:nlist=64:target_recall=0.5"
+    assert builds_in_blocks(here / "l.db", make_system(SPEC))
+    assert not builds_in_blocks(here / "l.db", make_system(tuned))
+    assert not builds_in_blocks("postgresql://localhost/ledger", make_system(SPEC))
+    argv = ["ledger", "index", str(here / "l.db"), "--system", tuned, "--key", str(here / "key.pem")]
+    assert main([*argv, "--origin", ORIGIN, "--out", str(here / "t.ivf")]) == 0
+    with _open(here, tuned, index_file=here / "t.ivf") as sub:
+        assert sub.system.index_.tuning is None and sub.system.index_.tuned_at == ENTRIES
