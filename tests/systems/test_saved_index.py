@@ -266,3 +266,13 @@ def test_an_index_that_tunes_itself_is_built_in_an_opened_substrate(here):
     assert main([*argv, "--origin", ORIGIN, "--out", str(here / "t.ivf")]) == 0
     with _open(here, tuned, index_file=here / "t.ivf") as sub:
         assert sub.system.index_.tuning is None and sub.system.index_.tuned_at == ENTRIES
+
+
+def test_the_command_refuses_an_empty_or_missing_ledger(here, capsys):
+    with DurableLedger.open(here / "empty.db", dim=DIM):
+        pass
+    for ledger, why in (("empty.db", "the ledger is empty"), ("missing.db", "does not exist")):
+        argv = ["ledger", "index", str(here / ledger), "--system", SPEC, "--key", str(here / "key.pem")]
+        assert main([*argv, "--origin", ORIGIN, "--out", str(here / "x.ivf")]) != 0
+        assert why in capsys.readouterr().err
+    assert not (here / "x.ivf").exists()
