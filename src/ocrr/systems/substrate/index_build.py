@@ -16,8 +16,9 @@ its training sample and one block of rows:
 
 Storage is untrusted between the check and these reads: every row read here is rehashed
 and its chain hash compared with the checked one before it goes into the index
-(``CheckedRows``: a row that changed since the check is refused, naming the entry). With one FAISS thread the files are
-byte-identical to the ones a train-at-open index saves (``tests/systems/test_saved_index.py``).
+(``CheckedRows``: a row that changed since the check is refused, naming the entry). With
+one FAISS thread the files are byte-identical to the ones a train-at-open index saves
+(``tests/systems/test_saved_index.py``).
 """
 
 from __future__ import annotations
