@@ -18,8 +18,9 @@ beside its target, with the load average (the box is shared):
   saved for the cached ledger): the opt-in approximate search, each worker opening the saved
   index instead of training one;
 * agreement with the exact vote: ``--agreement`` queries sent one per request, their labels
-  compared with the substrate's exact search and vote computed in this process afterwards
-  (``open_substrate(...).explain`` over the whole batch: one float32 matrix product);
+  compared with the substrate's exact search and vote computed in this process after the
+  service stopped, from the file's rows checked and streamed a block at a time
+  (``ocrr.systems.substrate.streamed_vote``: at 10M the rows are not held);
 * append cost: ``--appends`` single-item ``/correct`` requests one after another (each durable
   before its answer), median and p99 latency. Run the script at 10k and at 1M/10M: flat means
   the same figure at every size.
@@ -205,18 +206,29 @@ def served_labels(port: int, qs: np.ndarray, clients: int) -> list:
         return list(pool.map(one, qs))
 
 
-def exact_labels(path: Path, qs: np.ndarray, appended: int) -> list:
-    """The exact vote: the substrate's own search and vote over every stored row, one float32
-    matrix product. The ``appended`` corrections (random directions, far from every query)
-    came after the agreement queries were answered, so none may be a neighbour here."""
-    from ocrr.systems.substrate.persistent import open_substrate
+def exact_labels(path: Path, key: Path, system: str, qs: np.ndarray, appended: int) -> list:
+    """The exact vote: ``system``'s own exact search and vote over every stored row, streamed
+    (``ocrr.systems.substrate.streamed_vote``): the file checked from its signed checkpoint
+    without holding its rows, then read a block at a time, each row proven the checked one, so
+    that at 10M it fits beside nothing more than a block. The ``appended`` corrections (random
+    directions, far from every query) came after the agreement queries were answered, so none
+    may be a neighbour here."""
+    from ocrr.ledger.heads import Signer
+    from ocrr.ledger.location import scan_location
+    from ocrr.systems.registry import make_system
+    from ocrr.systems.substrate.checked_rows import ChainHashes, CheckedRows
+    from ocrr.systems.substrate.streamed_vote import exact_vote
 
-    with open_substrate(path, verify="checkpoint") as sub:
-        found = sub.explain(qs)
-        first_appended = len(sub) - appended
-    if any(n.id >= first_appended for e in found for n in e.neighbours):
+    report, scan = scan_location(path, "checkpoint", (Signer.load(key, ORIGIN).vkey,), rows=False)
+    if not report or scan is None or scan.dim is None:
+        raise SystemExit(f"the ledger is damaged: {report.reason}; run `ocrr ledger verify {path}`")
+    checked, dim = ChainHashes(scan.hashes), scan.dim
+    del scan  # the tree: only the checked chain hashes are needed to read the rows back
+    with CheckedRows(path, checked, dim) as stored:
+        found = exact_vote(stored, qs, make_system(system))
+    if (found.ids >= len(checked) - appended).any():
         raise SystemExit("an appended correction is a neighbour of an agreement query: rerun with --appends 0")
-    return [e.label for e in found]
+    return found.labels
 
 
 def appends(port: int, args, n: int) -> np.ndarray:
@@ -351,7 +363,10 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
     if args.agreement:
-        exact = exact_labels(path, qs, appended=args.appends)
+        t0 = time.perf_counter()
+        exact = exact_labels(path, key, args.system, qs, appended=args.appends)
+        took = time.perf_counter() - t0
+        print(f"  the exact vote, streamed from the checked file, in {took:.1f} s ({load_average()})")
         same = sum(a == b for a, b in zip(served, exact))
         ok &= same == len(qs)
         print(

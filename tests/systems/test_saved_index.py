@@ -185,3 +185,94 @@ def test_the_statement_cannot_be_read_as_a_checkpoint(built):
     with pytest.raises(OcrrError):
         verify_checkpoint(note, _signer(built).vkey)
     assert json.loads(note.split("\n")[4].partition(" ")[2])["index"] == "ivf_pq"
+
+
+def test_the_block_build_writes_the_files_an_index_trained_at_open_saves(here, tmp_path):
+    """`ocrr ledger index` reads the rows a block at a time and never opens a substrate; the
+    files it wrote are byte for byte the ones the substrate's own index, trained at open, saves."""
+    from ocrr.systems.substrate.saved_index import index_settings, write_saved_index
+
+    faiss.omp_set_num_threads(1)
+    with _open(here) as trained:
+        index = trained.system.index_
+        root = trained.ledger.root(ENTRIES)
+        settings = index_settings(trained.system, DIM)
+        write_saved_index(index, tmp_path / "open.ivf", settings, ENTRIES, root, _signer(here))
+    for name in ("", ".npz"):
+        assert (here / f"l.ivf{name}").read_bytes() == (tmp_path / f"open.ivf{name}").read_bytes()
+    assert json.loads((here / "l.ivf.statement").read_text().split("\n")[4].partition(" ")[2]) == settings
+
+
+def test_the_block_build_takes_the_training_rows_an_open_reads_and_fills_block_by_block(here):
+    from ocrr.ledger.location import scan_location
+    from ocrr.systems.registry import make_system
+    from ocrr.systems.substrate.checked_rows import ChainHashes
+    from ocrr.systems.substrate.index_build import build_index_in_blocks, training_rows
+
+    faiss.omp_set_num_threads(1)
+    report, scan = scan_location(here / "l.db", rows=False)
+    checked = ChainHashes(scan.hashes)
+    index = build_index_in_blocks(here / "l.db", make_system(SPEC), DIM, checked, block=16_384)
+    kmeans_rows, code_rows = training_rows(index, ENTRIES)
+    assert len(kmeans_rows) == 2_182 and len(code_rows) == ENTRIES  # every 24000 // (64 lists x 32)-th; all
+    assert index.trained_on == ENTRIES and len(index) == ENTRIES
+    with _open(here, index_file=here / "l.ivf") as saved:
+        lists = saved.system.index_.list_sizes()
+    assert np.array_equal(index.list_sizes(), lists)
+
+
+def test_a_row_changed_after_the_check_is_refused_naming_it(here):
+    import sqlite3
+
+    from ocrr.ledger.location import scan_location
+    from ocrr.systems.registry import make_system
+    from ocrr.systems.substrate.checked_rows import ChainHashes
+    from ocrr.systems.substrate.index_build import build_index_in_blocks
+
+    report, scan = scan_location(here / "l.db", rows=False)
+    checked = ChainHashes(scan.hashes)
+    with sqlite3.connect(here / "l.db") as conn:  # storage is untrusted: a row edited after the check
+        (vector,) = conn.execute("SELECT vector FROM entries WHERE id = 20001").fetchone()
+        conn.execute("UPDATE entries SET vector = ? WHERE id = 20001", (vector[::-1],))
+    conn.close()
+    with pytest.raises(OcrrError, match="changed since it was checked: entry 20001 .*ocrr ledger verify"):
+        build_index_in_blocks(here / "l.db", make_system(SPEC), DIM, checked)
+
+
+def test_the_command_refuses_a_damaged_ledger_naming_the_entry(here, capsys):
+    import sqlite3
+
+    with sqlite3.connect(here / "l.db") as conn:
+        conn.execute("UPDATE entries SET label = 'edited' WHERE id = 5")
+    conn.close()
+    argv = ["ledger", "index", str(here / "l.db"), "--system", SPEC, "--key", str(here / "key.pem")]
+    assert main([*argv, "--origin", ORIGIN, "--out", str(here / "x.ivf")]) != 0
+    assert "is damaged at entry 5" in capsys.readouterr().err
+    assert not (here / "x.ivf").exists()
+
+
+def test_an_index_that_tunes_itself_is_built_in_an_opened_substrate(here):
+    """Tuning searches every row exactly, so such an index is trained the way the service
+    trains it, in a substrate holding the rows; the saved file is still opened, not trained."""
+    from ocrr.systems.registry import make_system
+    from ocrr.systems.substrate.index_build import builds_in_blocks
+
+    faiss.omp_set_num_threads(1)
+    tuned = "substrate:index=ivf_pq:nlist=64:target_recall=0.5"
+    assert builds_in_blocks(here / "l.db", make_system(SPEC))
+    assert not builds_in_blocks(here / "l.db", make_system(tuned))
+    assert not builds_in_blocks("postgresql://localhost/ledger", make_system(SPEC))
+    argv = ["ledger", "index", str(here / "l.db"), "--system", tuned, "--key", str(here / "key.pem")]
+    assert main([*argv, "--origin", ORIGIN, "--out", str(here / "t.ivf")]) == 0
+    with _open(here, tuned, index_file=here / "t.ivf") as sub:
+        assert sub.system.index_.tuning is None and sub.system.index_.tuned_at == ENTRIES
+
+
+def test_the_command_refuses_an_empty_or_missing_ledger(here, capsys):
+    with DurableLedger.open(here / "empty.db", dim=DIM):
+        pass
+    for ledger, why in (("empty.db", "the ledger is empty"), ("missing.db", "does not exist")):
+        argv = ["ledger", "index", str(here / ledger), "--system", SPEC, "--key", str(here / "key.pem")]
+        assert main([*argv, "--origin", ORIGIN, "--out", str(here / "x.ivf")]) != 0
+        assert why in capsys.readouterr().err
+    assert not (here / "x.ivf").exists()

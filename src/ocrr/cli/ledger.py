@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ocrr.cli.paths import output_file
 from ocrr.errors import OcrrError
@@ -41,6 +42,8 @@ from ocrr.ledger.verify import (
     verify_consistency,
 )
 from ocrr.systems.registry import make_system
+from ocrr.systems.substrate.checked_rows import ChainHashes
+from ocrr.systems.substrate.index_build import build_index_in_blocks, builds_in_blocks, check_buildable
 from ocrr.systems.substrate.persistent import open_substrate
 from ocrr.systems.substrate.saved_index import (
     check_saveable,
@@ -196,10 +199,14 @@ def _print(obj) -> None:
 def _scan(path: Path | str, quick: bool = False, rows: bool = True):
     report, scan = scan_location(path, "checkpoint" if quick else "full", rows=rows)
     if not report:
-        where = "" if report.first_bad is None else f" at entry {report.first_bad}"
-        shown = display(path)
-        raise OcrrError(f"ledger {shown} is damaged{where}: {report.reason}; run `ocrr ledger verify {shown}`")
+        raise _damaged(path, report)
     return report, scan
+
+
+def _damaged(path: Path | str, report) -> OcrrError:
+    where = "" if report.first_bad is None else f" at entry {report.first_bad}"
+    shown = display(path)
+    return OcrrError(f"ledger {shown} is damaged{where}: {report.reason}; run `ocrr ledger verify {shown}`")
 
 
 def _cmd_verify(args) -> int:
@@ -267,7 +274,9 @@ def _cmd_head(args) -> int:
 
 def _cmd_index(args) -> int:
     """Train the IVF index as the service would at open, save it, sign the statement (through the
-    record of signed heads: a ledger that does not extend what the key signed is refused)."""
+    record of signed heads: a ledger that does not extend what the key signed is refused). A
+    ledger file is read a block of rows at a time (``ocrr.systems.substrate.index_build``); a
+    database, or an index that tunes itself over every row, is built in an opened substrate."""
     if args.key is None:
         raise OcrrError("ocrr ledger index signs what it builds: give --key (the ledger's key, as `ocrr serve` uses)")
     if args.out is None and is_database_url(args.path):
@@ -278,21 +287,35 @@ def _cmd_index(args) -> int:
     check_saveable(system, "ocrr ledger index")  # before minutes of reading and training
     started = time.perf_counter()
     verify = "checkpoint" if args.quick else "full"
-    with open_substrate(args.path, system, verify=verify, signer=signer) as sub:
+    state_path = args.signed_state or default_state_path(args.key)
+    if builds_in_blocks(args.path, system):
+        report, scan = scan_location(args.path, verify, (signer.vkey,), rows=False)
+        if not report or scan is None:
+            raise _damaged(args.path, report)
+        size, dim = report.size, scan.dim
+        if not size or dim is None:
+            raise OcrrError("the ledger is empty: there is nothing to index yet")
+        check_buildable(system, dim, size)
+        head = TreeHead.now(size, unb64(report.root), unb64(report.chain_head))
+        signed = _sign(signer, state_path, head, FixedLog(scan.tree))  # before the build: a true head at N
+        checked = ChainHashes(scan.hashes)
+        del scan  # the tree: the build needs only the checked chain
+        index: Any = build_index_in_blocks(args.path, system, dim, checked, progress=_to_stderr)
         built = time.perf_counter() - started
-        ledger, index = sub.ledger, sub.system.index_
-        with ledger.lock.read():  # the entries the index holds (others' commits come in only on a refresh)
-            size = 0 if index is None else len(index)
-            check_trained(index, size)  # before anything is signed
-            head = TreeHead.now(size, ledger.root(size), ledger.entry_hash(size - 1))
-        state = SignedState.open(signer, args.signed_state or default_state_path(args.key), ledger, log=_to_stderr)
-        try:
-            signed = state.sign_head(head, ledger)
-        finally:
-            state.close()
-        with ledger.lock.read():
-            settings = index_settings(system, ledger.dim)
-            statement = write_saved_index(index, out, settings, size, head.root, signer)
+        check_trained(index, size)
+        statement = write_saved_index(index, out, index_settings(system, dim), size, head.root, signer)
+    else:
+        with open_substrate(args.path, system, verify=verify, signer=signer) as sub:
+            built = time.perf_counter() - started
+            ledger, index = sub.ledger, sub.system.index_
+            with ledger.lock.read():  # the entries the index holds (others' commits come in only on a refresh)
+                size = 0 if index is None else len(index)
+                check_trained(index, size)  # before anything is signed
+                head = TreeHead.now(size, ledger.root(size), ledger.entry_hash(size - 1))
+            signed = _sign(signer, state_path, head, ledger)
+            with ledger.lock.read():
+                settings = index_settings(system, ledger.dim)
+                statement = write_saved_index(index, out, settings, size, head.root, signer)
     _print(
         {
             "index": str(out),
@@ -306,6 +329,15 @@ def _cmd_index(args) -> int:
         }
     )
     return 0
+
+
+def _sign(signer: Signer, state_path: Path, head: TreeHead, held) -> dict:
+    """Sign ``head`` through the record of signed heads (refused unless it extends what the key signed)."""
+    state = SignedState.open(signer, state_path, held, log=_to_stderr)
+    try:
+        return state.sign_head(head, held)
+    finally:
+        state.close()
 
 
 def _cmd_prove(args) -> int:
