@@ -214,9 +214,8 @@ def exact_labels(path: Path, key: Path, system: str, qs: np.ndarray, appended: i
     directions, far from every query) came after the agreement queries were answered, so none
     may be a neighbour here."""
     from ocrr.ledger.heads import Signer
-    from ocrr.ledger.location import scan_location
+    from ocrr.ledger.location import ChainHashes, CheckedRows, scan_location
     from ocrr.systems.registry import make_system
-    from ocrr.systems.substrate.checked_rows import ChainHashes, CheckedRows
     from ocrr.systems.substrate.streamed_vote import exact_vote
 
     report, scan = scan_location(path, "checkpoint", (Signer.load(key, ORIGIN).vkey,), rows=False)

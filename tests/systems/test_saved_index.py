@@ -204,9 +204,8 @@ def test_the_block_build_writes_the_files_an_index_trained_at_open_saves(here, t
 
 
 def test_the_block_build_takes_the_training_rows_an_open_reads_and_fills_block_by_block(here):
-    from ocrr.ledger.location import scan_location
+    from ocrr.ledger.location import ChainHashes, scan_location
     from ocrr.systems.registry import make_system
-    from ocrr.systems.substrate.checked_rows import ChainHashes
     from ocrr.systems.substrate.index_build import build_index_in_blocks, training_rows
 
     faiss.omp_set_num_threads(1)
@@ -224,9 +223,8 @@ def test_the_block_build_takes_the_training_rows_an_open_reads_and_fills_block_b
 def test_a_row_changed_after_the_check_is_refused_naming_it(here):
     import sqlite3
 
-    from ocrr.ledger.location import scan_location
+    from ocrr.ledger.location import ChainHashes, scan_location
     from ocrr.systems.registry import make_system
-    from ocrr.systems.substrate.checked_rows import ChainHashes
     from ocrr.systems.substrate.index_build import build_index_in_blocks
 
     report, scan = scan_location(here / "l.db", rows=False)

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.location import scan_location
+from ocrr.ledger.location import ChainHashes, CheckedRows, scan_location
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.systems.registry import make_system
-from ocrr.systems.substrate.checked_rows import ChainHashes, CheckedRows
 from ocrr.systems.substrate.persistent import open_substrate
 from ocrr.systems.substrate.streamed_vote import exact_vote
 

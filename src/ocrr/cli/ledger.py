@@ -21,6 +21,7 @@ from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import Signer, TreeHead, check_vkey
 from ocrr.ledger.location import (
+    ChainHashes,
     as_location,
     default_origin_of,
     display,
@@ -42,7 +43,6 @@ from ocrr.ledger.verify import (
     verify_consistency,
 )
 from ocrr.systems.registry import make_system
-from ocrr.systems.substrate.checked_rows import ChainHashes
 from ocrr.systems.substrate.index_build import build_index_in_blocks, builds_in_blocks, check_buildable
 from ocrr.systems.substrate.persistent import open_substrate
 from ocrr.systems.substrate.saved_index import (

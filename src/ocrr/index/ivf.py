@@ -89,7 +89,7 @@ IVF_DEFAULTS = {
 }
 # Rows per FAISS add: each holds its residuals (4 x dim bytes a row) while it runs. FAISS sorts
 # an add's rows by list with a stable sort, so the lists do not depend on the chunking.
-_ADD_CHUNK = 16_384
+ADD_CHUNK = 16_384
 log = logging.getLogger("ocrr.index")
 
 
@@ -333,8 +333,8 @@ class IVFIndex:
         ids = np.asarray(ids, np.int64).reshape(-1)
         if not self.trained and len(ids):
             self.train(vecs[:: max(1, len(ids) // train_max)])
-        for lo in range(0, len(ids), _ADD_CHUNK):
-            self._add_trained(np.asarray(vecs[lo : lo + _ADD_CHUNK], np.float32), ids[lo : lo + _ADD_CHUNK])
+        for lo in range(0, len(ids), ADD_CHUNK):
+            self._add_trained(np.asarray(vecs[lo : lo + ADD_CHUNK], np.float32), ids[lo : lo + ADD_CHUNK])
         self.trained_on = max(self.trained_on, len(self))
         release_free_heap()  # the adds' buffers, freed between the lists' growing codes
         if self.tunes and len(self):
@@ -347,13 +347,13 @@ class IVFIndex:
 
     def _add_trained(self, vecs: np.ndarray, ids: np.ndarray, assign: np.ndarray | None = None) -> None:
         faiss = _faiss()
-        for lo in range(0, len(ids), _ADD_CHUNK):
-            v, i = np.ascontiguousarray(vecs[lo : lo + _ADD_CHUNK]), ids[lo : lo + _ADD_CHUNK]
+        for lo in range(0, len(ids), ADD_CHUNK):
+            v, i = np.ascontiguousarray(vecs[lo : lo + ADD_CHUNK]), ids[lo : lo + ADD_CHUNK]
             rows = np.ascontiguousarray(self._store(v, i))
             if assign is None or not self.takes_assignments:
                 self._index.add_with_ids(v, rows)
             else:
-                a = np.ascontiguousarray(assign[lo : lo + _ADD_CHUNK], np.int64)
+                a = np.ascontiguousarray(assign[lo : lo + ADD_CHUNK], np.int64)
                 self._index.add_core(len(v), faiss.swig_ptr(v), faiss.swig_ptr(rows), faiss.swig_ptr(a))
 
     def _after_growth(self) -> None:

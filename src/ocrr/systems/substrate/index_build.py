@@ -6,7 +6,7 @@ than the machine has beside a service. This builds the same index holding only t
 its training sample and one block of rows:
 
 1. the caller checks the ledger without holding its rows (``scan_location(..., rows=False)``)
-   and hands over the checked chain hashes (``ocrr.systems.substrate.checked_rows``);
+   and hands over the checked chain hashes (``ChainHashes``, read again with ``CheckedRows``: ``ocrr.ledger.location``);
 2. the training sample is the rows the service's own training reads (an IVF index trained at
    open trains k-means on every ``n // (nlist * train_per_list)``-th row and the codes on
    every ``n // 65536``-th: ``IVFIndex.kmeans`` and ``IVFIndex.train``), so only those rows
@@ -30,19 +30,17 @@ from typing import Any, cast
 import numpy as np
 
 from ocrr.errors import OcrrError
-from ocrr.index.ivf import _ADD_CHUNK, IVFIndex, nlist_for
-from ocrr.ledger.location import is_database_url
-from ocrr.systems.substrate.checked_rows import ChainHashes, CheckedRows
+from ocrr.index.ivf import ADD_CHUNK, IVFIndex, nlist_for
+from ocrr.ledger.location import ChainHashes, CheckedRows, is_database_url
 from ocrr.systems.substrate.core import Substrate
 
 __all__ = ["build_index_in_blocks", "builds_in_blocks", "check_buildable", "training_rows"]
 
 # Rows read and added at a time: a multiple of the index's own add chunk, so that FAISS is
 # given the chunks an open's single add gives it.
-BLOCK_ROWS = 4 * _ADD_CHUNK
+BLOCK_ROWS = 4 * ADD_CHUNK
 # The rows the codes (PQ codebooks, 8-bit ranges) train on: IVFIndex.train's own spread.
 _CODE_SAMPLE = 65_536
-_SELECT = "SELECT id, label, text, vector, prev_hash, hash FROM entries"
 
 
 def builds_in_blocks(location: object, system: Substrate) -> bool:
@@ -71,8 +69,8 @@ def build_index_in_blocks(
     ``path`` (n = ``len(checked)``), reading the rows a ``block`` at a time (see the module
     docstring). Raises OcrrError naming the entry if a row read differs from the checked one."""
     n = len(checked)
-    if block < 1 or block % _ADD_CHUNK:
-        raise ValueError(f"block must be a positive multiple of {_ADD_CHUNK}, got {block}")
+    if block < 1 or block % ADD_CHUNK:
+        raise ValueError(f"block must be a positive multiple of {ADD_CHUNK}, got {block}")
     window = _BlockWindow(n)
     index = _new_index(system, dim, window)
     _refuse_too_few(index, n)

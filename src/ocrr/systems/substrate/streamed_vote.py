@@ -19,7 +19,7 @@ import numpy as np
 
 from ocrr.index.topk import top_k
 from ocrr.index.vote import vote
-from ocrr.systems.substrate.checked_rows import CheckedRows
+from ocrr.ledger.location import CheckedRows
 from ocrr.systems.substrate.core import Substrate
 
 __all__ = ["ExactVote", "exact_vote"]
