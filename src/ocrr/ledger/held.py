@@ -34,6 +34,7 @@ import numpy as np
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.chain import F4LE, GENESIS, Chain
 from ocrr.ledger.checkpoint_records import record_note
+from ocrr.ledger.columns import HashColumn
 from ocrr.ledger.group_commit import GroupCommit, Pending
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
@@ -65,7 +66,8 @@ class HeldLedger(GroupCommit):
         the lock over the mirror, the group-commit queue."""
         self.dim: int | None = scan.dim
         self.tree = scan.tree
-        self._hashes: list[bytes] = scan.hashes
+        # the checked entries' chain hashes, compact (the scan's own column when it made one)
+        self._hashes = scan.hashes if isinstance(scan.hashes, HashColumn) else HashColumn(scan.hashes)
         self.report = report
         self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._start_group_commits()
@@ -85,15 +87,14 @@ class HeldLedger(GroupCommit):
         """Hand the checked entries to the caller's ``apply``, or (None) keep a plain Chain
         mirror built from the checked columns without rehashing."""
         if apply is None:
-            n = len(scan.hashes)
             self.memory = Chain._from_stored(
                 self.dim,
-                list(range(n)),
+                None,  # ids and links as a checked scan's are: positions, each the hash before
                 scan.labels,
                 scan.texts,
                 scan.vectors,
-                [GENESIS, *scan.hashes[:-1]][:n],
-                scan.hashes,
+                None,
+                scan.hashes,  # (the chain takes its own copy: it appends on its own)
                 adopt=True,  # the scan's rows buffer, not a second copy of it
             )
             self._apply = self._apply_memory

@@ -199,7 +199,7 @@ class Ledger(Chain):
         vecs = self.vectors
         for i in range(self._n):
             vec = vecs[i].tobytes()
-            yield (self._ids[i], self._labels[i], self._texts[i], vec, self._prev[i], self._hashes[i])
+            yield (self._id(i), self._labels[i], self._texts[i], vec, self._prev_of(i), self._hashes[i])
 
     @classmethod
     def load(
@@ -256,6 +256,7 @@ class Ledger(Chain):
             if count:
                 assert dim is not None  # checked above: a file with entries has a valid dim
                 ledger._set_buffer(ledger._allocate(max(INITIAL_CAPACITY, count), dim))
+            columns: tuple[list, list, list, list, list] = ([], [], [], [], [])  # compacted once read
             cursor = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid")
             i = 0
             while rows := cursor.fetchmany(_LOAD_BATCH):  # streamed: a 10M-entry file never sits in memory twice
@@ -273,11 +274,11 @@ class Ledger(Chain):
                     buf[i] = np.frombuffer(blob, F4LE)
                     i += 1
                 ids, labels, texts, _, prevs, hashes = zip(*rows)
-                ledger._ids.extend(ids)
-                ledger._labels.extend(labels)
-                ledger._texts.extend(texts)
-                ledger._prev.extend(prevs)
-                ledger._hashes.extend(hashes)
+                columns[0].extend(ids)
+                columns[1].extend(labels)
+                columns[2].extend(texts)
+                columns[3].extend(prevs)
+                columns[4].extend(hashes)
         except sqlite3.Error as e:
             if Path(f"{path}-journal").exists():  # a writer of the old format was killed mid-write
                 raise OcrrError(
@@ -289,6 +290,7 @@ class Ledger(Chain):
             ) from e
         finally:
             conn.close()
+        ledger._take_columns(*columns)
         ledger._n = ledger._durable = i
         return ledger, meta
 

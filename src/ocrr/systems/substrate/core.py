@@ -26,7 +26,6 @@ from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.index.vote import VoteRule, vote, vote_margin, vote_one, vote_rows
 from ocrr.ledger import Ledger, VerifyResult
-from ocrr.ledger.chain import GENESIS
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
@@ -131,10 +130,8 @@ class Substrate(IndexedSystem, System):
         vecs = np.asarray(seed.vecs)
         dim, n = int(vecs.shape[1]), len(vecs)
         labels = require_labels(seed, "fit")
-        texts = list(seed.texts) if seed.texts is not None else [None] * n
-        self.ledger_ = ledger = Ledger._from_stored(
-            dim, range(n), labels, texts, vecs, [GENESIS, *hashes[: n - 1]], hashes, adopt=True
-        )
+        texts = seed.texts if seed.texts is not None else [None] * n
+        self.ledger_ = ledger = Ledger._from_stored(dim, None, labels, texts, vecs, None, hashes, adopt=True)
         self.index_ = self._new_index(dim)
         self._entry_label = self.space_.encode(labels, grow=True)
         held = 0 if saved_index is None else saved_index(self.index_, n)
