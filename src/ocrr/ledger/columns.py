@@ -176,6 +176,13 @@ class LabelColumn(_Column):
     def extend(self, labels: Iterable[str]) -> None:
         self._own.extend([self._code(label) for label in labels])
 
+    def __setitem__(self, index: int, label: str) -> None:
+        """Replace one of this column's own labels (a test's tampering; the prefix is read-only)."""
+        i = index + len(self) if index < 0 else index
+        if not self._split <= i < len(self):
+            raise IndexError(f"label {index} is not one of the column's own (read-only prefix, or out of range)")
+        self._own[i - self._split] = self._code(label)
+
     @property
     def names(self) -> tuple[str, ...]:
         """Each distinct label once; a code is its place here."""
@@ -201,9 +208,7 @@ class TextColumn(_Column):
 
     __slots__ = ("_prefix", "_split", "_own_blob", "_own_ends", "_own_none")
 
-    def __init__(
-        self, texts: Iterable[str | None] = (), prefix: tuple[Any, Any, Any] = (b"", b"", b"")
-    ) -> None:
+    def __init__(self, texts: Iterable[str | None] = (), prefix: tuple[Any, Any, Any] = (b"", b"", b"")) -> None:
         blob, ends, none = prefix
         self._prefix = (memoryview(blob).cast("B"), memoryview(ends).cast("B").cast("q"), memoryview(none).cast("B"))
         self._split = len(self._prefix[1])
