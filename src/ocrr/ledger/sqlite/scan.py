@@ -42,8 +42,9 @@ class KnownPrefix:
     ``vectors``: a writable (capacity, dim) float32 buffer whose first ``size`` rows are the
     entries' (the scan writes later entries' rows after them while they fit); ``tree`` holds
     their leaves; the columns (``ocrr.ledger.columns``, their prefix maybe the supplier's
-    read-only memory) are handed over, not copied: the scan appends later entries to them. With ``size`` 0 it gives only that
-    buffer: the one the scan reads every row into, while they fit."""
+    read-only memory) are handed over, not copied: the scan appends later entries to them.
+    With ``size`` 0 it gives only that buffer: the one the scan reads every row into, while
+    they fit."""
 
     size: int
     vectors: np.ndarray
