@@ -210,7 +210,7 @@ class Chain:
         """Entry ``i``'s label, without building the Entry (a service names 5 neighbours per query)."""
         return self._labels[i]
 
-    def stored_columns(self) -> tuple[Sequence[str], Sequence[str | None], Sequence[bytes]]:
+    def stored_columns(self) -> tuple[Sequence, Sequence, Sequence]:
         """The labels, texts and chain hashes of every entry, in id order: the chain's own
         columns (``ocrr.ledger.columns``), not copies (read them, do not change them; for a
         caller handing the chain on whole)."""
@@ -524,7 +524,7 @@ def _are_positions(ids: Sequence[int], n: int) -> bool:
     return len(ids) == n and all(type(v) is int and v == i for i, v in enumerate(ids))
 
 
-def _link(prevs: Sequence[bytes], hashes: Sequence[bytes], n: int) -> bool:
+def _link(prevs: Sequence[bytes], hashes: Sequence, n: int) -> bool:
     """Whether each of ``prevs`` is the hash before it (GENESIS first): what ``_prev_of`` says."""
     if len(prevs) != n:
         return False

@@ -27,7 +27,7 @@ __all__ = ["HashColumn", "LabelColumn", "TextColumn", "hash_column", "label_colu
 HASH_SIZE = 32
 
 
-class _Column:
+class _Column(Sequence[Any]):
     """What every column shares: list-like reading over ``_get`` (an index in range)."""
 
     __slots__ = ()
@@ -111,9 +111,11 @@ class HashColumn(_Column):
             raise ValueError(f"hashes are {HASH_SIZE} bytes each, got {len(blob)} bytes")
         self._own += blob
 
-    def index(self, value: bytes) -> int:
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
         """The first position of ``value`` (ValueError when absent), as ``list.index``."""
-        if len(value) == HASH_SIZE:
+        if start or stop is not None:
+            return super().index(value, start, len(self) if stop is None else stop)
+        if isinstance(value, bytes) and len(value) == HASH_SIZE:
             for part, first in ((self._prefix, 0), (self._own, self._split)):
                 data = bytes(part)
                 at = data.find(value)
@@ -232,8 +234,8 @@ class TextColumn(_Column):
         j = i - split
         if self._own_none[j]:
             return None
-        ends = self._own_ends
-        return str(self._own_blob[ends[j - 1] if j else 0 : ends[j]], "utf-8", "surrogatepass")
+        own = self._own_ends
+        return str(self._own_blob[own[j - 1] if j else 0 : own[j]], "utf-8", "surrogatepass")
 
     def append(self, text: str | None) -> None:
         if text is None:

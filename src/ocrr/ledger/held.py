@@ -51,7 +51,7 @@ __all__ = ["Apply", "HeldLedger", "damage_in"]
 # to take as they are, or None: the side hashes the entries itself, and its head must then be
 # the store's (the check that it was opened with the settings that wrote them). A
 # three-argument apply (before ``hashes``) is still taken: it is called without them.
-Apply = Callable[[np.ndarray, list, list, list | None], bytes]
+Apply = Callable[[np.ndarray, Sequence, Sequence, Sequence | None], bytes]
 
 
 class HeldLedger(GroupCommit):
@@ -343,7 +343,7 @@ class HeldLedger(GroupCommit):
         )
         return self._broken
 
-    def _feed(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> None:
+    def _feed(self, vecs: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence[bytes] | None = None) -> None:
         """Hand entries to the mirror (``hashes``: theirs, computed or checked here, or None:
         the mirror hashes them, and must reach the same chain head)."""
         if self._apply(vecs, labels, texts, hashes) != self.chain_head:  # same bytes in, same digests out
@@ -352,7 +352,9 @@ class HeldLedger(GroupCommit):
                 "substrate opened with other settings than the ones that wrote it?)"
             )
 
-    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
+    def _apply_memory(
+        self, vecs: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence[bytes] | None
+    ) -> bytes:
         memory = self.memory
         assert memory is not None  # made in _take_in_scan whenever this method is the apply
         if memory.dim is None:

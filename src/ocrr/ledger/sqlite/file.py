@@ -19,7 +19,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +95,9 @@ class Ledger(Chain):
         ledger._store = DurableLedger.open(path, dim=dim, apply=ledger._take_committed)
         return ledger
 
-    def _take_committed(self, vectors: np.ndarray, labels: list, texts: list, hashes: list | None = None) -> bytes:
+    def _take_committed(
+        self, vectors: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence | None = None
+    ) -> bytes:
         """The store committed these entries (or found them in the file): return the chain
         head after them, which the store checks against the file's. (``hashes``: the store's
         of them; this ledger hashed its own entries already, and hashes the file's itself.)"""
@@ -113,7 +115,7 @@ class Ledger(Chain):
         self._durable = start + m
         return self._hashes[start + m - 1]
 
-    def _holds(self, start: int, vectors: np.ndarray, labels: list, texts: list) -> bool:
+    def _holds(self, start: int, vectors: np.ndarray, labels: Sequence, texts: Sequence) -> bool:
         """Whether entries ``start..`` in memory are these (this ledger's own, being flushed)."""
         end = start + len(labels)
         return (
