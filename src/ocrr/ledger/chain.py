@@ -137,6 +137,7 @@ class Chain:
         self._texts: TextColumn | list = TextColumn()
         self._prev: list[bytes] | None = None
         self._hashes: HashColumn | list = HashColumn()
+        self._head = GENESIS  # the last hash (kept apart: the append path reads it every time)
 
     # ------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -181,6 +182,8 @@ class Chain:
         state.setdefault("_vec_file", None)
         state.setdefault("_ahead", None)
         self.__dict__.update(state)
+        if "_head" not in state:  # pickled before the head was kept apart
+            self._head = self._hashes[self._n - 1] if self._n else GENESIS
         if self._buf is not None:
             self._set_buffer(self._buf)
 
@@ -191,7 +194,7 @@ class Chain:
     @property
     def head(self) -> bytes:
         """Hash of the last entry, or GENESIS when empty. Keep it to detect truncation."""
-        return self._hashes[-1] if self._n else GENESIS
+        return self._head
 
     @property
     def vectors(self) -> np.ndarray:
@@ -249,7 +252,7 @@ class Chain:
             buf = self._reserve(vec.shape[0], 1)
         buf[n] = vec  # slot n is past the visible end, so a failure below leaves no trace
         row = buf[n]  # hashed only: a caller gets rows of the read-only view
-        prev = self._hashes[-1] if n else GENESIS
+        prev = self._head
         digest = _digest_or_raise(n, label, text, row, prev)
         if self._ids is not None:
             self._ids.append(n)
@@ -258,6 +261,7 @@ class Chain:
         self._labels.append(label)
         self._texts.append(text)
         self._hashes.append(digest)
+        self._head = digest
         self._n = n + 1
         return n
 
@@ -323,6 +327,7 @@ class Chain:
         self._texts.extend(texts)  # first: the one that can refuse a value (a text of the wrong type)
         self._labels.extend(labels)
         self._hashes.extend(digests)
+        self._head = digests[-1]
         self._n = start + m
         return range(start, start + m)
 
@@ -489,6 +494,7 @@ class Chain:
         self._labels, self._texts, self._hashes = label_column(labels), text_column(texts), hash_column(hashes)
         self._ids = None if ids is None or _are_positions(ids, n) else list(ids)
         self._prev = None if prevs is None or _link(prevs, self._hashes, n) else list(prevs)
+        self._head = self._hashes[-1] if n else GENESIS
 
 
 #: The attribute, true, of a memory object a numpy buffer is built over (``np.ndarray(buffer=…)``)

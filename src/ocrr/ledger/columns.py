@@ -101,7 +101,7 @@ class HashColumn(_Column):
             self.extend_bytes(values.to_bytes())
             return
         values = list(values)
-        if any(len(v) != HASH_SIZE for v in values):
+        if values and set(map(len, values)) != {HASH_SIZE}:
             raise ValueError(f"hashes are {HASH_SIZE} bytes each")
         self._own += b"".join(values)
 
@@ -173,10 +173,15 @@ class LabelColumn(_Column):
         return code
 
     def append(self, label: str) -> None:
-        self._own.append(self._code(label))
+        code = self._code_of.get(label)
+        self._own.append(self._code(label) if code is None else code)
 
     def extend(self, labels: Iterable[str]) -> None:
-        self._own.extend([self._code(label) for label in labels])
+        labels = list(labels)
+        codes = list(map(self._code_of.get, labels))
+        if None in codes:  # labels not seen before: given codes in order
+            codes = [self._code(label) for label in labels]
+        self._own.extend(codes)
 
     def __setitem__(self, index: int, label: str) -> None:
         """Replace one of this column's own labels (a test's tampering; the prefix is read-only)."""
