@@ -143,9 +143,7 @@ def _scan(
             tree, labels, texts, hashes = prefix
             prev, i = hashes[-1], trusted
             check_checkpoint(checkpoints[-1], tree, prev)
-    stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
-    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
-        stored[(level, idx)] = h
+    stored = _nodes_from(conn, i)  # (level, idx) -> hash of every node the one-by-one reading adds
     entries = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
         "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
@@ -216,6 +214,22 @@ def _scan(
         records.ignored,
         records.reasons,
     )
+
+
+def _nodes_from(conn: sqlite3.Connection, i: int) -> dict:
+    """The stored nodes ``(level, idx) -> hash`` with ``idx >= (i >> level)``: every node over
+    entries from ``i`` on. Asked a level at a time (the key's order: each one an index range,
+    not a read of the whole table), every distinct stored level visited in turn, whatever its
+    value (so a node at a level no entry reaches is found as before)."""
+    stored = {}
+    level = conn.execute("SELECT min(level) FROM nodes").fetchone()[0]
+    while level is not None:
+        for key_level, idx, h in conn.execute(
+            "SELECT level, idx, hash FROM nodes WHERE level = ? AND idx >= (? >> level)", (level, i)
+        ):
+            stored[(key_level, idx)] = h
+        level = conn.execute("SELECT min(level) FROM nodes WHERE level > ?", (level,)).fetchone()[0]
+    return stored
 
 
 def _held_at_most(conn: sqlite3.Connection) -> int:
