@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from ocrr.ledger import Ledger
 from ocrr.ledger.chain import GENESIS, Chain
-from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn, hash_column, label_column, text_column
+from ocrr.ledger.columns import (
+    HashColumn,
+    LabelColumn,
+    PrefixedBytes,
+    TextColumn,
+    hash_column,
+    label_column,
+    text_column,
+)
 
 hashes_st = st.lists(st.binary(min_size=32, max_size=32), max_size=20)
 labels_st = st.lists(st.sampled_from(["a", "b", "ü", "x" * 40, "\ud800"]) | st.text(min_size=1), max_size=20)
@@ -115,3 +123,28 @@ def test_a_ledger_reads_back_as_its_entries_with_implied_ids_and_links(rows) -> 
         3, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], vecs, [g[4] for g in got], [g[5] for g in got]
     )
     assert rebuilt._ids is None and rebuilt._prev is None and _entries(rebuilt) == got
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    first=st.binary(max_size=200),
+    more=st.lists(st.binary(max_size=40), max_size=5),
+    cut=st.integers(0, 300),
+    cuts=st.lists(st.tuples(st.integers(-300, 300), st.integers(-300, 300) | st.none())),
+)
+def test_prefixed_bytes_read_grow_and_cut_as_a_bytearray(first, more, cut, cuts) -> None:
+    got, want = PrefixedBytes(memoryview(first).toreadonly()), bytearray(first)
+    for chunk in more:
+        got += chunk
+        want += chunk
+    for lo, hi in cuts:
+        assert got[lo:hi] == bytes(want[lo:hi]) and type(got[lo:hi]) is bytes
+    assert got == want and want == got and bytes(got) == bytes(want) and len(got) == len(want)
+    twin = pickle.loads(pickle.dumps(got))
+    assert twin == want and isinstance(twin, bytearray)
+    del got[cut:]
+    del want[cut:]
+    assert got == want
+    got += b"tail"
+    want += b"tail"
+    assert got == want and got[-6:] == bytes(want[-6:])

@@ -301,7 +301,7 @@ def test_a_stored_size_claiming_more_rows_than_the_file_holds_sizes_no_shared_me
 def test_a_workers_hashes_labels_and_texts_are_the_shared_memory_not_copies(ledger):
     """The worker's ledger reads the published columns where they lie (read-only), and keeps
     only what it appends itself; the held ledger's hashes too."""
-    from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
+    from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn
 
     path, _, rng = ledger
     shared = _published(path)
@@ -317,6 +317,9 @@ def test_a_workers_hashes_labels_and_texts_are_the_shared_memory_not_copies(ledg
             assert column._split == ENTRIES  # every published entry is in the read-only prefix
         assert hashes._prefix.readonly and texts._prefix[0].readonly and labels._prefix.readonly
         assert not hashes._own and not texts._own_ends and not labels._own  # nothing copied
+        levels = worker.ledger.tree.levels
+        assert all(isinstance(level, PrefixedBytes) and not level._own for level in levels)
+        assert levels[0]._split == 32 * ENTRIES and levels[0]._prefix.readonly
         new = _unit(rng.normal(size=(2, DIM)))
         worker.correct(new, ["mine", "mine"], ["ü ✓", None])
         plain.ledger.refresh()

@@ -7,7 +7,8 @@ list would (``len``, ``[i]``, slices as lists, iteration, ``append``, ``extend``
 
 * ``HashColumn``: 32-byte hashes, concatenated;
 * ``LabelColumn``: a small-int code per entry and each distinct label once;
-* ``TextColumn``: the texts' UTF-8 bytes, concatenated, where each ends, and which are None.
+* ``TextColumn``: the texts' UTF-8 bytes, concatenated, where each ends, and which are None;
+* ``PrefixedBytes``: bytes read and grown as a ``bytearray`` is (a Merkle tree level).
 
 Each column may start with a read-only *prefix* (memoryviews, e.g. over memory shared with
 other processes: ``ocrr.service.shared_rows``) followed by values of its own; the prefix is
@@ -22,7 +23,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["HashColumn", "LabelColumn", "TextColumn", "hash_column", "label_column", "text_column"]
+__all__ = ["HashColumn", "LabelColumn", "PrefixedBytes", "TextColumn", "hash_column", "label_column", "text_column"]
 
 HASH_SIZE = 32
 
@@ -178,10 +179,11 @@ class LabelColumn(_Column):
 
     def extend(self, labels: Iterable[str]) -> None:
         labels = list(labels)
-        codes = list(map(self._code_of.get, labels))
-        if None in codes:  # labels not seen before: given codes in order
-            codes = [self._code(label) for label in labels]
-        self._own.extend(codes)
+        known = list(map(self._code_of.get, labels))
+        if None in known:  # labels not seen before: given codes in order
+            self._own.extend([self._code(label) for label in labels])
+        else:
+            self._own.extend(known)  # type: ignore[arg-type]  # (no None: checked above)
 
     def __setitem__(self, index: int, label: str) -> None:
         """Replace one of this column's own labels (a test's tampering; the prefix is read-only)."""
@@ -280,6 +282,64 @@ class TextColumn(_Column):
         all_ends = array("q", ends.tobytes())
         all_ends.extend(e + base for e in self._own_ends)
         return bytes(blob[:base]) + bytes(self._own_blob), all_ends, bytes(none) + bytes(self._own_none)
+
+
+class PrefixedBytes:
+    """A read-only prefix (bytes-like) then bytes of our own, used where a ``bytearray`` is by
+    a ``MerkleTree`` level: ``len``, slices (as ``bytes``), ``+=``, ``del [start:]``, ``bytes()``,
+    equality with bytes. Cutting into the prefix copies what stays of it first."""
+
+    __slots__ = ("_prefix", "_split", "_own")
+
+    def __init__(self, prefix: Any = b"") -> None:
+        self._prefix = memoryview(prefix).cast("B")
+        self._split = len(self._prefix)
+        self._own = bytearray()
+
+    def __len__(self) -> int:
+        return self._split + len(self._own)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if not isinstance(index, slice):
+            return (self._prefix.tobytes() + bytes(self._own))[index] if self._split else self._own[index]
+        start, stop, step = index.indices(len(self))
+        split = self._split
+        if step != 1:
+            return bytes(self)[index]
+        if stop <= start:
+            return b""
+        if start >= split:
+            return bytes(self._own[start - split : stop - split])
+        if stop <= split:
+            return bytes(self._prefix[start:stop])
+        return bytes(self._prefix[start:]) + bytes(self._own[: stop - split])
+
+    def __iadd__(self, more: Any) -> PrefixedBytes:
+        self._own += more
+        return self
+
+    def __delitem__(self, index: slice) -> None:
+        if not isinstance(index, slice) or index.stop is not None or index.step is not None:
+            raise TypeError("only a tail can be cut (del level[start:])")
+        start = index.indices(len(self))[0]
+        if start < self._split:  # into the prefix: keep what stays of it as our own
+            self._own = bytearray(self._prefix[:start])
+            self._prefix, self._split = memoryview(b""), 0
+        else:
+            del self._own[start - self._split :]
+
+    def __bytes__(self) -> bytes:
+        return self._prefix.tobytes() + bytes(self._own)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (bytes, bytearray, memoryview, PrefixedBytes)):
+            return bytes(self) == bytes(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a bytearray
+
+    def __reduce__(self):
+        return bytearray, (bytes(self),)
 
 
 def hash_column(values: Sequence) -> HashColumn | list:

@@ -11,10 +11,10 @@ levels, and the labels and texts as compact arrays (``publish``).
 A worker (``SharedRows.known_prefix``, ``lend_codes``) maps the rows and the codes privately,
 copy-on-write: pages it only reads are the same pages in every worker, counted once; rows it
 appends after them go to memory of its own past the shared ones (the mapping's tail is private
-anonymous memory), so no process writes a page another reads. The hashes, labels and texts it
-reads where they lie, mapped read-only: its ledger's columns (``ocrr.ledger.columns``) start
-with them and append its own entries after. The tree's levels are copied (a ``MerkleTree``
-appends to its levels in place). The worker then reads from
+anonymous memory), so no process writes a page another reads. The hashes, labels, texts and
+the tree's levels it reads where they lie, mapped read-only: its ledger's columns and tree
+levels (``ocrr.ledger.columns``) start with them and append its own entries after. The worker
+then reads from
 the file only the entries committed after the supervisor's read (``KnownPrefix``), and checks
 them the usual way. Linux only (``available``): elsewhere each worker opens the file itself.
 """
@@ -38,7 +38,7 @@ import numpy as np
 from ocrr.index.exact import ExactIndex
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
-from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn, label_column, text_column
+from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn, label_column, text_column
 from ocrr.ledger.location import KnownPrefix, stored_shape
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
@@ -127,9 +127,9 @@ class SharedRows:
 
     def known_prefix(self) -> KnownPrefix:
         """The entries, for ``open_substrate(known=…)``: the rows mapped copy-on-write into a
-        buffer with room to grow (``room_at_open``); the hashes, labels and texts as columns
-        whose read-only prefix is the shared memory itself (mapped read-only: pages read stay
-        shared, and no process can write them); the tree's levels copied."""
+        buffer with room to grow (``room_at_open``); the hashes, labels, texts and the tree's
+        levels as columns whose read-only prefix is the shared memory itself (mapped read-only:
+        pages read stay shared, and no process can write them)."""
         lay = self.layout
         n, dim = lay.size, lay.dim
         capacity = room_at_open(n, 64)
@@ -137,7 +137,7 @@ class SharedRows:
         # Not closed: the columns' prefixes are views of it (it is unmapped once none is left).
         view = memoryview(mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ)).toreadonly()
         tree = MerkleTree()
-        tree.levels = [bytearray(view[at : at + length]) for at, length in lay.levels]
+        tree.levels = [PrefixedBytes(view[at : at + length]) for at, length in lay.levels]  # type: ignore[misc]
         hashes = HashColumn(prefix=view[lay.hashes : lay.hashes + n * _HASH])
         labels = LabelColumn(names=lay.label_names, prefix_codes=view[lay.label_codes : lay.label_codes + 4 * n])
         at, length = lay.texts
@@ -270,7 +270,7 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
             with mmap.mmap(fd, max(at, _PAGE)) as out:
                 out[hashes_at : hashes_at + n * _HASH] = hashes_blob
                 for (where, length), level in zip(levels, tree.levels):
-                    out[where : where + length] = level
+                    out[where : where + length] = bytes(level) if isinstance(level, PrefixedBytes) else level
                 out[codes_of_labels : codes_of_labels + 4 * n] = label_codes.tobytes()
                 out[ends_at : ends_at + 8 * n] = text_ends.tobytes()
                 out[none_at : none_at + n] = text_none
