@@ -166,6 +166,10 @@ class LabelColumn(_Column):
     def _get(self, i: int) -> str:
         return self._names[self._prefix[i] if i < self._split else self._own[i - self._split]]
 
+    def __iter__(self) -> Iterator[str]:
+        name = self._names.__getitem__  # (C-level loops: a substrate encodes every label at open)
+        return itertools.chain(map(name, self._prefix), map(name, self._own))
+
     def _code(self, label: str) -> int:
         code = self._code_of.get(label)
         if code is None:
