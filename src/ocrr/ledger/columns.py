@@ -101,7 +101,7 @@ class HashColumn(_Column):
         if isinstance(values, HashColumn):
             self.extend_bytes(values.to_bytes())
             return
-        values = list(values)
+        values = values if type(values) is list else list(values)
         if values and set(map(len, values)) != {HASH_SIZE}:
             raise ValueError(f"hashes are {HASH_SIZE} bytes each")
         self._own += b"".join(values)
@@ -182,7 +182,7 @@ class LabelColumn(_Column):
         self._own.append(self._code(label) if code is None else code)
 
     def extend(self, labels: Iterable[str]) -> None:
-        labels = list(labels)
+        labels = labels if type(labels) is list else list(labels)
         known = list(map(self._code_of.get, labels))
         if None in known:  # labels not seen before: given codes in order
             self._own.extend([self._code(label) for label in labels])
@@ -257,9 +257,22 @@ class TextColumn(_Column):
         self._own_ends.append(len(self._own_blob))
 
     def extend(self, texts: Iterable[str | None]) -> None:
-        texts = list(texts)
-        encoded = [b"" if t is None else t.encode("utf-8", "surrogatepass") for t in texts]
-        self.extend_encoded(encoded, [j for j, t in enumerate(texts) if t is None])
+        texts = texts if type(texts) is list else list(texts)
+        if None in texts:
+            none = bytes([t is None for t in texts])
+            present = [("" if t is None else t) for t in texts]
+        else:
+            none, present = bytes(len(texts)), texts
+        joined = "".join(present)  # (a TypeError for a value that is not a str: nothing appended)
+        if joined.isascii():  # one byte per character: the ends are the lengths, no text encoded alone
+            lengths, blob = map(len, present), joined.encode("ascii")
+        else:
+            encoded = [t.encode("utf-8", "surrogatepass") for t in present]
+            lengths, blob = map(len, encoded), b"".join(encoded)
+        at = len(self._own_blob)
+        self._own_ends.extend(itertools.islice(itertools.accumulate(lengths, initial=at), 1, None))
+        self._own_blob += blob
+        self._own_none += none
 
     def extend_encoded(self, encoded: Sequence[bytes], missing: Iterable[int] = ()) -> None:
         """Append texts given as their UTF-8 bytes (valid: the caller decoded them once), those
