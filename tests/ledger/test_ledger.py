@@ -288,37 +288,29 @@ def draw_tamper(kind: str, led: Ledger, data) -> dict:
 
 
 def tamper_private(kind: str, led: Ledger, p: dict) -> Ledger:
-    """Edit the private fields (or rebuild from them) the way a buggy caller could."""
-    if kind == "label":
-        led._labels[p["k"]] = p["new"]
-    elif kind == "text":
-        led._texts[p["k"]] = p["new"]
-    elif kind == "vector_bit":
+    """Edit the private fields the way a buggy caller could: flip a bit of the vector buffer,
+    or rebuild the ledger from its stored columns with one edited (``Ledger._from_stored``)."""
+    if kind == "vector_bit":
         led._buf[p["k"]].view(np.uint32)[p["j"]] ^= np.uint32(1 << p["bit"])
-    elif kind == "prev_hash":
-        led._prev[p["k"]] = p["new"]
-    elif kind == "hash":
-        led._hashes[p["k"]] = p["new"]
-    elif kind == "id":
-        led._ids[p["k"]] = p["new"]
+        return led
+    rows = [[e.id, e.label, e.text, e.vector.copy(), e.prev_hash, e.hash] for e in led]
+    field = {"id": 0, "label": 1, "text": 2, "prev_hash": 4, "hash": 5}
+    if kind in field:
+        rows[p["k"]][field[kind]] = p["new"]
     elif kind == "replace":
         k, (_, label, text, vec, _, digest) = p["k"], p["row"]
-        led._labels[k], led._texts[k], led._hashes[k] = label, text, digest
-        led._buf[k] = vec
-    else:
-        rows = [(e.id, e.label, e.text, e.vector.copy(), e.prev_hash, e.hash) for e in led]
-        if kind == "delete":
-            del rows[p["k"]]
-        elif kind == "swap":
-            rows[p["i"]], rows[p["j"]] = rows[p["j"]], rows[p["i"]]
-        elif kind == "insert":
-            rows.insert(p["k"], p["row"])
-        elif kind == "truncate":
-            rows = rows[: p["m"]]
-        ids, labs, txts, vecs, prevs, hashes = (list(c) for c in zip(*rows)) if rows else ([],) * 6
-        mat = np.array(vecs, np.float32).reshape(len(rows), led.dim)
-        return Ledger._from_stored(led.dim, ids, labs, txts, mat, prevs, hashes)
-    return led
+        rows[k][1], rows[k][2], rows[k][3], rows[k][5] = label, text, vec, digest
+    elif kind == "delete":
+        del rows[p["k"]]
+    elif kind == "swap":
+        rows[p["i"]], rows[p["j"]] = rows[p["j"]], rows[p["i"]]
+    elif kind == "insert":
+        rows.insert(p["k"], list(p["row"]))
+    elif kind == "truncate":
+        rows = rows[: p["m"]]
+    ids, labs, txts, vecs, prevs, hashes = (list(c) for c in zip(*rows)) if rows else ([],) * 6
+    mat = np.array(vecs, np.float32).reshape(len(rows), led.dim)
+    return Ledger._from_stored(led.dim, ids, labs, txts, mat, prevs, hashes)
 
 
 def tamper_sqlite(kind: str, path: Path, p: dict) -> None:

@@ -296,3 +296,39 @@ def test_a_stored_size_claiming_more_rows_than_the_file_holds_sizes_no_shared_me
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value = ? WHERE key = 'size'", (10**12,))
     assert room_for_rows(path) is None
+
+
+def test_a_workers_hashes_labels_and_texts_are_the_shared_memory_not_copies(ledger):
+    """The worker's ledger reads the published columns where they lie (read-only), and keeps
+    only what it appends itself; the held ledger's hashes too."""
+    from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn
+
+    path, _, rng = ledger
+    shared = _published(path)
+    try:
+        worker = open_substrate(path, verify="checkpoint", known=shared.known_prefix())
+    finally:
+        shared.close()
+    plain = open_substrate(path, verify="checkpoint")
+    try:
+        labels, texts, hashes = worker.system.ledger_.stored_columns()
+        assert isinstance(labels, LabelColumn) and isinstance(texts, TextColumn) and isinstance(hashes, HashColumn)
+        for column in (labels, texts, hashes, worker.ledger._hashes):
+            assert column._split == ENTRIES  # every published entry is in the read-only prefix
+        assert hashes._prefix.readonly and texts._prefix[0].readonly and labels._prefix.readonly
+        assert not hashes._own and not texts._own_ends and not labels._own  # nothing copied
+        levels = worker.ledger.tree.levels
+        assert all(isinstance(level, PrefixedBytes) and not level._own for level in levels)
+        assert levels[0]._split == 32 * ENTRIES and levels[0]._prefix.readonly
+        new = _unit(rng.normal(size=(2, DIM)))
+        worker.correct(new, ["mine", "mine"], ["ü ✓", None])
+        plain.ledger.refresh()
+        assert len(hashes._own) == 2 * 32 and list(texts._own_none) == [0, 1]  # its own entries, after
+        _same_holdings(worker, plain)
+        assert [worker.system.ledger_[i] for i in range(ENTRIES - 2, ENTRIES + 2)] == [
+            plain.system.ledger_[i] for i in range(ENTRIES - 2, ENTRIES + 2)
+        ]
+        assert worker.verify().ok
+    finally:
+        worker.close()
+        plain.close()

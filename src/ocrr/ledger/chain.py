@@ -13,6 +13,11 @@ are amortised O(1) and retrieval can do a single matrix product over
 memory-mapped scratch file instead of RAM (10M x 384 float32 is 15.4 GB): the OS
 pages vectors in when a scan or ``verify`` reads them, and the resident set holds only
 the per-entry metadata and whatever index sits beside the ledger.
+
+The per-entry metadata is compact (``ocrr.ledger.columns``): hashes, labels and texts in flat
+buffers, no Python object per entry. An entry's id is its position and its ``prev_hash`` the
+hash before it; only a ledger built from stored columns that say otherwise (a damaged file
+read as it is, for ``verify`` to name) keeps those two columns as lists.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import IO, Self
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn, hash_column, label_column, text_column
 from ocrr.ledger.verify import entry_head
 from ocrr.utils.grow_ahead import GrowAhead
 
@@ -118,18 +124,20 @@ class Chain:
                     "another folder with room for the vectors (4 x dim bytes per entry)"
                 )
             self._vec_file = tempfile.TemporaryFile(prefix="ocrr-ledger-vectors-", dir=folder)
-        # Parallel per-entry columns. ids are just positions at append time,
-        # but are stored so verify() can see ids a file or caller rewrote.
+        # Parallel per-entry columns (lists only for stored values no column holds: a damaged
+        # file's). ids and prev hashes are implied (position, the hash before) unless stored
+        # columns said otherwise (_from_stored): then they are lists, so verify() names them.
         self._buf: np.ndarray | None = None
         self._ro: np.ndarray | None = None  # read-only view of _buf, handed out to callers
         self._ahead: GrowAhead | None = None  # set by grow_ahead()
         if self._dim is not None:
             self._set_buffer(self._allocate(INITIAL_CAPACITY, self._dim))
-        self._ids: list[int] = []
-        self._labels: list[str] = []
-        self._texts: list[str | None] = []
-        self._prev: list[bytes] = []
-        self._hashes: list[bytes] = []
+        self._ids: list[int] | None = None
+        self._labels: LabelColumn | list = LabelColumn()
+        self._texts: TextColumn | list = TextColumn()
+        self._prev: list[bytes] | None = None
+        self._hashes: HashColumn | list = HashColumn()
+        self._head = GENESIS  # the last hash (kept apart: the append path reads it every time)
 
     # ------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -141,7 +149,15 @@ class Chain:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"ledger index {i} out of range for {n} entries")
-        return Entry(self._ids[i], self._labels[i], self._texts[i], self._view()[i], self._prev[i], self._hashes[i])
+        return Entry(self._id(i), self._labels[i], self._texts[i], self._view()[i], self._prev_of(i), self._hashes[i])
+
+    def _id(self, i: int) -> int:
+        return i if self._ids is None else self._ids[i]
+
+    def _prev_of(self, i: int) -> bytes:
+        if self._prev is not None:
+            return self._prev[i]
+        return self._hashes[i - 1] if i else GENESIS
 
     def __iter__(self) -> Iterator[Entry]:
         for i in range(self._n):
@@ -166,6 +182,8 @@ class Chain:
         state.setdefault("_vec_file", None)
         state.setdefault("_ahead", None)
         self.__dict__.update(state)
+        if "_head" not in state:  # pickled before the head was kept apart
+            self._head = self._hashes[self._n - 1] if self._n else GENESIS
         if self._buf is not None:
             self._set_buffer(self._buf)
 
@@ -176,7 +194,7 @@ class Chain:
     @property
     def head(self) -> bytes:
         """Hash of the last entry, or GENESIS when empty. Keep it to detect truncation."""
-        return self._hashes[-1] if self._n else GENESIS
+        return self._head
 
     @property
     def vectors(self) -> np.ndarray:
@@ -195,9 +213,10 @@ class Chain:
         """Entry ``i``'s label, without building the Entry (a service names 5 neighbours per query)."""
         return self._labels[i]
 
-    def stored_columns(self) -> tuple[list[str], list[str | None], list[bytes]]:
-        """The labels, texts and chain hashes of every entry, in id order: the chain's own lists,
-        not copies (read them, do not change them; for a caller handing the chain on whole)."""
+    def stored_columns(self) -> tuple[Sequence, Sequence, Sequence]:
+        """The labels, texts and chain hashes of every entry, in id order: the chain's own
+        columns (``ocrr.ledger.columns``), not copies (read them, do not change them; for a
+        caller handing the chain on whole)."""
         return self._labels, self._texts, self._hashes
 
     @property
@@ -219,7 +238,7 @@ class Chain:
         if np.count_nonzero(np.isfinite(vec)) != vec.size:  # cheaper than .all() on one row
             raise OcrrError("vector contains NaN or inf; check the encoder output before appending")
         n = self.append_checked(vec, label, text)
-        return Entry(n, label, text, self._view()[n], self._prev[n], self._hashes[n])
+        return Entry(n, label, text, self._view()[n], self._prev_of(n), self._hashes[n])
 
     def append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
         """Append one entry whose vector the caller already checked (a finite 1-D float32
@@ -233,13 +252,16 @@ class Chain:
             buf = self._reserve(vec.shape[0], 1)
         buf[n] = vec  # slot n is past the visible end, so a failure below leaves no trace
         row = buf[n]  # hashed only: a caller gets rows of the read-only view
-        prev = self._hashes[-1] if n else GENESIS
+        prev = self._head
         digest = _digest_or_raise(n, label, text, row, prev)
-        self._ids.append(n)
+        if self._ids is not None:
+            self._ids.append(n)
+        if self._prev is not None:
+            self._prev.append(prev)
         self._labels.append(label)
         self._texts.append(text)
-        self._prev.append(prev)
         self._hashes.append(digest)
+        self._head = digest
         self._n = n + 1
         return n
 
@@ -298,12 +320,14 @@ class Chain:
                 digests.append(prev)
         else:
             digests = hashes
-        prevs = [head, *digests[:-1]]
-        self._ids.extend(range(start, start + m))
+        if self._ids is not None:
+            self._ids.extend(range(start, start + m))
+        if self._prev is not None:
+            self._prev.extend([head, *digests[:-1]])
+        self._texts.extend(texts)  # first: the one that can refuse a value (a text of the wrong type)
         self._labels.extend(labels)
-        self._texts.extend(texts)
-        self._prev.extend(prevs)
         self._hashes.extend(digests)
+        self._head = digests[-1]
         self._n = start + m
         return range(start, start + m)
 
@@ -398,18 +422,19 @@ class Chain:
         prevs, hashes = self._prev, self._hashes
         prev = GENESIS
         for i in range(self._n):
-            if ids[i] != i:
+            if ids is not None and ids[i] != i:
                 return VerifyResult(False, i, f"entry {i}: id is {ids[i]!r}, expected {i} (deleted or reordered entry)")
-            if prevs[i] != prev:
+            if prevs is not None and prevs[i] != prev:
                 link = "the genesis value" if i == 0 else f"entry {i - 1}"
                 return VerifyResult(False, i, f"entry {i}: prev_hash does not link to {link}")
             if not isinstance(labels[i], str) or not (texts[i] is None or isinstance(texts[i], str)):
                 return VerifyResult(False, i, f"entry {i}: label or text is not a string (stored fields edited)")
-            if entry_digest(i, labels[i], texts[i], vecs[i], prevs[i]) != hashes[i]:
+            digest = hashes[i]
+            if entry_digest(i, labels[i], texts[i], vecs[i], prev) != digest:
                 return VerifyResult(
                     False, i, f"entry {i}: stored hash does not match its contents (label, text or vector changed)"
                 )
-            prev = hashes[i]
+            prev = digest
         if expected_head is not None and expected_head != prev:
             try:
                 first_bad = hashes.index(expected_head) + 1  # chain runs past the held head
@@ -428,20 +453,23 @@ class Chain:
     def _from_stored(
         cls,
         dim: int | None,
-        ids: Sequence[int],
+        ids: Sequence[int] | None,
         labels: Sequence,
         texts: Sequence,
         vectors: np.ndarray,
-        prevs: Sequence[bytes],
+        prevs: Sequence[bytes] | None,
         hashes: Sequence[bytes],
         adopt: bool = False,
     ) -> Self:
         """Build a chain from stored columns as-is: no hashing, no checks (a durable store's
         mirror of the entries it checked, and the seam the tests use to build tampered ledgers).
-        ``adopt``: when ``vectors`` are the first rows of a writable float32 buffer nobody else
-        writes (what a scan of the file reads into), that buffer becomes the chain's, not a copy."""
+        ``ids`` / ``prevs`` None: the entries' positions / each one's previous hash (GENESIS
+        first), as in every intact ledger. ``adopt``: when ``vectors`` are the first rows of a
+        writable float32 buffer nobody else writes (what a scan of the file reads into), that
+        buffer becomes the chain's, not a copy. Columns (``ocrr.ledger.columns``) are taken
+        with their read-only prefix shared, not copied."""
         chain = cls(dim)
-        n = len(ids)
+        n = len(hashes) if ids is None else len(ids)
         if n:
             assert dim is not None, "stored entries come with their dim"
             buf = _whole_buffer(vectors, dim) if adopt else None
@@ -449,10 +477,24 @@ class Chain:
                 buf = np.empty((max(INITIAL_CAPACITY, n), dim), F4LE)
                 buf[:n] = vectors
             chain._set_buffer(buf)
-        chain._ids, chain._labels, chain._texts = list(ids), list(labels), list(texts)
-        chain._prev, chain._hashes = list(prevs), list(hashes)
+        chain._take_columns(ids, labels, texts, prevs, hashes)
         chain._n = n
         return chain
+
+    def _take_columns(
+        self,
+        ids: Sequence[int] | None,
+        labels: Sequence,
+        texts: Sequence,
+        prevs: Sequence[bytes] | None,
+        hashes: Sequence[bytes],
+    ) -> None:
+        """Hold these stored columns (as ``_from_stored`` takes them) compactly."""
+        n = len(hashes)
+        self._labels, self._texts, self._hashes = label_column(labels), text_column(texts), hash_column(hashes)
+        self._ids = None if ids is None or _are_positions(ids, n) else list(ids)
+        self._prev = None if prevs is None or _link(prevs, self._hashes, n) else list(prevs)
+        self._head = self._hashes[-1] if n else GENESIS
 
 
 #: The attribute, true, of a memory object a numpy buffer is built over (``np.ndarray(buffer=…)``)
@@ -479,6 +521,27 @@ def _whole_buffer(rows: np.ndarray, dim: int) -> np.ndarray | None:
         and rows.flags.c_contiguous
     )
     return base if usable else None
+
+
+def _are_positions(ids: Sequence[int], n: int) -> bool:
+    """Whether ``ids`` are 0..n-1 in order, exactly (ints, not just equal values)."""
+    if isinstance(ids, range):
+        return ids == range(n)
+    return len(ids) == n and all(type(v) is int and v == i for i, v in enumerate(ids))
+
+
+def _link(prevs: Sequence[bytes], hashes: Sequence, n: int) -> bool:
+    """Whether each of ``prevs`` is the hash before it (GENESIS first): what ``_prev_of`` says."""
+    if len(prevs) != n:
+        return False
+    if not n:
+        return True
+    if type(prevs[0]) is not bytes or prevs[0] != GENESIS:
+        return False
+    blob = b"".join(prevs[1:]) if all(type(p) is bytes and len(p) == 32 for p in prevs) else None
+    if isinstance(hashes, HashColumn):
+        return blob is not None and blob == hashes.to_bytes()[: 32 * (n - 1)]
+    return all(type(p) is bytes and p == h for p, h in zip(prevs[1:], hashes))
 
 
 def _check_label_text(label: object, text: object) -> None:

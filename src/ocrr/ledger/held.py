@@ -34,6 +34,7 @@ import numpy as np
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.chain import F4LE, GENESIS, Chain
 from ocrr.ledger.checkpoint_records import record_note
+from ocrr.ledger.columns import HashColumn
 from ocrr.ledger.group_commit import GroupCommit, Pending
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
@@ -50,7 +51,7 @@ __all__ = ["Apply", "HeldLedger", "damage_in"]
 # to take as they are, or None: the side hashes the entries itself, and its head must then be
 # the store's (the check that it was opened with the settings that wrote them). A
 # three-argument apply (before ``hashes``) is still taken: it is called without them.
-Apply = Callable[[np.ndarray, list, list, list | None], bytes]
+Apply = Callable[[np.ndarray, Sequence, Sequence, Sequence | None], bytes]
 
 
 class HeldLedger(GroupCommit):
@@ -65,7 +66,8 @@ class HeldLedger(GroupCommit):
         the lock over the mirror, the group-commit queue."""
         self.dim: int | None = scan.dim
         self.tree = scan.tree
-        self._hashes: list[bytes] = scan.hashes
+        # the checked entries' chain hashes, compact (the scan's own column when it made one)
+        self._hashes = scan.hashes if isinstance(scan.hashes, HashColumn) else HashColumn(scan.hashes)
         self.report = report
         self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._start_group_commits()
@@ -85,15 +87,14 @@ class HeldLedger(GroupCommit):
         """Hand the checked entries to the caller's ``apply``, or (None) keep a plain Chain
         mirror built from the checked columns without rehashing."""
         if apply is None:
-            n = len(scan.hashes)
             self.memory = Chain._from_stored(
                 self.dim,
-                list(range(n)),
+                None,  # ids and links as a checked scan's are: positions, each the hash before
                 scan.labels,
                 scan.texts,
                 scan.vectors,
-                [GENESIS, *scan.hashes[:-1]][:n],
-                scan.hashes,
+                None,
+                scan.hashes,  # (the chain takes its own copy: it appends on its own)
                 adopt=True,  # the scan's rows buffer, not a second copy of it
             )
             self._apply = self._apply_memory
@@ -342,7 +343,7 @@ class HeldLedger(GroupCommit):
         )
         return self._broken
 
-    def _feed(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None = None) -> None:
+    def _feed(self, vecs: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence[bytes] | None = None) -> None:
         """Hand entries to the mirror (``hashes``: theirs, computed or checked here, or None:
         the mirror hashes them, and must reach the same chain head)."""
         if self._apply(vecs, labels, texts, hashes) != self.chain_head:  # same bytes in, same digests out
@@ -351,7 +352,9 @@ class HeldLedger(GroupCommit):
                 "substrate opened with other settings than the ones that wrote it?)"
             )
 
-    def _apply_memory(self, vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
+    def _apply_memory(
+        self, vecs: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence[bytes] | None
+    ) -> bytes:
         memory = self.memory
         assert memory is not None  # made in _take_in_scan whenever this method is the apply
         if memory.dim is None:

@@ -13,7 +13,7 @@ them, so a row is judged the same way wherever it comes from.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -69,10 +69,10 @@ class Scan:
     """What a scan read: the columns of every entry and the tree rebuilt from them."""
 
     dim: int | None
-    labels: list
-    texts: list
+    labels: Sequence  # lists, or compact columns (ocrr.ledger.columns)
+    texts: Sequence
     vectors: np.ndarray
-    hashes: list
+    hashes: Sequence
     tree: MerkleTree
     checked_from: int = 0  # entries before it were not rehashed: an authenticated checkpoint vouched for them
     ignored_checkpoints: int = 0

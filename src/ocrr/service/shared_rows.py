@@ -11,8 +11,10 @@ levels, and the labels and texts as compact arrays (``publish``).
 A worker (``SharedRows.known_prefix``, ``lend_codes``) maps the rows and the codes privately,
 copy-on-write: pages it only reads are the same pages in every worker, counted once; rows it
 appends after them go to memory of its own past the shared ones (the mapping's tail is private
-anonymous memory), so no process writes a page another reads. The hashes, tree, labels and
-texts become the worker's own objects, and their pages are let go. The worker then reads from
+anonymous memory), so no process writes a page another reads. The hashes, labels, texts and
+the tree's levels it reads where they lie, mapped read-only: its ledger's columns and tree
+levels (``ocrr.ledger.columns``) start with them and append its own entries after. The worker
+then reads from
 the file only the entries committed after the supervisor's read (``KnownPrefix``), and checks
 them the usual way. Linux only (``available``): elsewhere each worker opens the file itself.
 """
@@ -36,6 +38,7 @@ import numpy as np
 from ocrr.index.exact import ExactIndex
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
+from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn, label_column, text_column
 from ocrr.ledger.location import KnownPrefix, stored_shape
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
@@ -94,7 +97,7 @@ class Layout:
     levels: tuple[tuple[int, int], ...]  # the tree's levels: (offset, bytes) each
     label_names: tuple[str, ...]
     label_codes: int  # int32 per entry: its label's place in label_names
-    text_ends: int  # int64 per entry: where its text ends in the decoded text blob (characters)
+    text_ends: int  # int64 per entry: where its text ends in the UTF-8 text blob (bytes)
     text_none: int  # uint8 per entry: 1 where the text is None
     texts: tuple[int, int]  # the UTF-8 text blob: (offset, bytes)
     total: int = 0
@@ -124,33 +127,27 @@ class SharedRows:
 
     def known_prefix(self) -> KnownPrefix:
         """The entries, for ``open_substrate(known=…)``: the rows mapped copy-on-write into a
-        buffer with room to grow (``room_at_open``), the columns as this process's objects."""
+        buffer with room to grow (``room_at_open``); the hashes, labels, texts and the tree's
+        levels as columns whose read-only prefix is the shared memory itself (mapped read-only:
+        pages read stay shared, and no process can write them)."""
         lay = self.layout
         n, dim = lay.size, lay.dim
         capacity = room_at_open(n, 64)
         vectors = _private_buffer(self.rows_fd, 0, n * dim * F4LE.itemsize, (capacity, dim), F4LE)
-        with mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ) as columns:
-            view = memoryview(columns)
-            try:
-                hashes_blob = bytes(view[lay.hashes : lay.hashes + n * _HASH])
-                tree = MerkleTree()
-                tree.levels = [bytearray(view[at : at + length]) for at, length in lay.levels]
-                names = np.array(lay.label_names, dtype=object)
-                codes = np.frombuffer(columns, np.int32, n, lay.label_codes)
-                labels = names[codes].tolist()
-                ends = np.frombuffer(columns, np.int64, n, lay.text_ends).tolist()
-                none = np.frombuffer(columns, np.uint8, n, lay.text_none)
-                at, length = lay.texts
-                blob = bytes(view[at : at + length]).decode("utf-8")
-                del codes  # (views of the mapping: it closes once none is left)
-            finally:
-                view.release()
-            starts = [0, *ends[:-1]]
-            texts: list[str | None] = [blob[a:b] for a, b in zip(starts, ends)]
-            for i in np.flatnonzero(none).tolist():
-                texts[i] = None
-            del none
-        hashes = [hashes_blob[j : j + _HASH] for j in range(0, len(hashes_blob), _HASH)]
+        # Not closed: the columns' prefixes are views of it (it is unmapped once none is left).
+        view = memoryview(mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ)).toreadonly()
+        tree = MerkleTree()
+        tree.levels = [PrefixedBytes(view[at : at + length]) for at, length in lay.levels]  # type: ignore[misc]
+        hashes = HashColumn(prefix=view[lay.hashes : lay.hashes + n * _HASH])
+        labels = LabelColumn(names=lay.label_names, prefix_codes=view[lay.label_codes : lay.label_codes + 4 * n])
+        at, length = lay.texts
+        texts = TextColumn(
+            prefix=(
+                view[at : at + length],
+                view[lay.text_ends : lay.text_ends + 8 * n],
+                view[lay.text_none : lay.text_none + n],
+            )
+        )
         return KnownPrefix(n, vectors, labels, texts, hashes, tree)
 
     def lend_codes(self, substrate: PersistentSubstrate) -> bool:
@@ -194,7 +191,7 @@ class RowsRoom:
     def known_prefix(self) -> KnownPrefix:
         """No entries, only the buffer their rows are read into."""
         assert self.buffer is not None, "the room was closed"
-        return KnownPrefix(0, self.buffer, [], [], [], MerkleTree())
+        return KnownPrefix(0, self.buffer, LabelColumn(), TextColumn(), HashColumn(), MerkleTree())
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether ``rows`` are this room's first rows (a scan read them into it)."""
@@ -251,9 +248,11 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
             coding = pool.submit(_code, fd, code_rows, dim, mirror.vectors) if codes_bytes else None
             labels, texts, hashes = mirror.stored_columns()
             tree = substrate.ledger.tree
-            names: dict[str, int] = {}
-            label_codes = np.fromiter((names.setdefault(label, len(names)) for label in labels), np.int32, n)
-            text_blob, text_ends, text_none = _texts(texts)
+            label_col, text_col = _as_column(labels, label_column), _as_column(texts, text_column)
+            assert isinstance(label_col, LabelColumn) and isinstance(text_col, TextColumn), "a checked ledger's"
+            names, label_codes = label_col.names, label_col.codes()
+            text_blob, text_ends, text_none = text_col.parts()
+            hashes_blob = hashes.to_bytes() if isinstance(hashes, HashColumn) else b"".join(hashes)
             at = codes_bytes
 
             def place(nbytes: int) -> int:
@@ -269,12 +268,12 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
             texts_at = place(len(text_blob))
             os.ftruncate(fd, max(at, _PAGE))  # the codes' spare rows stay a hole: no memory until written
             with mmap.mmap(fd, max(at, _PAGE)) as out:
-                out[hashes_at : hashes_at + n * _HASH] = b"".join(hashes)
+                out[hashes_at : hashes_at + n * _HASH] = hashes_blob
                 for (where, length), level in zip(levels, tree.levels):
-                    out[where : where + length] = level
-                np.frombuffer(out, np.int32, n, codes_of_labels)[:] = label_codes
-                np.frombuffer(out, np.int64, n, ends_at)[:] = text_ends
-                np.frombuffer(out, np.uint8, n, none_at)[:] = text_none
+                    out[where : where + length] = bytes(level) if isinstance(level, PrefixedBytes) else level
+                out[codes_of_labels : codes_of_labels + 4 * n] = label_codes.tobytes()
+                out[ends_at : ends_at + 8 * n] = text_ends.tobytes()
+                out[none_at : none_at + n] = text_none
                 out[texts_at : texts_at + len(text_blob)] = text_blob
             snapshot = None if coding is None else coding.result()
     except BaseException:
@@ -335,13 +334,10 @@ def _codes_wanted(system: Substrate) -> bool:
     return own_steps and system.index_kind == "exact" and system.vectors_on_disk is None
 
 
-def _texts(texts: list[str | None]) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """The texts as one UTF-8 blob, where each ends in it (in characters, once decoded), and
-    which are None."""
-    none = np.fromiter((t is None for t in texts), np.uint8, len(texts))
-    present = ["" if t is None else t for t in texts]
-    ends = np.cumsum(np.fromiter(map(len, present), np.int64, len(present)))
-    return "".join(present).encode("utf-8"), ends, none
+def _as_column(values, make):
+    """``values`` as ``make`` holds them (``label_column``, ``text_column``): as they are when
+    they are that column already (no copy)."""
+    return values if isinstance(values, (LabelColumn, TextColumn)) else make(values)
 
 
 def _whole_pages(nbytes: int) -> int:

@@ -19,7 +19,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +95,9 @@ class Ledger(Chain):
         ledger._store = DurableLedger.open(path, dim=dim, apply=ledger._take_committed)
         return ledger
 
-    def _take_committed(self, vectors: np.ndarray, labels: list, texts: list, hashes: list | None = None) -> bytes:
+    def _take_committed(
+        self, vectors: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence | None = None
+    ) -> bytes:
         """The store committed these entries (or found them in the file): return the chain
         head after them, which the store checks against the file's. (``hashes``: the store's
         of them; this ledger hashed its own entries already, and hashes the file's itself.)"""
@@ -113,7 +115,7 @@ class Ledger(Chain):
         self._durable = start + m
         return self._hashes[start + m - 1]
 
-    def _holds(self, start: int, vectors: np.ndarray, labels: list, texts: list) -> bool:
+    def _holds(self, start: int, vectors: np.ndarray, labels: Sequence, texts: Sequence) -> bool:
         """Whether entries ``start..`` in memory are these (this ledger's own, being flushed)."""
         end = start + len(labels)
         return (
@@ -199,7 +201,7 @@ class Ledger(Chain):
         vecs = self.vectors
         for i in range(self._n):
             vec = vecs[i].tobytes()
-            yield (self._ids[i], self._labels[i], self._texts[i], vec, self._prev[i], self._hashes[i])
+            yield (self._id(i), self._labels[i], self._texts[i], vec, self._prev_of(i), self._hashes[i])
 
     @classmethod
     def load(
@@ -256,6 +258,7 @@ class Ledger(Chain):
             if count:
                 assert dim is not None  # checked above: a file with entries has a valid dim
                 ledger._set_buffer(ledger._allocate(max(INITIAL_CAPACITY, count), dim))
+            columns: tuple[list, list, list, list, list] = ([], [], [], [], [])  # compacted once read
             cursor = conn.execute("SELECT id, label, text, vector, prev_hash, hash FROM entries ORDER BY rowid")
             i = 0
             while rows := cursor.fetchmany(_LOAD_BATCH):  # streamed: a 10M-entry file never sits in memory twice
@@ -273,11 +276,11 @@ class Ledger(Chain):
                     buf[i] = np.frombuffer(blob, F4LE)
                     i += 1
                 ids, labels, texts, _, prevs, hashes = zip(*rows)
-                ledger._ids.extend(ids)
-                ledger._labels.extend(labels)
-                ledger._texts.extend(texts)
-                ledger._prev.extend(prevs)
-                ledger._hashes.extend(hashes)
+                columns[0].extend(ids)
+                columns[1].extend(labels)
+                columns[2].extend(texts)
+                columns[3].extend(prevs)
+                columns[4].extend(hashes)
         except sqlite3.Error as e:
             if Path(f"{path}-journal").exists():  # a writer of the old format was killed mid-write
                 raise OcrrError(
@@ -289,6 +292,7 @@ class Ledger(Chain):
             ) from e
         finally:
             conn.close()
+        ledger._take_columns(*columns)
         ledger._n = ledger._durable = i
         return ledger, meta
 

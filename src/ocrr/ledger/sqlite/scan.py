@@ -21,6 +21,7 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.checkpoint_records import sort_records
+from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
@@ -40,14 +41,16 @@ class KnownPrefix:
     ``size - 1`` still has the chain hash given here (else it reads the file as without one).
     ``vectors``: a writable (capacity, dim) float32 buffer whose first ``size`` rows are the
     entries' (the scan writes later entries' rows after them while they fit); ``tree`` holds
-    their leaves; the lists are handed over, not copied. With ``size`` 0 it gives only that
-    buffer: the one the scan reads every row into, while they fit."""
+    their leaves; the columns (``ocrr.ledger.columns``, their prefix maybe the supplier's
+    read-only memory) are handed over, not copied: the scan appends later entries to them.
+    With ``size`` 0 it gives only that buffer: the one the scan reads every row into, while
+    they fit."""
 
     size: int
     vectors: np.ndarray
-    labels: list[str]
-    texts: list[str | None]
-    hashes: list[bytes]
+    labels: LabelColumn
+    texts: TextColumn
+    hashes: HashColumn
     tree: MerkleTree
 
 
@@ -117,9 +120,9 @@ def _scan(
             f"the meta table's dim {dim} would need {rows * width * _F4LE.itemsize} bytes of vectors for {rows} "
             f"entries, more than the file's {file_bytes} bytes (dim edited)",
         )
-    labels: list[str]
-    texts: list[str | None]
-    hashes: list[bytes]
+    labels: LabelColumn
+    texts: TextColumn
+    hashes: HashColumn
     if known is not None and keep_rows and _still_stored(conn, known, size, width):
         vectors = _room_for(known.vectors, known.size, rows)
         tree, labels, texts, hashes = known.tree, known.labels, known.texts, known.hashes
@@ -135,14 +138,12 @@ def _scan(
         # unexpected there: read them again one by one below, which names what is wrong).
         prefix = _trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
         if prefix is None:
-            tree, labels, texts, hashes, prev, i = MerkleTree(), [], [], [], GENESIS, 0
+            tree, labels, texts, hashes, prev, i = MerkleTree(), LabelColumn(), TextColumn(), HashColumn(), GENESIS, 0
         else:
             tree, labels, texts, hashes = prefix
             prev, i = hashes[-1], trusted
             check_checkpoint(checkpoints[-1], tree, prev)
-    stored = {}  # (level, idx) -> hash of every node the one-by-one reading adds: ~100 bytes per entry
-    for level, idx, h in conn.execute("SELECT level, idx, hash FROM nodes WHERE idx >= (? >> level)", (i,)):
-        stored[(level, idx)] = h
+    stored = _nodes_from(conn, i)  # (level, idx) -> hash of every node the one-by-one reading adds
     entries = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
         "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
@@ -213,6 +214,22 @@ def _scan(
         records.ignored,
         records.reasons,
     )
+
+
+def _nodes_from(conn: sqlite3.Connection, i: int) -> dict:
+    """The stored nodes ``(level, idx) -> hash`` with ``idx >= (i >> level)``: every node over
+    entries from ``i`` on. Asked a level at a time (the key's order: each one an index range,
+    not a read of the whole table), every distinct stored level visited in turn, whatever its
+    value (so a node at a level no entry reaches is found as before)."""
+    stored = {}
+    level = conn.execute("SELECT min(level) FROM nodes").fetchone()[0]
+    while level is not None:
+        for key_level, idx, h in conn.execute(
+            "SELECT level, idx, hash FROM nodes WHERE level = ? AND idx >= (? >> level)", (level, i)
+        ):
+            stored[(key_level, idx)] = h
+        level = conn.execute("SELECT min(level) FROM nodes WHERE level > ?", (level,)).fetchone()[0]
+    return stored
 
 
 def _held_at_most(conn: sqlite3.Connection) -> int:
@@ -291,7 +308,7 @@ _NODES_BLOCK = (
 
 def _trusted_prefix(
     conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
-) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]] | None:
+) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn] | None:
     """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
     read a block of rows per statement, their vectors copied into ``vectors`` (None: not kept,
     nor their labels and texts), with the checks
@@ -308,10 +325,8 @@ def _trusted_prefix(
 
 def _read_prefix(
     conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
-) -> tuple[MerkleTree, list[str], list[str | None], list[bytes]]:
-    labels: list[str] = []
-    texts: list[str | None] = []
-    hashes: list[bytes] = []
+) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn]:
+    labels, texts, hashes = LabelColumn(), TextColumn(), HashColumn()
     prev = GENESIS
     # The tree is hashed in a thread while the entries are read: SQLite lets go of the GIL
     # while it reads a block.
@@ -320,12 +335,12 @@ def _read_prefix(
         try:
             for lo in range(0, trusted, _PREFIX_BLOCK):
                 hi = min(lo + _PREFIX_BLOCK, trusted)
-                block_labels, block_texts, rows, chain = _read_block(conn, lo, hi, width, prev)
+                block_labels, block_texts, no_text, rows, chain = _read_block(conn, lo, hi, width, prev)
                 if vectors is not None:
                     vectors[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, width)
                     labels.extend(block_labels)
-                    texts.extend(block_texts)
-                hashes.extend([chain[j : j + 32] for j in range(0, len(chain), 32)])
+                    texts.extend_encoded(block_texts, no_text)
+                hashes.extend_bytes(chain)
                 prev = chain[-32:]
         finally:
             tree = building.result()  # (also when reading failed: the thread ends first)
@@ -337,9 +352,10 @@ def _read_prefix(
 
 def _read_block(
     conn: sqlite3.Connection, lo: int, hi: int, width: int, prev: bytes
-) -> tuple[list[str], list[str | None], bytes, bytes]:
+) -> tuple[list[str], list[bytes], list[int], bytes, bytes]:
     """Entries ``lo..hi-1``, checked (``_NotIntact`` unless each is as a valid entry's and the
-    first links to ``prev``): their labels, texts, rows' bytes and chain hashes' bytes."""
+    first links to ``prev``): their labels, texts' UTF-8 bytes (checked to decode), the
+    positions in the block of those without text, rows' bytes and chain hashes' bytes."""
     n, row_bytes = hi - lo, width * _F4LE.itemsize
     got = conn.execute(_ENTRIES_BLOCK, (row_bytes, lo, hi)).fetchone()
     count, ids, labels_ok, texts_ok, labels, texts, no_text, rows_ok, links_ok, hashes_ok, rows, links, chain = got
@@ -347,12 +363,14 @@ def _read_block(
         raise _NotIntact
     if len(rows) != n * row_bytes or len(chain) != 32 * n or links != prev + chain[:-32]:  # each links back
         raise _NotIntact
-    block_labels, block_texts = labels.decode("utf-8").split("\0"), texts.decode("utf-8").split("\0")
+    texts.decode("utf-8")  # (UnicodeDecodeError, a ValueError: read row by row, which names it)
+    block_labels, block_texts = labels.decode("utf-8").split("\0"), texts.split(b"\0")
     if len(block_labels) != n or len(block_texts) != n:
         raise _NotIntact
-    for i in () if no_text is None else map(int, no_text.split(",")):
-        block_texts[i - lo] = None
-    return block_labels, block_texts, rows, chain
+    missing = [] if no_text is None else [i - lo for i in map(int, no_text.split(","))]
+    if any(not 0 <= j < n or block_texts[j] for j in missing):
+        raise _NotIntact  # (a NULL text reads as '': an id out of the block or a text there cannot be)
+    return block_labels, block_texts, missing, rows, chain
 
 
 def _stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes:

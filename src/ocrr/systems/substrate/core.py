@@ -6,7 +6,7 @@ nothing is ever updated in place, so nothing learned is ever overwritten (paper 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeAlias
 
@@ -26,7 +26,6 @@ from ocrr.index.cache import IncrementalSearch
 from ocrr.index.options import IndexedSystem
 from ocrr.index.vote import VoteRule, vote, vote_margin, vote_one, vote_rows
 from ocrr.ledger import Ledger, VerifyResult
-from ocrr.ledger.chain import GENESIS
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, System, check_vectors, require_labels
 from ocrr.systems.labels import LabelSpace
@@ -112,7 +111,7 @@ class Substrate(IndexedSystem, System):
         return self
 
     def fit_checked(
-        self, seed: Batch, hashes: list[bytes], saved_index: Callable[[SearchIndex, int], int] | None = None
+        self, seed: Batch, hashes: Sequence[bytes], saved_index: Callable[[SearchIndex, int], int] | None = None
     ) -> Substrate:
         """``fit`` on entries a durable store has read and checked, taking their chain hashes
         (``hashes``, the store's) instead of recomputing them: the store holds the chain and
@@ -131,10 +130,8 @@ class Substrate(IndexedSystem, System):
         vecs = np.asarray(seed.vecs)
         dim, n = int(vecs.shape[1]), len(vecs)
         labels = require_labels(seed, "fit")
-        texts = list(seed.texts) if seed.texts is not None else [None] * n
-        self.ledger_ = ledger = Ledger._from_stored(
-            dim, range(n), labels, texts, vecs, [GENESIS, *hashes[: n - 1]], hashes, adopt=True
-        )
+        texts = seed.texts if seed.texts is not None else [None] * n
+        self.ledger_ = ledger = Ledger._from_stored(dim, None, labels, texts, vecs, None, hashes, adopt=True)
         self.index_ = self._new_index(dim)
         self._entry_label = self.space_.encode(labels, grow=True)
         held = 0 if saved_index is None else saved_index(self.index_, n)
@@ -147,7 +144,7 @@ class Substrate(IndexedSystem, System):
         if len(batch):
             self._append(batch, who=self.name)
 
-    def learn_committed(self, batch: Batch, hashes: list[bytes]) -> None:
+    def learn_committed(self, batch: Batch, hashes: Sequence[bytes]) -> None:
         """``correct(batch)`` for entries a durable store committed: the ledger takes the chain
         hashes the store computed from these very fields (``hashes``) instead of hashing
         them again (``ocrr.ledger.held``)."""
@@ -156,7 +153,7 @@ class Substrate(IndexedSystem, System):
             # Without texts kept, the ledger's entries are not the store's: hash them (and differ).
             self._append(batch, who=self.name, hashes=hashes if self.store_text else None)
 
-    def _append(self, batch: Batch, who: str, hashes: list[bytes] | None = None) -> np.ndarray:
+    def _append(self, batch: Batch, who: str, hashes: Sequence[bytes] | None = None) -> np.ndarray:
         ledger = self._fitted_ledger()
         labels = require_labels(batch, who)
         vecs = check_vectors(batch.vecs, ledger.dim, "vectors")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -308,7 +308,7 @@ def open_substrate(
     opening = True
     checked = 0 if known is None else known.size  # rows whose rules the process that read them checked
 
-    def apply(vecs: np.ndarray, labels: list, texts: list, hashes: list[bytes] | None) -> bytes:
+    def apply(vecs: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence[bytes] | None) -> bytes:
         if opening:
             # The rows stored before this open (later ones come through checked_corrections):
             # rows an older import, another program or an edit that rehashed the chain wrote

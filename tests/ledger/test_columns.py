@@ -1,0 +1,150 @@
+"""The compact ledger columns read, append, copy and pickle exactly as plain lists do."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ocrr.ledger import Ledger
+from ocrr.ledger.chain import GENESIS, Chain
+from ocrr.ledger.columns import (
+    HashColumn,
+    LabelColumn,
+    PrefixedBytes,
+    TextColumn,
+    hash_column,
+    label_column,
+    text_column,
+)
+
+hashes_st = st.lists(st.binary(min_size=32, max_size=32), max_size=20)
+labels_st = st.lists(st.sampled_from(["a", "b", "ü", "x" * 40, "\ud800"]) | st.text(min_size=1), max_size=20)
+texts_st = st.lists(st.none() | st.text(), max_size=20)  # st.text() draws lone surrogates too
+
+
+def _with_prefix(kind: str, first: list) -> HashColumn | LabelColumn | TextColumn:
+    """A column whose values ``first`` lie in a read-only prefix, as a worker's shared memory holds them."""
+    if kind == "hash":
+        return HashColumn(prefix=memoryview(b"".join(first)).toreadonly())
+    if kind == "label":
+        made = LabelColumn(first)
+        return LabelColumn(names=made.names, prefix_codes=memoryview(made.codes().tobytes()).toreadonly())
+    blob, ends, none = TextColumn(first).parts()
+    return TextColumn(prefix=(memoryview(blob).toreadonly(), ends.tobytes(), none))
+
+
+def _check_same(column, values: list) -> None:
+    assert len(column) == len(values)
+    assert list(column) == values
+    assert [column[i] for i in range(-len(values), len(values))] == values + values if values else True
+    for i in range(len(values)):
+        assert column[i] == values[i] and type(column[i]) is type(values[i])
+    assert column[1:-1] == values[1:-1] and column[::2] == values[::2] and column[5:2] == []
+    for bad in (len(values), -len(values) - 1):
+        with pytest.raises(IndexError):
+            column[bad]
+    assert column == values
+    assert list(pickle.loads(pickle.dumps(column))) == values
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["hash", "label", "text"]), data=st.data())
+def test_a_column_reads_and_appends_as_a_list(kind: str, data) -> None:
+    values = {"hash": hashes_st, "label": labels_st, "text": texts_st}[kind]
+    first, more, last = data.draw(values), data.draw(values), data.draw(values)
+    column = (
+        _with_prefix(kind, first)
+        if data.draw(st.booleans())
+        else {"hash": HashColumn, "label": LabelColumn, "text": TextColumn}[kind](first)
+    )
+    expected = list(first)
+    _check_same(column, expected)
+    for value in more:
+        column.append(value)
+        expected.append(value)
+    twin = column.copy()
+    column.extend(last)
+    expected.extend(last)
+    _check_same(column, expected)
+    _check_same(twin, expected[: len(expected) - len(last)])  # a copy appends on its own
+
+
+def test_hash_column_index_and_bytes() -> None:
+    hs = [hashlib.sha256(bytes([i])).digest() for i in range(5)]
+    column = _with_prefix("hash", hs[:3])
+    column.extend(hs[3:])
+    assert [column.index(h) for h in hs] == [0, 1, 2, 3, 4]
+    assert column.to_bytes() == b"".join(hs)
+    off_grid = hs[0][1:] + hs[1][:1]  # the bytes across two hashes: not a hash of the column
+    with pytest.raises(ValueError):
+        column.index(off_grid)
+    with pytest.raises(ValueError):
+        column.append(b"short")
+
+
+def test_values_no_column_holds_stay_a_list() -> None:
+    """A damaged ledger's stored values (not 32 bytes, not strings) are kept as they are."""
+    assert hash_column([b"x" * 31]) == [b"x" * 31] and isinstance(hash_column([b"x" * 31]), list)
+    assert isinstance(label_column(["a", 5]), list) and isinstance(text_column(["a", b"b"]), list)
+    assert isinstance(label_column(["a"]), LabelColumn) and isinstance(text_column([None]), TextColumn)
+
+
+def _entries(led: Chain) -> list[tuple]:
+    return [(e.id, e.label, e.text, e.vector.tobytes(), e.prev_hash, e.hash) for e in led]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.none() | st.text(max_size=5)), min_size=1, max_size=12)
+)
+def test_a_ledger_reads_back_as_its_entries_with_implied_ids_and_links(rows) -> None:
+    rng = np.random.default_rng(len(rows))
+    led = Ledger(dim=3)
+    vecs = rng.standard_normal((len(rows), 3)).astype(np.float32)
+    half = len(rows) // 2
+    for v, (label, text) in zip(vecs[:half], rows[:half]):
+        led.append(v, label, text)
+    led.extend(vecs[half:], [r[0] for r in rows[half:]], [r[1] for r in rows[half:]])
+    got = _entries(led)
+    assert [g[0] for g in got] == list(range(len(rows)))
+    assert [g[4] for g in got] == [GENESIS, *[g[5] for g in got[:-1]]]
+    assert [(g[1], g[2]) for g in got] == [tuple(r) for r in rows]
+    assert led._ids is None and led._prev is None  # implied, not stored
+    assert led.verify().ok
+    back = pickle.loads(pickle.dumps(led))
+    assert _entries(back) == got and back.verify(led.head).ok
+    # The stored columns of an intact ledger, given explicitly, are taken as implied.
+    rebuilt = Ledger._from_stored(
+        3, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], vecs, [g[4] for g in got], [g[5] for g in got]
+    )
+    assert rebuilt._ids is None and rebuilt._prev is None and _entries(rebuilt) == got
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    first=st.binary(max_size=200),
+    more=st.lists(st.binary(max_size=40), max_size=5),
+    cut=st.integers(0, 300),
+    cuts=st.lists(st.tuples(st.integers(-300, 300), st.integers(-300, 300) | st.none())),
+)
+def test_prefixed_bytes_read_grow_and_cut_as_a_bytearray(first, more, cut, cuts) -> None:
+    got, want = PrefixedBytes(memoryview(first).toreadonly()), bytearray(first)
+    for chunk in more:
+        got += chunk
+        want += chunk
+    for lo, hi in cuts:
+        assert got[lo:hi] == bytes(want[lo:hi]) and type(got[lo:hi]) is bytes
+    assert got == want and want == got and bytes(got) == bytes(want) and len(got) == len(want)
+    twin = pickle.loads(pickle.dumps(got))
+    assert twin == want and isinstance(twin, bytearray)
+    del got[cut:]
+    del want[cut:]
+    assert got == want
+    got += b"tail"
+    want += b"tail"
+    assert got == want and got[-6:] == bytes(want[-6:])
