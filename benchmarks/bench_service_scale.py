@@ -214,14 +214,14 @@ def exact_labels(path: Path, key: Path, system: str, qs: np.ndarray, appended: i
     directions, far from every query) came after the agreement queries were answered, so none
     may be a neighbour here."""
     from ocrr.ledger.heads import Signer
-    from ocrr.ledger.location import ChainHashes, CheckedRows, scan_location
+    from ocrr.ledger.location import CheckedRows, scan_location
     from ocrr.systems.registry import make_system
     from ocrr.systems.substrate.streamed_vote import exact_vote
 
     report, scan = scan_location(path, "checkpoint", (Signer.load(key, ORIGIN).vkey,), rows=False)
     if not report or scan is None or scan.dim is None:
         raise SystemExit(f"the ledger is damaged: {report.reason}; run `ocrr ledger verify {path}`")
-    checked, dim = ChainHashes(scan.hashes), scan.dim
+    checked, dim = scan.hashes, scan.dim
     del scan  # the tree: only the checked chain hashes are needed to read the rows back
     with CheckedRows(path, checked, dim) as stored:
         found = exact_vote(stored, qs, make_system(system))

@@ -204,13 +204,13 @@ def test_the_block_build_writes_the_files_an_index_trained_at_open_saves(here, t
 
 
 def test_the_block_build_takes_the_training_rows_an_open_reads_and_fills_block_by_block(here):
-    from ocrr.ledger.location import ChainHashes, scan_location
+    from ocrr.ledger.location import scan_location
     from ocrr.systems.registry import make_system
     from ocrr.systems.substrate.index_build import build_index_in_blocks, training_rows
 
     faiss.omp_set_num_threads(1)
     report, scan = scan_location(here / "l.db", rows=False)
-    checked = ChainHashes(scan.hashes)
+    checked = scan.hashes
     index = build_index_in_blocks(here / "l.db", make_system(SPEC), DIM, checked, block=16_384)
     kmeans_rows, code_rows = training_rows(index, ENTRIES)
     assert len(kmeans_rows) == 2_182 and len(code_rows) == ENTRIES  # every 24000 // (64 lists x 32)-th; all
@@ -223,12 +223,12 @@ def test_the_block_build_takes_the_training_rows_an_open_reads_and_fills_block_b
 def test_a_row_changed_after_the_check_is_refused_naming_it(here):
     import sqlite3
 
-    from ocrr.ledger.location import ChainHashes, scan_location
+    from ocrr.ledger.location import scan_location
     from ocrr.systems.registry import make_system
     from ocrr.systems.substrate.index_build import build_index_in_blocks
 
     report, scan = scan_location(here / "l.db", rows=False)
-    checked = ChainHashes(scan.hashes)
+    checked = scan.hashes
     with sqlite3.connect(here / "l.db") as conn:  # storage is untrusted: a row edited after the check
         (vector,) = conn.execute("SELECT vector FROM entries WHERE id = 20001").fetchone()
         conn.execute("UPDATE entries SET vector = ? WHERE id = 20001", (vector[::-1],))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.location import ChainHashes, CheckedRows, scan_location
+from ocrr.ledger.location import CheckedRows, scan_location
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.systems.registry import make_system
 from ocrr.systems.substrate.persistent import open_substrate
@@ -48,7 +48,7 @@ def ledger(request, tmp_path_factory):
 def _checked(path):
     report, scan = scan_location(path, rows=False)
     assert report and scan is not None
-    return ChainHashes(scan.hashes), scan.dim
+    return scan.hashes, scan.dim
 
 
 @pytest.mark.parametrize("spec", ["substrate", "substrate:k=7", "substrate:k=3:weighting=sumsim"])

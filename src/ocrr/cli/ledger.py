@@ -21,7 +21,6 @@ from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.heads import Signer, TreeHead, check_vkey
 from ocrr.ledger.location import (
-    ChainHashes,
     as_location,
     default_origin_of,
     display,
@@ -298,7 +297,7 @@ def _cmd_index(args) -> int:
         check_buildable(system, dim, size)
         head = TreeHead.now(size, unb64(report.root), unb64(report.chain_head))
         signed = _sign(signer, state_path, head, FixedLog(scan.tree))  # before the build: a true head at N
-        checked = ChainHashes(scan.hashes)
+        checked = scan.hashes
         del scan  # the tree: the build needs only the checked chain
         index: Any = build_index_in_blocks(args.path, system, dim, checked, progress=_to_stderr)
         built = time.perf_counter() - started

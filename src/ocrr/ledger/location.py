@@ -27,7 +27,7 @@ from ocrr.ledger.postgres.transfer import import_into_database
 from ocrr.ledger.postgres.url import connect, is_database_url, redact
 from ocrr.ledger.scan import LedgerReport, Scan
 from ocrr.ledger.sqlite.locks import FileHold, claim_service
-from ocrr.ledger.sqlite.reread import ChainHashes, CheckedRows
+from ocrr.ledger.sqlite.reread import CheckedRows
 from ocrr.ledger.sqlite.scan import KnownPrefix, scan_file
 from ocrr.ledger.sqlite.schema import connect as connect_file
 from ocrr.ledger.sqlite.store import DurableLedger
@@ -36,7 +36,6 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.transfer import lines_of, write_export
 
 __all__ = [
-    "ChainHashes",
     "CheckedRows",
     "FileHold",
     "KnownPrefix",

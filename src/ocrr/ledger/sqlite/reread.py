@@ -3,7 +3,7 @@
 A caller that needs every row of a large ledger but not all at once (``ocrr ledger index``
 building the saved index, a benchmark computing the exact vote beside a running service)
 checks the file without holding its rows (``scan_location(..., rows=False)``: the chain and
-the tree), keeps the checked chain hashes (``ChainHashes``: 32 bytes an entry) and then
+the tree), keeps the checked chain hashes (the scan's ``hashes``, 32 bytes an entry) and then
 reads the rows it needs with ``CheckedRows``. The file is storage, untrusted between the
 check and these reads: every row read is rehashed, linked to the checked hash before it, and
 its hash compared with the checked one before it is handed out, so a row edited since the
@@ -13,7 +13,7 @@ check is refused with one message naming the entry.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,32 +23,16 @@ from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.scan import Damage, check_stored_rows
 from ocrr.ledger.sqlite.schema import connect
 
-__all__ = ["ChainHashes", "CheckedRows"]
+__all__ = ["CheckedRows"]
 
 _SELECT = "SELECT id, label, text, vector, prev_hash, hash FROM entries"
-
-
-class ChainHashes:
-    """The checked chain hash of every entry 0 .. n-1, 32 bytes each in one buffer."""
-
-    def __init__(self, hashes: Iterable[bytes]):
-        self._all = b"".join(hashes)
-        if len(self._all) % 32:
-            raise ValueError("chain hashes are 32 bytes each")
-
-    def __len__(self) -> int:
-        return len(self._all) // 32
-
-    def __getitem__(self, i: int) -> bytes:
-        """Entry ``i``'s hash; ``i`` = -1: the genesis value the first entry links to."""
-        return GENESIS if i < 0 else self._all[32 * i : 32 * i + 32]
 
 
 class CheckedRows:
     """Read access to entries 0 .. ``len(checked)``-1 of the ledger file ``path``, of ``dim``
     floats a row, every row read proven to be the checked one (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], checked: ChainHashes, dim: int):
+    def __init__(self, path: str | os.PathLike[str], checked: Sequence[bytes], dim: int):
         self.path, self.checked, self.dim = path, checked, dim
         self._conn = connect(Path(path), readonly=True)
 
@@ -89,8 +73,9 @@ class CheckedRows:
         """(label, vector bytes) of ``rows`` (entries ``start``, ``start + 1``, …): each rehashed,
         linked to the checked hash before it, and its own hash the checked one."""
         i, checked = start, self.checked
+        before = checked[start - 1] if start else GENESIS
         try:
-            for label, _text, vector, digest, _leaf in check_stored_rows(rows, start, checked[start - 1], self.dim):
+            for label, _text, vector, digest, _leaf in check_stored_rows(rows, start, before, self.dim):
                 if i >= len(checked) or digest != checked[i]:
                     raise Damage(i, "its hash is not the one the check read")
                 yield label, vector

@@ -6,7 +6,8 @@ than the machine has beside a service. This builds the same index holding only t
 its training sample and one block of rows:
 
 1. the caller checks the ledger without holding its rows (``scan_location(..., rows=False)``)
-   and hands over the checked chain hashes (``ChainHashes``, read again with ``CheckedRows``: ``ocrr.ledger.location``);
+   and hands over the checked chain hashes (the scan's ``hashes``; the rows are read again
+   with ``ocrr.ledger.location.CheckedRows``);
 2. the training sample is the rows the service's own training reads (an IVF index trained at
    open trains k-means on every ``n // (nlist * train_per_list)``-th row and the codes on
    every ``n // 65536``-th: ``IVFIndex.kmeans`` and ``IVFIndex.train``), so only those rows
@@ -24,14 +25,14 @@ one FAISS thread the files are byte-identical to the ones a train-at-open index 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.index.ivf import ADD_CHUNK, IVFIndex, nlist_for
-from ocrr.ledger.location import ChainHashes, CheckedRows, is_database_url
+from ocrr.ledger.location import CheckedRows, is_database_url
 from ocrr.systems.substrate.core import Substrate
 
 __all__ = ["build_index_in_blocks", "builds_in_blocks", "check_buildable", "training_rows"]
@@ -61,7 +62,7 @@ def build_index_in_blocks(
     path: str | os.PathLike[str],
     system: Substrate,
     dim: int,
-    checked: ChainHashes,
+    checked: Sequence[bytes],
     block: int = BLOCK_ROWS,
     progress: Callable[[str], None] | None = None,
 ) -> IVFIndex:
