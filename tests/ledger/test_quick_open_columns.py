@@ -97,6 +97,23 @@ def test_the_column_wise_scan_reads_what_the_row_by_row_scan_reads(signed):
     assert [bytes(level) for level in fast.tree.levels] == [bytes(level) for level in slow.tree.levels]
 
 
+def test_blocks_fetched_by_their_own_readers_come_in_order_as_the_callers_connection_reads_them(signed):
+    path, _ = signed
+    blocks = [(lo, min(lo + 64, N)) for lo in range(0, N, 64)]
+    conn = connect(path, readonly=True)
+    try:
+        alone = [conn.execute(sqlite_scan._ENTRIES_BLOCK, (DIM * 4, lo, hi)).fetchone() for lo, hi in blocks]
+        with sqlite_scan._BlockReaders(conn, DIM) as readers:
+            assert len(readers._own) == readers.READERS  # the file opened again: readers of their own
+            assert list(readers.fetch(blocks)) == alone
+    finally:
+        conn.close()
+    memory = sqlite3.connect(":memory:")  # nothing to open again: the caller's connection reads
+    memory.execute("CREATE TABLE entries (id, label, text, vector, prev_hash, hash)")
+    with sqlite_scan._BlockReaders(memory, DIM) as readers:
+        assert readers._own == [] and [row[0] for row in readers.fetch([(0, 5)])] == [0]
+
+
 def test_texts_and_labels_of_any_kind_are_read_column_wise_as_row_by_row(signed):
     """Texts removed, empty, or holding separators and other scripts, in the trusted prefix
     (which a quick open does not rehash): both readings give the same columns."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -328,20 +330,21 @@ def _read_prefix(
 ) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn]:
     labels, texts, hashes = LabelColumn(), TextColumn(), HashColumn()
     prev = GENESIS
-    # The tree is hashed in a thread while the entries are read: SQLite lets go of the GIL
-    # while it reads a block.
+    blocks = [(lo, min(lo + _PREFIX_BLOCK, trusted)) for lo in range(0, trusted, _PREFIX_BLOCK)]
+    # The tree is hashed in a thread while the entries are read, and the blocks are fetched by
+    # readers of their own (SQLite lets go of the GIL while it reads); they are checked here, in order.
     with ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool:
         building = pool.submit(MerkleTree.from_leaves, _stored_nodes(conn, 0, 0, trusted))
         try:
-            for lo in range(0, trusted, _PREFIX_BLOCK):
-                hi = min(lo + _PREFIX_BLOCK, trusted)
-                block_labels, block_texts, no_text, rows, chain = _read_block(conn, lo, hi, width, prev)
-                if vectors is not None:
-                    vectors[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, width)
-                    labels.extend(block_labels)
-                    texts.extend_encoded(block_texts, no_text)
-                hashes.extend_bytes(chain)
-                prev = chain[-32:]
+            with _BlockReaders(conn, width) as readers:
+                for (lo, hi), got in zip(blocks, readers.fetch(blocks)):
+                    block_labels, block_texts, no_text, rows, chain = _read_block(got, lo, hi, width, prev)
+                    if vectors is not None:
+                        vectors[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, width)
+                        labels.extend(block_labels)
+                        texts.extend_encoded(block_texts, no_text)
+                    hashes.extend_bytes(chain)
+                    prev = chain[-32:]
         finally:
             tree = building.result()  # (also when reading failed: the thread ends first)
     for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
@@ -350,14 +353,77 @@ def _read_prefix(
     return tree, labels, texts, hashes
 
 
+class _BlockReaders:
+    """Fetch blocks of entries (``_ENTRIES_BLOCK``) on connections of their own, a few blocks
+    ahead of the caller, who gets them in order: two readers keep both cores reading the file.
+    When the file cannot be opened again, the caller's connection reads them, in its thread."""
+
+    READERS, AHEAD = 2, 4
+
+    def __init__(self, conn: sqlite3.Connection, width: int):
+        self._conn, self._row_bytes = conn, width * _F4LE.itemsize
+        self._own = _more_connections(conn, self.READERS)
+        self._free, self._lock, self._local = list(self._own), threading.Lock(), threading.local()
+        self._pool = (
+            ThreadPoolExecutor(len(self._own), thread_name_prefix="ocrr-read", initializer=self._claim)
+            if self._own
+            else None
+        )
+
+    def _claim(self) -> None:
+        with self._lock:
+            self._local.conn = self._free.pop()
+
+    def _read(self, conn: sqlite3.Connection | None, lo: int, hi: int) -> tuple:
+        return (conn or self._local.conn).execute(_ENTRIES_BLOCK, (self._row_bytes, lo, hi)).fetchone()
+
+    def fetch(self, blocks: list[tuple[int, int]]) -> Iterator[tuple]:
+        """Each block's row, in the order given."""
+        if self._pool is None:
+            for lo, hi in blocks:
+                yield self._read(self._conn, lo, hi)
+            return
+        pending: deque[Future] = deque()
+        for lo, hi in blocks:
+            pending.append(self._pool.submit(self._read, None, lo, hi))
+            if len(pending) > self.AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def __enter__(self) -> _BlockReaders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for conn in self._own:
+            conn.close()
+
+
+def _more_connections(conn: sqlite3.Connection, count: int) -> list[sqlite3.Connection]:
+    """``count`` read-only connections to the file ``conn`` has open ([] if there is none, or
+    it cannot be opened again)."""
+    name = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+    opened: list[sqlite3.Connection] = []
+    try:
+        while name and len(opened) < count:
+            opened.append(connect(Path(name), readonly=True))
+    except sqlite3.Error:
+        for extra in opened:
+            extra.close()
+        return []
+    return opened
+
+
 def _read_block(
-    conn: sqlite3.Connection, lo: int, hi: int, width: int, prev: bytes
+    got: tuple, lo: int, hi: int, width: int, prev: bytes
 ) -> tuple[list[str], list[bytes], list[int], bytes, bytes]:
-    """Entries ``lo..hi-1``, checked (``_NotIntact`` unless each is as a valid entry's and the
-    first links to ``prev``): their labels, texts' UTF-8 bytes (checked to decode), the
-    positions in the block of those without text, rows' bytes and chain hashes' bytes."""
+    """Entries ``lo..hi-1`` as ``_ENTRIES_BLOCK`` read them, checked (``_NotIntact`` unless each
+    is as a valid entry's and the first links to ``prev``): their labels, texts' UTF-8 bytes
+    (checked to decode), the positions in the block of those without text, rows' bytes and
+    chain hashes' bytes."""
     n, row_bytes = hi - lo, width * _F4LE.itemsize
-    got = conn.execute(_ENTRIES_BLOCK, (row_bytes, lo, hi)).fetchone()
     count, ids, labels_ok, texts_ok, labels, texts, no_text, rows_ok, links_ok, hashes_ok, rows, links, chain = got
     if count != n or ids != _ids(lo, hi) or not labels_ok == texts_ok == rows_ok == links_ok == hashes_ok == n:
         raise _NotIntact
