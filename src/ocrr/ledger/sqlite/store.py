@@ -93,7 +93,7 @@ class DurableLedger(HeldLedger):
             # (ocrr.ledger.sqlite.wal), so no correction waits for a checkpoint.
             no_checkpoints_in_commits(conn)
             no_checkpoints_in_commits(self._watch)
-            self.wal = BackgroundCheckpoints(path)
+            self.wal = BackgroundCheckpoints(path, writers_turn=lambda: _writers_turn(path))
         except (OSError, sqlite3.Error) as e:
             conn.close()
             if hasattr(self, "_watch"):
