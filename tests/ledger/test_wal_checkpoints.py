@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,54 @@ def test_an_acknowledged_entry_survives_a_kill_while_checkpoints_run(tmp_path):
         assert len(led) > acked
         for i in range(len(led)):
             assert led.memory[i].label == label(i) and np.array_equal(led.memory[i].vector, vec(i))
+
+
+def _log_frames(path: Path) -> int:
+    """The frames SQLite's log holds now (what a checkpoint would have to copy from scratch)."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+    finally:
+        conn.close()
+
+
+def test_the_log_starts_over_under_commits_that_never_pause(tmp_path):
+    """Passive checkpoints alone never let the log start over while commits keep coming, so
+    once enough was committed one checkpoint runs between two commits: the next commit writes
+    the log from its beginning, and it stops growing."""
+    path = tmp_path / "l.db"
+    with DurableLedger.open(path, dim=8) as led:
+        led.wal.every = led.wal.restart_every = 10**12  # none yet
+        for k in range(20):
+            led.extend(*_rows(50, 50 * k))
+        grown = _log_frames(path)
+        led.wal.every, led.wal.restart_every = 1, 1  # the next commit's bytes start a restarting one
+        led.extend(*_rows(10, 1000))
+        assert led.wal.wait(1, timeout=60, restarts=True)
+        led.extend(*_rows(10, 1010))
+        assert _log_frames(path) < grown / 4  # the last commit's frames, from the log's start
+    with DurableLedger.open(path) as again:  # full check: chain and tree
+        assert len(again) == 1020
+
+
+def test_the_log_stays_bounded_while_two_threads_append_without_pause(tmp_path):
+    """Two threads keep the committer busy (each extend queues behind the other's commit):
+    the log stays a fraction of what was written, where passive checkpoints alone let it
+    hold all of it."""
+    path = tmp_path / "l.db"
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(50, 384)).astype(np.float32)
+    with DurableLedger.open(path, dim=384) as led:
+        led.wal.every, led.wal.restart_every = 256 * 1024, 1024 * 1024
+
+        def append() -> None:
+            for _ in range(100):
+                led.extend(vecs, ["a"] * len(vecs))
+
+        threads = [threading.Thread(target=append) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        written = len(led) * vecs.shape[1] * 4  # the vectors' bytes alone
+        assert Path(f"{path}-wal").stat().st_size < written / 3

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 requests = pytest.importorskip("requests")
 
-from service_helpers import DIM, open_state, running, seed  # noqa: E402
+from service_helpers import DIM, TOKEN, open_state, running, seed  # noqa: E402
 
 from ocrr.service.app import create_app  # noqa: E402
 from ocrr.systems.substrate.persistent import POOLED_BELOW  # noqa: E402
@@ -74,3 +74,27 @@ def test_the_writer_refuses_a_non_finite_float():
     for bad in (math.inf, -math.inf, math.nan):
         with pytest.raises(ValueError, match="non-finite"):
             to_json({"predictions": [{"label": "a", "neighbours": [{"similarity": bad}]}]})
+
+
+def _floats_in(value) -> list:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [f for v in value for f in _floats_in(v)] if isinstance(value, list) else []
+
+
+def test_a_correction_answer_holds_no_float_and_is_written_as_the_checked_writer_would(url):
+    """/correct's answer skips the writer's search for a hidden non-finite float (``floats=False``):
+    it holds none to hide, and its bytes are the checked writer's."""
+    from ocrr.service.schemas import to_json
+
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=(5, DIM)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    body = {"vectors": q.tolist(), "labels": ["a"] * 5}
+    r = requests.post(f"{url}/correct", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+    answer = strict(r.text)
+    assert _floats_in(answer) == [] and len(answer["proofs"]) == 5
+    assert r.content == to_json(answer)

@@ -237,7 +237,8 @@ class Routes:
         head = await self._commit_head(size, root, chain)
         if self.state.witnessing is not None:  # ocrr serve --witness: send the new head now
             self.state.witnessing.nudge()
-        return to_json({"ids": list(ids), "head": head, "proofs": proofs})
+        # ids and proof documents are ints and base64; a head's values are ints, strings and a bool
+        return to_json({"ids": list(ids), "head": head, "proofs": proofs}, floats=False)
 
     def _require_token(self, request: Request, what: str = "a correction") -> None:
         if not self._has_token(request):

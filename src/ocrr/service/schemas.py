@@ -210,12 +210,17 @@ def body_doc(model: type[BaseModel]) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-def to_json(value: object) -> bytes:
+def to_json(value: object, floats: bool = True) -> bytes:
     """What the service writes: strict JSON (RFC 8259), made by pydantic-core. Its answers hold no
     non-finite float (query norms are bounded and stored rows are unit vectors, so similarities
     are finite; margins are finite by the system's options), and one that appears anyway is an
     error, not ``Infinity`` or ``NaN``, which strict parsers refuse. The check costs a second
-    pass only for an answer holding ``null`` (where a non-finite float could hide)."""
+    pass only for an answer holding ``null`` (where a non-finite float could hide), and a search
+    of the whole answer for it. ``floats`` False: ``value`` holds no float at all (ids, hashes,
+    a head), so nothing can hide and the search is skipped: a /correct answer is mostly
+    base64, which that search crawls through."""
+    if not floats:
+        return _pydantic_json(value)
     out = _pydantic_json(value, inf_nan_mode="null")
     if b"null" in out and out != _pydantic_json(value, inf_nan_mode="strings"):
         raise ValueError("an answer holds a non-finite number, which JSON cannot carry")

@@ -24,15 +24,17 @@ reader does before it answers, so it answers for every acknowledged correction.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
-from ocrr.ledger.group_commit import Pending
+from ocrr.ledger.group_commit import Pending, checked
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.held import Apply, HeldLedger, damage_in
 from ocrr.ledger.scan import Damage, LedgerReport, Scan
@@ -55,6 +57,10 @@ _TAIL = (
     "SELECT (SELECT value FROM meta WHERE key = 'size'), (SELECT value FROM meta WHERE key = 'chain_head'), "
     "(SELECT hash FROM entries WHERE id = ?), (SELECT max(id) FROM entries)"
 )
+# A group commit's first read: the stored tail and the latest verification record's id. The
+# appenders' check for damage another process recorded (``damage_since``) is answered from it,
+# and the entries other processes committed are read only when the size says there are some.
+_TAIL_AND_VERIFIED = _TAIL + ", (SELECT max(id) FROM verifications)"
 
 
 class DurableLedger(HeldLedger):
@@ -70,6 +76,10 @@ class DurableLedger(HeldLedger):
 
     path: Path
     _file: FileHold | None = None  # the file held as one of its writers (``open``)
+    _checks_in_commit = True  # the appenders' damage check costs no statement of its own (damage_since)
+    # While a commit runs its items' checks: (its thread, its connection, the latest
+    # verification record's id its transaction read), for ``damage_since``.
+    _checking: tuple[int, sqlite3.Connection, int] | None = None
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: Scan, report: LedgerReport, apply: Apply | None):
         self.path, self._conn = path, conn
@@ -83,7 +93,7 @@ class DurableLedger(HeldLedger):
             # (ocrr.ledger.sqlite.wal), so no correction waits for a checkpoint.
             no_checkpoints_in_commits(conn)
             no_checkpoints_in_commits(self._watch)
-            self.wal = BackgroundCheckpoints(path)
+            self.wal = BackgroundCheckpoints(path, writers_turn=lambda: _writers_turn(path))
         except (OSError, sqlite3.Error) as e:
             conn.close()
             if hasattr(self, "_watch"):
@@ -163,6 +173,8 @@ class DurableLedger(HeldLedger):
                         adopt_v1(conn)
                     elif "checkpoints" in tables:  # (a file without it: the scan says so)
                         add_note_column(conn)  # a file from before signed checkpoint records
+                    if tables and "verifications" not in tables:
+                        conn.execute(VERIFICATIONS_TABLE)  # a file from before them: each commit reads it
                     vkeys = () if signer is None else (signer.vkey,)
                     report, scan = report_of(conn, None if verify == "full" else 0, vkeys, known=known)
                     conn.execute("COMMIT" if report else "ROLLBACK")  # a damaged v1 file stays as it was
@@ -267,6 +279,15 @@ class DurableLedger(HeldLedger):
         them that found damage (``ok`` false), or None: the check every process serving the
         file makes to honour damage another found. ``wait=False``: None at once, if another
         thread is reading the file through this connection now."""
+        checking = self._checking
+        if checking is not None and checking[0] == threading.get_ident():
+            # Asked by an appender's check, in our commit's write transaction: it read the latest
+            # record's id; only when there is a newer one read them.
+            _, conn, latest = checking
+            if latest <= after:
+                return after, None
+            rows = conn.execute("SELECT id, report FROM verifications WHERE id > ? ORDER BY id", (after,)).fetchall()
+            return damage_in(rows, after, "the file")
         if not self._follow.acquire(blocking=wait):
             return None
         try:
@@ -314,11 +335,22 @@ class DurableLedger(HeldLedger):
             with _writer_lock(self._writer):  # wait here, woken as soon as the other writer is done
                 try:
                     conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
+                    held = len(self._hashes)
+                    *tail, verified = conn.execute(_TAIL_AND_VERIFIED, (held - 1,)).fetchone()
+                    self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
+                    try:
+                        ready = checked(batch)  # the appenders' checks, in the transaction: see damage_since
+                    finally:
+                        self._checking = None
+                    if not ready:
+                        conn.execute("ROLLBACK")
+                        return
                     with self._follow:
                         # Entries other processes committed come first; none can come now (we hold the lock).
-                        self._take_in(conn)
-                        self._check_tail(StoredTail(*conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()))
-                        ok, dim = self._same_dim(batch)
+                        if self._take_in(conn, tail[0]) or len(self._hashes) != held:
+                            tail = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()  # read after them
+                        self._check_tail(StoredTail(*tail))
+                        ok, dim = self._same_dim(ready)
                         if not ok:
                             conn.execute("ROLLBACK")
                             return
@@ -392,10 +424,12 @@ class DurableLedger(HeldLedger):
             self._version = version
             return got
 
-    def _take_in(self, conn: sqlite3.Connection) -> int:
+    def _take_in(self, conn: sqlite3.Connection, size: int | None = None) -> int:
         """Under ``_follow``, in a transaction on ``conn``: add the file's entries past ours to
-        the tree, the chain and the mirror, each checked to chain on from the one before."""
-        size = conn.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0]
+        the tree, the chain and the mirror, each checked to chain on from the one before
+        (``size``: the file's, if this transaction read it already)."""
+        if size is None:
+            size = conn.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0]
         n0 = len(self._hashes)
         if size <= n0:
             return 0
@@ -460,7 +494,7 @@ def _insert_rows(conn: sqlite3.Connection, table: str, rows: list[tuple]) -> Non
         chunk = rows[lo : lo + per]
         conn.execute(
             f"INSERT INTO {table} VALUES " + ", ".join([row] * len(chunk)),  # table: "entries" or "nodes"
-            [value for r in chunk for value in r],
+            list(itertools.chain.from_iterable(chunk)),
         )
 
 
