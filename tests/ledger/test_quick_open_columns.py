@@ -104,14 +104,14 @@ def test_blocks_fetched_by_their_own_readers_come_in_order_as_the_callers_connec
     try:
         alone = [conn.execute(sqlite_scan._ENTRIES_BLOCK, (DIM * 4, lo, hi)).fetchone() for lo, hi in blocks]
         with sqlite_scan._BlockReaders(conn, DIM) as readers:
-            assert len(readers._own) == readers.READERS  # the file opened again: readers of their own
+            assert len(readers.own) == readers.READERS  # the file opened again: readers of their own
             assert list(readers.fetch(blocks)) == alone
     finally:
         conn.close()
     memory = sqlite3.connect(":memory:")  # nothing to open again: the caller's connection reads
     memory.execute("CREATE TABLE entries (id, label, text, vector, prev_hash, hash)")
     with sqlite_scan._BlockReaders(memory, DIM) as readers:
-        assert readers._own == [] and [row[0] for row in readers.fetch([(0, 5)])] == [0]
+        assert readers.own == [] and [row[0] for row in readers.fetch([(0, 5)])] == [0]
 
 
 def test_texts_and_labels_of_any_kind_are_read_column_wise_as_row_by_row(signed):

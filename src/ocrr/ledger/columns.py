@@ -23,6 +23,8 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = ["HashColumn", "LabelColumn", "PrefixedBytes", "TextColumn", "hash_column", "label_column", "text_column"]
 
 HASH_SIZE = 32
@@ -297,7 +299,7 @@ class TextColumn(_Column):
         blob, ends, none = self._prefix
         base = ends[-1] if self._split else 0
         all_ends = array("q", ends.tobytes())
-        all_ends.extend(e + base for e in self._own_ends)
+        all_ends.frombytes((np.frombuffer(self._own_ends, np.int64) + base).tobytes())
         return bytes(blob[:base]) + bytes(self._own_blob), all_ends, bytes(none) + bytes(self._own_none)
 
 

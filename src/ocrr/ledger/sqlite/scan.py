@@ -331,42 +331,56 @@ def _read_prefix(
     labels, texts, hashes = LabelColumn(), TextColumn(), HashColumn()
     prev = GENESIS
     blocks = [(lo, min(lo + _PREFIX_BLOCK, trusted)) for lo in range(0, trusted, _PREFIX_BLOCK)]
-    # The tree is hashed in a thread while the entries are read, and the blocks are fetched by
-    # readers of their own (SQLite lets go of the GIL while it reads); they are checked here, in order.
-    with ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool:
-        building = pool.submit(MerkleTree.from_leaves, _stored_nodes(conn, 0, 0, trusted))
+    # The blocks are fetched by readers of their own and checked here, in order, while a thread
+    # reads the stored nodes on ``conn`` and builds the tree (SQLite lets go of the GIL while it
+    # reads). Without readers of their own the blocks are read on ``conn``: the tree comes first.
+    with (
+        _BlockReaders(conn, width, vectors) as readers,
+        ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool,
+    ):
+        building = pool.submit(_prefix_tree, conn, trusted) if readers.own else None
+        tree = _prefix_tree(conn, trusted) if building is None else None
         try:
-            with _BlockReaders(conn, width) as readers:
-                for (lo, hi), got in zip(blocks, readers.fetch(blocks)):
-                    block_labels, block_texts, no_text, rows, chain = _read_block(got, lo, hi, width, prev)
-                    if vectors is not None:
-                        vectors[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, width)
-                        labels.extend(block_labels)
-                        texts.extend_encoded(block_texts, no_text)
-                    hashes.extend_bytes(chain)
-                    prev = chain[-32:]
+            for (lo, hi), got in zip(blocks, readers.fetch(blocks)):
+                block_labels, block_texts, no_text, _rows, chain = _read_block(got, lo, hi, width, prev)
+                if vectors is not None:  # (its rows are there: the reader put them)
+                    labels.extend(block_labels)
+                    texts.extend_encoded(block_texts, no_text)
+                hashes.extend_bytes(chain)
+                prev = chain[-32:]
         finally:
-            tree = building.result()  # (also when reading failed: the thread ends first)
-    for level in range(1, len(tree.levels)):  # the stored nodes over the prefix: the ones its leaves build
+            if building is not None:
+                tree = building.result()  # (also when reading failed: the thread ends first)
+    assert tree is not None
+    return tree, labels, texts, hashes
+
+
+def _prefix_tree(conn: sqlite3.Connection, trusted: int) -> MerkleTree:
+    """The tree of the stored leaves ``0..trusted-1``; ``_NotIntact`` unless every stored node
+    over them is the one those leaves build."""
+    tree = MerkleTree.from_leaves(_stored_nodes(conn, 0, 0, trusted))
+    for level in range(1, len(tree.levels)):
         if _stored_nodes(conn, level, 0, trusted >> level) != tree.levels[level]:
             raise _NotIntact
-    return tree, labels, texts, hashes
+    return tree
 
 
 class _BlockReaders:
     """Fetch blocks of entries (``_ENTRIES_BLOCK``) on connections of their own, a few blocks
     ahead of the caller, who gets them in order: two readers keep both cores reading the file.
-    When the file cannot be opened again, the caller's connection reads them, in its thread."""
+    When the file cannot be opened again, the caller's connection reads them, in its thread.
+    A block's rows of the right length are copied into ``into`` (its rows lo..hi-1) as it is
+    read; the caller checks the block before any of them is used."""
 
     READERS, AHEAD = 2, 4
 
-    def __init__(self, conn: sqlite3.Connection, width: int):
-        self._conn, self._row_bytes = conn, width * _F4LE.itemsize
-        self._own = _more_connections(conn, self.READERS)
-        self._free, self._lock, self._local = list(self._own), threading.Lock(), threading.local()
+    def __init__(self, conn: sqlite3.Connection, width: int, into: np.ndarray | None = None):
+        self._conn, self._row_bytes, self._width, self._into = conn, width * _F4LE.itemsize, width, into
+        self.own = _more_connections(conn, self.READERS)
+        self._free, self._lock, self._local = list(self.own), threading.Lock(), threading.local()
         self._pool = (
-            ThreadPoolExecutor(len(self._own), thread_name_prefix="ocrr-read", initializer=self._claim)
-            if self._own
+            ThreadPoolExecutor(len(self.own), thread_name_prefix="ocrr-read", initializer=self._claim)
+            if self.own
             else None
         )
 
@@ -375,7 +389,11 @@ class _BlockReaders:
             self._local.conn = self._free.pop()
 
     def _read(self, conn: sqlite3.Connection | None, lo: int, hi: int) -> tuple:
-        return (conn or self._local.conn).execute(_ENTRIES_BLOCK, (self._row_bytes, lo, hi)).fetchone()
+        got = (conn or self._local.conn).execute(_ENTRIES_BLOCK, (self._row_bytes, lo, hi)).fetchone()
+        rows = got[10]
+        if self._into is not None and isinstance(rows, bytes) and len(rows) == (hi - lo) * self._row_bytes:
+            self._into[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, self._width)  # (numpy lets go of the GIL)
+        return got
 
     def fetch(self, blocks: list[tuple[int, int]]) -> Iterator[tuple]:
         """Each block's row, in the order given."""
@@ -397,7 +415,7 @@ class _BlockReaders:
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        for conn in self._own:
+        for conn in self.own:
             conn.close()
 
 
