@@ -114,8 +114,22 @@ def restore_ivf(index: IVFIndex, faiss_bytes: bytes, side_bytes: bytes, where: s
         raise ValueError(f"{where} was built with other settings: {shown}")
     if index.tunes and meta["tuned_at"]:
         index.nprobe, index.rerank = int(meta["nprobe"]), int(meta["rerank"])
-    faiss = _faiss()
-    _restore(index, faiss.deserialize_index(np.frombuffer(faiss_bytes, np.uint8)), meta, arrays)
+    _restore(index, _parsed(faiss_bytes), meta, arrays)
+
+
+def _parsed(faiss_bytes: bytes) -> Any:
+    """The FAISS index in ``faiss_bytes``, handed to FAISS's reader a chunk at a time:
+    ``faiss.deserialize_index`` would first copy all of them (a 10M-entry index: a gigabyte more
+    at the moment each worker opens it)."""
+    faiss, view, at = _faiss(), memoryview(faiss_bytes), 0
+
+    def chunk(n: int) -> bytes:
+        nonlocal at
+        piece = view[at : at + n]
+        at += len(piece)
+        return bytes(piece)
+
+    return faiss.read_index(faiss.PyCallbackIOReader(chunk))
 
 
 def structure_of(index: IVFIndex) -> dict:
