@@ -133,12 +133,10 @@ class Handoff:
     shared: SharedRows | None
 
 
-def _check_for_workers(config: ServiceConfig, log: Callable[[str], None], later: list[Callable[[], None]]) -> Handoff:
+def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Handoff:
     """Check the ledger once, fully or from its checkpoint, as the workers start (each loads
     its own encoder), and write what it read into memory they share: they then read from the
-    file only what follows it. What lets go of the check's memory is put in ``later``, to run
-    once the workers have the handoff (unmapping the rows' room and collecting the check's
-    objects take seconds at ten million entries)."""
+    file only what follows it."""
     first = dataclasses.replace(config, encoder=None)
     room = None if config.on_database else room_for_rows(config.ledger)  # the rows are read into it
     try:
@@ -148,27 +146,14 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None], later:
             shared = None if config.on_database else publish(state.substrate, room)
         finally:
             state.close()
-    except BaseException:
+    finally:
         if room is not None:
             room.close()
-        raise
     handed = Handoff(state.token, state.damage_seen, shared)
-    held: list[object] = [state, room]
-
-    def let_go() -> None:
-        if room is not None:
-            room.close()
-        held.clear()  # the checked entries the state holds are freed, not kept for the service's life
-        gc.collect()  # (some are in reference cycles)
-        _trim_heap()  # (glibc keeps some of a helper thread's freed heap otherwise)
-
-    later.append(let_go)
+    del state  # the checked entries it holds are freed, not kept for the service's life
+    gc.collect()  # (some are in reference cycles)
+    _trim_heap()  # (glibc keeps some of a helper thread's freed heap otherwise)
     return handed
-
-
-def _run_each(steps: list[Callable[[], None]]) -> None:
-    for step in steps:
-        step()
 
 
 def _trim_heap() -> None:
@@ -185,8 +170,7 @@ def _serve_workers(
     """``--workers N``: N worker processes answer on one socket. They start at once, while
     this process checks the ledger (``prepare``, by default ``_check_for_workers``), and each
     opens it from what that check hands it (``Handoff``)."""
-    later: list[Callable[[], None]] = []
-    prepare = prepare or functools.partial(_check_for_workers, config, log, later)
+    prepare = prepare or functools.partial(_check_for_workers, config, log)
     handed: list[Handoff] = []
 
     def prepared() -> Handoff:
@@ -212,7 +196,6 @@ def _serve_workers(
             log,
             balanced=not config.tls_cert,  # a TLS connection cannot move once its handshake is done
             prepare=prepared,
-            handed_over=lambda: _run_each(later),
         )
     finally:
         for h in handed:

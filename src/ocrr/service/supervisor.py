@@ -236,7 +236,6 @@ def supervise(
     backoff: Backoff | None = None,
     balanced: bool = False,
     prepare: Callable[[], Any] | None = None,
-    handed_over: Callable[[], None] | None = None,
 ) -> int:
     """Run ``target(config, slot, workers, table)`` in ``workers`` processes until a
     signal asks to stop; restart any that dies meanwhile (``backoff``). ``balanced``: the
@@ -245,8 +244,6 @@ def supervise(
     it); the target also gets ``handoff``, a connection on which its result comes, to each
     worker started before or after it returns; if it raises, the workers are stopped and
     its exception raised here (a signal meanwhile acts as it would without workers).
-    ``handed_over``: called once the workers started so far have that result (what frees
-    the preparation's memory, which need not hold them up).
     Returns the exit status: 0 when stopped by a signal, 1 when a worker kept failing."""
     backoff = backoff or Backoff()
     ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads or locks
@@ -304,8 +301,6 @@ def supervise(
             for s in old:
                 signal.signal(s, stop)
             hand_over()
-            if handed_over is not None:
-                handed_over()
         while not stopping:
             now = time.monotonic()
             timeout = min([0.5, *(max(0.0, t - now) for t in due.values())])
