@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ocrr.ledger import GENESIS, entry_digest
+from ocrr.ledger.columns import PrefixedBytes
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import (
     EMPTY_ROOT,
@@ -176,6 +177,13 @@ def test_leaves_added_together_build_the_tree_appending_each_builds():
             got = together.extend(leaves[start : start + count])
             assert together.levels == one_by_one.levels
             assert got == sorted(nodes, key=lambda node: node[0])  # level by level, each level in order
+    # levels that start with shared read-only bytes (ocrr.service.shared_rows) take leaves alike
+    plain = MerkleTree.from_leaves(b"".join(leaves[:300]))
+    shared = MerkleTree()
+    shared.levels = [PrefixedBytes(bytes(level)) for level in plain.levels]
+    assert shared.extend(leaves[300:471]) == plain.extend(leaves[300:471])
+    assert [bytes(level) for level in shared.levels] == plain.levels
+    assert shared.leaves_and_proofs(range(250, 471)) == plain.leaves_and_proofs(range(250, 471))
     tree = MerkleTree.from_leaves(b"".join(leaves[:5]))
     with pytest.raises(ValueError, match="a leaf hash is 32 bytes, got 31"):
         tree.extend([leaves[5], leaves[6][:31]])

@@ -116,8 +116,9 @@ class MerkleTree:
                 return out
             if level + 1 == len(levels):
                 levels.append(bytearray())
-            with memoryview(nodes) as view:
-                parents = [_node(view[k * pair : (k + 1) * pair]) for k in range(lo, hi)]
+            # the pairs' bytes, sliced once (a level may be a bytearray or a shared prefix and its own bytes)
+            with memoryview(nodes[lo * pair : hi * pair]) as pairs:
+                parents = [_node(pairs[j : j + pair]) for j in range(0, len(pairs), pair)]
             levels[level + 1] += b"".join(parents)
             level, first = level + 1, lo
             out.extend(zip(itertools.repeat(level), range(lo, hi), parents))
