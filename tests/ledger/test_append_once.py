@@ -14,7 +14,7 @@ import pytest
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import Chain
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.proofs import InclusionProof, b64
+from ocrr.ledger.proofs import InclusionProof, b64, b64_nodes
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.verify import entry_bytes, leaf_hash
@@ -38,7 +38,8 @@ def test_extend_gives_the_nodes_of_appending_one_by_one(start, count):
         one.append(leaf)
     many.extend(_leaves(0, start))
     appended = [node for leaf in _leaves(start, start + count) for node in one.append(leaf)]
-    assert many.extend(_leaves(start, start + count)) == appended  # same nodes, same order
+    # the same nodes, level by level (leaves first), each level in order
+    assert many.extend(_leaves(start, start + count)) == sorted(appended, key=lambda node: node[0])
     assert many.levels == one.levels
     assert many.root() == one.root()
 
@@ -158,6 +159,9 @@ def test_a_stores_proofs_encoded_once_are_its_proofs_encoded(tmp_path):
         size2, root2, chain2, encoded = led.head_with_proofs(ids, b64)
         assert (size2, root2, chain2) == (size, root, chain)
         assert encoded == [(i, b64(leaf), [b64(n) for n in path]) for i, leaf, path in found]
+        in_one_pass = led.head_with_proofs(ids, encode_all=b64_nodes)
+        assert in_one_pass == (size, root, chain, encoded)
+        assert led.head_with_proofs(list(ids), encode_all=b64_nodes) == in_one_pass
 
 
 def test_the_row_rules_measure_norms_as_numpy_does():

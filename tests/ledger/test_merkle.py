@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ocrr.ledger import GENESIS, entry_digest
+from ocrr.ledger.columns import PrefixedBytes
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import (
     EMPTY_ROOT,
@@ -156,6 +157,83 @@ def test_proofs_made_together_equal_each_made_alone(tree):
     assert big.inclusion_proofs([]) == []
     with pytest.raises(IndexError):
         tree.inclusion_proofs([3, 64], 64)
+
+
+def test_leaves_added_together_build_the_tree_appending_each_builds():
+    """``extend`` (a group commit's leaves, a level at a time) gives the levels ``append``
+    gives one leaf at a time, from every kind of start and group size, and returns the same
+    nodes: the leaves in order, then the parents level by level. A leaf of the wrong size
+    is refused before anything is added."""
+    leaves = [leaf_hash(i.to_bytes(4, "little")) for i in range(700)]
+    rng = np.random.default_rng(11)
+    starts = [0, 1, 2, 3, 63, 64, 65, 255, 256, 511] + [int(x) for x in rng.integers(0, 500, 10)]
+    for start in starts:
+        for count in (0, 1, 2, 3, 64, 65, 189):
+            one_by_one, together = MerkleTree(), MerkleTree()
+            for leaf in leaves[:start]:
+                one_by_one.append(leaf)
+            together.extend(leaves[:start])
+            nodes = [node for leaf in leaves[start : start + count] for node in one_by_one.append(leaf)]
+            got = together.extend(leaves[start : start + count])
+            assert together.levels == one_by_one.levels
+            assert got == sorted(nodes, key=lambda node: node[0])  # level by level, each level in order
+    # levels that start with shared read-only bytes (ocrr.service.shared_rows) take leaves alike
+    plain = MerkleTree.from_leaves(b"".join(leaves[:300]))
+    shared = MerkleTree()
+    shared.levels = [PrefixedBytes(bytes(level)) for level in plain.levels]
+    assert shared.extend(leaves[300:471]) == plain.extend(leaves[300:471])
+    assert [bytes(level) for level in shared.levels] == plain.levels
+    assert shared.leaves_and_proofs(range(250, 471)) == plain.leaves_and_proofs(range(250, 471))
+    tree = MerkleTree.from_leaves(b"".join(leaves[:5]))
+    with pytest.raises(ValueError, match="a leaf hash is 32 bytes, got 31"):
+        tree.extend([leaves[5], leaves[6][:31]])
+    assert tree.levels == MerkleTree.from_leaves(b"".join(leaves[:5])).levels
+
+
+def _leaves_and_proofs_one_by_one(tree: MerkleTree, indices, size: int) -> tuple[list, list]:
+    return [tree.node(0, i) for i in indices], [tree.inclusion_proof(i, size) for i in indices]
+
+
+def test_a_run_of_entries_gets_each_entrys_own_leaf_and_proof(tree):
+    """``leaves_and_proofs`` of a ``range`` (a group commit's entries, made a shorter way) is
+    exactly each entry's leaf and ``inclusion_proof``: every run of every size up to 64, and
+    runs at the right edge and inside a larger tree; each proof is a list of its own."""
+    for n in range(1, N + 1):
+        each_leaf, each_proof = _leaves_and_proofs_one_by_one(tree, range(n), n)
+        for lo in range(n):
+            for hi in range(lo + 1, n + 1):
+                leaves, proofs = tree.leaves_and_proofs(range(lo, hi), n)
+                assert (leaves, proofs) == (each_leaf[lo:hi], each_proof[lo:hi])
+                assert len({id(p) for p in proofs}) == len(proofs)
+    big = MerkleTree()
+    big.extend([leaf_hash(i.to_bytes(4, "little")) for i in range(1500)])
+    for size in (1500, 1024, 1025, 1279, 1):
+        for run in (range(max(size - 256, 0), size), range(size // 3, size // 3 + 1), range(0, size)):
+            assert big.leaves_and_proofs(run, size) == _leaves_and_proofs_one_by_one(big, run, size)
+            assert big.leaves_and_proofs(run, size) == big.leaves_and_proofs(list(run), size)
+    assert big.leaves_and_proofs(range(5, 5)) == ([], [])
+    for outside in (range(3, 65), range(-1, 3), range(64, 65)):
+        with pytest.raises(IndexError, match="outside a log of size 64"):
+            tree.leaves_and_proofs(outside, 64)
+
+
+def test_nodes_encoded_together_are_each_node_encoded(tree):
+    """``encode_all`` gets the answer's distinct nodes at once and its values stand where the
+    nodes do, for a run and for any list of entries."""
+    size = 50
+    calls = []
+
+    def hex_all(joined: bytes) -> list[str]:
+        calls.append(len(joined) // 32)
+        return [joined[j : j + 32].hex() for j in range(0, len(joined), 32)]
+
+    for indices in (range(13, 50), [49, 0, 7, 7, 31]):
+        leaves, proofs = _leaves_and_proofs_one_by_one(tree, indices, size)
+        assert tree.leaves_and_proofs(indices, size, hex_all) == (
+            [leaf.hex() for leaf in leaves],
+            [[node.hex() for node in proof] for proof in proofs],
+        )
+    assert len(calls) == 2  # one call per answer
 
 
 def test_every_consistency_proof_up_to_64(tree):

@@ -3,10 +3,11 @@ the field, and base64 with one spelling per value."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64, unb64
+from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64, b64_nodes, unb64
 from ocrr.ledger.verify import ProofError, leaf_hash, verify_consistency, verify_inclusion
 
 
@@ -50,6 +51,18 @@ def test_base64_has_one_spelling_for_each_value():
     for spelling in ("AAE", "AAF=", "AA E=", "AAE=\n", "ÀAE=", 7):  # unpadded, stray bits, space, newline, non-ASCII
         with pytest.raises(ProofError):
             unb64(spelling)
+
+
+def test_hashes_encoded_in_one_pass_are_each_hash_encoded():
+    """``b64_nodes`` (a batch's proofs in one pass) spells each 32-byte hash as ``b64`` does,
+    whatever its last bytes (which share base64's last group with the padding)."""
+    rng = np.random.default_rng(5)
+    hashes = [bytes(rng.integers(0, 256, 32, dtype=np.uint8)) for _ in range(300)]
+    hashes += [b"\0" * 32, b"\xff" * 32, b"\0" * 31 + b"\x01", b"\xff" * 31 + b"\xfe"]
+    assert b64_nodes(b"".join(hashes)) == [b64(h) for h in hashes]
+    assert b64_nodes(b"") == []
+    with pytest.raises(ValueError, match="32 bytes each"):
+        b64_nodes(b"\0" * 33)
 
 
 def test_a_consistency_document_without_a_root_is_refused():

@@ -81,3 +81,21 @@ def test_both_inclusion_routes_refuse_an_entry_outside_the_log_alike(tmp_path):
             assert "ask for 0 <= index < size <= the ledger's size" in bare.text
         ok = requests.get(f"{url}/proof/inclusion/2/entry", params={"size": 3}, headers=AUTH).json()
     assert ok["index"] == 2 and ok["size"] == 3
+
+
+def test_a_batchs_correct_answer_holds_each_entrys_own_proof_document(tmp_path):
+    """The proofs of a batched /correct (made together, encoded in one pass) are, entry by
+    entry, the document ``InclusionProof.of`` makes alone, at the answer's size: batches that
+    start and end at odd places of a tree whose size is no power of two."""
+    state = open_state(tmp_path / "ledger.db")
+    seed(state)
+    texts = [f"a card lost in taxi number {i}" for i in range(150)]
+    vectors = HashingEncoder().encode(texts).tolist()
+    with running(create_app(state)) as url:
+        for lo, hi in ((0, 1), (1, 38), (38, 150)):
+            body = {"vectors": vectors[lo:hi], "texts": texts[lo:hi], "labels": ["lost_card"] * (hi - lo)}
+            answer = requests.post(f"{url}/correct", json=body, headers=AUTH).json()
+            size = answer["head"]["size"]
+            tree = state.substrate.ledger.tree
+            assert answer["ids"] == list(range(size - (hi - lo), size))
+            assert answer["proofs"] == [InclusionProof.of(tree, i, size).to_dict() for i in answer["ids"]]

@@ -37,6 +37,7 @@ from ocrr.ledger.checkpoint_records import record_note
 from ocrr.ledger.columns import HashColumn
 from ocrr.ledger.group_commit import GroupCommit, Pending
 from ocrr.ledger.heads import Signer
+from ocrr.ledger.merkle import each_node
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
 from ocrr.ledger.tail import StoredTail, check_tail
 from ocrr.ledger.verify import entry_bytes, leaf_hash
@@ -135,16 +136,22 @@ class HeldLedger(GroupCommit):
         return size, root, chain
 
     def head_with_proofs(
-        self, ids, encode: Callable[[bytes], Any] = bytes
+        self,
+        ids,
+        encode: Callable[[bytes], Any] = bytes,
+        encode_all: Callable[[bytes], Sequence[Any]] | None = None,
     ) -> tuple[int, bytes, bytes, list[tuple[int, Any, list[Any]]]]:
         """The committed head and, for each id, (id, leaf hash, inclusion proof) at that head;
-        ``encode``: what the leaves and proofs' nodes are handed out as (``b64``: each
-        distinct node encoded once, ready for ``InclusionProof.documents(..., encoded=True)``)."""
+        ``encode``: what the leaves and proofs' nodes are handed out as, called once per
+        distinct node (``b64``: ready for ``InclusionProof.documents(..., encoded=True)``);
+        ``encode_all``: the same for all of them in one call (``b64_nodes``), instead."""
+        if encode_all is None:
+            encode_all = each_node(encode)
         with self.lock.read():
             size = len(self._hashes)
-            ids = list(ids)
-            found = self.tree.inclusion_proofs(ids, size, encode)
-            proofs = [(i, encode(self.tree.node(0, i)), proof) for i, proof in zip(ids, found)]
+            ids = ids if isinstance(ids, range) else list(ids)  # a range: its proofs take the shorter way
+            leaves, found = self.tree.leaves_and_proofs(ids, size, encode_all)
+            proofs = list(zip(ids, leaves, found))
             return size, self.tree.root(size), self._hashes[size - 1] if size else GENESIS, proofs
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:

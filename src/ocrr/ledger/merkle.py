@@ -11,17 +11,18 @@ the log. Memory: about 64 bytes per leaf.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ocrr.ledger.verify import EMPTY_ROOT, HASH_SIZE, node_hash
 
-__all__ = ["MerkleTree"]
+__all__ = ["MerkleTree", "each_node"]
 
 _NODE = hashlib.sha256(b"\x01")  # a node hashes 0x01 || left || right: start from this state
 
 
-def _node(pair: bytes | bytearray) -> bytes:
+def _node(pair: bytes | bytearray | memoryview) -> bytes:
     """node_hash(left, right) of the 64 bytes ``left || right``."""
     h = _NODE.copy()
     h.update(pair)
@@ -31,6 +32,16 @@ def _node(pair: bytes | bytearray) -> bytes:
 def _node_of_pair(pair: memoryview) -> bytes:
     """``node_hash`` of two adjacent nodes, given as their 64 concatenated bytes."""
     return hashlib.sha256(b"\x01" + pair).digest()
+
+
+def _split_nodes(joined: bytes) -> list[bytes]:
+    """The 32-byte nodes of ``joined``, in order."""
+    return [joined[j : j + HASH_SIZE] for j in range(0, len(joined), HASH_SIZE)]
+
+
+def each_node(encode: Callable[[bytes], Any]) -> Callable[[bytes], list[Any]]:
+    """An ``encode_all`` that calls ``encode`` on each node."""
+    return lambda joined: [encode(node) for node in _split_nodes(joined)]
 
 
 def _split(n: int) -> int:
@@ -85,30 +96,32 @@ class MerkleTree:
         return out
 
     def extend(self, leaves: Sequence[bytes]) -> list[tuple[int, int, bytes]]:
-        """``append`` of each of ``leaves`` in turn, with the same nodes returned in the same
-        order; one call for a group commit's leaves, so the per-leaf work is a few local
-        operations instead of method calls."""
-        out: list[tuple[int, int, bytes]] = []
-        levels, size = self.levels, HASH_SIZE
-        for leaf in leaves:
-            if len(leaf) != size:
-                raise ValueError(f"a leaf hash is {size} bytes, got {len(leaf)}")
-            nodes = levels[0]
-            count = len(nodes) // size
-            out.append((0, count, bytes(leaf)))
-            nodes += leaf
-            count += 1
-            level = 0
-            while not count & 1:  # the level's last two nodes are complete siblings: add their parent
-                parent = _node(nodes[-2 * size :])
-                if level + 1 == len(levels):
-                    levels.append(bytearray())
-                nodes = levels[level + 1]
-                nodes += parent
-                count = len(nodes) // size
-                level += 1
-                out.append((level, count - 1, parent))
-        return out
+        """``append`` of each of ``leaves`` in turn: the same levels and the same nodes returned,
+        level by level (the leaves first, then the parents they completed), for a group
+        commit's leaves at once. Built a level at a time, as ``from_leaves`` does: one pass per
+        level over the pairs the new leaves completed."""
+        wrong = set(map(len, leaves)) - {HASH_SIZE}
+        if wrong:
+            raise ValueError(f"a leaf hash is {HASH_SIZE} bytes, got {min(wrong)}")
+        levels, pair = self.levels, 2 * HASH_SIZE
+        first = len(levels[0]) // HASH_SIZE  # the first new node's index, on each level in turn
+        out = [(0, k, bytes(leaf)) for k, leaf in enumerate(leaves, first)]
+        levels[0] += b"".join(leaves)
+        level = 0
+        while True:
+            nodes = levels[level]
+            # the parents of the pairs completed now: from the new nodes' first one's, to the last whole pair's
+            lo, hi = first >> 1, len(nodes) // pair
+            if lo >= hi:
+                return out
+            if level + 1 == len(levels):
+                levels.append(bytearray())
+            # the pairs' bytes, sliced once (a level may be a bytearray or a shared prefix and its own bytes)
+            with memoryview(nodes[lo * pair : hi * pair]) as pairs:
+                parents = [_node(pairs[j : j + pair]) for j in range(0, len(pairs), pair)]
+            levels[level + 1] += b"".join(parents)
+            level, first = level + 1, lo
+            out.extend(zip(itertools.repeat(level), range(lo, hi), parents))
 
     def truncate(self, size: int) -> None:
         """Forget every leaf from ``size`` on (a failed write is undone this way)."""
@@ -159,14 +172,34 @@ class MerkleTree:
     def inclusion_proofs(
         self, indices: Sequence[int], size: int | None = None, encode: Callable[[bytes], Any] = bytes
     ) -> list[list[Any]]:
-        """``inclusion_proof(i, size)`` for every ``i`` of ``indices``, made together. Entries
-        under one node share the upper part of their proofs: level by level from the top, each
-        node the entries reach gets its path up (its sibling, then its parent's path), so
-        every sibling is looked up once (a stored node or, on the right edge, the hash of an
-        incomplete subtree, computed once for all of them) and a group commit's proofs cost a
-        few list joins per node instead of a step per entry and level. ``encode``: what each
-        node is handed out as, called once per distinct node (``b64`` for JSON documents)."""
+        """``inclusion_proof(i, size)`` for every ``i`` of ``indices``, made together
+        (``leaves_and_proofs``); ``encode``: what each node is handed out as, called once per
+        distinct node."""
+        return self.leaves_and_proofs(indices, size, each_node(encode))[1]
+
+    def leaves_and_proofs(
+        self,
+        indices: Sequence[int],
+        size: int | None = None,
+        encode_all: Callable[[bytes], Sequence[Any]] | None = None,
+    ) -> tuple[list[Any], list[list[Any]]]:
+        """The leaf hash and ``inclusion_proof(i, size)`` of every ``i`` of ``indices``, made
+        together. Entries under one node share the upper part of their proofs: level by level
+        from the top, each node the entries reach gets its path up (its sibling, then its
+        parent's path), so every sibling is looked up once (a stored node or, on the right
+        edge, the hash of an incomplete subtree, computed once for all of them) and a group
+        commit's proofs cost a few list joins per node instead of a step per entry and level.
+        ``encode_all``: what the nodes are handed out as, given every distinct node of the
+        answer at once (their 32 bytes each, concatenated) and returning one value per node
+        (``ocrr.ledger.proofs.b64_nodes``: one base64 pass for a whole batch); None: bytes.
+        A ``range`` of indices (a group commit's entries) takes a shorter way: on each level,
+        the nodes it needs are one run of stored nodes (``_run_leaves_and_proofs``)."""
         size = len(self) if size is None else self._check(size, "tree size")
+        if isinstance(indices, range) and indices.step == 1 and len(indices):
+            if not 0 <= indices.start < indices.stop <= size:
+                bad = indices.start if indices.start < 0 else indices.stop - 1
+                raise IndexError(f"entry {bad!r} is outside a log of size {size}")
+            return self._run_leaves_and_proofs(indices.start, indices.stop, size, encode_all)
         for index in indices:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
                 raise IndexError(f"entry {index!r} is outside a log of size {size}")
@@ -175,21 +208,75 @@ class MerkleTree:
         while lasts[-1] > 0:
             reached.append(dict.fromkeys(k >> 1 for k in reached[-1]))
             lasts.append(lasts[-1] >> 1)
+        # The distinct nodes of the answer (the leaves, then each level's siblings), found
+        # before any is encoded, so that they are encoded in one call.
+        found: list[bytes | bytearray] = []
+        where: list[dict[int, int]] = [{} for _ in lasts]  # per level: node index -> its place in found
+        leaves, at = self.levels[0], where[0]
+        for i in reached[0]:
+            at[i] = len(found)
+            found.append(leaves[i * HASH_SIZE : (i + 1) * HASH_SIZE])
         memo: dict = {}
+        for level in range(len(lasts) - 1):  # the root's level has no siblings
+            nodes, width, last, at = self.levels[level], 1 << level, lasts[level], where[level]
+            for k in reached[level]:
+                sib = k ^ 1
+                if sib > last or sib in at:  # an even last node has no sibling (RFC 6962's right edge)
+                    continue
+                at[sib] = len(found)
+                if (sib + 1) * width <= size:  # a complete subtree: stored
+                    found.append(nodes[sib * HASH_SIZE : (sib + 1) * HASH_SIZE])
+                else:
+                    found.append(self._range(sib * width, size, memo))
+        joined = b"".join(found)
+        codes = _split_nodes(joined) if encode_all is None else encode_all(joined)
         above: dict[int, list[Any]] = dict.fromkeys(reached[-1], [])  # the root's path up: none
         for level in range(len(lasts) - 2, -1, -1):
-            nodes, width, last = self.levels[level], 1 << level, lasts[level]
+            at, last = where[level], lasts[level]
             paths = {}
             for k in reached[level]:
-                sib, up = k ^ 1, above[k >> 1]
-                if sib > last:  # an even last node: its own parent (RFC 6962's unbalanced right edge)
-                    paths[k] = up
-                elif (sib + 1) * width <= size:  # a complete subtree: stored
-                    paths[k] = [encode(bytes(nodes[sib * HASH_SIZE : (sib + 1) * HASH_SIZE])), *up]
-                else:
-                    paths[k] = [encode(self._range(sib * width, size, memo)), *up]
+                sib = k ^ 1
+                paths[k] = above[k >> 1] if sib > last else [codes[at[sib]], *above[k >> 1]]
             above = paths
-        return [list(above[i]) for i in indices]  # one list each (paths share their parts)
+        at = where[0]
+        # one list each (paths share their parts)
+        return [codes[at[i]] for i in indices], [list(above[i]) for i in indices]
+
+    def _run_leaves_and_proofs(
+        self, lo: int, hi: int, size: int, encode_all: Callable[[bytes], Sequence[Any]] | None
+    ) -> tuple[list[Any], list[list[Any]]]:
+        """``leaves_and_proofs(range(lo, hi), size, encode_all)``, for 0 <= lo < hi <= size. On
+        each level below the root, the entries are under the nodes ``lo >> level`` ..
+        ``(hi - 1) >> level``; those and their siblings are one run of the level's nodes (the
+        last one, when incomplete, hashed from the levels below), all encoded in one call."""
+        chunks: list[bytes | bytearray] = []
+        starts: list[int] = []  # per level: where its run starts in the answer's nodes, minus its first index
+        lasts: list[int] = []  # per level: the index of its last (maybe incomplete) node
+        memo: dict = {}
+        count, level, last = 0, 0, size - 1
+        while last > 0 or level == 0:  # the levels below the root (a log of one entry: its leaf's)
+            first = (lo >> level) & ~1  # the first entry's node, or its sibling before it
+            end = min(((hi - 1) >> level) | 1, last) + 1  # past the last one's sibling after it, if any
+            complete = size >> level  # the nodes of this level that are stored
+            chunks.append(self.levels[level][first * HASH_SIZE : min(end, complete) * HASH_SIZE])
+            if end > complete:  # the right edge: the hash of an incomplete subtree
+                chunks.append(self._range(complete << level, size, memo))
+            starts.append(count - first)
+            lasts.append(last)
+            count += end - first
+            level, last = level + 1, last >> 1
+        joined = b"".join(chunks)
+        codes = _split_nodes(joined) if encode_all is None else encode_all(joined)
+        above: list[list[Any]] = [[]]  # the root's path up: none
+        for level in range(len(lasts) - 1, -1, -1):
+            start, last, up = starts[level], lasts[level], lo >> (level + 1)
+            above = [
+                above[(k >> 1) - up] if k ^ 1 > last else [codes[start + (k ^ 1)], *above[(k >> 1) - up]]
+                for k in range(lo >> level, ((hi - 1) >> level) + 1)
+            ]
+        if (hi - 1) ^ 1 > size - 1:  # the last entry has no sibling: its path is its parent's, shared
+            above[-1] = list(above[-1])
+        return list(codes[starts[0] + lo : starts[0] + hi]), above
 
     def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
         """RFC 6962 2.1.2 PROOF(size1, D[0:size2]); empty when size1 == size2, and from the

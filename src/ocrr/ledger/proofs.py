@@ -17,15 +17,19 @@ copies that one file without ocrr, and re-exported here for the rest of ocrr.
 
 from __future__ import annotations
 
+import binascii
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.verify import ProofError, b64, read_consistency, read_inclusion, unb64
+from ocrr.ledger.verify import HASH_SIZE, ProofError, b64, read_consistency, read_inclusion, unb64
 
-__all__ = ["b64", "unb64", "shared_b64", "InclusionProof", "ConsistencyProof", "entry_fields"]
+__all__ = ["b64", "unb64", "shared_b64", "b64_nodes", "InclusionProof", "ConsistencyProof", "entry_fields"]
+
+_PADDED = HASH_SIZE + 1  # a hash and a zero byte: 11 whole groups of 3 bytes
+_PADDED_B64 = _PADDED // 3 * 4  # its base64: b64 of the hash, with "A" where b64 ends in "="
 
 
 def shared_b64() -> Callable[[bytes], str]:
@@ -33,9 +37,27 @@ def shared_b64() -> Callable[[bytes], str]:
     return functools.cache(b64)
 
 
-def _inclusion_document(index: int, size: int, root_b64: str, leaf_b64: str, path_b64: list[str]) -> dict:
-    """An inclusion proof's JSON document (what every proof the service or the CLI hands out looks like)."""
-    return {"index": index, "size": size, "root": root_b64, "leaf_hash": leaf_b64, "proof": path_b64}
+def b64_nodes(joined: bytes) -> list[str]:
+    """``b64`` of each 32-byte hash of ``joined`` (their concatenation), encoded in one pass:
+    a batch's proofs hold hundreds of distinct nodes (``MerkleTree.leaves_and_proofs``).
+    Each hash is padded with a zero byte, so that each encodes on its own 44 characters, whose
+    last one then stands where ``b64`` writes its padding "="."""
+    if len(joined) % HASH_SIZE:
+        raise ValueError(f"hashes are {HASH_SIZE} bytes each, got {len(joined)} bytes")
+    count = len(joined) // HASH_SIZE
+    padded = bytearray(_PADDED * count)
+    for j in range(HASH_SIZE):  # byte j of every hash at once
+        padded[j::_PADDED] = joined[j::HASH_SIZE]
+    text = bytearray(binascii.b2a_base64(padded, newline=False))
+    text[_PADDED_B64 - 1 :: _PADDED_B64] = b"=" * count
+    spelled = text.decode("ascii")
+    return [spelled[j : j + _PADDED_B64] for j in range(0, len(spelled), _PADDED_B64)]
+
+
+def _inclusion_documents(size: int, root_b64: str, found: Iterable[tuple[int, str, list[str]]]) -> list[dict]:
+    """The JSON documents of inclusion proofs ``(index, leaf, path)`` in base64, in the log of
+    ``size`` entries with ``root_b64`` (what every proof the service or the CLI hands out looks like)."""
+    return [{"index": i, "size": size, "root": root_b64, "leaf_hash": leaf, "proof": path} for i, leaf, path in found]
 
 
 @dataclass(frozen=True)
@@ -55,9 +77,8 @@ class InclusionProof:
 
     def to_dict(self, encode: Callable[[bytes], str] = b64) -> dict:
         """The JSON document; ``encode``: ``b64``, or one ``shared_b64()`` for many proofs at once."""
-        return _inclusion_document(
-            self.index, self.size, encode(self.root), encode(self.leaf), list(map(encode, self.path))
-        )
+        found = [(self.index, encode(self.leaf), list(map(encode, self.path)))]
+        return _inclusion_documents(self.size, encode(self.root), found)[0]
 
     @staticmethod
     def documents(
@@ -68,13 +89,11 @@ class InclusionProof:
         ``encoded``: the leaves and paths are in base64 already (``head_with_proofs(ids, b64)``,
         which encodes each distinct node once); their lists become the documents' own."""
         if encoded:
-            root_b64 = b64(root)
-            return [_inclusion_document(i, size, root_b64, leaf, path) for i, leaf, path in found]
+            return _inclusion_documents(size, b64(root), found)
         encode = shared_b64()
-        root_b64 = encode(root)
-        return [
-            _inclusion_document(i, size, root_b64, encode(leaf), list(map(encode, path))) for i, leaf, path in found
-        ]
+        return _inclusion_documents(
+            size, encode(root), ((i, encode(leaf), list(map(encode, path))) for i, leaf, path in found)
+        )
 
     @classmethod
     def from_dict(cls, doc: object) -> InclusionProof:

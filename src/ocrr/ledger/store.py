@@ -67,7 +67,10 @@ class LedgerStore(Protocol):
     def head(self) -> tuple[int, bytes, bytes]: ...
 
     def head_with_proofs(
-        self, ids, encode: Callable[[bytes], Any] = bytes
+        self,
+        ids,
+        encode: Callable[[bytes], Any] = bytes,
+        encode_all: Callable[[bytes], Sequence[Any]] | None = None,
     ) -> tuple[int, bytes, bytes, list[tuple[int, Any, list[Any]]]]: ...
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]: ...

@@ -41,7 +41,7 @@ from fastapi.security import HTTPBearer
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.heads import TreeHead
-from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64
+from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64_nodes
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.commits import Commits
 from ocrr.service.pool import PredictPool
@@ -232,7 +232,7 @@ class Routes:
     async def _correct_answer(self, ids: range) -> bytes:
         """The answer to a committed correction: its ids, a signed head and their proofs."""
         # one size for all; neighbours' proofs share nodes: each encoded once
-        size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids, b64)
+        size, root, chain, found = self.state.substrate.ledger.head_with_proofs(ids, encode_all=b64_nodes)
         proofs = InclusionProof.documents(size, root, found, encoded=True)
         head = await self._commit_head(size, root, chain)
         if self.state.witnessing is not None:  # ocrr serve --witness: send the new head now
