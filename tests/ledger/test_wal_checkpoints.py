@@ -78,7 +78,11 @@ def test_an_acknowledged_entry_survives_a_kill_while_checkpoints_run(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     assert checkpointed == 299 and acked >= 299 + 20 * 300
-    assert _file_alone(path, tmp_path) >= checkpointed + 1
+    try:
+        in_file = _file_alone(path, tmp_path)
+    except sqlite3.DatabaseError:  # killed mid-checkpoint: the file alone is half copied (its log repairs it)
+        in_file = None
+    assert in_file is None or in_file >= checkpointed + 1
     with DurableLedger.open(path) as led:  # full check: refuses a broken chain or tree
         assert len(led) > acked
         for i in range(len(led)):
