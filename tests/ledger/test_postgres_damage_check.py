@@ -5,49 +5,13 @@ round trip) of its own, and damage recorded before the commit still fails the ap
 
 from __future__ import annotations
 
-import threading
-
-import numpy as np
 import pytest
 
 pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+from tests.ledger.damage_appender import DIM, Appender
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
-from ocrr.errors import OcrrError
 from ocrr.ledger.postgres.store import PostgresLedger
-
-DIM = 8
-
-
-def _rows(n: int, seed: int):
-    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True), [f"label {i}" for i in range(n)], [None] * n
-
-
-class Appender:
-    """Submits like the service: each append checked first for damage recorded since the last look."""
-
-    def __init__(self, led: PostgresLedger):
-        self.led, self.seen = led, -1
-
-    def check(self) -> None:
-        found = self.led.damage_since(self.seen)
-        assert found is not None
-        self.seen, bad = found
-        if bad is not None:
-            raise OcrrError(f"the ledger was found damaged: {bad['reason']}")
-
-    def append(self, seed: int):
-        outcome: list = []
-        done = threading.Event()
-
-        def tell(ids, err):
-            outcome.extend((ids, err))
-            done.set()
-
-        self.led.submit(*_rows(3, seed), tell, self.check)
-        assert done.wait(30)
-        return outcome
 
 
 def test_the_damage_check_takes_no_connection_of_its_own(pg_url):

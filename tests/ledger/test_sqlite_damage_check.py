@@ -6,45 +6,10 @@ damage recorded before the commit still fails the append."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 
-import numpy as np
+from tests.ledger.damage_appender import DIM, Appender, rows
 
-from ocrr.errors import OcrrError
 from ocrr.ledger.sqlite.store import DurableLedger
-
-DIM = 8
-
-
-def _rows(n: int, seed: int):
-    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True), [f"label {i}" for i in range(n)], [None] * n
-
-
-class Appender:
-    """Submits like the service: each append checked first for damage recorded since the last look."""
-
-    def __init__(self, led: DurableLedger):
-        self.led, self.seen = led, -1
-
-    def check(self) -> None:
-        found = self.led.damage_since(self.seen)
-        assert found is not None
-        self.seen, bad = found
-        if bad is not None:
-            raise OcrrError(f"the ledger was found damaged: {bad['reason']}")
-
-    def append(self, seed: int):
-        outcome: list = []
-        done = threading.Event()
-
-        def tell(ids, err):
-            outcome.extend((ids, err))
-            done.set()
-
-        self.led.submit(*_rows(3, seed), tell, self.check)
-        assert done.wait(30)
-        return outcome
 
 
 def test_the_damage_check_and_the_size_cost_no_statement_of_their_own(tmp_path):
@@ -80,7 +45,7 @@ def test_entries_another_process_committed_are_taken_in_before_the_commit(tmp_pa
     with DurableLedger.open(path, dim=DIM) as led, DurableLedger.open(path) as other:
         appender = Appender(led)
         assert appender.append(0)[1] is None
-        other.extend(*_rows(2, 7))
+        other.extend(*rows(2, 7))
         ids, err = appender.append(1)
         assert err is None and ids == range(5, 8)
         other.refresh()
@@ -90,7 +55,7 @@ def test_entries_another_process_committed_are_taken_in_before_the_commit(tmp_pa
 def test_a_file_from_before_verification_records_gets_their_table_and_appends(tmp_path):
     path = tmp_path / "l.db"
     with DurableLedger.open(path, dim=DIM) as led:
-        led.extend(*_rows(3, 0))
+        led.extend(*rows(3, 0))
         head = led.head()
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE verifications")
