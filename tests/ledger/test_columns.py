@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -148,3 +149,48 @@ def test_prefixed_bytes_read_grow_and_cut_as_a_bytearray(first, more, cut, cuts)
     got += b"tail"
     want += b"tail"
     assert got == want and got[-6:] == bytes(want[-6:])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    first=labels_st,
+    more=labels_st,
+    known=st.lists(st.sampled_from(["a", "b", "c", "ü"]), max_size=4),
+    prefixed=st.booleans(),
+    replace=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["a", "z", "ü"])), max_size=3),
+    grow=st.booleans(),
+)
+def test_a_label_space_encodes_a_column_as_its_labels_one_by_one(first, more, known, prefixed, replace, grow) -> None:
+    """The column path (one step per distinct label) numbers labels, grows the space and names
+    an unknown label exactly as encoding the same labels as a list does."""
+    from ocrr.errors import OcrrError
+    from ocrr.systems.labels import LabelSpace
+
+    column = _with_prefix("label", first) if prefixed else LabelColumn(first)
+    column.extend(more)
+    for at, label in replace:  # a replaced own label can leave a name no entry holds
+        if len(first) <= at < len(column):
+            column[at] = label
+    values = list(column)
+    by_list, by_column = LabelSpace(known), LabelSpace(known)
+    try:
+        expected = by_list.encode(values, grow=grow)
+    except OcrrError as e:
+        with pytest.raises(OcrrError, match=re.escape(str(e))):
+            by_column.encode(column, grow=grow)
+        return
+    got = by_column.encode(column, grow=grow)
+    assert got.dtype == expected.dtype == np.int64 and got.tolist() == expected.tolist()
+    assert by_column.names == by_list.names and by_column.ranks.tolist() == by_list.ranks.tolist()
+
+
+def test_first_seen_looks_past_the_first_block_for_labels_seen_late() -> None:
+    from ocrr.ledger import columns
+
+    labels = ["x"] * (columns._FIRST_SEEN_BLOCK + 5) + ["y", "x", "z"]
+    column = LabelColumn(["z", "y"])  # names in another order than the entries' first occurrences
+    column[0], column[1] = "x", "x"
+    column.extend(labels[2:])
+    seen, place = column.first_seen()
+    assert seen == ["x", "y", "z"]
+    assert place.tolist() == [{"x": 0, "y": 1, "z": 2}[v] for v in labels]

@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.cli.main import main
@@ -131,3 +133,51 @@ def test_the_refused_row_is_the_one_named(tmp_path):
         import_jsonl(tmp_path / "bad.jsonl", tmp_path / "out.db")
     line = json.loads((tmp_path / "bad.jsonl").read_text().splitlines()[4322])
     assert np.frombuffer(base64.b64decode(line["vector"]), "<f4").shape == (DIM,)
+
+
+def _exact_verdicts(vecs: np.ndarray) -> np.ndarray:
+    """Each row's verdict by the float64 rule itself (finite, norm within the tolerance)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.sqrt(np.square(vecs, dtype=np.float64).sum(axis=1))
+    return np.isfinite(vecs).all(axis=1) & (np.abs(norms - 1.0) <= UNIT_TOLERANCE)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    dim=st.sampled_from([1, 3, 8, 384, 4096]),
+    rows=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+    scales=st.lists(
+        st.sampled_from([1.0, 1 - UNIT_TOLERANCE, 1 + UNIT_TOLERANCE]).flatmap(
+            lambda edge: st.floats(edge - 2e-5, edge + 2e-5)
+        )
+        | st.sampled_from([np.nan, np.inf, 3e19, 0.0]),
+        min_size=6,
+        max_size=6,
+    ),
+)
+def test_the_float32_shortcut_accepts_only_rows_the_float64_rule_accepts(dim, rows, seed, scales) -> None:
+    """Rows scaled to just inside, on and just outside the tolerance's edges (and non-finite
+    or overflowing ones): ``check_rows`` passes or names exactly the first row the float64
+    rule refuses, whichever way it decides."""
+    from ocrr.ledger.rows import _surely_unit
+
+    v = np.random.default_rng(seed).normal(size=(rows, dim))
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True) * np.asarray(scales[:rows])[:, None]).astype(np.float32)
+    verdicts = _exact_verdicts(v)
+    if _surely_unit(v):
+        assert verdicts.all()
+    if verdicts.all():
+        assert check_rows(v, dim, lambda i: f"row {i}") is v
+    else:
+        first = int(np.flatnonzero(~verdicts)[0])
+        with pytest.raises(OcrrError, match=f"^row {first} "):
+            check_rows(v, dim, lambda i: f"row {i}")
+
+
+def test_the_float32_shortcut_takes_ordinary_rows() -> None:
+    """Encoder-normalised rows are judged without the float64 pass (the shortcut is taken)."""
+    from ocrr.ledger.rows import _surely_unit
+
+    v = np.random.default_rng(1).normal(size=(4096, 384)).astype(np.float32)
+    assert _surely_unit(v / np.linalg.norm(v, axis=1, keepdims=True))

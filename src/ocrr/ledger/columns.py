@@ -28,6 +28,7 @@ import numpy as np
 __all__ = ["HashColumn", "LabelColumn", "PrefixedBytes", "TextColumn", "hash_column", "label_column", "text_column"]
 
 HASH_SIZE = 32
+_FIRST_SEEN_BLOCK = 1 << 16  # entries looked at per step for labels not seen yet
 
 
 class _Column(Sequence[Any]):
@@ -214,6 +215,23 @@ class LabelColumn(_Column):
         out = array("i", self._prefix.tobytes())
         out.extend(self._own)
         return out
+
+    def first_seen(self) -> tuple[list[str], np.ndarray]:
+        """The labels the column holds, each once in the order each first occurs, and every
+        entry's place in that list (int64): what numbering the labels one by one as they come
+        gives, without a Python step per entry."""
+        codes = np.concatenate([np.frombuffer(self._prefix, np.int32), np.frombuffer(self._own, np.int32)])
+        first: dict[int, int] = {}  # code -> the entry where it first occurs
+        for lo in range(0, len(codes), _FIRST_SEEN_BLOCK):  # (usually every label occurs in the first block)
+            block_codes, at = np.unique(codes[lo : lo + _FIRST_SEEN_BLOCK], return_index=True)
+            for code, i in zip(block_codes.tolist(), at.tolist()):
+                first.setdefault(code, lo + i)
+            if len(first) == len(self._names):
+                break
+        order = sorted(first, key=first.__getitem__)
+        place = np.zeros(len(self._names), np.int64)
+        place[order] = np.arange(len(order))
+        return [self._names[code] for code in order], place[codes]
 
 
 class TextColumn(_Column):

@@ -51,6 +51,8 @@ def check_rows(
         raise OcrrError(f"{row(0)}: vectors must have shape (m, d), got {vecs.shape}")
     if dim is not None and vecs.shape[1] != dim:
         raise OcrrError(f"{row(0)} has dimension {vecs.shape[1]}, the ledger holds {dim}; encode with its encoder")
+    if _surely_unit(vecs):
+        return vecs
     with np.errstate(over="ignore", invalid="ignore"):  # a huge or non-finite row gives inf/nan: named below
         # np.linalg.norm's float64 sums, without its temporaries (fresh memory is slow to touch)
         norms = np.sqrt(np.square(vecs, dtype=np.float64).sum(axis=1))
@@ -64,3 +66,24 @@ def check_rows(
             f"{row(i)} has norm {float(norms[i]):.4g}; a ledger stores unit vectors (cosine similarity). {fix}"
         )
     return vecs
+
+
+_F32_ROUNDING = 2.0**-24
+
+
+def _surely_unit(vecs: np.ndarray) -> bool:
+    """Whether every float32 row is finite and of unit norm within ``UNIT_TOLERANCE``, judged
+    from float32 sums of squares only where their rounding cannot change the verdict: a
+    sum of d squares is off by at most (d + 1) roundings of it, so a sum inside the band
+    shrunk by that much is inside it exactly. False (the float64 check then decides and
+    names the row) for any other row: outside or near the band's edges, inf or NaN (a
+    non-finite value or an overflowing square makes the sum so)."""
+    if vecs.dtype != np.float32 or not vecs.size:
+        return False
+    slack = (vecs.shape[1] + 3) * _F32_ROUNDING * 1.01  # (the extra roundings: the bounds' own)
+    low, high = (1.0 - UNIT_TOLERANCE) ** 2 * (1.0 + slack), (1.0 + UNIT_TOLERANCE) ** 2 * (1.0 - slack)
+    if not low < high:
+        return False  # (so wide a row: the float64 check only)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = np.einsum("ij,ij->i", vecs, vecs).astype(np.float64)
+    return bool(((sums >= low) & (sums <= high)).all())  # (NaN compares False)

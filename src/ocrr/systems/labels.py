@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.columns import LabelColumn
 
 
 class LabelSpace:
@@ -51,6 +52,9 @@ class LabelSpace:
         return grew
 
     def encode(self, labels: Sequence[str], grow: bool = False) -> np.ndarray:
+        if isinstance(labels, LabelColumn):  # a ledger's column: one step per distinct label
+            seen, place = labels.first_seen()
+            return self.encode(seen, grow)[place] if len(seen) else np.zeros(len(place), np.int64)
         if grow:
             self.add(labels)
         try:
