@@ -15,7 +15,7 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.systems.substrate.persistent import open_substrate
-from ocrr.systems.substrate.saved_index import statement_path
+from ocrr.systems.substrate.saved_index import SavedIndex, statement_path
 
 faiss = pytest.importorskip("faiss")
 
@@ -139,6 +139,24 @@ def test_a_tampered_index_is_refused(here, tamper):
         _open(here, index_file=here / "l.ivf")
     with _open(here) as sub:  # the refusal left the ledger closed and usable
         assert len(sub) == ENTRIES
+
+
+@pytest.mark.parametrize("tamper", [t for t in TAMPERS if "statement" not in t])
+def test_the_files_checked_a_chunk_at_a_time_are_refused_as_when_read_whole(here, tamper, monkeypatch):
+    """The supervisor's check (``keep=False``: digests over chunks, nothing held) refuses the
+    changed files with the message of the whole read, and passes the intact ones."""
+    from ocrr.systems.substrate import saved_index
+
+    monkeypatch.setattr(saved_index, "_DIGEST_CHUNK", 7)  # many chunks, one cut through the last
+    signer = Signer.load(here / "key.pem", ORIGIN)
+    vouched = SavedIndex.read(here / "l.ivf", signer, keep=False)
+    assert vouched.statement == SavedIndex.read(here / "l.ivf", signer).statement and not vouched.faiss_bytes
+    TAMPERS[tamper](here)
+    with pytest.raises(OcrrError) as whole:
+        SavedIndex.read(here / "l.ivf", signer)
+    with pytest.raises(OcrrError, match=REFUSED) as chunked:
+        SavedIndex.read(here / "l.ivf", signer, keep=False)
+    assert str(chunked.value) == str(whole.value)
 
 
 def test_an_index_signed_by_another_key_is_refused(here):

@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -139,6 +140,7 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
     file only what follows it."""
     first = dataclasses.replace(config, encoder=None)
     room = None if config.on_database else room_for_rows(config.ledger)  # the rows are read into it
+    rows_mapping = None if room is None else room.buffer
     try:
         state = build_state(first, log=log, predicts=False, shared=room)  # the substrate is the workers'
         try:
@@ -153,6 +155,12 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
     del state  # the checked entries it holds are freed, not kept for the service's life
     gc.collect()  # (some are in reference cycles)
     _trim_heap()  # (glibc keeps some of a helper thread's freed heap otherwise)
+    # This process's mapping of the shared rows goes in a thread of its own, while the workers
+    # are handed them: unmapping that many pages takes a while and frees no memory (the
+    # memory file holds them).
+    held = [rows_mapping]
+    del rows_mapping
+    threading.Thread(target=held.clear, name="ocrr-unmap", daemon=True).start()  # (the last reference)
     return handed
 
 

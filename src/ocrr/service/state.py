@@ -12,6 +12,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from ocrr.service.metrics import Counters, Scrape
 from ocrr.service.shared_rows import RowsRoom, SharedRows
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
-from ocrr.systems.substrate.saved_index import check_index_file
+from ocrr.systems.substrate.saved_index import SavedIndex, check_index_file
 
 #: Entries older than the last checkpoint the background check rehashes per tick (a slice
 #: short enough for requests not to notice, docs/reference/measurements.md), in turn: all of
@@ -316,19 +317,26 @@ def build_state(
                 known=known,
             )
             del known  # (its lists are the substrate's now)
+            opened.enter_context(sub)
             if isinstance(shared, SharedRows):
                 shared.lend_codes(sub)
         else:
             if config.fit is not None:
                 raise ValueError("predicts=False cannot seed the ledger (config.fit)")
             known = None if shared is None else shared.known_prefix()  # (of no entries: where rows are read into)
-            sub = open_checked(
-                config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer, known=known
-            )
+            # A saved index is refused once here, not by every worker in turn; its files are
+            # checked while the ledger is read.
+            with ThreadPoolExecutor(1, thread_name_prefix="ocrr-index-check") as pool:
+                index_read = None
+                if config.index_file is not None:
+                    index_read = pool.submit(SavedIndex.read, config.index_file, signer, keep=False)
+                sub = open_checked(
+                    config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer, known=known
+                )
             del known
-        opened.enter_context(sub)
-        if not predicts and config.index_file is not None:  # refused once here, not by every worker in turn
-            check_index_file(config.index_file, signer, sub.system, sub.ledger)
+            opened.enter_context(sub)
+            if index_read is not None:
+                check_index_file(index_read.result(), sub.system, sub.ledger)
         guarded = None if signer is None else opened.enter_context(_signing_state(config, signer, sub, log))
         if encoder is not None:
             encoder = SerialEncoder(encoder)

@@ -195,10 +195,11 @@ class SavedIndex:
     restored: bool = False
 
     @classmethod
-    def read(cls, index_file: str | os.PathLike[str], signer: Signer | None) -> SavedIndex:
+    def read(cls, index_file: str | os.PathLike[str], signer: Signer | None, keep: bool = True) -> SavedIndex:
         """Read ``index_file``, ``.npz`` and ``.statement``: refused unless the statement is
         signed by ``signer``'s key under its origin and each file has the length and SHA-256
-        it states."""
+        it states. ``keep`` False: the files are checked a chunk at a time and not held (for
+        a process that only vouches for them; the result cannot ``restore``)."""
         path = Path(index_file).expanduser()
         if signer is None:
             raise OcrrError(
@@ -219,8 +220,9 @@ class SavedIndex:
         blobs = []
         for name, file in zip(_FILES, (path, side_path(path))):
             digest, length = statement.files[name]
-            data = _read_bounded(path, file, length)
-            if len(data) != length or hashlib.sha256(data).hexdigest() != digest:
+            data = _read_bounded(path, file, length) if keep else b""
+            seen = (len(data), hashlib.sha256(data).hexdigest()) if keep else _digest_bounded(path, file, length)
+            if seen != (length, digest):
                 raise refused(path, f"{file.name} is not the file its statement signs (changed or damaged)")
             blobs.append(data)
         return cls(path, statement, faiss_bytes=blobs[0], npz_bytes=blobs[1])
@@ -279,11 +281,11 @@ class SavedIndex:
             )
 
 
-def check_index_file(index_file: str | os.PathLike[str], signer: Signer | None, system: Substrate, ledger: Any) -> None:
-    """Everything an opener checks of a saved index except taking it: for a process that opens
-    no substrate (the supervisor of ``ocrr serve --workers N``), so that a bad file is refused
-    once, at the start, not by each worker in turn."""
-    saved = SavedIndex.read(index_file, signer)
+def check_index_file(saved: SavedIndex, system: Substrate, ledger: Any) -> None:
+    """Everything an opener checks of a saved index (``saved``: its files checked,
+    ``SavedIndex.read``) except taking it: for a process that opens no substrate (the
+    supervisor of ``ocrr serve --workers N``), so that a bad file is refused once, at the
+    start, not by each worker in turn."""
     saved.check_system(system)
     saved.check_root(ledger)
 
@@ -294,6 +296,25 @@ def refused(path: Path, why: str) -> OcrrError:
         f"--system SPEC --key KEY --out {path}`, or start without --index-file (each worker then trains "
         "its index at open)"
     )
+
+
+_DIGEST_CHUNK = 8 << 20
+
+
+def _digest_bounded(index_file: Path, path: Path, limit: int) -> tuple[int, str]:
+    """The length (at most ``limit`` + 1 read) and SHA-256 of ``path``, read a chunk at a time."""
+    digest, length, chunk = hashlib.sha256(), 0, bytearray(_DIGEST_CHUNK)
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            if os.fstat(fh.fileno()).st_size > limit:
+                raise refused(index_file, f"{path.name} is longer than the {limit} bytes it may have")
+            view = memoryview(chunk)
+            while length <= limit and (got := fh.readinto(view[: min(len(chunk), limit + 1 - length)])):
+                digest.update(view[:got])
+                length += got
+    except OSError as e:
+        raise refused(index_file, f"cannot read {path.name} ({e.strerror or e})") from None
+    return length, digest.hexdigest()
 
 
 def _read_bounded(index_file: Path, path: Path, limit: int) -> bytes:
