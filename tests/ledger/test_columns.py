@@ -194,3 +194,17 @@ def test_first_seen_looks_past_the_first_block_for_labels_seen_late() -> None:
     seen, place = column.first_seen()
     assert seen == ["x", "y", "z"]
     assert place.tolist() == [{"x": 0, "y": 1, "z": 2}[v] for v in labels]
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=texts_st, block=texts_st.filter(lambda t: all(x is None or "\0" not in x for x in t)))
+def test_texts_appended_as_a_blob_read_as_appended_one_by_one(first, block) -> None:
+    """``extend_blob`` (what the quick open appends: the texts' bytes joined, their ends, the
+    None mask) gives the column ``extend`` gives."""
+    column, want = TextColumn(first), TextColumn(first)
+    encoded = [b"" if t is None else t.encode("utf-8", "surrogatepass") for t in block]
+    ends = np.cumsum([len(e) for e in encoded], dtype=np.int64)
+    column.extend_blob(b"".join(encoded), ends, bytes(t is None for t in block))
+    want.extend(block)
+    _check_same(column, list(want))
+    assert column.parts() == want.parts()

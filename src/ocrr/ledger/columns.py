@@ -294,15 +294,12 @@ class TextColumn(_Column):
         self._own_blob += blob
         self._own_none += none
 
-    def extend_encoded(self, encoded: Sequence[bytes], missing: Iterable[int] = ()) -> None:
-        """Append texts given as their UTF-8 bytes (valid: the caller decoded them once), those
-        at the positions ``missing`` None (their bytes empty)."""
-        none = bytearray(len(encoded))
-        for j in missing:
-            none[j] = 1
+    def extend_blob(self, blob: bytes, ends: np.ndarray, none: bytes) -> None:
+        """Append texts given as ``parts`` gives them: their UTF-8 bytes concatenated (valid:
+        the caller decoded them once), where each ends in ``blob``, and which are None."""
         at = len(self._own_blob)
-        self._own_ends.extend(itertools.islice(itertools.accumulate(map(len, encoded), initial=at), 1, None))
-        self._own_blob += b"".join(encoded)
+        self._own_ends.frombytes((np.asarray(ends, np.int64) + at).tobytes())
+        self._own_blob += blob
         self._own_none += none
 
     def copy(self) -> TextColumn:

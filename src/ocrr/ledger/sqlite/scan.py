@@ -342,10 +342,10 @@ def _read_prefix(
         tree = _prefix_tree(conn, trusted) if building is None else None
         try:
             for (lo, hi), got in zip(blocks, readers.fetch(blocks)):
-                block_labels, block_texts, no_text, _rows, chain = _read_block(got, lo, hi, width, prev)
+                block_labels, block_texts, _rows, chain = _read_block(got, lo, hi, width, prev)
                 if vectors is not None:  # (its rows are there: the reader put them)
                     labels.extend(block_labels)
-                    texts.extend_encoded(block_texts, no_text)
+                    texts.extend_blob(*block_texts)
                 hashes.extend_bytes(chain)
                 prev = chain[-32:]
         finally:
@@ -436,11 +436,11 @@ def _more_connections(conn: sqlite3.Connection, count: int) -> list[sqlite3.Conn
 
 def _read_block(
     got: tuple, lo: int, hi: int, width: int, prev: bytes
-) -> tuple[list[str], list[bytes], list[int], bytes, bytes]:
+) -> tuple[list[str], tuple[bytes, np.ndarray, bytes], bytes, bytes]:
     """Entries ``lo..hi-1`` as ``_ENTRIES_BLOCK`` read them, checked (``_NotIntact`` unless each
-    is as a valid entry's and the first links to ``prev``): their labels, texts' UTF-8 bytes
-    (checked to decode), the positions in the block of those without text, rows' bytes and
-    chain hashes' bytes."""
+    is as a valid entry's and the first links to ``prev``): their labels, their texts as
+    ``TextColumn.extend_blob`` takes them (UTF-8 bytes checked to decode, concatenated; where
+    each ends; which are None), rows' bytes and chain hashes' bytes."""
     n, row_bytes = hi - lo, width * _F4LE.itemsize
     count, ids, labels_ok, texts_ok, labels, texts, no_text, rows_ok, links_ok, hashes_ok, rows, links, chain = got
     if count != n or ids != _ids(lo, hi) or not labels_ok == texts_ok == rows_ok == links_ok == hashes_ok == n:
@@ -448,13 +448,21 @@ def _read_block(
     if len(rows) != n * row_bytes or len(chain) != 32 * n or links != prev + chain[:-32]:  # each links back
         raise _NotIntact
     texts.decode("utf-8")  # (UnicodeDecodeError, a ValueError: read row by row, which names it)
-    block_labels, block_texts = labels.decode("utf-8").split("\0"), texts.split(b"\0")
-    if len(block_labels) != n or len(block_texts) != n:
+    block_labels = labels.decode("utf-8").split("\0")
+    # The texts' n - 1 separators (a text holding a NUL makes more): each text ends where its
+    # separator is, less the separators before it.
+    separators = np.flatnonzero(np.frombuffer(texts, np.uint8) == 0)
+    if len(block_labels) != n or len(separators) != n - 1:
         raise _NotIntact
-    missing = [] if no_text is None else [i - lo for i in map(int, no_text.split(","))]
-    if any(not 0 <= j < n or block_texts[j] for j in missing):
-        raise _NotIntact  # (a NULL text reads as '': an id out of the block or a text there cannot be)
-    return block_labels, block_texts, missing, rows, chain
+    ends = np.append(separators, len(texts)) - np.arange(n)
+    starts = np.concatenate(([0], ends[:-1]))
+    none = np.zeros(n, np.uint8)
+    if no_text is not None:
+        missing = np.asarray([int(i) - lo for i in no_text.split(",")], np.int64)
+        if ((missing < 0) | (missing >= n)).any() or (ends[missing] != starts[missing]).any():
+            raise _NotIntact  # (a NULL text reads as '': an id out of the block or a text there cannot be)
+        none[missing] = 1
+    return block_labels, (texts.replace(b"\0", b""), ends, none.tobytes()), rows, chain
 
 
 def _stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes:
