@@ -250,6 +250,21 @@ def test_only_a_small_group_waits_for_others_to_join(pg_url, monkeypatch):
         assert len(led) == store.GATHER_BELOW + 1 and led.report.ok
 
 
+def test_a_group_the_database_refuses_writes_nothing_and_the_next_one_goes_in(pg_url, caplog):
+    """A commit is pipelined (BEGIN with the head's lock, the insert with COMMIT): a statement
+    the server refuses there fails the group, writes nothing, and leaves the connection ready."""
+    vecs, labels, texts = _entries(6)
+    with PostgresLedger.open(pg_url, dim=DIM, pool_size=1) as pg:  # one connection: the next commit reuses it
+        pg.extend(vecs[:2], labels[:2], texts[:2])
+        with pytest.raises(OcrrError, match="an append failed"):
+            pg.extend(vecs[2:4], ["fine", "nul \x00 inside"], texts[2:4])  # PostgreSQL text holds no NUL
+        assert len(pg) == 2
+        assert pg.extend(vecs[4:], labels[4:], texts[4:]) == range(2, 4)
+        assert pg.verify() and pg.verify().size == 4
+        assert [e.label for e in pg.memory or []] == labels[:2] + labels[4:]
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage()]  # ended by us, not the pool
+
+
 def test_bad_urls_and_input_are_one_clear_error(pg_cluster):  # noqa: F811
     with pytest.raises(
         OcrrError, match="cannot connect to the ledger database postgresql://postgres:\\*\\*\\*@127.0.0.1:1/x"

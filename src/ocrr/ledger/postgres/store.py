@@ -10,7 +10,8 @@ Appends. One transaction per group commit: ``SELECT … FROM ocrr_head FOR UPDAT
 head row's lock serialises writers across processes and machines, so ids stay gap-free),
 take in what other writers committed since this process last looked (checked), hash the
 new entries in Python, then one statement inserts them all (``unnest``) and moves the head,
-and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). Requests that
+and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). In pipeline
+mode, ``BEGIN`` goes with the lock and ``COMMIT`` with the insert: two round trips. Requests that
 arrive while a commit runs, or within ``gather`` seconds of the first (when it brings fewer
 than ``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
 docs/postgres.md has the measurements.
@@ -25,6 +26,7 @@ psycopg 3 and psycopg_pool are imported inside functions: they are the optional 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -49,13 +51,20 @@ _WAIT = 5.0  # seconds a request waits for a pooled connection (the database dow
 #: bigger one (a batched /correct) already shares its WAL flush, and waiting would only delay it.
 GATHER_BELOW = 32
 # The columns go as binary parameters (%b): as text, every bytea is hex-escaped by the client
-# and parsed back by the server, which cost more than the insert itself.
+# and parsed back by the server, which cost more than the insert itself. The labels and texts
+# go as arrays; the vectors, prev hashes, hashes and leaves each as one bytea of equal-width
+# rows, which the server slices: the client builds no array of them element by element. The
+# entries are inserted only once the head row moved, so a missing head writes nothing.
 _INSERT = (
-    "WITH added AS (INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
-    "SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[]) "
-    "RETURNING 1) "
-    "UPDATE ocrr_head SET size = %s, chain_head = %s, root = %s, dim = coalesce(dim, %s) "
-    "WHERE (SELECT count(*) FROM added) = %s"
+    "WITH moved AS (UPDATE ocrr_head SET size = %(size)s, chain_head = %(chain_head)s, root = %(root)s, "
+    "dim = coalesce(dim, %(dim)s) RETURNING 1) "
+    "INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
+    "SELECT %(start)s::bigint + i - 1, label, text, "
+    "substring(%(vectors)b FROM (i::int - 1) * %(width)s::int + 1 FOR %(width)s::int), "
+    "substring(%(prevs)b FROM (i::int - 1) * 32 + 1 FOR 32), substring(%(hashes)b FROM (i::int - 1) * 32 + 1 FOR 32), "
+    "substring(%(leaves)b FROM (i::int - 1) * 32 + 1 FOR 32) "
+    "FROM unnest(%(labels)b::text[], %(texts)b::text[]) WITH ORDINALITY AS given(label, text, i) "
+    "WHERE EXISTS (SELECT FROM moved)"
 )
 # The rest of the stored tail (ocrr.ledger.tail.StoredTail): two reads of the entries' primary key.
 _TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
@@ -204,7 +213,21 @@ class PostgresLedger(HeldLedger):
         state: dict = {}
 
         def write(conn) -> None:
-            with conn.transaction():
+            try:
+                pipelined(conn)
+            except BaseException:
+                # A statement failed in the pipeline: its COMMIT was skipped, the transaction
+                # is aborted; end it here (the pool would, with a warning).
+                psycopg = psycopg_modules()[0]
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    with contextlib.suppress(psycopg.Error):  # the connection is lost: the pool drops it
+                        conn.rollback()
+                raise
+
+        def pipelined(conn) -> None:
+            # Pipeline mode: BEGIN goes out with the head's lock, and the insert with COMMIT,
+            # two round trips (not four) per commit, each a wake-up of this thread.
+            with conn.pipeline(), conn.transaction():
                 # The head row's lock: the writers' one lock.
                 held = len(self._hashes)
                 size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
@@ -227,29 +250,29 @@ class PostgresLedger(HeldLedger):
                     n0.append(start)
                     self._own = (start, start + len(rows))
                     root = self.tree.root(start + len(rows))
-                leaves = [h for level, _, h in nodes if level == 0]
-                cols = list(zip(*rows))
-                cur = conn.execute(
+                labels, texts, vectors, prevs = ([row[k] for row in rows] for k in (1, 2, 3, 4))
+                inserted = conn.execute(
                     _INSERT,
-                    (
-                        list(cols[0]),
-                        list(cols[1]),
-                        list(cols[2]),
-                        list(cols[3]),
-                        list(cols[4]),
-                        list(cols[5]),
-                        leaves,
-                        start + len(rows),
-                        digests[-1],
-                        root,
-                        dim,
-                        len(rows),
-                    ),
+                    {
+                        "size": start + len(rows),
+                        "chain_head": digests[-1],
+                        "root": root,
+                        "dim": dim,
+                        "start": start,
+                        "labels": labels,
+                        "texts": texts,
+                        "width": len(vectors[0]),
+                        "vectors": b"".join(vectors),
+                        "prevs": b"".join(prevs),
+                        "hashes": b"".join(digests),
+                        "leaves": b"".join([leaf for _, _, leaf in nodes[: len(rows)]]),  # the leaves come first
+                    },
                 )
-                if cur.rowcount != 1:
-                    raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
-                state.update(ok=ok, dim=dim, digests=digests)
-            # Leaving the transaction block committed it: the WAL is flushed (synchronous_commit = on).
+            # Leaving the blocks sent COMMIT and waited for it: the WAL is flushed
+            # (synchronous_commit = on). The entries are inserted only with the head moved.
+            if inserted.rowcount != len(rows):
+                raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
+            state.update(ok=ok, dim=dim, digests=digests)
 
         try:
             if self._broken is not None:
