@@ -78,6 +78,10 @@ _LOCK_AND_TAIL = (
 )
 
 
+class _NotLocked(Exception):
+    """A commit's first round trip failed on a lost connection: nothing was written."""
+
+
 class PostgresLedger(HeldLedger):
     """A ledger in a PostgreSQL schema; acknowledges appends once committed and flushed.
 
@@ -97,6 +101,7 @@ class PostgresLedger(HeldLedger):
         self._start_mirror(scan, report)
         self.gather = gather
         self.follower: Any = None  # the Follower taking in others' entries, if one runs
+        self._kept: Any = None  # the connection the commits run on (_on_kept_connection)
         # While a commit runs its items' checks: (its thread, its connection, the latest
         # verification record's id its transaction read), for ``damage_since``.
         self._checking: tuple[int, Any, int] | None = None
@@ -181,10 +186,13 @@ class PostgresLedger(HeldLedger):
                 raise
         return ledger
 
-    def _db(self, what: str, fn: Callable):
-        """Run ``fn(conn)`` on a pooled connection; a database error becomes an OcrrError."""
+    def _db(self, what: str, fn: Callable, kept: bool = False):
+        """Run ``fn(conn)`` on a pooled connection (``kept``: the one kept for commits,
+        ``_kept_connection``); a database error becomes an OcrrError."""
         psycopg, psycopg_pool = psycopg_modules()
         try:
+            if kept and self._pool.max_size > 1:  # (a pool of one: the readers need it too)
+                return self._on_kept_connection(fn)
             with self._pool.connection(timeout=_WAIT) as conn:
                 return fn(conn)
         except psycopg.IntegrityError as e:  # a row where the ledger's next ones go (rows inserted behind its back)
@@ -200,6 +208,36 @@ class PostgresLedger(HeldLedger):
             ) from e
 
     # -- appending ----------------------------------------------------------------------
+    def _on_kept_connection(self, fn: Callable):
+        """``fn(conn)`` on the connection kept for commits. The pool checks a connection with
+        a round trip each time it hands one out; the committer takes one once and keeps it
+        while it works. One the server dropped since (a restart) fails ``fn``'s first round
+        trip, before anything is written (``fn`` raises ``_NotLocked``): ``fn`` then runs once
+        more on a fresh connection, as the pool's check would have got it."""
+        psycopg = psycopg_modules()[0]
+        for retry in (False, True):
+            reused = self._kept is not None
+            conn = self._kept if self._kept is not None else self._pool.getconn(timeout=_WAIT)
+            self._kept = conn
+            try:
+                return fn(conn)
+            except _NotLocked as e:
+                self._drop_kept()
+                if reused and not retry:
+                    continue
+                raise e.__cause__ from None
+            except psycopg.Error:
+                if conn.closed or conn.broken:
+                    self._drop_kept()
+                raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _drop_kept(self) -> None:
+        """Give the kept connection back to the pool (which discards a broken one)."""
+        if self._kept is not None:
+            conn, self._kept = self._kept, None
+            self._pool.putconn(conn)
+
     def _commit_all(self, batch: list[Pending]) -> None:
         if self.gather and len(batch) == 1 and len(batch[0].labels) < GATHER_BELOW:
             # A few rows alone: let concurrent requests join for a few ms.
@@ -211,17 +249,20 @@ class PostgresLedger(HeldLedger):
     def _commit(self, batch: list[Pending]) -> None:
         n0: list[int] = []
         state: dict = {}
+        locked: list[bool] = []  # [True] once the head's lock is held
 
         def write(conn) -> None:
             try:
                 pipelined(conn)
-            except BaseException:
-                # A statement failed in the pipeline: its COMMIT was skipped, the transaction
-                # is aborted; end it here (the pool would, with a warning).
+            except BaseException as e:
                 psycopg = psycopg_modules()[0]
                 if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                    with contextlib.suppress(psycopg.Error):  # the connection is lost: the pool drops it
+                    # A statement failed in the pipeline: its COMMIT was skipped and the
+                    # transaction is aborted; end it, so the connection can be used again.
+                    with contextlib.suppress(psycopg.Error):  # the connection is lost: it is dropped
                         conn.rollback()
+                if isinstance(e, psycopg.OperationalError) and not locked:
+                    raise _NotLocked from e  # lost before the head's lock: nothing was written
                 raise
 
         def pipelined(conn) -> None:
@@ -231,6 +272,7 @@ class PostgresLedger(HeldLedger):
                 # The head row's lock: the writers' one lock.
                 held = len(self._hashes)
                 size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
+                locked.append(True)
                 self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
                 try:
                     ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
@@ -277,7 +319,7 @@ class PostgresLedger(HeldLedger):
         try:
             if self._broken is not None:
                 raise self._broken
-            self._db("an append", write)
+            self._db("an append", write, kept=True)
         except BaseException as e:
             err = e if isinstance(e, OcrrError) else LedgerStorageError(f"ledger {self.path}: append failed ({e})")
             self._commit_failed(n0[0] if n0 else None, batch, err)
@@ -449,5 +491,6 @@ class PostgresLedger(HeldLedger):
             if not self._closed:
                 with self._follow:
                     self._closed = True
+                self._drop_kept()
                 self._pool.close()
                 self._cv.notify_all()
