@@ -252,69 +252,76 @@ class PostgresLedger(HeldLedger):
         locked: list[bool] = []  # [True] once the head's lock is held
 
         def write(conn) -> None:
+            # Pipeline mode: BEGIN goes out with the head's lock, and COMMIT with the insert:
+            # two round trips per commit, each a wake-up of this thread. (BEGIN and COMMIT are
+            # sent as statements: a transaction block in a pipeline syncs at its own edges.)
+            psycopg = psycopg_modules()[0]
             try:
-                pipelined(conn)
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    inserted = locked_write(conn)
+                    conn.execute("COMMIT" if inserted is not None else "ROLLBACK")  # ROLLBACK: nothing to write
             except BaseException as e:
-                psycopg = psycopg_modules()[0]
-                if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                    # A statement failed in the pipeline: its COMMIT was skipped and the
-                    # transaction is aborted; end it, so the connection can be used again.
+                if conn.info.transaction_status in (
+                    psycopg.pq.TransactionStatus.INTRANS,
+                    psycopg.pq.TransactionStatus.INERROR,
+                ):  # failed before COMMIT, or a statement failed and COMMIT was skipped: end it
                     with contextlib.suppress(psycopg.Error):  # the connection is lost: it is dropped
                         conn.rollback()
                 if isinstance(e, psycopg.OperationalError) and not locked:
                     raise _NotLocked from e  # lost before the head's lock: nothing was written
                 raise
-
-        def pipelined(conn) -> None:
-            # Pipeline mode: BEGIN goes out with the head's lock, and the insert with COMMIT,
-            # two round trips (not four) per commit, each a wake-up of this thread.
-            with conn.pipeline(), conn.transaction():
-                # The head row's lock: the writers' one lock.
-                held = len(self._hashes)
-                size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
-                locked.append(True)
-                self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
-                try:
-                    ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
-                finally:
-                    self._checking = None
-                if not ready:
-                    return
-                with self._follow:
-                    if self._take_in_db(conn, size) or len(self._hashes) != held:
-                        # Others' entries came first: the tail is read again after them.
-                        last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
-                    self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
-                    ok, dim = self._same_dim(ready)
-                    if not ok:
-                        return
-                    rows, nodes, digests, start = self._rows_of(ok)
-                    n0.append(start)
-                    self._own = (start, start + len(rows))
-                    root = self.tree.root(start + len(rows))
-                labels, texts, vectors, prevs = ([row[k] for row in rows] for k in (1, 2, 3, 4))
-                inserted = conn.execute(
-                    _INSERT,
-                    {
-                        "size": start + len(rows),
-                        "chain_head": digests[-1],
-                        "root": root,
-                        "dim": dim,
-                        "start": start,
-                        "labels": labels,
-                        "texts": texts,
-                        "width": len(vectors[0]),
-                        "vectors": b"".join(vectors),
-                        "prevs": b"".join(prevs),
-                        "hashes": b"".join(digests),
-                        "leaves": b"".join([leaf for _, _, leaf in nodes[: len(rows)]]),  # the leaves come first
-                    },
-                )
-            # Leaving the blocks sent COMMIT and waited for it: the WAL is flushed
-            # (synchronous_commit = on). The entries are inserted only with the head moved.
-            if inserted.rowcount != len(rows):
+            # Leaving the pipeline waited for COMMIT: the WAL is flushed (synchronous_commit = on).
+            # The entries are inserted only with the head moved.
+            if inserted is not None and inserted.rowcount != len(state["digests"]):
+                state.clear()
                 raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
+
+        def locked_write(conn):
+            """In the transaction: the head's lock, the checks, the insert queued (its cursor), or
+            None when nothing is to be written."""
+            held = len(self._hashes)
+            size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
+            locked.append(True)
+            self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
+            try:
+                ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
+            finally:
+                self._checking = None
+            if not ready:
+                return None
+            with self._follow:
+                if self._take_in_db(conn, size) or len(self._hashes) != held:
+                    # Others' entries came first: the tail is read again after them.
+                    last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
+                self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
+                ok, dim = self._same_dim(ready)
+                if not ok:
+                    return None
+                rows, nodes, digests, start = self._rows_of(ok)
+                n0.append(start)
+                self._own = (start, start + len(rows))
+                root = self.tree.root(start + len(rows))
+            labels, texts, vectors, prevs = ([row[k] for row in rows] for k in (1, 2, 3, 4))
+            inserted = conn.execute(
+                _INSERT,
+                {
+                    "size": start + len(rows),
+                    "chain_head": digests[-1],
+                    "root": root,
+                    "dim": dim,
+                    "start": start,
+                    "labels": labels,
+                    "texts": texts,
+                    "width": len(vectors[0]),
+                    "vectors": b"".join(vectors),
+                    "prevs": b"".join(prevs),
+                    "hashes": b"".join(digests),
+                    "leaves": b"".join([leaf for _, _, leaf in nodes[: len(rows)]]),  # the leaves come first
+                },
+            )
             state.update(ok=ok, dim=dim, digests=digests)
+            return inserted
 
         try:
             if self._broken is not None:
