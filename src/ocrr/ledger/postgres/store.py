@@ -79,7 +79,11 @@ _LOCK_AND_TAIL = (
 
 
 class _NotLocked(Exception):
-    """A commit's first round trip failed on a lost connection: nothing was written."""
+    """A commit's first round trip failed on a lost connection (``lost``): nothing was written."""
+
+    def __init__(self, lost: BaseException):
+        super().__init__(str(lost))
+        self.lost = lost
 
 
 class PostgresLedger(HeldLedger):
@@ -225,7 +229,7 @@ class PostgresLedger(HeldLedger):
                 self._drop_kept()
                 if reused and not retry:
                     continue
-                raise e.__cause__ from None
+                raise e.lost from None
             except psycopg.Error:
                 if conn.closed or conn.broken:
                     self._drop_kept()
@@ -269,7 +273,7 @@ class PostgresLedger(HeldLedger):
                     with contextlib.suppress(psycopg.Error):  # the connection is lost: it is dropped
                         conn.rollback()
                 if isinstance(e, psycopg.OperationalError) and not locked:
-                    raise _NotLocked from e  # lost before the head's lock: nothing was written
+                    raise _NotLocked(e) from e  # lost before the head's lock: nothing was written
                 raise
             # Leaving the pipeline waited for COMMIT: the WAL is flushed (synchronous_commit = on).
             # The entries are inserted only with the head moved.
