@@ -11,9 +11,10 @@ head row's lock serialises writers across processes and machines, so ids stay ga
 take in what other writers committed since this process last looked (checked), hash the
 new entries in Python, then one statement inserts them all (``unnest``) and moves the head,
 and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). In pipeline
-mode, ``BEGIN`` goes with the lock and ``COMMIT`` with the insert: two round trips. Requests that
-arrive while a commit runs, or within ``gather`` seconds of the first (when it brings fewer
-than ``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
+mode, ``BEGIN`` goes with the lock and ``COMMIT`` with the insert: two round trips, on a
+connection the commits keep (``_on_kept_connection``). Requests that arrive while a
+commit runs, or within ``gather`` seconds of the first (when it brings fewer than
+``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
 docs/postgres.md has the measurements.
 
 Followers. ``refresh`` takes in what other processes committed;
@@ -192,7 +193,7 @@ class PostgresLedger(HeldLedger):
 
     def _db(self, what: str, fn: Callable, kept: bool = False):
         """Run ``fn(conn)`` on a pooled connection (``kept``: the one kept for commits,
-        ``_kept_connection``); a database error becomes an OcrrError."""
+        ``_on_kept_connection``); a database error becomes an OcrrError."""
         psycopg, psycopg_pool = psycopg_modules()
         try:
             if kept and self._pool.max_size > 1:  # (a pool of one: the readers need it too)
