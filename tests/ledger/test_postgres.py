@@ -250,6 +250,37 @@ def test_only_a_small_group_waits_for_others_to_join(pg_url, monkeypatch):
         assert len(led) == store.GATHER_BELOW + 1 and led.report.ok
 
 
+def test_a_group_the_database_refuses_writes_nothing_and_the_next_one_goes_in(pg_url, caplog):
+    """A commit is pipelined (BEGIN with the head's lock, the insert with COMMIT): a statement
+    the server refuses there fails the group, writes nothing, and leaves the connection ready."""
+    vecs, labels, texts = _entries(6)
+    with PostgresLedger.open(pg_url, dim=DIM) as pg:  # the commits' kept connection: the next one reuses it
+        pg.extend(vecs[:2], labels[:2], texts[:2])
+        with pytest.raises(OcrrError, match="an append failed"):
+            pg.extend(vecs[2:4], ["fine", "nul \x00 inside"], texts[2:4])  # PostgreSQL text holds no NUL
+        assert len(pg) == 2
+        assert pg.extend(vecs[4:], labels[4:], texts[4:]) == range(2, 4)
+        assert pg.verify() and pg.verify().size == 4
+        assert [e.label for e in pg.memory or []] == labels[:2] + labels[4:]
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage()]  # ended by us, not the pool
+
+
+def test_an_append_after_the_server_restarts_goes_in(pg_url, pg_cluster):
+    """The commits keep their connection (no check's round trip per commit); one the server
+    dropped fails the first round trip, which wrote nothing, and the commit runs again on a
+    fresh connection, as the pool's check would have had it."""
+    if not pg_cluster.local:
+        pytest.skip("restarts the database server: needs the tests' own cluster")
+    vecs, labels, texts = _entries(4)
+    with PostgresLedger.open(pg_url, dim=DIM) as pg:
+        assert pg.extend(vecs[:2], labels[:2], texts[:2]) == range(0, 2)
+        kept = pg._kept
+        pg_cluster.kill9()
+        pg_cluster.start()
+        assert pg.extend(vecs[2:], labels[2:], texts[2:]) == range(2, 4)
+        assert pg._kept is not kept and pg.verify() and pg.verify().size == 4
+
+
 def test_bad_urls_and_input_are_one_clear_error(pg_cluster):  # noqa: F811
     with pytest.raises(
         OcrrError, match="cannot connect to the ledger database postgresql://postgres:\\*\\*\\*@127.0.0.1:1/x"

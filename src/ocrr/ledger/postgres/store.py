@@ -10,9 +10,11 @@ Appends. One transaction per group commit: ``SELECT … FROM ocrr_head FOR UPDAT
 head row's lock serialises writers across processes and machines, so ids stay gap-free),
 take in what other writers committed since this process last looked (checked), hash the
 new entries in Python, then one statement inserts them all (``unnest``) and moves the head,
-and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). Requests that
-arrive while a commit runs, or within ``gather`` seconds of the first (when it brings fewer
-than ``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
+and ``COMMIT`` returns once the WAL is flushed (``synchronous_commit = on``). In pipeline
+mode, ``BEGIN`` goes with the lock and ``COMMIT`` with the insert: two round trips, on a
+connection the commits keep (``_on_kept_connection``). Requests that arrive while a
+commit runs, or within ``gather`` seconds of the first (when it brings fewer than
+``GATHER_BELOW`` rows), go in together (group commit: one WAL flush for all of them).
 docs/postgres.md has the measurements.
 
 Followers. ``refresh`` takes in what other processes committed;
@@ -25,6 +27,7 @@ psycopg 3 and psycopg_pool are imported inside functions: they are the optional 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -49,13 +52,20 @@ _WAIT = 5.0  # seconds a request waits for a pooled connection (the database dow
 #: bigger one (a batched /correct) already shares its WAL flush, and waiting would only delay it.
 GATHER_BELOW = 32
 # The columns go as binary parameters (%b): as text, every bytea is hex-escaped by the client
-# and parsed back by the server, which cost more than the insert itself.
+# and parsed back by the server, which cost more than the insert itself. The labels and texts
+# go as arrays; the vectors, prev hashes, hashes and leaves each as one bytea of equal-width
+# rows, which the server slices: the client builds no array of them element by element. The
+# entries are inserted only once the head row moved, so a missing head writes nothing.
 _INSERT = (
-    "WITH added AS (INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
-    "SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[], %b::bytea[]) "
-    "RETURNING 1) "
-    "UPDATE ocrr_head SET size = %s, chain_head = %s, root = %s, dim = coalesce(dim, %s) "
-    "WHERE (SELECT count(*) FROM added) = %s"
+    "WITH moved AS (UPDATE ocrr_head SET size = %(size)s, chain_head = %(chain_head)s, root = %(root)s, "
+    "dim = coalesce(dim, %(dim)s) RETURNING 1) "
+    "INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
+    "SELECT %(start)s::bigint + i - 1, label, text, "
+    "substring(%(vectors)b FROM (i::int - 1) * %(width)s::int + 1 FOR %(width)s::int), "
+    "substring(%(prevs)b FROM (i::int - 1) * 32 + 1 FOR 32), substring(%(hashes)b FROM (i::int - 1) * 32 + 1 FOR 32), "
+    "substring(%(leaves)b FROM (i::int - 1) * 32 + 1 FOR 32) "
+    "FROM unnest(%(labels)b::text[], %(texts)b::text[]) WITH ORDINALITY AS given(label, text, i) "
+    "WHERE EXISTS (SELECT FROM moved)"
 )
 # The rest of the stored tail (ocrr.ledger.tail.StoredTail): two reads of the entries' primary key.
 _TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
@@ -67,6 +77,14 @@ _LOCK_AND_TAIL = (
     "SELECT size, chain_head, (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries), "
     "(SELECT max(id) FROM ocrr_verifications) FROM ocrr_head FOR UPDATE"
 )
+
+
+class _NotLocked(Exception):
+    """A commit's first round trip failed on a lost connection (``lost``): nothing was written."""
+
+    def __init__(self, lost: BaseException):
+        super().__init__(str(lost))
+        self.lost = lost
 
 
 class PostgresLedger(HeldLedger):
@@ -88,6 +106,7 @@ class PostgresLedger(HeldLedger):
         self._start_mirror(scan, report)
         self.gather = gather
         self.follower: Any = None  # the Follower taking in others' entries, if one runs
+        self._kept: Any = None  # the connection the commits run on (_on_kept_connection)
         # While a commit runs its items' checks: (its thread, its connection, the latest
         # verification record's id its transaction read), for ``damage_since``.
         self._checking: tuple[int, Any, int] | None = None
@@ -172,10 +191,13 @@ class PostgresLedger(HeldLedger):
                 raise
         return ledger
 
-    def _db(self, what: str, fn: Callable):
-        """Run ``fn(conn)`` on a pooled connection; a database error becomes an OcrrError."""
+    def _db(self, what: str, fn: Callable, kept: bool = False):
+        """Run ``fn(conn)`` on a pooled connection (``kept``: the one kept for commits,
+        ``_on_kept_connection``); a database error becomes an OcrrError."""
         psycopg, psycopg_pool = psycopg_modules()
         try:
+            if kept and self._pool.max_size > 1:  # (a pool of one: the readers need it too)
+                return self._on_kept_connection(fn)
             with self._pool.connection(timeout=_WAIT) as conn:
                 return fn(conn)
         except psycopg.IntegrityError as e:  # a row where the ledger's next ones go (rows inserted behind its back)
@@ -191,6 +213,36 @@ class PostgresLedger(HeldLedger):
             ) from e
 
     # -- appending ----------------------------------------------------------------------
+    def _on_kept_connection(self, fn: Callable):
+        """``fn(conn)`` on the connection kept for commits. The pool checks a connection with
+        a round trip each time it hands one out; the committer takes one once and keeps it
+        while it works. One the server dropped since (a restart) fails ``fn``'s first round
+        trip, before anything is written (``fn`` raises ``_NotLocked``): ``fn`` then runs once
+        more on a fresh connection, as the pool's check would have got it."""
+        psycopg = psycopg_modules()[0]
+        for retry in (False, True):
+            reused = self._kept is not None
+            conn = self._kept if self._kept is not None else self._pool.getconn(timeout=_WAIT)
+            self._kept = conn
+            try:
+                return fn(conn)
+            except _NotLocked as e:
+                self._drop_kept()
+                if reused and not retry:
+                    continue
+                raise e.lost from None
+            except psycopg.Error:
+                if conn.closed or conn.broken:
+                    self._drop_kept()
+                raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _drop_kept(self) -> None:
+        """Give the kept connection back to the pool (which discards a broken one)."""
+        if self._kept is not None:
+            conn, self._kept = self._kept, None
+            self._pool.putconn(conn)
+
     def _commit_all(self, batch: list[Pending]) -> None:
         if self.gather and len(batch) == 1 and len(batch[0].labels) < GATHER_BELOW:
             # A few rows alone: let concurrent requests join for a few ms.
@@ -202,59 +254,84 @@ class PostgresLedger(HeldLedger):
     def _commit(self, batch: list[Pending]) -> None:
         n0: list[int] = []
         state: dict = {}
+        locked: list[bool] = []  # [True] once the head's lock is held
 
         def write(conn) -> None:
-            with conn.transaction():
-                # The head row's lock: the writers' one lock.
-                held = len(self._hashes)
-                size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
-                self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
-                try:
-                    ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
-                finally:
-                    self._checking = None
-                if not ready:
-                    return
-                with self._follow:
-                    if self._take_in_db(conn, size) or len(self._hashes) != held:
-                        # Others' entries came first: the tail is read again after them.
-                        last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
-                    self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
-                    ok, dim = self._same_dim(ready)
-                    if not ok:
-                        return
-                    rows, nodes, digests, start = self._rows_of(ok)
-                    n0.append(start)
-                    self._own = (start, start + len(rows))
-                    root = self.tree.root(start + len(rows))
-                leaves = [h for level, _, h in nodes if level == 0]
-                cols = list(zip(*rows))
-                cur = conn.execute(
-                    _INSERT,
-                    (
-                        list(cols[0]),
-                        list(cols[1]),
-                        list(cols[2]),
-                        list(cols[3]),
-                        list(cols[4]),
-                        list(cols[5]),
-                        leaves,
-                        start + len(rows),
-                        digests[-1],
-                        root,
-                        dim,
-                        len(rows),
-                    ),
-                )
-                if cur.rowcount != 1:
-                    raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
-                state.update(ok=ok, dim=dim, digests=digests)
-            # Leaving the transaction block committed it: the WAL is flushed (synchronous_commit = on).
+            # Pipeline mode: BEGIN goes out with the head's lock, and COMMIT with the insert:
+            # two round trips per commit, each a wake-up of this thread. (BEGIN and COMMIT are
+            # sent as statements: a transaction block in a pipeline syncs at its own edges.)
+            psycopg = psycopg_modules()[0]
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    inserted = locked_write(conn)
+                    conn.execute("COMMIT" if inserted is not None else "ROLLBACK")  # ROLLBACK: nothing to write
+            except BaseException as e:
+                if conn.info.transaction_status in (
+                    psycopg.pq.TransactionStatus.INTRANS,
+                    psycopg.pq.TransactionStatus.INERROR,
+                ):  # failed before COMMIT, or a statement failed and COMMIT was skipped: end it
+                    with contextlib.suppress(psycopg.Error):  # the connection is lost: it is dropped
+                        conn.rollback()
+                if isinstance(e, psycopg.OperationalError) and not locked:
+                    raise _NotLocked(e) from e  # lost before the head's lock: nothing was written
+                raise
+            # Leaving the pipeline waited for COMMIT: the WAL is flushed (synchronous_commit = on).
+            # The entries are inserted only with the head moved.
+            if inserted is not None and inserted.rowcount != len(state["digests"]):
+                state.clear()
+                raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
+
+        def locked_write(conn):
+            """In the transaction: the head's lock, the checks, the insert queued (its cursor), or
+            None when nothing is to be written."""
+            held = len(self._hashes)
+            size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
+            locked.append(True)
+            self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
+            try:
+                ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
+            finally:
+                self._checking = None
+            if not ready:
+                return None
+            with self._follow:
+                if self._take_in_db(conn, size) or len(self._hashes) != held:
+                    # Others' entries came first: the tail is read again after them.
+                    last, top = conn.execute(_TAIL, (len(self._hashes) - 1,)).fetchone()
+                self._check_tail(StoredTail(size, bytes(stored_head), last and bytes(last), top))
+                ok, dim = self._same_dim(ready)
+                if not ok:
+                    return None
+                rows, nodes, digests, start = self._rows_of(ok)
+                n0.append(start)
+                self._own = (start, start + len(rows))
+                root = self.tree.root(start + len(rows))
+            labels, texts, vectors, prevs = ([row[k] for row in rows] for k in (1, 2, 3, 4))
+            inserted = conn.execute(
+                _INSERT,
+                {
+                    "size": start + len(rows),
+                    "chain_head": digests[-1],
+                    "root": root,
+                    "dim": dim,
+                    "start": start,
+                    "labels": labels,
+                    "texts": texts,
+                    "width": len(vectors[0]),
+                    "vectors": b"".join(vectors),
+                    "prevs": b"".join(prevs),
+                    "hashes": b"".join(digests),
+                    "leaves": b"".join([leaf for _, _, leaf in nodes[: len(rows)]]),  # the leaves come first
+                },
+            )
+            state.update(ok=ok, dim=dim, digests=digests)
+            return inserted
 
         try:
             if self._broken is not None:
                 raise self._broken
-            self._db("an append", write)
+            self._db("an append", write, kept=True)
         except BaseException as e:
             err = e if isinstance(e, OcrrError) else LedgerStorageError(f"ledger {self.path}: append failed ({e})")
             self._commit_failed(n0[0] if n0 else None, batch, err)
@@ -426,5 +503,6 @@ class PostgresLedger(HeldLedger):
             if not self._closed:
                 with self._follow:
                     self._closed = True
+                self._drop_kept()
                 self._pool.close()
                 self._cv.notify_all()

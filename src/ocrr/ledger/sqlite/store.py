@@ -24,6 +24,7 @@ reader does before it answers, so it answers for every acknowledged correction.
 from __future__ import annotations
 
 import fcntl
+import functools
 import itertools
 import json
 import os
@@ -52,6 +53,8 @@ _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
 _ROW_BYTES, _NODE_BYTES = 128, 48
 # Parameters bound per INSERT at most: a statement's text is parsed again whenever its size is new.
 _MAX_PARAMETERS = 4096
+# Rows per INSERT are a multiple of this (padded): see _insert_rows.
+_ROWS_STEP = 64
 # The stored tail (ocrr.ledger.tail.StoredTail) in one statement: point reads on two primary keys.
 _TAIL = (
     "SELECT (SELECT value FROM meta WHERE key = 'size'), (SELECT value FROM meta WHERE key = 'chain_head'), "
@@ -61,6 +64,11 @@ _TAIL = (
 # appenders' check for damage another process recorded (``damage_since``) is answered from it,
 # and the entries other processes committed are read only when the size says there are some.
 _TAIL_AND_VERIFIED = _TAIL + ", (SELECT max(id) FROM verifications)"
+# The head moves in one statement (one step: the GIL let go and taken back once, not per row).
+_MOVE_HEAD = (
+    "UPDATE meta SET value = CASE key WHEN 'size' THEN ?1 WHEN 'chain_head' THEN ?2 ELSE ?3 END "
+    "WHERE key IN ('size', 'chain_head', 'dim')"
+)
 
 
 class DurableLedger(HeldLedger):
@@ -358,10 +366,7 @@ class DurableLedger(HeldLedger):
                         self._own = (n0, n0 + len(rows))
                     _insert_rows(conn, "entries", rows)
                     _insert_rows(conn, "nodes", nodes)
-                    conn.executemany(
-                        "UPDATE meta SET value = ? WHERE key = ?",
-                        [(n0 + len(rows), "size"), (digests[-1], "chain_head"), (dim, "dim")],
-                    )
+                    conn.execute(_MOVE_HEAD, (n0 + len(rows), digests[-1], dim))
                     conn.execute("COMMIT")  # returns once the WAL is fsynced (synchronous=FULL)
                 except BaseException:
                     if conn.in_transaction:
@@ -484,18 +489,32 @@ def _insert_rows(conn: sqlite3.Connection, table: str, rows: list[tuple]) -> Non
     ``executemany`` steps SQLite once per row, letting go of the GIL each time, and in a
     service each step may then wait for the event loop's thread to hand it back; a statement
     of many rows steps once. As many rows per statement as the library binds parameters
-    (a group commit's rows usually fit in one; SQLite before 3.32 binds 999)."""
+    (a group commit's rows usually fit in one; SQLite before 3.32 binds 999).
+
+    A group's row count changes from commit to commit, and a statement of a new size is
+    compiled again, which costs more than the insert. So each statement's rows are padded
+    with rows of NULLs (left out by its ``WHERE``) to a multiple of ``_ROWS_STEP``: its text
+    is one of a few, which the connection's statement cache keeps compiled."""
     if not rows:
         return
     width = len(rows[0])
     per = max(1, min(conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER), _MAX_PARAMETERS) // width)
-    row = "(" + ", ".join("?" * width) + ")"
+    step = min(_ROWS_STEP, per)
+    per -= per % step
     for lo in range(0, len(rows), per):
         chunk = rows[lo : lo + per]
-        conn.execute(
-            f"INSERT INTO {table} VALUES " + ", ".join([row] * len(chunk)),  # table: "entries" or "nodes"
-            list(itertools.chain.from_iterable(chunk)),
-        )
+        size = -(-len(chunk) // step) * step
+        params = list(itertools.chain.from_iterable(chunk))
+        params.extend(itertools.repeat(None, width * (size - len(chunk))))
+        conn.execute(_insert_sql(table, width, size), params)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: str, width: int, size: int) -> str:
+    """An INSERT into ``table`` (``entries`` or ``nodes``) of ``size`` rows of ``width`` values,
+    leaving out the rows whose first value is NULL (padding: no stored row has one)."""
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"INSERT INTO {table} SELECT * FROM (VALUES " + ", ".join([row] * size) + ") WHERE column1 IS NOT NULL"
 
 
 def _text_as_stored(raw: bytes) -> str | bytes:
