@@ -3,8 +3,9 @@
 For each ``--sizes`` entry count, opens the ledger ``bench_service_scale.py`` built and cached
 for it (``--cache``; built here the same way when missing) with ``DurableLedger.open(...,
 verify="checkpoint")`` against its signed checkpoint (the check reads every row once; the
-ledger keeps none of them after), then appends ``--appends`` single entries one after another, each its own durable commit (chain
-hash, Merkle leaf and nodes, fsync'd WAL), and prints per size:
+ledger keeps none of them after), then appends ``--appends`` single entries one after
+another, each its own durable commit (chain hash, Merkle leaf and nodes, fsync'd WAL), and
+prints per size:
 
 * the latency of one append: median, p90, p99;
 * the bytes each commit adds to the write-ahead log (the pages SQLite writes for it: the entry,
