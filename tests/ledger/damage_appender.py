@@ -41,3 +41,18 @@ class Appender:
         self.led.submit(*rows(3, seed), tell, self.check)
         assert done.wait(30)
         return outcome
+
+
+def damage_by_another_fails_the_next_append(led, other) -> None:
+    """``other`` (another process's store of the same ledger) records verifications while
+    ``led`` appends: a record of no damage lets the next append in, one of damage fails it
+    (read inside the commit's transaction), and nothing is added over it."""
+    appender = Appender(led)
+    assert appender.append(0)[1] is None
+    other.record_verification({"ok": True, "time": 1.0})
+    assert appender.append(1)[1] is None  # a newer record, read in the transaction: no damage
+    other.record_verification({"ok": False, "reason": "entry 2 edited", "time": 2.0})
+    ids, err = appender.append(2)
+    assert ids is None and "entry 2 edited" in str(err)
+    assert len(led) == 6  # nothing was added over it
+    assert led.damage_since(-1)[1]["reason"] == "entry 2 edited"  # outside a commit: read as before

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
-from tests.ledger.damage_appender import DIM, Appender
+from tests.ledger.damage_appender import DIM, Appender, damage_by_another_fails_the_next_append
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.ledger.postgres.store import PostgresLedger
@@ -28,12 +28,4 @@ def test_the_damage_check_takes_no_connection_of_its_own(pg_url):
 
 def test_damage_recorded_by_another_process_fails_the_next_append(pg_url):
     with PostgresLedger.open(pg_url, dim=DIM, gather=0) as led, PostgresLedger.open(pg_url) as other:
-        appender = Appender(led)
-        assert appender.append(0)[1] is None
-        other.record_verification({"ok": True, "time": 1.0})
-        assert appender.append(1)[1] is None  # a newer record, read in the transaction: no damage
-        other.record_verification({"ok": False, "reason": "entry 2 edited", "time": 2.0})
-        ids, err = appender.append(2)
-        assert ids is None and "entry 2 edited" in str(err)
-        assert len(led) == 6  # nothing was added over it
-        assert led.damage_since(-1)[1]["reason"] == "entry 2 edited"  # outside a commit: read as before
+        damage_by_another_fails_the_next_append(led, other)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from tests.ledger.damage_appender import DIM, Appender, rows
+from tests.ledger.damage_appender import DIM, Appender, damage_by_another_fails_the_next_append, rows
 
 from ocrr.ledger.sqlite.store import DurableLedger
 
@@ -29,15 +29,7 @@ def test_the_damage_check_and_the_size_cost_no_statement_of_their_own(tmp_path):
 def test_damage_recorded_by_another_process_fails_the_next_append(tmp_path):
     path = tmp_path / "l.db"
     with DurableLedger.open(path, dim=DIM) as led, DurableLedger.open(path) as other:
-        appender = Appender(led)
-        assert appender.append(0)[1] is None
-        other.record_verification({"ok": True, "time": 1.0})
-        assert appender.append(1)[1] is None  # a newer record, read in the transaction: no damage
-        other.record_verification({"ok": False, "reason": "entry 2 edited", "time": 2.0})
-        ids, err = appender.append(2)
-        assert ids is None and "entry 2 edited" in str(err)
-        assert len(led) == 6  # nothing was added over it
-        assert led.damage_since(-1)[1]["reason"] == "entry 2 edited"  # outside a commit: read as before
+        damage_by_another_fails_the_next_append(led, other)
 
 
 def test_entries_another_process_committed_are_taken_in_before_the_commit(tmp_path):

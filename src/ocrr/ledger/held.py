@@ -61,6 +61,20 @@ class HeldLedger(GroupCommit):
     while the mirror changes; read the mirror under ``lock.read()``."""
 
     path: Path | str  # where the ledger lives, as messages show it (a URL without its password)
+    # While a commit runs its items' checks: (its thread, its connection, the latest
+    # verification record's id its transaction read), for the store's ``damage_since``.
+    _checking: tuple[int, Any, int] | None = None
+
+    def _checks_in_transaction(self, conn: Any, verified: int | None, checked: Callable, batch: list) -> list:
+        """``checked(batch)``, the appenders' checks, run inside the commit's transaction on
+        ``conn``: meanwhile the store's ``damage_since``, asked from this thread, answers from
+        ``verified`` (the latest verification record's id, read with the stored tail) and reads
+        any newer record on ``conn``, at no statement of its own."""
+        self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
+        try:
+            return checked(batch)
+        finally:
+            self._checking = None
 
     def _start_mirror(self, scan: Scan, report: LedgerReport) -> None:
         """The state every store keeps beside its storage: the checked entries' tree and chain,

@@ -107,9 +107,6 @@ class PostgresLedger(HeldLedger):
         self.gather = gather
         self.follower: Any = None  # the Follower taking in others' entries, if one runs
         self._kept: Any = None  # the connection the commits run on (_on_kept_connection)
-        # While a commit runs its items' checks: (its thread, its connection, the latest
-        # verification record's id its transaction read), for ``damage_since``.
-        self._checking: tuple[int, Any, int] | None = None
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
@@ -288,11 +285,7 @@ class PostgresLedger(HeldLedger):
             held = len(self._hashes)
             size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
             locked.append(True)
-            self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
-            try:
-                ready = checked(batch)  # the appenders' checks, under the lock: see damage_since
-            finally:
-                self._checking = None
+            ready = self._checks_in_transaction(conn, verified, checked, batch)  # (under the head's lock)
             if not ready:
                 return None
             with self._follow:

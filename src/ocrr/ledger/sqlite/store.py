@@ -85,9 +85,6 @@ class DurableLedger(HeldLedger):
     path: Path
     _file: FileHold | None = None  # the file held as one of its writers (``open``)
     _checks_in_commit = True  # the appenders' damage check costs no statement of its own (damage_since)
-    # While a commit runs its items' checks: (its thread, its connection, the latest
-    # verification record's id its transaction read), for ``damage_since``.
-    _checking: tuple[int, sqlite3.Connection, int] | None = None
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: Scan, report: LedgerReport, apply: Apply | None):
         self.path, self._conn = path, conn
@@ -345,11 +342,7 @@ class DurableLedger(HeldLedger):
                     conn.execute("BEGIN IMMEDIATE")  # the file's one writer until COMMIT, across processes
                     held = len(self._hashes)
                     *tail, verified = conn.execute(_TAIL_AND_VERIFIED, (held - 1,)).fetchone()
-                    self._checking = (threading.get_ident(), conn, -1 if verified is None else verified)
-                    try:
-                        ready = checked(batch)  # the appenders' checks, in the transaction: see damage_since
-                    finally:
-                        self._checking = None
+                    ready = self._checks_in_transaction(conn, verified, checked, batch)
                     if not ready:
                         conn.execute("ROLLBACK")
                         return
