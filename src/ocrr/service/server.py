@@ -158,9 +158,10 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
     # This process's mapping of the shared rows goes in a thread of its own, while the workers
     # are handed them: unmapping that many pages takes a while and frees no memory (the
     # memory file holds them).
-    held = [rows_mapping]
-    del rows_mapping
-    threading.Thread(target=held.clear, name="ocrr-unmap", daemon=True).start()  # (the last reference)
+    if rows_mapping is not None:
+        held = [rows_mapping]
+        del rows_mapping
+        threading.Thread(target=held.clear, name="ocrr-unmap", daemon=True).start()  # (the last reference)
     return handed
 
 

@@ -455,10 +455,10 @@ def _read_block(
     if len(block_labels) != n or len(separators) != n - 1:
         raise _NotIntact
     ends = np.append(separators, len(texts)) - np.arange(n)
-    starts = np.concatenate(([0], ends[:-1]))
     none = np.zeros(n, np.uint8)
     if no_text is not None:
         missing = np.asarray([int(i) - lo for i in no_text.split(",")], np.int64)
+        starts = np.concatenate(([0], ends[:-1]))
         if ((missing < 0) | (missing >= n)).any() or (ends[missing] != starts[missing]).any():
             raise _NotIntact  # (a NULL text reads as '': an id out of the block or a text there cannot be)
         none[missing] = 1
