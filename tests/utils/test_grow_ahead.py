@@ -10,7 +10,7 @@ import pytest
 from ocrr.index.exact import _scan_few
 from ocrr.index.shortlist import Shortlist
 from ocrr.ledger.chain import Chain
-from ocrr.utils import grow_ahead
+from ocrr.utils import grow_ahead, reserved
 from ocrr.utils.grow_ahead import GrowAhead, populate
 
 DIM = 16
@@ -42,9 +42,10 @@ def test_populate_of_nothing_is_a_no_op():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
 def test_populate_rests_after_every_slice():
     data = np.empty(5 * grow_ahead._POPULATE_SLICE, np.uint8)  # 5 slices, or 6 when not page-aligned
-    took: list[float] = []
-    assert populate(data, took.append)
-    assert len(took) in (5, 6) and all(t >= 0 for t in took)
+    rests: list[tuple[float, int]] = []
+    assert populate(data, lambda took, left: rests.append((took, left)))
+    assert len(rests) in (5, 6) and all(took >= 0 for took, _ in rests)
+    assert [left for _, left in rests] == list(range(len(rests) - 1, -1, -1))  # slices still to do
 
 
 def test_background_work_rests_while_the_buffer_has_room_and_hurries_when_nearly_full(monkeypatch):
@@ -58,6 +59,25 @@ def test_background_work_rests_while_the_buffer_has_room_and_hurries_when_nearly
     ahead.watch(buf, 56)  # seven eighths full: the next buffer is needed soon
     ahead._pace(0.002)
     assert slept == [pytest.approx(4 * 0.002)]
+
+
+def test_background_work_hurries_when_the_appends_would_fill_the_buffer_first(monkeypatch):
+    slept: list[float] = []
+    clock = [100.0]
+    monkeypatch.setattr(grow_ahead.time, "sleep", slept.append)
+    monkeypatch.setattr(grow_ahead.time, "monotonic", lambda: clock[0])
+    ahead = GrowAhead()
+    buf = np.empty((1024, DIM), np.float32)  # under MIN_BYTES: watch starts no work of its own
+    ahead.watch(buf, 512)
+    clock[0] += 1.0
+    ahead.watch(buf, 768)  # 256 rows a second: the last 256 rows come in one second
+    ahead._pace(0.008, left=9)  # ten slices left: 0.4 s paced, with room to spare in 1 s
+    assert slept == [pytest.approx(4 * 0.008)]
+    ahead._pace(0.02, left=9)  # 1 s paced: the buffer would be full first, so no rest
+    assert slept == [pytest.approx(4 * 0.008)]
+    ahead.watch(np.empty((2048, DIM), np.float32), 1024)  # a new buffer: its pace is not known yet
+    ahead._pace(0.02, left=9)
+    assert slept == [pytest.approx(4 * 0.008), pytest.approx(4 * 0.02)]
 
 
 def _made_ahead(buf: np.ndarray, n: int) -> GrowAhead:
@@ -104,13 +124,17 @@ def test_grow_ahead_leaves_small_buffers_alone():
     assert ahead._thread is None and ahead.made == 0
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["reserved", "copied"])
 @pytest.mark.parametrize("batch", [1, 7, 50])
-def test_a_chain_growing_ahead_holds_the_same_rows_capacities_and_hashes(small_buffers, batch):
+def test_a_chain_growing_ahead_holds_the_same_rows_capacities_and_hashes(small_buffers, monkeypatch, batch, in_place):
+    if not in_place:  # no address space to reserve (strict overcommit): each buffer is made ahead, copied
+        monkeypatch.setattr(reserved, "grow", lambda *args: None)
     rng = np.random.default_rng(batch)
     vecs = _unit_rows(rng, 700)
     plain, ahead = Chain(DIM), Chain(DIM)
     ahead.grow_ahead()
     assert ahead._ahead is not None
+    starts = set()  # where the rows lie in memory
     for lo in range(0, len(vecs), batch):
         rows = vecs[lo : lo + batch]
         labels = [f"c{(lo + j) % 5}" for j in range(len(rows))]
@@ -118,7 +142,9 @@ def test_a_chain_growing_ahead_holds_the_same_rows_capacities_and_hashes(small_b
         ahead.extend(rows, labels)
         ahead._ahead.join()  # each buffer made before it is needed: the path being tested
         assert ahead.vector_buffer_bytes == plain.vector_buffer_bytes
-    assert ahead._ahead.made >= 2  # 64 -> ... -> 1024 rows: several buffers were made ahead
+        starts.add(ahead._buffer().ctypes.data)
+    assert ahead._ahead.made >= 2  # 64 -> ... -> 1024 rows: several capacities were made ready ahead
+    assert (len(starts) == 1) == in_place  # reserved: the rows never moved; else each growth moved them
     assert np.array_equal(ahead.vectors, plain.vectors)
     assert ahead.head == plain.head
     assert ahead.verify().ok

@@ -35,6 +35,7 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn, hash_column, label_column, text_column
 from ocrr.ledger.verify import entry_head
+from ocrr.utils import grow_ahead, reserved
 from ocrr.utils.grow_ahead import GrowAhead
 
 __all__ = ["GENESIS", "Chain", "Entry", "VerifyResult", "entry_digest"]
@@ -355,7 +356,8 @@ class Chain:
                 while cap < need:
                     cap *= 2
                 grown = self._allocate(cap, self._dim)
-                if self._vec_file is None:  # a file-backed buffer grows in place: its rows are already there
+                # a file-backed or reserved buffer grows in place: its rows are already there
+                if self._vec_file is None and grown.ctypes.data != buf.ctypes.data:
                     grown[: self._n] = buf[: self._n]
             self._set_buffer(grown)  # old views keep the old buffer alive; its rows never change
             buf = grown
@@ -377,6 +379,10 @@ class Chain:
         """An uninitialised (rows, dim) buffer: in RAM, or the whole scratch file re-mapped
         at the new size (growing a file keeps its first rows; the tail is a sparse hole)."""
         if self._vec_file is None:
+            if rows * dim * F4LE.itemsize >= grow_ahead.MIN_BYTES:  # big enough for its growth to cost
+                grown = reserved.grow(self._buf, rows, (dim,), F4LE)  # in place when the rows fit
+                if grown is not None:
+                    return grown
             return np.empty((rows, dim), F4LE)
         size = rows * dim * F4LE.itemsize
         try:

@@ -19,11 +19,15 @@ work happens changes. The price is memory: from three quarters full until the sw
 next buffer is held beside the current one.
 
 The background work is paced: after each slice it rests four times as long as the slice
-took, so it takes at most a fifth of a core while the buffer has room to spare, and runs
-flat out only once the buffer is seven eighths full. Done at full speed it took a whole
-core for each doubling, and in a service every worker follows the same ledger, so every
-worker did it at once, and most predicts answered meanwhile missed the p99 budget
-(docs/reference/measurements.md).
+took, so it takes at most a fifth of a core while the buffer has room to spare. Done at
+full speed it took a whole core for each doubling, and in a service every worker follows
+the same ledger, so every worker did it at once, and most predicts answered meanwhile
+missed the p99 budget (docs/reference/measurements.md). It runs flat out once the buffer
+is seven eighths full, or as soon as the appends, at the pace they have come since the
+buffer was made, would fill it before the paced work could end (with room to spare); and
+appends that fast have the next buffer made from half full, not three quarters. A burst
+of corrections must not find the next buffer missing and pay for it on the appending
+thread.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
+from ocrr.utils import reserved
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: back the pages, writable, without changing their bytes
 _POPULATE_SLICE = 2 << 20  # bytes backed per call (one huge page)
@@ -68,12 +74,13 @@ def due(rows: int, room: int, nbytes: int) -> bool:
     return nbytes >= MIN_BYTES and 4 * rows >= 3 * room
 
 
-def populate(array: np.ndarray, rest: Callable[[float], None] | None = None) -> bool:
+def populate(array: np.ndarray, rest: Callable[[float, int], None] | None = None) -> bool:
     """Have the kernel back every whole page of ``array``'s memory now, leaving its bytes as
     they are (so another thread may be writing rows of it meanwhile). Returns False where
     the kernel cannot (not Linux, or older than 5.14): the pages are then backed as they are
     first written, as without this call. Releases the GIL while the kernel works.
-    ``rest(seconds)`` is called after each slice with the time the slice took."""
+    ``rest(seconds, left)`` is called after each slice with the time the slice took and the
+    number of slices still to do."""
     if _madvise is None or array.nbytes == 0:
         return False
     page = mmap.PAGESIZE
@@ -84,12 +91,13 @@ def populate(array: np.ndarray, rest: Callable[[float], None] | None = None) -> 
     # In slices: the kernel holds the process's memory-map lock for each call, and any other
     # thread that maps memory meanwhile (a large malloc) waits for it (one call for a whole
     # buffer stalled the service's other threads far longer than a slice: docs/reference/measurements.md).
-    for lo in range(start, end, _POPULATE_SLICE):
+    slices = range(start, end, _POPULATE_SLICE)
+    for k, lo in enumerate(slices):
         began = time.perf_counter()
         if _madvise(lo, min(_POPULATE_SLICE, end - lo), _MADV_POPULATE_WRITE) != 0:
             return False
         if rest is not None:
-            rest(time.perf_counter() - began)
+            rest(time.perf_counter() - began, len(slices) - k - 1)
     return True
 
 
@@ -120,12 +128,18 @@ class GrowAhead:
         self._ready: tuple[np.ndarray, np.ndarray, int] | None = None  # (source buffer, grown, rows copied)
         self._busy = False
         self._populated: int | None = None  # id() of the buffer whose tail is backed (or being backed)
-        self.made = 0  # buffers made ahead (for tests and benchmarks)
+        self._ahead_for: int | None = None  # id() of the buffer whose successor is made (or being made)
+        self.made = 0  # next capacities made ready ahead (for tests and benchmarks)
         self._thread: threading.Thread | None = None
         self._fill = 0.0  # how full the owner's buffer was at the last watch (read by the pacing)
+        self._due_in = float("inf")  # seconds until the appends fill it, at their pace so far
+        self._since: tuple[int, float, int] | None = None  # (id of the buffer, time, rows) at its first watch
+        self._backed_per_second = 0.0  # bytes the last background work backed per second of work (0: none yet)
+        self._worked = 0.0  # seconds of work (rests left out) of the background work in flight
 
     def watch(self, buf: np.ndarray, n: int) -> None:
         self._fill = n / len(buf) if len(buf) else 1.0
+        self._time_to_fill(buf, n)
         ready = self._ready
         if ready is not None and ready[0] is not buf:  # made for a buffer since grown in place: let it go
             ready = self._ready = None
@@ -138,8 +152,17 @@ class GrowAhead:
             self._populated = id(buf)
             if not _small_pages(buf):
                 self._start(self._populate_tail, buf, n)
-        elif ready is None and due(n, len(buf), buf.nbytes):
-            self._start(self._make, buf, n)
+        elif (
+            ready is None
+            and self._ahead_for != id(buf)
+            and (due(n, len(buf), buf.nbytes) or self._filling_fast(buf, n))
+        ):
+            self._ahead_for = id(buf)
+            half = reserved.next_half(buf)
+            if half is not None:  # it grows in place: back the rows its next capacity adds
+                self._start(self._back_next, half, n)
+            else:
+                self._start(self._make, buf, n)
 
     def take(self, buf: np.ndarray, n: int, need: int) -> np.ndarray | None:
         ready, self._ready = self._ready, None
@@ -160,21 +183,56 @@ class GrowAhead:
         self._thread = threading.Thread(target=work, args=(buf, n), name="ocrr-grow-ahead", daemon=True)
         self._thread.start()
 
-    def _pace(self, took: float) -> None:
-        """Rest after a slice of background work, unless the buffer is nearly full."""
-        if self._fill < 0.875:
+    def _time_to_fill(self, buf: np.ndarray, n: int) -> None:
+        """Update ``_due_in``: when ``n`` rows of ``buf`` reach its end, at the pace the rows
+        have come since this buffer was first watched."""
+        now = time.monotonic()
+        if self._since is None or self._since[0] != id(buf):
+            self._since, self._due_in = (id(buf), now, n), float("inf")
+            return
+        _, then, rows = self._since
+        if n > rows and now > then:
+            self._due_in = (len(buf) - n) * (now - then) / (n - rows)
+
+    def _filling_fast(self, buf: np.ndarray, n: int) -> bool:
+        """Half full, and the appends come so fast that they would fill it before a buffer
+        twice its size could be backed and filled twice over, at the pace backing went last
+        time: make the next one now rather than at three quarters."""
+        if 2 * n < len(buf) or buf.nbytes < MIN_BYTES or not self._backed_per_second:
+            return False
+        return self._due_in < 2 * (2 * buf.nbytes / self._backed_per_second)
+
+    def _pace(self, took: float, left: int = 0) -> None:
+        """Rest after a slice of background work (``left``: slices still to do), unless the
+        buffer is nearly full or the appends would fill it before the paced work ends."""
+        self._worked += took
+        paced = (1 + _REST) * took * (left + 1)  # +1: the copy after the slices
+        if self._fill < 0.875 and 2 * paced < self._due_in:
             time.sleep(_REST * took)
+
+    def _back(self, array: np.ndarray) -> None:
+        """``populate(array)``, paced, noting how fast the kernel backed it."""
+        self._worked = 0.0
+        if populate(array, self._pace) and self._worked > 0:
+            self._backed_per_second = array.nbytes / self._worked
 
     def _populate_tail(self, buf: np.ndarray, n: int) -> None:
         try:
-            populate(buf[n:], self._pace)
+            self._back(buf[n:])
+        finally:
+            self._busy = False
+
+    def _back_next(self, half: np.ndarray, n: int) -> None:
+        try:
+            self._back(half)
+            self.made += 1
         finally:
             self._busy = False
 
     def _make(self, buf: np.ndarray, n: int) -> None:
         try:
             grown = np.empty((2 * len(buf), *buf.shape[1:]), buf.dtype)
-            populate(grown, self._pace)
+            self._back(grown)
             grown[:n] = buf[:n]  # rows below n never change; numpy releases the GIL for the copy
             self._ready = (buf, grown, n)
             self.made += 1
