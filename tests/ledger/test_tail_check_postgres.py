@@ -77,3 +77,33 @@ def test_the_last_entry_rewritten_refuses_the_next_append(ledger):
     led, url = ledger
     _tamper(url, "UPDATE ocrr_entries SET hash = decode(repeat('00', 32), 'hex') WHERE seq = 9")
     _refused(led, url, "entry 9 in storage is not the one this ledger committed")
+
+
+def _head(url: str) -> tuple:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT size, chain_head, root FROM ocrr_head").fetchone()
+
+
+@pytest.mark.parametrize(
+    "dropping",
+    [
+        # a trigger that keeps every second entry of an insert out of the table
+        "CREATE FUNCTION drop_odd() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN IF NEW.seq % 2 = 1 THEN RETURN NULL; END IF; RETURN NEW; END $$; "
+        "CREATE TRIGGER drop_odd BEFORE INSERT ON ocrr_entries FOR EACH ROW EXECUTE FUNCTION drop_odd()",
+        # a trigger that keeps the head where it was
+        "CREATE FUNCTION keep_head() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$; "
+        "CREATE TRIGGER keep_head BEFORE UPDATE ON ocrr_head FOR EACH ROW EXECUTE FUNCTION keep_head()",
+    ],
+    ids=["entries dropped", "head not moved"],
+)
+def test_an_insert_storage_shortens_commits_nothing_and_fails_closed(ledger, dropping):
+    led, url = ledger
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(dropping)
+    before, head = _seqs(url), _head(url)
+    with pytest.raises(LedgerIntegrityError, match=r"kept [0-9]+ of the 4 entries .*nothing was appended"):
+        led.extend(_vecs(4, seed=9), ["a", "b", "c", "d"])
+    assert _seqs(url) == before and _head(url) == head and len(led) == 10  # the transaction ended in nothing
+    with pytest.raises(LedgerIntegrityError):  # and stays refused
+        led.extend(_vecs(1, seed=9), ["a"])

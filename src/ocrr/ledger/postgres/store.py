@@ -56,16 +56,22 @@ GATHER_BELOW = 32
 # go as arrays; the vectors, prev hashes, hashes and leaves each as one bytea of equal-width
 # rows, which the server slices: the client builds no array of them element by element. The
 # entries are inserted only once the head row moved, so a missing head writes nothing.
+_SHORT_INSERT = "ocrr: entries inserted with the head moved:"  # what the insert's guard fails with
 _INSERT = (
     "WITH moved AS (UPDATE ocrr_head SET size = %(size)s, chain_head = %(chain_head)s, root = %(root)s, "
-    "dim = coalesce(dim, %(dim)s) RETURNING 1) "
-    "INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
+    "dim = coalesce(dim, %(dim)s) RETURNING 1), "
+    "inserted AS (INSERT INTO ocrr_entries (seq, label, text, vector, prev_hash, hash, leaf) "
     "SELECT %(start)s::bigint + i - 1, label, text, "
     "substring(%(vectors)b FROM (i::int - 1) * %(width)s::int + 1 FOR %(width)s::int), "
     "substring(%(prevs)b FROM (i::int - 1) * 32 + 1 FOR 32), substring(%(hashes)b FROM (i::int - 1) * 32 + 1 FOR 32), "
     "substring(%(leaves)b FROM (i::int - 1) * 32 + 1 FOR 32) "
     "FROM unnest(%(labels)b::text[], %(texts)b::text[]) WITH ORDINALITY AS given(label, text, i) "
-    "WHERE EXISTS (SELECT FROM moved)"
+    "WHERE EXISTS (SELECT FROM moved) RETURNING 1) "
+    # The transaction fails unless every entry went in with the head moved (a rule or trigger
+    # may drop rows silently): COMMIT, queued behind this in the pipeline, then ends nothing.
+    # (The only way to raise an error from plain SQL: a text that is no number, cast to one.)
+    f"SELECT CASE WHEN count(*) = %(count)s THEN count(*) ELSE ('{_SHORT_INSERT} ' || count(*))::bigint END "
+    "FROM inserted"
 )
 # The rest of the stored tail (ocrr.ledger.tail.StoredTail): two reads of the entries' primary key.
 _TAIL = "SELECT (SELECT hash FROM ocrr_entries WHERE seq = %s), (SELECT max(seq) FROM ocrr_entries)"
@@ -272,12 +278,11 @@ class PostgresLedger(HeldLedger):
                         conn.rollback()
                 if isinstance(e, psycopg.OperationalError) and not locked:
                     raise _NotLocked(e) from e  # lost before the head's lock: nothing was written
+                if isinstance(e, psycopg.DataError) and _SHORT_INSERT in str(e):
+                    raise self._short_insert(e, len(state["digests"])) from None
                 raise
-            # Leaving the pipeline waited for COMMIT: the WAL is flushed (synchronous_commit = on).
-            # The entries are inserted only with the head moved.
-            if inserted is not None and inserted.rowcount != len(state["digests"]):
-                state.clear()
-                raise OcrrError(f"ledger {self.path}: the head row did not move; nothing was appended")
+            # Leaving the pipeline waited for COMMIT: the WAL is flushed (synchronous_commit = on),
+            # and every entry went in with the head moved (the insert's guard).
 
         def locked_write(conn):
             """In the transaction: the head's lock, the checks, the insert queued (its cursor), or
@@ -316,6 +321,7 @@ class PostgresLedger(HeldLedger):
                     "prevs": b"".join(prevs),
                     "hashes": b"".join(digests),
                     "leaves": b"".join([leaf for _, _, leaf in nodes[: len(rows)]]),  # the leaves come first
+                    "count": len(rows),
                 },
             )
             state.update(ok=ok, dim=dim, digests=digests)
@@ -332,6 +338,19 @@ class PostgresLedger(HeldLedger):
         if not state:  # every item had the wrong dimension: failed by _same_dim
             return
         self._commit_done(state["ok"], state["digests"], state["dim"])
+
+    def _short_insert(self, e: BaseException, given: int) -> LedgerIntegrityError:
+        """The insert's guard failed: the database kept fewer entries than it was given, or did
+        not move the head (a rule or trigger added behind the ledger's back); nothing was
+        committed. Fails closed, as rows found inserted or removed do."""
+        found = str(e).split(_SHORT_INSERT, 1)[1].split('"', 1)[0].strip()
+        self._broken = LedgerIntegrityError(
+            f"ledger {self.path}: the database kept {found} of the {given} entries of an append with the "
+            "head moved (a rule or trigger on ocrr_entries or ocrr_head drops rows?); nothing was appended. "
+            f"Remove it, then reopen the ledger and run `ocrr ledger verify {self.path}`",
+            len(self._hashes),
+        )
+        return self._broken
 
     # -- other processes' entries -------------------------------------------------------
     def refresh(self) -> int:
