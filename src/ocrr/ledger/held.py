@@ -20,7 +20,6 @@ The ``LedgerStore`` protocol (``ocrr.ledger.store``) is what the service uses of
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import threading
@@ -32,6 +31,7 @@ from typing import Any, Self
 import numpy as np
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
+from ocrr.ledger import hashed_ahead
 from ocrr.ledger.chain import F4LE, GENESIS, Chain
 from ocrr.ledger.checkpoint_records import record_note
 from ocrr.ledger.columns import HashColumn
@@ -40,7 +40,6 @@ from ocrr.ledger.heads import Signer
 from ocrr.ledger.merkle import each_node
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
 from ocrr.ledger.tail import StoredTail, check_tail
-from ocrr.ledger.verify import entry_bytes, leaf_hash
 from ocrr.utils.rwlock import RWLock
 
 __all__ = ["Apply", "HeldLedger", "damage_in"]
@@ -87,6 +86,7 @@ class HeldLedger(GroupCommit):
         self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._start_group_commits()
         self.followed = 0  # entries other processes committed, taken in by this one
+        self._guess: hashed_ahead.Hashed | None = None  # entries hashed while waiting on storage
         self.broken_at: int | None = None  # the entry that stopped taking in others' entries
         # Taking in other processes' entries and feeding our own commits to the mirror happen
         # in id order under _follow; _own: the ids our commit in flight will add (fed by it).
@@ -262,24 +262,28 @@ class HeldLedger(GroupCommit):
         return ok, dim
 
     def _rows_of(self, ok: list[Pending]):
-        """The rows, tree nodes and digests of new entries chained on from the last one."""
-        rows, leaves, digests = [], [], []
+        """The rows, tree nodes and digests of new entries chained on from the last one (what
+        a guess hashed of them already is taken: ``ocrr.ledger.hashed_ahead``)."""
         n0 = n = len(self._hashes)
-        prev = self.chain_head
-        sha256 = hashlib.sha256
+        hashed = hashed_ahead.take(self._guess, ok, n0, self.chain_head)
+        self._guess = None
         for p in ok:
             p.ids = range(n, n + len(p.labels))
-            blob = p.vecs.astype(F4LE, copy=False).tobytes()  # every row's bytes at once, sliced below
-            width = len(blob) // len(p.labels)
-            for j, (label, text) in enumerate(zip(p.labels, p.texts)):
-                raw = blob[j * width : (j + 1) * width]
-                pre = entry_bytes(n, label, text, raw, prev)
-                digest = sha256(pre).digest()
-                rows.append((n, label, text, raw, prev, digest))
-                leaves.append(leaf_hash(pre))
-                digests.append(digest)
-                prev, n = digest, n + 1
-        return rows, self.tree.extend(leaves), digests, n0
+            n += len(p.labels)
+        return hashed.rows, self.tree.extend(hashed.leaves), hashed.digests, n0
+
+    def _hash_ahead(self, items: list[Pending], start: int | None = None, prev: bytes | None = None) -> None:
+        """While the committing thread waits on storage: hash ``items`` (the group about to be
+        written, or the one queued after it) on from entry ``start`` and hash ``prev`` (by
+        default, the last entry held), extending the guess made so far where it fits."""
+        if self.dim is None:
+            return  # the first commit fixes the dimension: nothing to guess from
+        if start is None or prev is None:
+            with self.lock.read():
+                start, prev = len(self._hashes), self.chain_head
+        items = [p for p in items if p.vecs.shape[1] == self.dim]
+        if items:
+            self._guess = hashed_ahead.take(self._guess, items, start, prev)
 
     def _commit_failed(self, n0: int | None, batch: list[Pending], err: BaseException) -> None:
         """A group commit wrote nothing: drop its leaves from the tree (added from ``n0``) and

@@ -269,6 +269,10 @@ class PostgresLedger(HeldLedger):
                     conn.execute("BEGIN")
                     inserted = locked_write(conn)
                     conn.execute("COMMIT" if inserted is not None else "ROLLBACK")  # ROLLBACK: nothing to write
+                    if inserted is not None:  # while the server inserts and commits: the next group's hashes
+                        with self._cv:
+                            queued = list(self._queue)
+                        self._hash_ahead(queued, n0[0] + len(state["digests"]), state["digests"][-1])
             except BaseException as e:
                 if conn.info.transaction_status in (
                     psycopg.pq.TransactionStatus.INTRANS,
@@ -288,7 +292,9 @@ class PostgresLedger(HeldLedger):
             """In the transaction: the head's lock, the checks, the insert queued (its cursor), or
             None when nothing is to be written."""
             held = len(self._hashes)
-            size, stored_head, last, top, verified = conn.execute(_LOCK_AND_TAIL, (held - 1,)).fetchone()
+            lock = conn.execute(_LOCK_AND_TAIL, (held - 1,))
+            self._hash_ahead(batch)  # while the server takes the lock: the rows, as the lock will likely allow
+            size, stored_head, last, top, verified = lock.fetchone()
             locked.append(True)
             ready = self._checks_in_transaction(conn, verified, checked, batch)  # (under the head's lock)
             if not ready:

@@ -1,0 +1,63 @@
+"""Entries hashed ahead on a guess are taken only where the guess hashed exactly what the
+commit writes: the rows equal those hashed at the commit, whatever the guess was."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ocrr.ledger.group_commit import Pending
+from ocrr.ledger.hashed_ahead import hash_items, take
+from ocrr.ledger.verify import entry_bytes, leaf_hash
+
+DIM = 4
+
+
+def _items(sizes: list[int], seed: int) -> list[Pending]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, m in enumerate(sizes):
+        vecs = rng.standard_normal((m, DIM)).astype(np.float32)
+        texts = [None if (k + j) % 3 == 0 else f"t{k}-{j}" for j in range(m)]
+        out.append(Pending(vecs, [f"l{(k + j) % 2}" for j in range(m)], texts))
+    return out
+
+
+def test_hash_items_gives_each_entry_its_chain_hash_and_leaf():
+    items = _items([2, 1], seed=0)
+    hashed = hash_items(items, 7, b"\x05" * 32)
+    prev = b"\x05" * 32
+    for n, row in enumerate(hashed.rows, 7):
+        p = items[0] if n < 9 else items[1]
+        j = n - 7 if n < 9 else 0
+        pre = entry_bytes(n, p.labels[j], p.texts[j], p.vecs[j].astype("<f4").tobytes(), prev)
+        assert row[0] == n and row[4] == prev and hashed.leaves[n - 7] == leaf_hash(pre)
+        prev = row[5]
+    assert hashed.digests == [row[5] for row in hashed.rows] and hashed.prev == b"\x05" * 32
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 3), min_size=1, max_size=5),
+    guessed=st.lists(st.integers(0, 4), max_size=5),  # which items the guess hashed, in its order
+    start_off=st.sampled_from([0, 0, 1]),  # the guess made from the right id, or not
+    prev_off=st.sampled_from([0, 0, 1]),  # from the right previous hash, or not
+    seed=st.integers(0, 3),
+)
+def test_a_guess_taken_gives_the_rows_hashing_now_would(sizes, guessed, start_off, prev_off, seed):
+    items = _items(sizes, seed)
+    start, prev = 10, bytes([seed]) * 32
+    guess_items = [items[k] for k in guessed if k < len(items)]
+    guess = hash_items(guess_items, start + start_off, bytes([seed + prev_off]) * 32) if guess_items else None
+    taken = take(guess, items, start, prev)
+    now = hash_items(items, start, prev)
+    assert (taken.start, taken.prev, taken.items) == (now.start, now.prev, now.items)
+    assert taken.rows == now.rows and taken.leaves == now.leaves and taken.digests == now.digests
+
+
+def test_a_guess_for_more_items_than_are_written_gives_only_theirs():
+    items = _items([2, 2, 1], seed=1)
+    guess = hash_items(items, 0, b"\0" * 32)
+    taken = take(guess, items[:2], 0, b"\0" * 32)
+    assert taken.rows == hash_items(items[:2], 0, b"\0" * 32).rows and len(taken.rows) == 4
