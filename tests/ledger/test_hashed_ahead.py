@@ -1,12 +1,17 @@
 """Entries hashed ahead on a guess are taken only where the guess hashed exactly what the
 commit writes: the rows equal those hashed at the commit, whatever the guess was."""
 
+# ruff: noqa: F811 - pytest passes the imported fixtures (pg_cluster, pg_url) as arguments
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
+from ocrr.ledger import hashed_ahead
 from ocrr.ledger.group_commit import Pending
 from ocrr.ledger.hashed_ahead import hash_items, take
 from ocrr.ledger.verify import entry_bytes, leaf_hash
@@ -61,3 +66,62 @@ def test_a_guess_for_more_items_than_are_written_gives_only_theirs():
     guess = hash_items(items, 0, b"\0" * 32)
     taken = take(guess, items[:2], 0, b"\0" * 32)
     assert taken.rows == hash_items(items[:2], 0, b"\0" * 32).rows and len(taken.rows) == 4
+
+
+def test_a_guess_that_fails_fails_no_commit_on_postgresql(pg_url, monkeypatch):
+    """The committer hashes ahead while the server works; a failure there (a bug) drops the
+    guess, and the commit hashes its own items: every append lands, the chain verifies."""
+    from ocrr.ledger.postgres.store import PostgresLedger
+
+    real_take = hashed_ahead.take
+    raised = []
+
+    def take_failing_ahead(guess, items, start, prev):
+        if sys._getframe(1).f_code.co_name == "_hash_ahead":
+            raised.append(start)
+            raise RuntimeError("a bug while guessing")
+        return real_take(guess, items, start, prev)
+
+    with PostgresLedger.open(pg_url, gather=0) as led:
+        led.extend(np.eye(DIM, dtype=np.float32), list("abcd"))  # fixes the dimension: guesses start
+        monkeypatch.setattr(hashed_ahead, "take", take_failing_ahead)
+        for k in range(3):
+            assert led.extend(_items([2], seed=k)[0].vecs, ["x", "y"]) == range(4 + 2 * k, 6 + 2 * k)
+        assert len(led) == 10 and led.verify().ok
+    assert raised  # the guesses did fail
+
+
+def test_guesses_taken_on_postgresql_give_the_chain_hashing_at_the_commit_gives(pg_url):
+    """Appends from several threads at once, so that groups are hashed ahead while others are
+    written: the stored chain is the one appending the same entries one by one gives."""
+    import threading
+
+    from ocrr.ledger.chain import Chain
+    from ocrr.ledger.postgres.store import PostgresLedger
+
+    items = _items([3] * 24, seed=5)
+    with PostgresLedger.open(pg_url, gather=0) as led:
+        led.extend(np.eye(DIM, dtype=np.float32), list("abcd"))
+        done = []
+
+        def client(k: int) -> None:
+            for p in items[k::4]:
+                ev = threading.Event()
+                led.submit(
+                    p.vecs, p.labels, p.texts, lambda ids, err, p=p, ev=ev: (done.append((ids, err, p)), ev.set())
+                )
+                ev.wait()
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(err is None for _, err, _ in done) and len(led) == 4 + 72
+        report = led.verify()
+        assert report.ok
+        again = Chain(DIM)
+        again.extend(np.eye(DIM, dtype=np.float32), list("abcd"))
+        for _, _, p in sorted(done, key=lambda d: d[0].start):
+            again.extend(p.vecs, p.labels, p.texts)
+        assert again.head == led.chain_head

@@ -272,18 +272,29 @@ class HeldLedger(GroupCommit):
             n += len(p.labels)
         return hashed.rows, self.tree.extend(hashed.leaves), hashed.digests, n0
 
+    def _hash_next(self, start: int, prev: bytes) -> None:
+        """While the group ending before entry ``start`` (its last hash ``prev``) is being made
+        durable: hash the items queued now, the likely next group."""
+        with self._cv:
+            queued = list(self._queue)
+        self._hash_ahead(queued, start, prev)
+
     def _hash_ahead(self, items: list[Pending], start: int | None = None, prev: bytes | None = None) -> None:
         """While the committing thread waits on storage: hash ``items`` (the group about to be
         written, or the one queued after it) on from entry ``start`` and hash ``prev`` (by
-        default, the last entry held), extending the guess made so far where it fits."""
+        default, the last entry held), extending the guess made so far where it fits. A guess
+        only: should it fail, it is dropped (the commit hashes its items itself), never a commit."""
         if self.dim is None:
             return  # the first commit fixes the dimension: nothing to guess from
-        if start is None or prev is None:
-            with self.lock.read():
-                start, prev = len(self._hashes), self.chain_head
-        items = [p for p in items if p.vecs.shape[1] == self.dim]
-        if items:
-            self._guess = hashed_ahead.take(self._guess, items, start, prev)
+        try:
+            if start is None or prev is None:
+                with self.lock.read():
+                    start, prev = len(self._hashes), self.chain_head
+            items = [p for p in items if p.vecs.shape[1] == self.dim]
+            if items:
+                self._guess = hashed_ahead.take(self._guess, items, start, prev)
+        except Exception:  # noqa: BLE001 - a commit in flight must not fail over an optimisation
+            self._guess = None
 
     def _commit_failed(self, n0: int | None, batch: list[Pending], err: BaseException) -> None:
         """A group commit wrote nothing: drop its leaves from the tree (added from ``n0``) and

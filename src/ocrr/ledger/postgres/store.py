@@ -270,9 +270,7 @@ class PostgresLedger(HeldLedger):
                     inserted = locked_write(conn)
                     conn.execute("COMMIT" if inserted is not None else "ROLLBACK")  # ROLLBACK: nothing to write
                     if inserted is not None:  # while the server inserts and commits: the next group's hashes
-                        with self._cv:
-                            queued = list(self._queue)
-                        self._hash_ahead(queued, n0[0] + len(state["digests"]), state["digests"][-1])
+                        self._hash_next(n0[0] + len(state["digests"]), state["digests"][-1])
             except BaseException as e:
                 if conn.info.transaction_status in (
                     psycopg.pq.TransactionStatus.INTRANS,
