@@ -16,7 +16,9 @@ append-only buffer never change); later appends copy their rows into it too. Whe
 buffer does fill, the append takes that buffer over, with nothing left to copy. The
 capacities, and so everything a caller sees, are those of growing in place; only when the
 work happens changes. The price is memory: from three quarters full until the switch, the
-next buffer is held beside the current one.
+next buffer is held beside the current one. A buffer that grows in place
+(``ocrr.utils.reserved``) needs no next buffer: the background work backs the rows its next
+capacity adds, and the switch copies nothing.
 
 The background work is paced: after each slice it rests four times as long as the slice
 took, so it takes at most a fifth of a core while the buffer has room to spare. Done at
@@ -195,9 +197,9 @@ class GrowAhead:
             self._due_in = (len(buf) - n) * (now - then) / (n - rows)
 
     def _filling_fast(self, buf: np.ndarray, n: int) -> bool:
-        """Half full, and the appends come so fast that they would fill it before a buffer
-        twice its size could be backed and filled twice over, at the pace backing went last
-        time: make the next one now rather than at three quarters."""
+        """Half full, and the appends would fill it in less than twice the time that backing
+        the next capacity takes at the pace backing went last time: make it ready now rather
+        than at three quarters."""
         if 2 * n < len(buf) or buf.nbytes < MIN_BYTES or not self._backed_per_second:
             return False
         return self._due_in < 2 * (2 * buf.nbytes / self._backed_per_second)
