@@ -9,13 +9,15 @@ rows stay where they are and only the new half is fresh.
 
 ``grow(buf, rows, row_shape, dtype)`` gives that view, or a view of a new reservation (the
 caller copies its rows in), or None where the system refuses a reservation (strict
-overcommit, an address-space limit): the caller allocates as before. What a caller sees is
-the same either way: an uninitialised array of the rows asked for.
+overcommit, an address-space limit) or has none (not Linux): the caller allocates as
+before. What a caller sees is the same either way: an uninitialised array of the rows
+asked for.
 """
 
 from __future__ import annotations
 
 import mmap
+import sys
 
 import numpy as np
 
@@ -23,7 +25,8 @@ __all__ = ["RESERVE_BYTES", "Reservation", "grow", "next_half", "reservation_of"
 
 RESERVE_BYTES = 64 << 30  # the least address space a reservation takes (not memory: see above)
 _GROWTH = 8  # a new reservation has room for this many times the rows asked for
-_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value; Python names it from 3.13
+# Linux's flag (Python names it from 3.13); elsewhere buffers grow as before (no reservation).
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000) if sys.platform.startswith("linux") else None
 
 
 class Reservation(mmap.mmap):
@@ -50,6 +53,8 @@ def grow(buf: np.ndarray | None, rows: int, row_shape: tuple[int, ...], dtype: n
     nbytes = rows * int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     region = None if buf is None else reservation_of(buf)
     if region is None or len(region) < nbytes:
+        if _MAP_NORESERVE is None:
+            return None
         size = -(-max(RESERVE_BYTES, _GROWTH * nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
         try:
             region = Reservation(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
