@@ -30,6 +30,7 @@ import json
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,8 @@ class DurableLedger(HeldLedger):
             no_checkpoints_in_commits(conn)
             no_checkpoints_in_commits(self._watch)
             self.wal = BackgroundCheckpoints(path, writers_turn=lambda: _writers_turn(path))
+            # A ledger dropped without close() lets its checkpoint thread and connection go with it.
+            self._stop_checkpoints = weakref.finalize(self, self.wal.close)
         except (OSError, sqlite3.Error) as e:
             conn.close()
             if hasattr(self, "_watch"):
@@ -110,7 +113,7 @@ class DurableLedger(HeldLedger):
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
-            self.wal.close()
+            self._stop_checkpoints()
             conn.close()
             self._watch.close()
             os.close(self._writer)
@@ -466,7 +469,7 @@ class DurableLedger(HeldLedger):
             while self._committing or (self._queue and self._committer is not None):
                 self._cv.wait()
             if not self._closed:
-                self.wal.close()
+                self._stop_checkpoints()
                 with self._follow:
                     self._closed = True
                     self._watch.close()

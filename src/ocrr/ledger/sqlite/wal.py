@@ -92,7 +92,7 @@ class BackgroundCheckpoints:
             with self._cv:
                 self._cv.wait_for(lambda: self._closed or self._pending >= self.every)
                 if self._closed:
-                    return
+                    break
                 self._since_restart += self._pending
                 self._pending = 0
                 restart = self._writers_turn is not None and self._since_restart >= self.restart_every
@@ -112,11 +112,13 @@ class BackgroundCheckpoints:
                         self.restarts += 1
                         self._since_restart = 0
                     self._cv.notify_all()
+        self._conn.close()
 
     def close(self) -> None:
-        """Stop the thread (a checkpoint in progress ends first) and close its connection."""
+        """Stop the thread (a checkpoint in progress ends first; it closes its connection).
+        Idempotent; called from the thread itself (a ledger collected there), it only tells it."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join()
-        self._conn.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
