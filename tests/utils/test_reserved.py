@@ -45,6 +45,21 @@ def test_no_reservation_where_the_system_refuses_one(monkeypatch):
     assert grow(None, 64, (8,), F4) is None
 
 
+def test_no_reservation_under_an_address_space_cap():
+    """``ulimit -v`` counts reserved address space as memory: a capped process reserves none
+    (in a child process: the cap stays with it)."""
+    import subprocess
+    import sys as _sys
+
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (32 << 30, resource.RLIM_INFINITY)); "
+        "import numpy as np; from ocrr.utils.reserved import grow; "
+        "print(grow(None, 64, (8,), np.dtype('<f4')) is None)"
+    )
+    out = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
 def test_a_chain_without_reservations_holds_the_same_entries(monkeypatch):
     monkeypatch.setattr(grow_ahead, "MIN_BYTES", 1024)  # reserve from a few KB
     rng = np.random.default_rng(3)

@@ -9,8 +9,8 @@ rows stay where they are and only the new half is fresh.
 
 ``grow(buf, rows, row_shape, dtype)`` gives that view, or a view of a new reservation (the
 caller copies its rows in), or None where the system refuses a reservation (strict
-overcommit, an address-space limit) or has none (not Linux): the caller allocates as
-before. What a caller sees is the same either way: an uninitialised array of the rows
+overcommit), the process's address space is capped (``ulimit -v``) or there is none (not
+Linux): the caller allocates as before. What a caller sees is the same either way: an uninitialised array of the rows
 asked for.
 """
 
@@ -53,7 +53,7 @@ def grow(buf: np.ndarray | None, rows: int, row_shape: tuple[int, ...], dtype: n
     nbytes = rows * int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     region = None if buf is None else reservation_of(buf)
     if region is None or len(region) < nbytes:
-        if _MAP_NORESERVE is None:
+        if _MAP_NORESERVE is None or _address_space_limited():
             return None
         size = -(-max(RESERVE_BYTES, _GROWTH * nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
         try:
@@ -61,6 +61,16 @@ def grow(buf: np.ndarray | None, rows: int, row_shape: tuple[int, ...], dtype: n
         except (OSError, ValueError, OverflowError):
             return None
     return np.ndarray((rows, *row_shape), dtype, buffer=region)
+
+
+def _address_space_limited() -> bool:
+    """A process whose address space is capped (``ulimit -v``, as some clusters set it) counts
+    a reservation against the cap as if it were memory: it reserves none, lest its other
+    allocations fail while little memory is in use."""
+    import resource  # (Unix only; called on Linux only)
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft != resource.RLIM_INFINITY
 
 
 def next_half(buf: np.ndarray) -> np.ndarray | None:
