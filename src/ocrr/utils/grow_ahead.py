@@ -111,10 +111,7 @@ SMALL_PAGES = "ocrr_small_pages"
 
 
 def _small_pages(array: np.ndarray) -> bool:
-    memory: object = array
-    while isinstance(memory, np.ndarray):
-        memory = memory.base
-    return bool(getattr(memory, SMALL_PAGES, False))
+    return bool(getattr(reserved.memory_of(array), SMALL_PAGES, False))
 
 
 class GrowAhead:

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["RESERVE_BYTES", "Reservation", "grow", "next_half", "reservation_of"]
+__all__ = ["RESERVE_BYTES", "Reservation", "grow", "memory_of", "next_half", "reservation_of"]
 
 RESERVE_BYTES = 64 << 30  # the least address space a reservation takes (not memory: see above)
 _GROWTH = 8  # a new reservation has room for this many times the rows asked for
@@ -34,11 +34,18 @@ class Reservation(mmap.mmap):
     memory-mapped arrays (a file's)."""
 
 
+def memory_of(array: np.ndarray) -> object:
+    """The object whose memory ``array`` views, past any arrays between (``array`` itself
+    when it owns its memory)."""
+    memory: object = array
+    while isinstance(memory, np.ndarray) and memory.base is not None:
+        memory = memory.base
+    return memory
+
+
 def reservation_of(array: np.ndarray) -> Reservation | None:
     """The reservation ``array`` is a view of from its first byte, or None."""
-    memory: object = array
-    while isinstance(memory, np.ndarray):
-        memory = memory.base
+    memory = memory_of(array)
     if not isinstance(memory, Reservation):
         return None
     start = np.frombuffer(memory, np.uint8, count=1).ctypes.data
