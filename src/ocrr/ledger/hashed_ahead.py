@@ -79,5 +79,7 @@ def take(guess: Hashed | None, items: list[Pending], start: int, prev: bytes) ->
         if mine is not guessed:
             break
         same, count = same + 1, count + len(mine.labels)
+    if same == len(items) == len(guess.items):
+        return guess  # it hashed exactly these items
     kept = Hashed(start, prev, guess.items[:same], guess.rows[:count], guess.leaves[:count], guess.digests[:count])
     return kept.extended(items[same:]) if same < len(items) else kept

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -347,9 +348,11 @@ class PostgresLedger(HeldLedger):
         """The insert's guard failed: the database kept fewer entries than it was given, or did
         not move the head (a rule or trigger added behind the ledger's back); nothing was
         committed. Fails closed, as rows found inserted or removed do."""
-        found = str(e).split(_SHORT_INSERT, 1)[1].split('"', 1)[0].strip()
+        # the count the statement reached, as the server's message spells it (digits only, bounded)
+        found = re.match(r"\s*(\d{1,19})", str(e).split(_SHORT_INSERT, 1)[1])
+        kept = found.group(1) if found else "fewer"
         self._broken = LedgerIntegrityError(
-            f"ledger {self.path}: the database kept {found} of the {given} entries of an append with the "
+            f"ledger {self.path}: the database kept {kept} of the {given} entries of an append with the "
             "head moved (a rule or trigger on ocrr_entries or ocrr_head drops rows?); nothing was appended. "
             f"Remove it, then reopen the ledger and run `ocrr ledger verify {self.path}`",
             len(self._hashes),
