@@ -4,6 +4,7 @@ commit writes: the rows equal those hashed at the commit, whatever the guess was
 # ruff: noqa: F811 - pytest passes the imported fixtures (pg_cluster, pg_url) as arguments
 from __future__ import annotations
 
+import hashlib
 import sys
 
 import numpy as np
@@ -33,13 +34,14 @@ def test_hash_items_gives_each_entry_its_chain_hash_and_leaf():
     items = _items([2, 1], seed=0)
     hashed = hash_items(items, 7, b"\x05" * 32)
     prev = b"\x05" * 32
-    for n, row in enumerate(hashed.rows, 7):
-        p = items[0] if n < 9 else items[1]
-        j = n - 7 if n < 9 else 0
+    for n, (p, j) in enumerate([(items[0], 0), (items[0], 1), (items[1], 0)], 7):
         pre = entry_bytes(n, p.labels[j], p.texts[j], p.vecs[j].astype("<f4").tobytes(), prev)
-        assert row[0] == n and row[4] == prev and hashed.leaves[n - 7] == leaf_hash(pre)
-        prev = row[5]
-    assert hashed.digests == [row[5] for row in hashed.rows] and hashed.prev == b"\x05" * 32
+        assert hashed.leaves[n - 7] == leaf_hash(pre) and hashed.digests[n - 7] == hashlib.sha256(pre).digest()
+        assert hashed.labels[n - 7] == p.labels[j].encode()
+        assert hashed.texts[n - 7] == (None if p.texts[j] is None else p.texts[j].encode())
+        prev = hashed.digests[n - 7]
+    assert hashed.vectors == [p.vecs.astype("<f4").tobytes() for p in items]
+    assert hashed.chain() == b"\x05" * 32 + b"".join(hashed.digests) and hashed.prev == b"\x05" * 32
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,14 +60,14 @@ def test_a_guess_taken_gives_the_rows_hashing_now_would(sizes, guessed, start_of
     taken = take(guess, items, start, prev)
     now = hash_items(items, start, prev)
     assert (taken.start, taken.prev, taken.items) == (now.start, now.prev, now.items)
-    assert taken.rows == now.rows and taken.leaves == now.leaves and taken.digests == now.digests
+    assert taken == now  # every column: vectors, labels, texts, leaves, chain hashes
 
 
 def test_a_guess_for_more_items_than_are_written_gives_only_theirs():
     items = _items([2, 2, 1], seed=1)
     guess = hash_items(items, 0, b"\0" * 32)
     taken = take(guess, items[:2], 0, b"\0" * 32)
-    assert taken.rows == hash_items(items[:2], 0, b"\0" * 32).rows and len(taken.rows) == 4
+    assert taken == hash_items(items[:2], 0, b"\0" * 32) and len(taken.digests) == 4
 
 
 def test_a_guess_that_fails_fails_no_commit_on_postgresql(pg_url, monkeypatch):

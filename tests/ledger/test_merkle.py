@@ -162,8 +162,8 @@ def test_proofs_made_together_equal_each_made_alone(tree):
 def test_leaves_added_together_build_the_tree_appending_each_builds():
     """``extend`` (a group commit's leaves, a level at a time) gives the levels ``append``
     gives one leaf at a time, from every kind of start and group size, and returns the same
-    nodes: the leaves in order, then the parents level by level. A leaf of the wrong size
-    is refused before anything is added."""
+    nodes, as runs: the leaves in order, then the parents level by level. A leaf of the wrong
+    size is refused before anything is added."""
     leaves = [leaf_hash(i.to_bytes(4, "little")) for i in range(700)]
     rng = np.random.default_rng(11)
     starts = [0, 1, 2, 3, 63, 64, 65, 255, 256, 511] + [int(x) for x in rng.integers(0, 500, 10)]
@@ -174,8 +174,10 @@ def test_leaves_added_together_build_the_tree_appending_each_builds():
                 one_by_one.append(leaf)
             together.extend(leaves[:start])
             nodes = [node for leaf in leaves[start : start + count] for node in one_by_one.append(leaf)]
-            got = together.extend(leaves[start : start + count])
+            runs = together.extend(leaves[start : start + count])
             assert together.levels == one_by_one.levels
+            assert [level for level, _, _ in runs] == list(range(len(runs)))  # one run a level, bottom up
+            got = [(level, lo + j, run[32 * j : 32 * j + 32]) for level, lo, run in runs for j in range(len(run) // 32)]
             assert got == sorted(nodes, key=lambda node: node[0])  # level by level, each level in order
     # levels that start with shared read-only bytes (ocrr.service.shared_rows) take leaves alike
     plain = MerkleTree.from_leaves(b"".join(leaves[:300]))

@@ -19,54 +19,79 @@ from dataclasses import dataclass
 
 from ocrr.ledger.chain import F4LE
 from ocrr.ledger.group_commit import Pending
-from ocrr.ledger.verify import entry_bytes, leaf_hash
+from ocrr.ledger.verify import encoded_entry_head, leaf_hash
 
 __all__ = ["Hashed", "hash_items", "take"]
 
 
 @dataclass(frozen=True)
 class Hashed:
-    """The rows ``(id, label, text, vector, prev_hash, hash)``, Merkle leaves and chain hashes
-    of ``items``' entries, from id ``start`` chained on from ``prev``."""
+    """``items``' entries from id ``start``, chained on from ``prev``, as columns a store writes
+    whole: each item's vectors (little-endian float32, row after row), each entry's label and
+    text as UTF-8, its Merkle leaf and its chain hash."""
 
     start: int
     prev: bytes
     items: tuple[Pending, ...]
-    rows: list[tuple]
+    vectors: list[bytes]
+    labels: list[bytes]
+    texts: list[bytes | None]
     leaves: list[bytes]
     digests: list[bytes]
+
+    def chain(self) -> bytes:
+        """``prev`` and the chain hashes, joined: entry k's previous hash is bytes 32k..32k+32,
+        its own hash the 32 after."""
+        return b"".join([self.prev, *self.digests])
 
     def extended(self, items: list[Pending]) -> Hashed:
         """This guess and ``items`` after it, hashed on from its last entry."""
         last = self.digests[-1] if self.digests else self.prev
-        more = hash_items(items, self.start + len(self.rows), last)
+        more = hash_items(items, self.start + len(self.digests), last)
         return Hashed(
             self.start,
             self.prev,
             self.items + more.items,
-            self.rows + more.rows,
+            self.vectors + more.vectors,
+            self.labels + more.labels,
+            self.texts + more.texts,
             self.leaves + more.leaves,
             self.digests + more.digests,
+        )
+
+    def first(self, items: int, entries: int) -> Hashed:
+        """The leading ``items`` (holding ``entries`` entries) alone."""
+        return Hashed(
+            self.start,
+            self.prev,
+            self.items[:items],
+            self.vectors[:items],
+            self.labels[:entries],
+            self.texts[:entries],
+            self.leaves[:entries],
+            self.digests[:entries],
         )
 
 
 def hash_items(items: list[Pending], start: int, prev: bytes) -> Hashed:
     """Hash ``items``' entries from id ``start``, chained on from ``prev``."""
-    rows, leaves, digests = [], [], []
+    vectors, labels, texts, leaves, digests = [], [], [], [], []
     n, first = start, prev
     sha256 = hashlib.sha256
     for p in items:
         blob = p.vecs.astype(F4LE, copy=False).tobytes()  # every row's bytes at once, sliced below
+        vectors.append(blob)
         width = len(blob) // len(p.labels)
-        for j, (label, text) in enumerate(zip(p.labels, p.texts)):
-            raw = blob[j * width : (j + 1) * width]
-            pre = entry_bytes(n, label, text, raw, prev)
-            digest = sha256(pre).digest()
-            rows.append((n, label, text, raw, prev, digest))
-            leaves.append(leaf_hash(pre))
-            digests.append(digest)
-            prev, n = digest, n + 1
-    return Hashed(start, first, tuple(items), rows, leaves, digests)
+        with memoryview(blob) as rows:
+            for j, (label, text) in enumerate(zip(p.labels, p.texts)):
+                lab, txt = label.encode("utf-8"), None if text is None else text.encode("utf-8")
+                pre = b"".join((encoded_entry_head(n, lab, txt, width // 4), rows[j * width : (j + 1) * width], prev))
+                prev, n = sha256(pre).digest(), n + 1
+                labels.append(lab)
+                texts.append(txt)
+                leaves.append(leaf_hash(pre))
+                digests.append(prev)
+    return Hashed(start, first, tuple(items), vectors, labels, texts, leaves, digests)
 
 
 def take(guess: Hashed | None, items: list[Pending], start: int, prev: bytes) -> Hashed:
@@ -81,5 +106,5 @@ def take(guess: Hashed | None, items: list[Pending], start: int, prev: bytes) ->
         same, count = same + 1, count + len(mine.labels)
     if same == len(items) == len(guess.items):
         return guess  # it hashed exactly these items
-    kept = Hashed(start, prev, guess.items[:same], guess.rows[:count], guess.leaves[:count], guess.digests[:count])
+    kept = guess.first(same, count)
     return kept.extended(items[same:]) if same < len(items) else kept

@@ -8,7 +8,7 @@ against them before using it. ``HeldLedger`` is that part, written once; an engi
 subclass reads and writes its storage:
 
 * ``_commit(batch)`` (``ocrr.ledger.group_commit``): write one group, calling
-  ``_check_tail`` in the write transaction (``ocrr.ledger.tail``), ``_rows_of`` for the
+  ``_check_tail`` in the write transaction (``ocrr.ledger.tail``), ``_hashed_of`` for the
   new rows, and ``_commit_done`` / ``_commit_failed`` after;
 * ``_stored_rows(lo, hi)``: rows ``(id, label, text, vector, prev_hash, hash)`` as stored
   now, for ``check_slice``; other processes' rows go through ``_take_in_rows``;
@@ -261,16 +261,17 @@ class HeldLedger(GroupCommit):
                 )
         return ok, dim
 
-    def _rows_of(self, ok: list[Pending]):
-        """The rows, tree nodes and digests of new entries chained on from the last one (what
-        a guess hashed of them already is taken: ``ocrr.ledger.hashed_ahead``)."""
-        n0 = n = len(self._hashes)
-        hashed = hashed_ahead.take(self._guess, ok, n0, self.chain_head)
+    def _hashed_of(self, ok: list[Pending]) -> tuple[hashed_ahead.Hashed, list[tuple[int, int, bytes]]]:
+        """New entries chained on from the last one, hashed (what a guess hashed of them
+        already is taken: ``ocrr.ledger.hashed_ahead``), and the tree nodes they complete, as
+        runs (``MerkleTree.extend``)."""
+        n = len(self._hashes)
+        hashed = hashed_ahead.take(self._guess, ok, n, self.chain_head)
         self._guess = None
         for p in ok:
             p.ids = range(n, n + len(p.labels))
             n += len(p.labels)
-        return hashed.rows, self.tree.extend(hashed.leaves), hashed.digests, n0
+        return hashed, self.tree.extend(hashed.leaves)
 
     def _hash_next(self, start: int, prev: bytes) -> None:
         """While the group ending before entry ``start`` (its last hash ``prev``) is being made

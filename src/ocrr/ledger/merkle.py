@@ -11,7 +11,6 @@ the log. Memory: about 64 bytes per leaf.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,17 +95,19 @@ class MerkleTree:
         return out
 
     def extend(self, leaves: Sequence[bytes]) -> list[tuple[int, int, bytes]]:
-        """``append`` of each of ``leaves`` in turn: the same levels and the same nodes returned,
-        level by level (the leaves first, then the parents they completed), for a group
-        commit's leaves at once. Built a level at a time, as ``from_leaves`` does: one pass per
-        level over the pairs the new leaves completed."""
+        """``append`` of each of ``leaves`` in turn, for a group commit's leaves at once: the
+        same levels, and the same nodes as runs ``(level, first index, their hashes joined)``,
+        level by level (the leaves first, then the parents they completed); a store writes
+        each run as one value, not a row per node. Built a level at a time, as ``from_leaves``
+        does: one pass per level over the pairs the new leaves completed."""
         wrong = set(map(len, leaves)) - {HASH_SIZE}
         if wrong:
             raise ValueError(f"a leaf hash is {HASH_SIZE} bytes, got {min(wrong)}")
         levels, pair = self.levels, 2 * HASH_SIZE
         first = len(levels[0]) // HASH_SIZE  # the first new node's index, on each level in turn
-        out = [(0, k, bytes(leaf)) for k, leaf in enumerate(leaves, first)]
-        levels[0] += b"".join(leaves)
+        joined = b"".join(leaves)
+        out = [(0, first, joined)] if joined else []
+        levels[0] += joined
         level = 0
         while True:
             nodes = levels[level]
@@ -118,10 +119,10 @@ class MerkleTree:
                 levels.append(bytearray())
             # the pairs' bytes, sliced once (a level may be a bytearray or a shared prefix and its own bytes)
             with memoryview(nodes[lo * pair : hi * pair]) as pairs:
-                parents = [_node(pairs[j : j + pair]) for j in range(0, len(pairs), pair)]
-            levels[level + 1] += b"".join(parents)
+                parents = b"".join([_node(pairs[j : j + pair]) for j in range(0, len(pairs), pair)])
+            levels[level + 1] += parents
             level, first = level + 1, lo
-            out.extend(zip(itertools.repeat(level), range(lo, hi), parents))
+            out.append((level, lo, parents))
 
     def truncate(self, size: int) -> None:
         """Forget every leaf from ``size`` on (a failed write is undone this way)."""

@@ -36,6 +36,7 @@ __all__ = [
     "EMPTY_ROOT",
     "ENTRY_TAG",
     "entry_head",
+    "encoded_entry_head",
     "entry_bytes",
     "entry_leaf_hash",
     "root_from_inclusion_proof",
@@ -84,13 +85,13 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 def entry_head(id: int, label: str, text: str | None, dim: int) -> bytes:
     """The bytes of an entry before its vector (``entry_bytes`` is these, the vector, prev_hash):
     the chain hashes them first and streams the vector after, without copying it."""
-    lab = label.encode("utf-8")
-    if text is None:
-        txt = b"\x00"
-    else:
-        raw = text.encode("utf-8")
-        txt = _TEXT_PRESENT_LEN.pack(1, len(raw)) + raw
-    return b"".join((ENTRY_TAG, _ID_LABEL_LEN.pack(id, len(lab)), lab, txt, _DIM.pack(dim)))
+    return encoded_entry_head(id, label.encode("utf-8"), None if text is None else text.encode("utf-8"), dim)
+
+
+def encoded_entry_head(id: int, label: bytes, text: bytes | None, dim: int) -> bytes:
+    """``entry_head`` of a label and text given as their UTF-8 bytes."""
+    txt = b"\x00" if text is None else _TEXT_PRESENT_LEN.pack(1, len(text)) + text
+    return b"".join((ENTRY_TAG, _ID_LABEL_LEN.pack(id, len(label)), label, txt, _DIM.pack(dim)))
 
 
 def entry_bytes(id: int, label: str, text: str | None, vector_le_f32: bytes, prev_hash: bytes) -> bytes:

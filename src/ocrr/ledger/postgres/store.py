@@ -45,6 +45,7 @@ from ocrr.ledger.postgres.schema import create_schema
 from ocrr.ledger.postgres.url import configure, connect, psycopg_modules, redact
 from ocrr.ledger.scan import LedgerReport, Scan
 from ocrr.ledger.tail import StoredTail
+from ocrr.ledger.verify import HASH_SIZE
 
 __all__ = ["PostgresLedger"]
 
@@ -306,29 +307,31 @@ class PostgresLedger(HeldLedger):
                 ok, dim = self._same_dim(ready)
                 if not ok:
                     return None
-                rows, nodes, digests, start = self._rows_of(ok)
+                hashed, nodes = self._hashed_of(ok)
+                start, count = hashed.start, len(hashed.digests)
                 n0.append(start)
-                self._own = (start, start + len(rows))
-                root = self.tree.root(start + len(rows))
-            labels, texts, vectors, prevs = ([row[k] for row in rows] for k in (1, 2, 3, 4))
+                self._own = (start, start + count)
+                root = self.tree.root(start + count)
+            chain = hashed.chain()
             inserted = conn.execute(
                 _INSERT,
                 {
-                    "size": start + len(rows),
-                    "chain_head": digests[-1],
+                    "size": start + count,
+                    "chain_head": hashed.digests[-1],
                     "root": root,
                     "dim": dim,
                     "start": start,
-                    "labels": labels,
-                    "texts": texts,
-                    "width": len(vectors[0]),
-                    "vectors": b"".join(vectors),
-                    "prevs": b"".join(prevs),
-                    "hashes": b"".join(digests),
-                    "leaves": b"".join([leaf for _, _, leaf in nodes[: len(rows)]]),  # the leaves come first
-                    "count": len(rows),
+                    "labels": [label for p in ok for label in p.labels],
+                    "texts": [text for p in ok for text in p.texts],
+                    "width": len(hashed.vectors[0]) // len(ok[0].labels),
+                    "vectors": b"".join(hashed.vectors),
+                    "prevs": chain[:-HASH_SIZE],
+                    "hashes": chain[HASH_SIZE:],
+                    "leaves": nodes[0][2],  # the leaves' run comes first
+                    "count": count,
                 },
             )
+            digests = hashed.digests
             state.update(ok=ok, dim=dim, digests=digests)
             return inserted
 

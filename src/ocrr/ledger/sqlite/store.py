@@ -24,8 +24,6 @@ reader does before it answers, so it answers for every acknowledged correction.
 from __future__ import annotations
 
 import fcntl
-import functools
-import itertools
 import json
 import os
 import sqlite3
@@ -40,6 +38,7 @@ from ocrr.ledger.group_commit import Pending, checked
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.held import Apply, HeldLedger, damage_in
 from ocrr.ledger.scan import Damage, LedgerReport, Scan
+from ocrr.ledger.sqlite.inserts import check_json_functions, insert_entries, insert_nodes
 from ocrr.ledger.sqlite.locks import FileHold, join_writers
 from ocrr.ledger.sqlite.scan import KnownPrefix, report_of, scan_file
 from ocrr.ledger.sqlite.schema import VERIFICATIONS_TABLE, add_note_column, adopt_v1, connect, create_tables
@@ -52,10 +51,6 @@ _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
 # About what one entry (beside its vector) and one tree node add to the log, for the checkpoints.
 _ROW_BYTES, _NODE_BYTES = 128, 48
-# Parameters bound per INSERT at most: a statement's text is parsed again whenever its size is new.
-_MAX_PARAMETERS = 4096
-# Rows per INSERT are a multiple of this (padded): see _insert_rows.
-_ROWS_STEP = 64
 # The stored tail (ocrr.ledger.tail.StoredTail) in one statement: point reads on two primary keys.
 _TAIL = (
     "SELECT (SELECT value FROM meta WHERE key = 'size'), (SELECT value FROM meta WHERE key = 'chain_head'), "
@@ -167,6 +162,7 @@ class DurableLedger(HeldLedger):
         conn: sqlite3.Connection | None = None
         try:
             conn = connect(path)
+            check_json_functions(conn)  # what the appends write with: refused now, not at the first one
             with _writers_turn(path):  # queue with the writers (see _writers_turn)
                 try:
                     conn.execute("BEGIN IMMEDIATE")  # no other writer while we check the file
@@ -358,11 +354,12 @@ class DurableLedger(HeldLedger):
                         if not ok:
                             conn.execute("ROLLBACK")
                             return
-                        rows, nodes, digests, n0 = self._rows_of(ok)
-                        self._own = (n0, n0 + len(rows))
-                    _insert_rows(conn, "entries", rows)
-                    _insert_rows(conn, "nodes", nodes)
-                    conn.execute(_MOVE_HEAD, (n0 + len(rows), digests[-1], dim))
+                        hashed, nodes = self._hashed_of(ok)
+                        n0, count = hashed.start, len(hashed.digests)
+                        self._own = (n0, n0 + count)
+                    insert_entries(conn, hashed)
+                    insert_nodes(conn, nodes)
+                    conn.execute(_MOVE_HEAD, (n0 + count, hashed.digests[-1], dim))
                     conn.execute("COMMIT")  # returns once the WAL is fsynced (synchronous=FULL)
                 except BaseException:
                     if conn.in_transaction:
@@ -371,8 +368,9 @@ class DurableLedger(HeldLedger):
         except BaseException as e:
             self._commit_failed(n0, batch, self._write_error(e))
             return
-        self.wal.committed(len(rows) * (len(rows[0][3]) + _ROW_BYTES) + len(nodes) * _NODE_BYTES)
-        self._commit_done(ok, digests, dim)  # the mirror follows the file
+        node_count = sum(len(run) for _, _, run in nodes) // 32
+        self.wal.committed(sum(map(len, hashed.vectors)) + count * _ROW_BYTES + node_count * _NODE_BYTES)
+        self._commit_done(ok, hashed.digests, dim)  # the mirror follows the file
 
     def _write_error(self, e: BaseException) -> OcrrError:
         """What a failed group commit tells its appenders: an integrity failure fails the ledger
@@ -478,39 +476,6 @@ class DurableLedger(HeldLedger):
                 if self._file is not None:
                     self._file.release()  # after SQLite's connections: see ocrr.ledger.sqlite.locks
                 self._cv.notify_all()
-
-
-def _insert_rows(conn: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
-    """INSERT ``rows`` (tuples of one width) into ``table``, in order, as multi-row statements.
-    ``executemany`` steps SQLite once per row, letting go of the GIL each time, and in a
-    service each step may then wait for the event loop's thread to hand it back; a statement
-    of many rows steps once. As many rows per statement as the library binds parameters
-    (a group commit's rows usually fit in one; SQLite before 3.32 binds 999).
-
-    A group's row count changes from commit to commit, and a statement of a new size is
-    compiled again, which costs more than the insert. So each statement's rows are padded
-    with rows of NULLs (left out by its ``WHERE``) to a multiple of ``_ROWS_STEP``: its text
-    is one of a few, which the connection's statement cache keeps compiled."""
-    if not rows:
-        return
-    width = len(rows[0])
-    per = max(1, min(conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER), _MAX_PARAMETERS) // width)
-    step = min(_ROWS_STEP, per)
-    per -= per % step
-    for lo in range(0, len(rows), per):
-        chunk = rows[lo : lo + per]
-        size = -(-len(chunk) // step) * step
-        params = list(itertools.chain.from_iterable(chunk))
-        params.extend(itertools.repeat(None, width * (size - len(chunk))))
-        conn.execute(_insert_sql(table, width, size), params)
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_sql(table: str, width: int, size: int) -> str:
-    """An INSERT into ``table`` (``entries`` or ``nodes``) of ``size`` rows of ``width`` values,
-    leaving out the rows whose first value is NULL (padding: no stored row has one)."""
-    row = "(" + ", ".join("?" * width) + ")"
-    return f"INSERT INTO {table} SELECT * FROM (VALUES " + ", ".join([row] * size) + ") WHERE column1 IS NOT NULL"
 
 
 def _text_as_stored(raw: bytes) -> str | bytes:
