@@ -256,8 +256,14 @@ def test_a_group_the_database_refuses_writes_nothing_and_the_next_one_goes_in(pg
     vecs, labels, texts = _entries(6)
     with PostgresLedger.open(pg_url, dim=DIM) as pg:  # the commits' kept connection: the next one reuses it
         pg.extend(vecs[:2], labels[:2], texts[:2])
-        with pytest.raises(OcrrError, match="an append failed"):
-            pg.extend(vecs[2:4], ["fine", "nul \x00 inside"], texts[2:4])  # PostgreSQL text holds no NUL
+        with _superuser(pg_url) as conn:  # a rule of the database's own that the insert breaks
+            conn.execute(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.label = 'refused' "
+                "THEN RAISE EXCEPTION 'refused by the server'; END IF; RETURN NEW; END $$; "
+                "CREATE TRIGGER refuse BEFORE INSERT ON ocrr_entries FOR EACH ROW EXECUTE FUNCTION refuse()"
+            )
+        with pytest.raises(OcrrError, match="an append failed.*refused by the server"):
+            pg.extend(vecs[2:4], ["fine", "refused"], texts[2:4])
         assert len(pg) == 2
         assert pg.extend(vecs[4:], labels[4:], texts[4:]) == range(2, 4)
         assert pg.verify() and pg.verify().size == 4

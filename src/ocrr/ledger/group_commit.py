@@ -226,7 +226,7 @@ def _tell(batch: list[Pending]) -> None:
 
 def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
     """The rows of an append as (m, ``dim``) float32, or one error naming the fix: numeric,
-    finite, one non-empty label (and at most one text) per row, valid Unicode."""
+    finite, one non-empty label (and at most one text) per row, valid Unicode without NUL."""
     vecs = _floats(vectors, "vectors are")
     if isinstance(vectors, np.ndarray) and np.may_share_memory(vecs, vectors):
         # the caller's own array: what is checked, hashed and stored must not change if the
@@ -248,7 +248,7 @@ def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
             + ("" if texts is None else f" and {len(texts)} texts")
             + "; pass one per vector"
         )
-    for label, text in zip(labels, texts if texts is not None else [None] * len(labels)):
+    for i, (label, text) in enumerate(zip(labels, texts if texts is not None else [None] * len(labels))):
         if not isinstance(label, str) or not label:
             raise OcrrError(f"label must be a non-empty string, got {label!r}")
         if text is not None and not isinstance(text, str):
@@ -258,6 +258,12 @@ def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
             text is None or text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise OcrrError(f"label or text is not valid Unicode ({e.reason}); remove lone surrogates") from None
+        if "\x00" in label or (text is not None and "\x00" in text):
+            # one rule for every store: PostgreSQL's text cannot hold it, and a ledger moves between stores
+            what = "label" if "\x00" in label else "text"
+            raise OcrrError(
+                f"the {what} of item {i} holds a NUL character (U+0000), which a ledger does not store; remove it"
+            )
     return np.ascontiguousarray(vecs)
 
 
