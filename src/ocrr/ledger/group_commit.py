@@ -16,6 +16,7 @@ writes one group in ``_commit(batch)``: it gives every item its ids, or leaves i
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -131,10 +132,17 @@ class GroupCommit:
                 raise OcrrError(f"ledger {self.path} is closed; reopen it to append")
             self._queue.append(item)
             if self._committer is None:
-                self._committer = threading.Thread(target=self._commit_submitted, name="ocrr-commit", daemon=True)
+                self._holder = _Holder(self._cv, weakref.ref(self))
+                # dropped while its committer waits: let it end (not at exit, where a daemon
+                # thread may hold the lock for good)
+                weakref.finalize(self, _wake, self._cv).atexit = False
+                self._committer = threading.Thread(
+                    target=_commit_submitted, args=(self._holder,), name="ocrr-commit", daemon=True
+                )
                 self._committer.start()
             elif not self._committing:
                 self._cv.notify_all()  # the committer waits for work (nobody else waits while none runs)
+            self._holder.ledger = self  # held until its queue is committed, even if dropped unclosed
 
     def _pending(
         self, vectors, labels, texts, done: Done | None = None, check: Callable[[], None] | None = None
@@ -142,24 +150,6 @@ class GroupCommit:
         """An append checked at the door (``check_batch``), ready to queue."""
         vecs = check_batch(vectors, labels, texts, self.dim)
         return Pending(vecs, list(labels), list(texts) if texts is not None else [None] * len(labels), done, check)
-
-    def _commit_submitted(self) -> None:
-        """The committer thread: lead a group commit whenever appends are queued and none is
-        running; on close, fail what is still queued."""
-        name_os_thread()  # its CPU shows apart from the event loop's (benchmarks/bench_durable.py)
-        with self._cv:
-            while True:
-                if self._queue and not self._committing and not self._closed:
-                    self._lead()
-                elif self._closed:
-                    left, self._queue = self._queue, []
-                    break
-                else:
-                    self._cv.wait()
-        err = OcrrError(f"ledger {self.path} is closed; reopen it to append")
-        for p in left:
-            p.error, p.done = err, True
-        _tell(left)
 
     def _lead(self) -> None:
         """With ``_cv`` held and no commit running: commit everything queued as one group,
@@ -189,6 +179,53 @@ class GroupCommit:
                     p.error, p.done = err, True
         finally:
             _tell(batch)
+
+
+class _Holder:
+    """What a committer thread holds of its ledger: the ledger itself while appends are queued
+    (so that one dropped without ``close()`` still commits them and tells their submitters),
+    else only a weak reference (so that it can be collected, its files and threads let go)."""
+
+    __slots__ = ("cv", "ref", "ledger")
+
+    def __init__(self, cv: threading.Condition, ref: weakref.ref[GroupCommit]):
+        self.cv, self.ref = cv, ref
+        self.ledger: GroupCommit | None = None
+
+
+def _commit_submitted(holder: _Holder) -> None:
+    """The committer thread: lead a group commit whenever appends are queued and none is
+    running; on close, fail what is still queued; end once the ledger is collected."""
+    name_os_thread()  # its CPU shows apart from the event loop's (benchmarks/bench_durable.py)
+    with holder.cv:
+        while True:
+            led = holder.ledger if holder.ledger is not None else holder.ref()
+            if led is None:
+                return  # collected while nothing was queued
+            if led._queue and not led._committing and not led._closed:
+                led._lead()
+            elif led._closed:
+                left, led._queue = led._queue, []
+                break
+            elif led._committing:
+                del led
+                holder.cv.wait()  # an ``extend`` is committing: it notifies when done
+            else:
+                holder.ledger = led = None  # nothing queued: hold it weakly while waiting
+                if holder.ref() is None:
+                    return  # that was its last reference (its finalizer has run, here)
+                holder.cv.wait()
+    err = OcrrError(f"ledger {led.path} is closed; reopen it to append")
+    holder.ledger = None
+    for p in left:
+        p.error, p.done = err, True
+    _tell(left)
+
+
+def _wake(cv: threading.Condition) -> None:
+    """A ledger was collected: wake its committer, which then ends."""
+    with cv:
+        cv.notify_all()
 
 
 def checked(batch: list[Pending]) -> list[Pending]:

@@ -79,7 +79,6 @@ class DurableLedger(HeldLedger):
     """
 
     path: Path
-    _file: FileHold | None = None  # the file held as one of its writers (``open``)
     _checks_in_commit = True  # the appenders' damage check costs no statement of its own (damage_since)
 
     def __init__(self, path: Path, conn: sqlite3.Connection, scan: Scan, report: LedgerReport, apply: Apply | None):
@@ -95,8 +94,11 @@ class DurableLedger(HeldLedger):
             no_checkpoints_in_commits(conn)
             no_checkpoints_in_commits(self._watch)
             self.wal = BackgroundCheckpoints(path, writers_turn=lambda: _writers_turn(path))
-            # A ledger dropped without close() lets its checkpoint thread and connection go with it.
+            # A ledger dropped without close() lets its checkpoint thread, connections, lock
+            # file and hold on the file go with it (close() runs the same two steps).
             self._stop_checkpoints = weakref.finalize(self, self.wal.close)
+            self._holds: list[FileHold] = []  # the file held as one of its writers (``open``)
+            self._let_go = weakref.finalize(self, _let_go, self._watch, conn, self._writer, self._holds)
         except (OSError, sqlite3.Error) as e:
             conn.close()
             if hasattr(self, "_watch"):
@@ -109,9 +111,7 @@ class DurableLedger(HeldLedger):
             self._take_in_scan(scan, apply)
         except BaseException:
             self._stop_checkpoints()
-            conn.close()
-            self._watch.close()
-            os.close(self._writer)
+            self._let_go()
             raise
 
     # -- opening ------------------------------------------------------------------------
@@ -210,7 +210,7 @@ class DurableLedger(HeldLedger):
         scan.dim = scan.dim or dim
         ledger = cls(path, conn, scan, report, apply)
         ledger.signer = signer
-        ledger._file = writer
+        ledger._holds.append(writer)
         if verify == "full":
             try:
                 ledger._record_checkpoint()  # (written in line with the writers: _write_aside)
@@ -470,12 +470,18 @@ class DurableLedger(HeldLedger):
                 self._stop_checkpoints()
                 with self._follow:
                     self._closed = True
-                    self._watch.close()
-                self._conn.close()
-                os.close(self._writer)
-                if self._file is not None:
-                    self._file.release()  # after SQLite's connections: see ocrr.ledger.sqlite.locks
+                    self._let_go()
                 self._cv.notify_all()
+
+
+def _let_go(watch: sqlite3.Connection, conn: sqlite3.Connection, writer: int, holds: list[FileHold]) -> None:
+    """Close a ledger's connections, then its writers' lock file, then let go of its hold on
+    the file (after SQLite's connections: see ocrr.ledger.sqlite.locks)."""
+    watch.close()
+    conn.close()
+    os.close(writer)
+    for hold in holds:
+        hold.release()
 
 
 def _text_as_stored(raw: bytes) -> str | bytes:
