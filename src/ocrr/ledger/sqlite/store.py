@@ -44,6 +44,7 @@ from ocrr.ledger.sqlite.scan import KnownPrefix, report_of, scan_file
 from ocrr.ledger.sqlite.schema import VERIFICATIONS_TABLE, add_note_column, adopt_v1, connect, create_tables
 from ocrr.ledger.sqlite.wal import BackgroundCheckpoints, no_checkpoints_in_commits
 from ocrr.ledger.tail import StoredTail
+from ocrr.ledger.verify import HASH_SIZE
 
 __all__ = ["Apply", "DurableLedger", "LedgerReport", "scan_file"]
 
@@ -368,7 +369,7 @@ class DurableLedger(HeldLedger):
         except BaseException as e:
             self._commit_failed(n0, batch, self._write_error(e))
             return
-        node_count = sum(len(run) for _, _, run in nodes) // 32
+        node_count = sum(len(run) for _, _, run in nodes) // HASH_SIZE
         self.wal.committed(sum(map(len, hashed.vectors)) + count * _ROW_BYTES + node_count * _NODE_BYTES)
         self._commit_done(ok, hashed.digests, dim)  # the mirror follows the file
 
