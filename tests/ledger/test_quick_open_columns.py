@@ -12,6 +12,8 @@ import sqlite3
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ocrr.batch import Batch
 from ocrr.index.int8_shortlist import Int8Shortlist
@@ -309,3 +311,14 @@ def test_rows_made_room_for_from_the_ids_ends_give_what_counting_them_gives(sign
         else:
             assert got.labels == want.labels and got.hashes == want.hashes
             assert np.array_equal(got.vectors, want.vectors)
+
+
+@given(st.integers(0, 10**13), st.integers(0, 3000))
+@settings(max_examples=300, deadline=None)
+def test_the_ids_a_block_must_list_are_pythons_own_join_of_them(lo, count):
+    assert sqlite_scan._ids(lo, lo + count) == ",".join(map(str, range(lo, lo + count)))
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 0), (5, 5), (7, 3), (0, 1), (9, 11), (99_990, 100_010), (0, (1 << 20) + 17)])
+def test_the_ids_across_a_power_of_ten_and_a_chunk_are_pythons_own_join(lo, hi):
+    assert sqlite_scan._ids(lo, hi) == ",".join(map(str, range(lo, hi)))
