@@ -1,5 +1,5 @@
 """A quick open reads the entries a signed checkpoint vouches for a block of rows at a time
-(``ocrr.ledger.sqlite.scan._trusted_prefix``) and builds their Merkle tree a level at a time
+(``ocrr.ledger.sqlite.prefix``) and builds their Merkle tree a level at a time
 (``MerkleTree.from_leaves``); the substrate then takes the store's checked hashes instead of
 rehashing (``Substrate.fit_checked``). Each must give what the row-by-row way gives: the same
 columns, tree, head, root and proofs, the same report naming the same entry when the file was
@@ -19,6 +19,7 @@ from ocrr.batch import Batch
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.sqlite import prefix as sqlite_prefix
 from ocrr.ledger.sqlite import scan as sqlite_scan
 from ocrr.ledger.sqlite.schema import connect
 from ocrr.ledger.sqlite.store import DurableLedger
@@ -41,7 +42,7 @@ def unit_rows(n: int, seed: int) -> np.ndarray:
 def signed(tmp_path, monkeypatch):
     """A ledger of N entries (some without text) under a signed checkpoint, then 5 more
     entries after it; read in blocks of 64 rows so that the prefix spans several blocks."""
-    monkeypatch.setattr(sqlite_scan, "_PREFIX_BLOCK", 64)
+    monkeypatch.setattr(sqlite_prefix, "_PREFIX_BLOCK", 64)
     signer = Signer.generate(ORIGIN)
     path = tmp_path / "l.db"
     with DurableLedger.open(path, dim=DIM) as led:
@@ -89,7 +90,7 @@ def test_the_column_wise_scan_reads_what_the_row_by_row_scan_reads(signed):
     path, signer = signed
     conn = connect(path, readonly=True)
     try:  # the intact prefix is read column-wise, not handed to the row-by-row reading
-        assert sqlite_scan._trusted_prefix(conn, N, DIM, np.empty((N, DIM), np.float32)) is not None
+        assert sqlite_prefix.trusted_prefix(conn, N, DIM, np.empty((N, DIM), np.float32)) is not None
     finally:
         conn.close()
     fast, slow = scans(path, signer)
@@ -104,15 +105,15 @@ def test_blocks_fetched_by_their_own_readers_come_in_order_as_the_callers_connec
     blocks = [(lo, min(lo + 64, N)) for lo in range(0, N, 64)]
     conn = connect(path, readonly=True)
     try:
-        alone = [conn.execute(sqlite_scan._ENTRIES_BLOCK, (DIM * 4, lo, hi)).fetchone() for lo, hi in blocks]
-        with sqlite_scan._BlockReaders(conn, DIM) as readers:
+        alone = [conn.execute(sqlite_prefix._ENTRIES_BLOCK, (DIM * 4, lo, hi)).fetchone() for lo, hi in blocks]
+        with sqlite_prefix._BlockReaders(conn, DIM) as readers:
             assert len(readers.own) == readers.READERS  # the file opened again: readers of their own
             assert list(readers.fetch(blocks)) == alone
     finally:
         conn.close()
     memory = sqlite3.connect(":memory:")  # nothing to open again: the caller's connection reads
     memory.execute("CREATE TABLE entries (id, label, text, vector, prev_hash, hash)")
-    with sqlite_scan._BlockReaders(memory, DIM) as readers:
+    with sqlite_prefix._BlockReaders(memory, DIM) as readers:
         assert readers.own == [] and [row[0] for row in readers.fetch([(0, 5)])] == [0]
 
 
@@ -140,7 +141,7 @@ def test_a_nul_in_a_label_reads_the_block_row_by_row_with_the_same_columns(signe
     conn.close()
     reader = connect(path, readonly=True)
     try:
-        assert sqlite_scan._trusted_prefix(reader, N, DIM, np.empty((N, DIM), np.float32)) is None
+        assert sqlite_prefix.trusted_prefix(reader, N, DIM, np.empty((N, DIM), np.float32)) is None
     finally:
         reader.close()
     fast, slow = scans(path, signer)
@@ -316,9 +317,9 @@ def test_rows_made_room_for_from_the_ids_ends_give_what_counting_them_gives(sign
 @given(st.integers(0, 10**13), st.integers(0, 3000))
 @settings(max_examples=300, deadline=None)
 def test_the_ids_a_block_must_list_are_pythons_own_join_of_them(lo, count):
-    assert sqlite_scan._ids(lo, lo + count) == ",".join(map(str, range(lo, lo + count)))
+    assert sqlite_prefix._ids(lo, lo + count) == ",".join(map(str, range(lo, lo + count)))
 
 
 @pytest.mark.parametrize("lo, hi", [(0, 0), (5, 5), (7, 3), (0, 1), (9, 11), (99_990, 100_010), (0, (1 << 20) + 17)])
 def test_the_ids_across_a_power_of_ten_and_a_chunk_are_pythons_own_join(lo, hi):
-    assert sqlite_scan._ids(lo, hi) == ",".join(map(str, range(lo, hi)))
+    assert sqlite_prefix._ids(lo, hi) == ",".join(map(str, range(lo, hi)))
