@@ -332,3 +332,49 @@ def test_a_workers_hashes_labels_and_texts_are_the_shared_memory_not_copies(ledg
     finally:
         worker.close()
         plain.close()
+
+
+@pytest.mark.parametrize("block", [64, 4096])
+def test_a_signed_prefix_read_into_shared_memory_is_written_through_its_file_as_read(tmp_path, monkeypatch, block):
+    """From a signed checkpoint the supervisor reads the entries a block per statement and
+    writes their rows through the memory file's descriptor (``KnownPrefix.rows_fd``), not
+    through its mapping: what the mapping then holds is what an open into its own memory holds,
+    and no page of it was made before a row landed there."""
+    from ocrr.ledger.heads import Signer
+    from ocrr.ledger.sqlite import prefix
+
+    monkeypatch.setattr(prefix, "_PREFIX_BLOCK", block)
+    written = []
+    write_at = prefix._write_at
+    monkeypatch.setattr(
+        prefix, "_write_at", lambda fd, data, at: (written.append((at, len(data))), write_at(fd, data, at))
+    )
+    rng = np.random.default_rng(7)
+    path, signer = tmp_path / "l.db", Signer.generate("example.com/shared-prefix")
+    vecs = _unit(rng.normal(size=(1_000, DIM)))
+    with DurableLedger.open(path, dim=DIM) as led:
+        led.extend(vecs, [f"c{i % 9}" for i in range(1_000)], _texts(0, 1_000))
+    with DurableLedger.open(path, signer=signer):  # a full check records the signed checkpoint
+        pass
+    with DurableLedger.open(path) as led:  # and entries after it, read one by one
+        led.extend(vecs[:30], ["late"] * 30, _texts(0, 30))
+    room = shared_rows.room_for_rows(path)
+    assert room is not None and _resident_kb(room.buffer) == 0  # nothing backed before the scan
+    try:
+        opened = open_checked(path, verify="checkpoint", signer=signer, known=room.known_prefix())
+        plain = open_checked(path, verify="checkpoint", signer=signer)
+        try:
+            assert opened.ledger.report.checked_from == plain.ledger.report.checked_from == 1_000
+            assert room.holds(opened.ledger.memory.vectors)
+            assert sorted(written) == [
+                (lo * DIM * 4, (min(lo + block, 1_000) - lo) * DIM * 4) for lo in range(0, 1_000, block)
+            ]
+            assert opened.ledger.memory.vectors.tobytes() == plain.ledger.memory.vectors.tobytes()
+            assert room.buffer[:1_030].tobytes() == np.concatenate([vecs, vecs[:30]]).tobytes()
+            assert opened.ledger.memory.stored_columns() == plain.ledger.memory.stored_columns()
+            assert opened.ledger.tree.levels == plain.ledger.tree.levels and opened.ledger.head() == plain.ledger.head()
+        finally:
+            opened.close()
+            plain.close()
+    finally:
+        room.close()

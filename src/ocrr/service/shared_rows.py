@@ -25,7 +25,6 @@ import ctypes
 import mmap
 import os
 import sys
-import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -184,14 +183,14 @@ class RowsRoom:
         except BaseException:
             os.close(self.fd)
             raise
-        # Its pages are made in the background, off the GIL, while the check reads the first
-        # rows: the scan then copies rows into memory that is there, not a page fault at a time.
-        threading.Thread(target=_populate, args=(self.buffer,), name="ocrr-rows-room", daemon=True).start()
+        # No page is made before the scan writes it: the scan writes the rows it reads a block
+        # at a time through ``fd`` (``KnownPrefix.rows_fd``), which fills each new page without
+        # clearing it first.
 
     def known_prefix(self) -> KnownPrefix:
         """No entries, only the buffer their rows are read into."""
         assert self.buffer is not None, "the room was closed"
-        return KnownPrefix(0, self.buffer, LabelColumn(), TextColumn(), HashColumn(), MerkleTree())
+        return KnownPrefix(0, self.buffer, LabelColumn(), TextColumn(), HashColumn(), MerkleTree(), rows_fd=self.fd)
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether ``rows`` are this room's first rows (a scan read them into it)."""
@@ -361,13 +360,6 @@ def _mapped(fd: int, nbytes: int, shape: tuple[int, int], dtype: np.dtype) -> np
     setattr(region, APPENDABLE, True)
     weakref.finalize(region, _libc_munmap, base, nbytes)
     return np.ndarray(shape, dtype, buffer=memoryview(region))
-
-
-def _populate(buffer: np.ndarray) -> None:
-    """Back every page of ``buffer`` (a mapping of ``_mapped``) now; it stays mapped meanwhile
-    (this call holds it). Where Linux cannot (before 5.14), pages are made as rows land."""
-    assert _libc_madvise is not None
-    _libc_madvise(buffer.ctypes.data, buffer.nbytes, _MADV_POPULATE_WRITE)
 
 
 def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:

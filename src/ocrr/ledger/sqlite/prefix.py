@@ -11,6 +11,7 @@ bad one: this reading only has to be sound, never to explain.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections import deque
@@ -58,24 +59,25 @@ _NODES_BLOCK = (
 
 
 def trusted_prefix(
-    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None, vectors_fd: int | None = None
 ) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn] | None:
     """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
     read a block of rows per statement, their vectors copied into ``vectors`` (None: not kept,
-    nor their labels and texts), with the checks
+    nor their labels and texts; ``vectors_fd``: the memory file ``vectors`` maps from its
+    start, written with ``pwrite``, ``KnownPrefix.rows_fd``), with the checks
     the row-by-row reading makes of them, made over whole columns: consecutive ids, labels and
     texts stored as text, vectors of ``width`` float32, links, 32-byte hashes, the stored
     leaves, and the stored nodes over them equal to the tree the leaves build. Returns (tree,
     labels, texts, hashes), or None when any check fails or a value cannot be read: the
     caller then reads every entry one by one, which names the first bad one."""
     try:
-        return _read_prefix(conn, trusted, width, vectors)
+        return _read_prefix(conn, trusted, width, vectors, vectors_fd)
     except (_NotIntact, sqlite3.Error, TypeError, ValueError):
         return None
 
 
 def _read_prefix(
-    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None
+    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None, vectors_fd: int | None
 ) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn]:
     labels, texts, hashes = LabelColumn(), TextColumn(), HashColumn()
     prev = GENESIS
@@ -84,7 +86,7 @@ def _read_prefix(
     # reads the stored nodes on ``conn`` and builds the tree (SQLite lets go of the GIL while it
     # reads). Without readers of their own the blocks are read on ``conn``: the tree comes first.
     with (
-        _BlockReaders(conn, width, vectors) as readers,
+        _BlockReaders(conn, width, vectors, vectors_fd) as readers,
         ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool,
     ):
         building = pool.submit(_prefix_tree, conn, trusted) if readers.own else None
@@ -119,12 +121,16 @@ class _BlockReaders:
     ahead of the caller, who gets them in order: two readers keep both cores reading the file.
     When the file cannot be opened again, the caller's connection reads them, in its thread.
     A block's rows of the right length are copied into ``into`` (its rows lo..hi-1) as it is
-    read; the caller checks the block before any of them is used."""
+    read, by ``pwrite`` to ``into_fd`` when given (the memory file ``into`` maps from its start);
+    the caller checks the block before any of them is used."""
 
     READERS, AHEAD = 2, 4
 
-    def __init__(self, conn: sqlite3.Connection, width: int, into: np.ndarray | None = None):
+    def __init__(
+        self, conn: sqlite3.Connection, width: int, into: np.ndarray | None = None, into_fd: int | None = None
+    ):
         self._conn, self._row_bytes, self._width, self._into = conn, width * _F4LE.itemsize, width, into
+        self._into_fd = into_fd
         self.own = _more_connections(conn, self.READERS)
         self._free, self._lock, self._local = list(self.own), threading.Lock(), threading.local()
         self._pool = (
@@ -141,7 +147,12 @@ class _BlockReaders:
         got = (conn or self._local.conn).execute(_ENTRIES_BLOCK, (self._row_bytes, lo, hi)).fetchone()
         rows = got[10]
         if self._into is not None and isinstance(rows, bytes) and len(rows) == (hi - lo) * self._row_bytes:
-            self._into[lo:hi] = np.frombuffer(rows, _F4LE).reshape(hi - lo, self._width)  # (numpy lets go of the GIL)
+            if self._into_fd is None:
+                self._into[lo:hi] = np.frombuffer(rows, _F4LE).reshape(
+                    hi - lo, self._width
+                )  # (numpy lets go of the GIL)
+            else:
+                _write_at(self._into_fd, rows, lo * self._row_bytes)
         return got
 
     def fetch(self, blocks: list[tuple[int, int]]) -> Iterator[tuple]:
@@ -166,6 +177,16 @@ class _BlockReaders:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for conn in self.own:
             conn.close()
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    """All of ``data`` into the file ``fd`` at ``offset``. A page that a write fills whole is not
+    cleared first, as a page faulted in through a mapping of the file is (about half the kernel's
+    work of filling new memory at 10M rows)."""
+    with memoryview(data) as rest:
+        while rest:
+            written = os.pwrite(fd, rest, offset)
+            rest, offset = rest[written:], offset + written
 
 
 def _more_connections(conn: sqlite3.Connection, count: int) -> list[sqlite3.Connection]:

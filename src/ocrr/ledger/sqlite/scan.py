@@ -44,7 +44,8 @@ class KnownPrefix:
     their leaves; the columns (``ocrr.ledger.columns``, their prefix maybe the supplier's
     read-only memory) are handed over, not copied: the scan appends later entries to them.
     With ``size`` 0 it gives only that buffer: the one the scan reads every row into, while
-    they fit."""
+    they fit. ``rows_fd``: a memory file that ``vectors`` maps (shared) from its start; the
+    column-wise reading writes its rows there with ``pwrite`` (``ocrr.ledger.sqlite.prefix``)."""
 
     size: int
     vectors: np.ndarray
@@ -52,6 +53,7 @@ class KnownPrefix:
     texts: TextColumn
     hashes: HashColumn
     tree: MerkleTree
+    rows_fd: int | None = None
 
 
 def _scan(
@@ -130,13 +132,18 @@ def _scan(
         if i == trusted:
             check_checkpoint(checkpoints[-1], tree, prev)
     else:
+        rows_fd = None
         if known is not None and keep_rows and not known.size and known.vectors.shape[1] == width:
             vectors = _room_for(known.vectors, 0, rows)  # the buffer the caller gave for the rows
+            if vectors.ctypes.data == known.vectors.ctypes.data:  # (not a larger one made instead)
+                rows_fd = known.rows_fd
         else:
             vectors = _row_buffer(rows if keep_rows else 0, width)
         # The entries a checkpoint vouches for, read column-wise when they are intact (anything
         # unexpected there: read them again one by one below, which names what is wrong).
-        prefix = trusted_prefix(conn, trusted, width, vectors if keep_rows else None) if fast and trusted else None
+        prefix = (
+            trusted_prefix(conn, trusted, width, vectors if keep_rows else None, rows_fd) if fast and trusted else None
+        )
         if prefix is None:
             tree, labels, texts, hashes, prev, i = MerkleTree(), LabelColumn(), TextColumn(), HashColumn(), GENESIS, 0
         else:
