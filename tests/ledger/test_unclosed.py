@@ -90,8 +90,9 @@ def test_a_ledger_appended_to_through_submit_and_dropped_unclosed_is_let_go(tmp_
     assert gone() is None
     committer.join(timeout=30)
     assert not committer.is_alive()
-    # its connections, the writers' lock file and its hold on the file are let go with it
-    assert set(os.listdir("/proc/self/fd")) == fds
+    # its connections, the writers' lock file and its hold on the file are let go with it (a
+    # descriptor of something else may have closed meanwhile: only new ones would be its)
+    assert set(os.listdir("/proc/self/fd")) - fds == set()
     with DurableLedger.open(tmp_path / "l.db") as again:
         assert len(again) == 6 and again.verify().ok
 
