@@ -292,6 +292,7 @@ class Load:
         self.pending: list[tuple[bytes, str, str]] = []  # correction answers, read after the clock stops
         self.errors: list[str] = []
         self.late: dict[str, list[float]] = {name: [] for name in KINDS}  # paced: sent how long after it could go
+        self.sent: dict[str, list[float]] = {name: [] for name in KINDS}  # when each answered request was due
         self.n = 0
         self.worker: int | None = None  # the worker process this client's connection reached
         self.ready: deque[tuple[str, bytes, tuple]] = deque()
@@ -372,6 +373,7 @@ async def _drive(load: Load, port: int, until: float, interval: float) -> None:
                 continue
             load.lat[kind].append(dt)
             load.late[kind].append(late)
+            load.sent[kind].append(t0)
             if kind == "correct":
                 load.pending.append((data, *meta))
     finally:

@@ -264,8 +264,12 @@ def serve(path: Path, key: Path, args, log) -> tuple[subprocess.Popen, int, floa
     return server, port, time.perf_counter() - t0
 
 
-def paced(port: int, args) -> tuple[float, float, int, int]:
-    """Predicts by vector only, paced to ``args.rate`` in all: (p50 ms, p99 ms, answered, errors)."""
+WARM_AFTER_S = 2.0  # the paced load's first seconds, reported apart: a service just started is slower in them
+
+
+def paced(port: int, args) -> tuple[float, float, int, int, float]:
+    """Predicts by vector only, paced to ``args.rate`` in all: (p50 ms, p99 ms, answered, errors,
+    p99 ms of the requests due ``WARM_AFTER_S`` or more after the first)."""
     base = queries(args, 256, salt=3)
     texts, labels = ["unused"] * len(base), ["unused"] * len(base)
     loads = [Load(k, "scale", base, texts, labels, (1.0, 0.0, 0.0), False) for k in range(args.clients)]
@@ -274,10 +278,13 @@ def paced(port: int, args) -> tuple[float, float, int, int]:
         load.prepare(int(args.seconds / interval) + 2)
     run_load(port, loads, args.seconds, interval)
     lat = 1000 * np.concatenate([np.asarray(load.lat["predict_vector"]) for load in loads])
+    sent = np.concatenate([np.asarray(load.sent["predict_vector"]) for load in loads])
     errors = sum(len(load.errors) for load in loads)
     if not len(lat):
-        return float("nan"), float("nan"), 0, errors
-    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), len(lat), errors
+        return float("nan"), float("nan"), 0, errors, float("nan")
+    warm = lat[sent >= sent.min() + WARM_AFTER_S]
+    warm_p99 = float(np.percentile(warm, 99)) if len(warm) else float("nan")
+    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), len(lat), errors, warm_p99
 
 
 def mark(ok: bool) -> str:
@@ -340,12 +347,13 @@ def main() -> int:
             took = time.perf_counter() - t0
             print(f"  {args.agreement} predicts, {args.clients} at a time, in {took:.1f} s ({load_average()})")
         if args.seconds:
-            p50, p99, n, errors = paced(port, args)
+            p50, p99, n, errors, warm_p99 = paced(port, args)
             ok &= p99 <= want["p99_ms"] and not errors
             print(
                 f"predict by vector at {args.rate:g}/s offered ({args.clients} paced clients, {args.seconds:g} s): "
                 f"{n} answered, {errors} errors, p50 {p50:.2f} ms, p99 {p99:.2f} ms, target p99 <= "
-                f"{want['p99_ms']:g} ms: {mark(p99 <= want['p99_ms'] and not errors)} ({load_average()})"
+                f"{want['p99_ms']:g} ms: {mark(p99 <= want['p99_ms'] and not errors)}; the requests due "
+                f"{WARM_AFTER_S:g} s or more after the first: p99 {warm_p99:.2f} ms ({load_average()})"
             )
         ok &= show_rss("after the load", server.pid, want["rss_gb_per_worker"])
         if args.appends:
