@@ -52,8 +52,7 @@ _HASH = 32
 _MAP_FIXED = 0x10  # Linux's value (the mmap module does not export it)
 _CODE_ROWS_AT_LEAST = 1024  # as an Int8Shortlist's first buffer
 
-_MADV_NOHUGEPAGE = 15  # Linux's values
-_MADV_POPULATE_WRITE = 23
+_MADV_NOHUGEPAGE = 15  # Linux's value
 _libc_mmap = _libc_munmap = _libc_madvise = None
 if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
     try:
