@@ -53,6 +53,20 @@ def seed(state) -> None:
     state.substrate.correct(HashingEncoder().encode(texts), labels, texts)
 
 
+def signed_ledger(folder, origin: str):
+    """A seeded ledger ``folder/l.db`` with a checkpoint record of all its entries signed by a
+    new key (``folder/key``): (path, key path, origin)."""
+    from ocrr.ledger.heads import Signer
+
+    signer = Signer.generate(origin)
+    signer.save(folder / "key")
+    state = open_state(folder / "l.db", key=folder / "key", origin=signer.origin)
+    seed(state)
+    assert state.substrate.ledger.verify("full").ok
+    state.close()
+    return folder / "l.db", folder / "key", signer.origin
+
+
 @contextmanager
 def running(app):
     """Serve ``app`` (behind its body limit, as ``ocrr serve`` does) with uvicorn on a free

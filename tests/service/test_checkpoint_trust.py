@@ -9,10 +9,9 @@ import sqlite3
 import pytest
 
 pytest.importorskip("fastapi")
-from service_helpers import TOKEN, HashingEncoder, open_state, seed  # noqa: E402
+from service_helpers import TOKEN, HashingEncoder, signed_ledger  # noqa: E402
 
 from ocrr.errors import OcrrError  # noqa: E402
-from ocrr.ledger.heads import Signer  # noqa: E402
 from ocrr.service.config import ServiceConfig  # noqa: E402
 from ocrr.service.state import build_state  # noqa: E402
 
@@ -20,13 +19,7 @@ from ocrr.service.state import build_state  # noqa: E402
 @pytest.fixture
 def keyed(tmp_path):
     """A seeded ledger whose service signed a checkpoint record of all 9 entries; its key file."""
-    signer = Signer.generate("example.com/service-records")
-    signer.save(tmp_path / "key")
-    state = open_state(tmp_path / "l.db", key=tmp_path / "key", origin=signer.origin)
-    seed(state)
-    assert state.substrate.ledger.verify("full").ok
-    state.close()
-    return tmp_path / "l.db", tmp_path / "key", signer.origin
+    return signed_ledger(tmp_path, "example.com/service-records")
 
 
 def _quick_state(path, log, **options):

@@ -378,3 +378,37 @@ def test_a_signed_prefix_read_into_shared_memory_is_written_through_its_file_as_
             plain.close()
     finally:
         room.close()
+
+
+def test_a_workers_rows_grow_in_place_past_the_shared_ones_and_nothing_is_made_ahead(tmp_path):
+    """Corrections past a worker's room (three quarters full at open) grow its rows in place:
+    the shared rows stay mapped from the supervisor's memory file, not copied into a buffer of
+    twice the rows beside them (a private copy of every row, per worker), and growing ahead
+    (``ocrr serve``'s) makes no such buffer either."""
+    dim, n = 256, 4_200  # rows of 4 MB: big enough for growing ahead and in place
+    rng = np.random.default_rng(9)
+    path = tmp_path / "big.db"
+    with DurableLedger.open(path, dim=dim) as led:
+        led.extend(_unit(rng.normal(size=(n, dim))), [f"c{i % 5}" for i in range(n)])
+    shared = _published(path)
+    try:
+        worker = open_substrate(path, verify="checkpoint", known=shared.known_prefix(), grow_ahead=True)
+        try:
+            chain = worker.system.ledger_
+            start, capacity = chain.vectors.ctypes.data, chain.vector_buffer_bytes // (4 * dim)
+            assert n < capacity < 2 * n
+            taught = _unit(rng.normal(size=(capacity - n + 100, dim)))
+            for lo in range(0, len(taught), 250):  # past three quarters, then past the room
+                worker.correct(taught[lo : lo + 250], ["taught"] * len(taught[lo : lo + 250]))
+            assert len(chain) == n + len(taught) > capacity
+            assert chain.vectors.ctypes.data == start  # grown in place
+            assert chain._ahead is not None and chain._ahead.made == 0  # no next buffer made ahead
+            maps = open("/proc/self/maps").read().splitlines()
+            shared_map = [line for line in maps if "memfd:ocrr-shared-rows" in line]
+            assert any(int(line.split("-")[0], 16) == start for line in shared_map)  # still the shared pages
+            assert np.array_equal(chain.vectors[n:], taught)
+            assert worker.predict(taught[-3:]) == ["taught"] * 3
+        finally:
+            worker.close()
+    finally:
+        shared.close()

@@ -27,6 +27,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.header_timeout import header_deadline_protocol
 from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
+from ocrr.service.rehash_trusted import RehashTrusted
 from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
@@ -127,11 +128,13 @@ class Handoff:
     """What the supervisor of ``--workers N`` hands each worker once it checked the ledger:
     the service's token, the latest verification record when it started (damage recorded
     after it is honoured, also by a worker started later), and the entries it checked, in
-    shared memory (``shared_rows.py``; None: the worker reads them from the ledger)."""
+    shared memory (``shared_rows.py``; None: the worker reads them from the ledger), and how
+    many of those it took on trust (a quick open's, rehashed afterwards: ``rehash_trusted.py``)."""
 
     token: str
     damage_after: int
     shared: SharedRows | None
+    trusted: int = 0  # entries the check did not rehash (a quick open's): the supervisor rehashes them
 
 
 def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Handoff:
@@ -146,12 +149,13 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
         try:
             log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
             shared = None if config.on_database else publish(state.substrate, room)
+            trusted = state.substrate.ledger.report.checked_from
         finally:
             state.close()
     finally:
         if room is not None:
             room.close()
-    handed = Handoff(state.token, state.damage_seen, shared)
+    handed = Handoff(state.token, state.damage_seen, shared, trusted if shared is not None else 0)
     del state  # the checked entries it holds are freed, not kept for the service's life
     gc.collect()  # (some are in reference cycles)
     _trim_heap()  # (glibc keeps some of a helper thread's freed heap otherwise)
@@ -181,11 +185,15 @@ def _serve_workers(
     opens it from what that check hands it (``Handoff``)."""
     prepare = prepare or functools.partial(_check_for_workers, config, log)
     handed: list[Handoff] = []
+    rehashing: list[RehashTrusted] = []
 
     def prepared() -> Handoff:
         handed.append(prepare())
         base = _base_url(config, port)  # said once the ledger is checked
         log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
+        shared, trusted = handed[-1].shared, handed[-1].trusted
+        if shared is not None and trusted:
+            rehashing.append(RehashTrusted(shared.held_columns(), trusted, config.ledger, log).start())
         return handed[-1]
 
     try:
@@ -207,6 +215,8 @@ def _serve_workers(
             prepare=prepared,
         )
     finally:
+        for r in rehashing:
+            r.stop()
         for h in handed:
             if h.shared is not None:
                 h.shared.close()

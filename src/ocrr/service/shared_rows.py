@@ -37,12 +37,14 @@ import numpy as np
 from ocrr.index.exact import ExactIndex
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
+from ocrr.ledger.column_rehash import HeldColumns
 from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn, label_column, text_column
 from ocrr.ledger.location import KnownPrefix, stored_shape
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import PersistentSubstrate
+from ocrr.utils import reserved
 from ocrr.utils.grow_ahead import SMALL_PAGES, room_at_open
 
 __all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
@@ -50,6 +52,7 @@ __all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
 _PAGE = mmap.PAGESIZE
 _HASH = 32
 _MAP_FIXED = 0x10  # Linux's value (the mmap module does not export it)
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # (Python names it from 3.13)
 _CODE_ROWS_AT_LEAST = 1024  # as an Int8Shortlist's first buffer
 
 _MADV_NOHUGEPAGE = 15  # Linux's value
@@ -148,6 +151,24 @@ class SharedRows:
         )
         return KnownPrefix(n, vectors, labels, texts, hashes, tree)
 
+    def held_columns(self) -> HeldColumns:
+        """The entries as ``first_mismatch`` rehashes them: the rows and the other columns
+        mapped read-only from the memory files (the very bytes the workers answer from)."""
+        lay = self.layout
+        n = lay.size
+        view = memoryview(mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ)).toreadonly()
+        at, length = lay.texts
+        return HeldColumns(
+            n,
+            _RowsRead(self.rows_fd, n, lay.dim),
+            lay.label_names,
+            view[lay.label_codes : lay.label_codes + 4 * n],
+            view[at : at + length],
+            view[lay.text_ends : lay.text_ends + 8 * n],
+            view[lay.text_none : lay.text_none + n],
+            view[lay.hashes : lay.hashes + n * _HASH],
+        )
+
     def lend_codes(self, substrate: PersistentSubstrate) -> bool:
         """Give the substrate's exact index the shared 8-bit codes as its shortlist (the one the
         service's pooled predicts scan), mapped copy-on-write; False when it takes none (an
@@ -161,6 +182,28 @@ class SharedRows:
         codes = _private_buffer(self.fd, lay.codes, lay.size * lay.dim, (lay.code_rows, lay.dim), np.dtype(np.int8))
         index.adopt_shortlist(Int8Shortlist.from_snapshot(lay.dim, codes, lay.shortlist))
         return True
+
+
+class _RowsRead:
+    """The rows of a memory file, a slice at a time, read (``pread``) rather than mapped: a
+    pass over all of them leaves no page of them mapped in this process (whose resident
+    size would then count every row)."""
+
+    def __init__(self, fd: int, size: int, dim: int):
+        self.fd, self.shape = fd, (size, dim)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        lo, hi, _ = rows.indices(self.shape[0])
+        width = self.shape[1] * F4LE.itemsize
+        out = np.empty((max(hi - lo, 0), self.shape[1]), F4LE)
+        with out.data.cast("B") as into:
+            done = 0
+            while done < len(into):
+                got = os.preadv(self.fd, [into[done:]], lo * width + done)
+                if got <= 0:
+                    raise OSError(f"the shared rows end before row {lo + done // width}")
+                done += got
+        return out
 
 
 def _attach(rows_fd: Any, fd: Any, layout: Layout) -> SharedRows:
@@ -364,24 +407,36 @@ def _mapped(fd: int, nbytes: int, shape: tuple[int, int], dtype: np.dtype) -> np
 def _private_buffer(fd: int, offset: int, shared_bytes: int, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
     """A writable array of ``shape`` whose first ``shared_bytes`` are the memory file's from
     ``offset``, mapped copy-on-write (pages read stay shared with every process mapping them;
-    a page written becomes this process's own), and whose rest is private anonymous memory.
-    Unmapped when the last array over it is gone."""
+    a page written becomes this process's own), and whose rest is private anonymous memory,
+    backed as rows land in it. Address space past it is reserved where the system allows
+    (``reserved.room_to_grow``): the array then grows in place, its rows, shared ones
+    included, staying where they are (copied into a buffer of twice the rows, the shared rows
+    would become this process's own: a copy of every row per worker). Unmapped when the last
+    array over it is gone."""
     assert _libc_mmap is not None and _libc_munmap is not None and _libc_madvise is not None
     nbytes = max(_whole_pages(int(np.prod(shape)) * dtype.itemsize), _PAGE)
     rw = mmap.PROT_READ | mmap.PROT_WRITE
-    base = _libc_mmap(None, nbytes, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    if base in (None, ctypes.c_void_p(-1).value):
+    failed = ctypes.c_void_p(-1).value
+    room = reserved.room_to_grow(nbytes)
+    base = failed
+    if room > nbytes:  # (refused under strict overcommit: then no room to grow)
+        base = _libc_mmap(None, room, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+    if base in (None, failed):
+        room = nbytes
+        base = _libc_mmap(None, nbytes, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if base in (None, failed):
         raise OSError(ctypes.get_errno(), "mmap of the rows' room failed")
     mapped = min(_whole_pages(shared_bytes), nbytes)
     if mapped:
         over = _libc_mmap(base, mapped, rw, mmap.MAP_PRIVATE | _MAP_FIXED, fd, offset)
         if over != base:
-            _libc_munmap(base, nbytes)
+            _libc_munmap(base, room)
             raise OSError(ctypes.get_errno(), "mmap of the shared rows failed")
-    if nbytes > mapped:  # small pages past the shared rows: each backed as a row first lands in it
-        _libc_madvise(base + mapped, nbytes - mapped, _MADV_NOHUGEPAGE)
-    region = (ctypes.c_char * nbytes).from_address(base)
+    if room > mapped:  # small pages past the shared rows: each backed as a row first lands in it
+        _libc_madvise(base + mapped, room - mapped, _MADV_NOHUGEPAGE)
+    region = (ctypes.c_char * room).from_address(base)
     setattr(region, APPENDABLE, True)  # Chain._from_stored adopts it as its buffer
-    setattr(region, SMALL_PAGES, True)  # so its free tail is not backed ahead (grow_ahead)
-    weakref.finalize(region, _libc_munmap, base, nbytes)
+    setattr(region, SMALL_PAGES, True)  # so neither its free tail nor its next capacity is backed ahead (grow_ahead)
+    setattr(region, reserved.GROWS_IN_PLACE, room > nbytes)
+    weakref.finalize(region, _libc_munmap, base, room)
     return np.ndarray(shape, dtype, buffer=memoryview(region))

@@ -105,8 +105,10 @@ def populate(array: np.ndarray, rest: Callable[[float, int], None] | None = None
 
 #: The attribute, true, of a memory object a numpy buffer is built over (``np.ndarray(buffer=…)``)
 #: whose pages are small and private to this process, so that backing one as it is first
-#: written costs little (``ocrr.service.shared_rows``' copy-on-write rows): its free tail is
-#: not backed ahead, which would only hold memory no row uses yet.
+#: written costs little (``ocrr.service.shared_rows``' copy-on-write rows): no work is done
+#: ahead for it. Its free tail is not backed, which would only hold memory no row uses yet, nor
+#: is a next buffer made: it grows in place where address space past it is reserved, and a
+#: buffer of twice the rows made beside it would hold a private copy of rows it shares.
 SMALL_PAGES = "ocrr_small_pages"
 
 
@@ -147,10 +149,11 @@ class GrowAhead:
             self._ready = (buf, ready[1], n)
         if buf.nbytes < MIN_BYTES or self._busy:
             return
+        if _small_pages(buf):  # backed as rows land, and its next capacity too (see SMALL_PAGES)
+            return
         if self._populated != id(buf):  # back the tail that appends will write
             self._populated = id(buf)
-            if not _small_pages(buf):
-                self._start(self._populate_tail, buf, n)
+            self._start(self._populate_tail, buf, n)
         elif (
             ready is None
             and self._ahead_for != id(buf)

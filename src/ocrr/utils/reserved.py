@@ -18,10 +18,20 @@ from __future__ import annotations
 
 import mmap
 import sys
+from typing import Any
 
 import numpy as np
 
-__all__ = ["RESERVE_BYTES", "Reservation", "grow", "memory_of", "next_half", "reservation_of"]
+__all__ = [
+    "GROWS_IN_PLACE",
+    "RESERVE_BYTES",
+    "Reservation",
+    "grow",
+    "memory_of",
+    "next_half",
+    "reservation_of",
+    "room_to_grow",
+]
 
 RESERVE_BYTES = 64 << 30  # the least address space a reservation takes (not memory: see above)
 _GROWTH = 8  # a new reservation has room for this many times the rows asked for
@@ -34,6 +44,20 @@ class Reservation(mmap.mmap):
     memory-mapped arrays (a file's)."""
 
 
+#: The attribute, true, of a memory object other than a ``Reservation`` whose length is
+#: address space reserved the same way (``ocrr.service.shared_rows``' copy-on-write rows, the
+#: shared ones first): views of it grow in place as a reservation's do.
+GROWS_IN_PLACE = "ocrr_grows_in_place"
+
+
+def room_to_grow(nbytes: int) -> int:
+    """The address space to reserve for a buffer of ``nbytes`` that may grow in place (pages,
+    as ``grow`` reserves them); ``nbytes`` where no reservation can be made."""
+    if _MAP_NORESERVE is None or _address_space_limited():
+        return nbytes
+    return -(-max(RESERVE_BYTES, _GROWTH * nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
 def memory_of(array: np.ndarray) -> object:
     """The object whose memory ``array`` views, past any arrays between (``array`` itself
     when it owns its memory)."""
@@ -43,10 +67,11 @@ def memory_of(array: np.ndarray) -> object:
     return memory
 
 
-def reservation_of(array: np.ndarray) -> Reservation | None:
-    """The reservation ``array`` is a view of from its first byte, or None."""
-    memory = memory_of(array)
-    if not isinstance(memory, Reservation):
+def reservation_of(array: np.ndarray) -> Any:
+    """The reservation ``array`` is a view of from its first byte (a ``Reservation``, or memory
+    marked ``GROWS_IN_PLACE``), or None."""
+    memory: Any = memory_of(array)
+    if not isinstance(memory, Reservation) and not getattr(memory, GROWS_IN_PLACE, False):
         return None
     start = np.frombuffer(memory, np.uint8, count=1).ctypes.data
     return memory if array.ctypes.data == start else None
@@ -60,9 +85,9 @@ def grow(buf: np.ndarray | None, rows: int, row_shape: tuple[int, ...], dtype: n
     nbytes = rows * int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     region = None if buf is None else reservation_of(buf)
     if region is None or len(region) < nbytes:
-        if _MAP_NORESERVE is None or _address_space_limited():
+        size = room_to_grow(nbytes)
+        if size == nbytes or _MAP_NORESERVE is None:
             return None
-        size = -(-max(RESERVE_BYTES, _GROWTH * nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
         try:
             region = Reservation(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
         except (OSError, ValueError, OverflowError):

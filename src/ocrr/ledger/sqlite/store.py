@@ -46,7 +46,7 @@ from ocrr.ledger.sqlite.wal import BackgroundCheckpoints, no_checkpoints_in_comm
 from ocrr.ledger.tail import StoredTail
 from ocrr.ledger.verify import HASH_SIZE
 
-__all__ = ["Apply", "DurableLedger", "LedgerReport", "scan_file"]
+__all__ = ["Apply", "DurableLedger", "LedgerReport", "record_verification_in", "scan_file"]
 
 _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
@@ -241,17 +241,7 @@ class DurableLedger(HeldLedger):
         (the latest ``_VERIFICATIONS_KEPT`` are kept). A report with ``ok`` false is also how
         damage found by one process reaches the others (``damage_since``)."""
 
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute(VERIFICATIONS_TABLE)  # files from before the table
-            cur = conn.execute(
-                "INSERT INTO verifications (time, report) VALUES (?, ?)", (float(report["time"]), json.dumps(report))
-            )
-            # The latest few only: the file must not grow with every call.
-            rowid = cur.lastrowid
-            assert rowid is not None  # set by the INSERT just run
-            conn.execute("DELETE FROM verifications WHERE id <= ?", (rowid - _VERIFICATIONS_KEPT,))
-
-        self._write_aside(write)
+        self._write_aside(lambda conn: _insert_verification(conn, report))
 
     def _write_aside(self, write: Callable[[sqlite3.Connection], object]) -> None:
         """Run ``write`` in a transaction on the watching connection, between group commits:
@@ -491,6 +481,36 @@ def _text_as_stored(raw: bytes) -> str | bytes:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw
+
+
+def record_verification_in(path: str | os.PathLike[str], report: dict) -> None:
+    """``DurableLedger.record_verification`` by a process that does not hold the ledger open (a
+    service's supervisor): the same record, written in a transaction of its own, in line with
+    the file's writers."""
+    path = Path(path)
+    with _writers_turn(path):
+        conn = connect(path)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _insert_verification(conn, report)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.close()
+
+
+def _insert_verification(conn: sqlite3.Connection, report: dict) -> None:
+    conn.execute(VERIFICATIONS_TABLE)  # files from before the table
+    cur = conn.execute(
+        "INSERT INTO verifications (time, report) VALUES (?, ?)", (float(report["time"]), json.dumps(report))
+    )
+    # The latest few only: the file must not grow with every call.
+    rowid = cur.lastrowid
+    assert rowid is not None  # set by the INSERT just run
+    conn.execute("DELETE FROM verifications WHERE id <= ?", (rowid - _VERIFICATIONS_KEPT,))
 
 
 def _not_writable(path: Path, err: BaseException) -> OcrrError:
