@@ -14,7 +14,15 @@ import pytest
 
 pytest.importorskip("fastapi")
 requests = pytest.importorskip("requests")
-from service_helpers import TOKEN, free_port, serve_workers, signed_ledger, wait_for_workers  # noqa: E402
+from service_helpers import (  # noqa: E402
+    TOKEN,
+    free_port,
+    open_state,
+    running,
+    serve_workers,
+    signed_ledger,
+    wait_for_workers,
+)
 
 from ocrr.ledger.chain import Chain  # noqa: E402
 from ocrr.ledger.column_rehash import HeldColumns  # noqa: E402
@@ -40,57 +48,93 @@ def chain() -> Chain:
     return c
 
 
-def _run(columns: HeldColumns, count: int, record) -> tuple[RehashTrusted, list[str]]:
+def _run(columns: HeldColumns, count: int) -> tuple[RehashTrusted, list[str], list[dict]]:
     said: list[str] = []
-    job = RehashTrusted(columns, count, "ledger.db", said.append, record=record).start()
+    found: list[dict] = []
+    job = RehashTrusted(columns, count, said.append, found.append).start()
     job.join(timeout=60)
-    return job, said
+    return job, said, found
 
 
-def test_an_intact_prefix_is_recorded_as_intact(chain):
-    recorded: list[dict] = []
-    job, said = _run(_columns(chain), 9_000, lambda path, report: recorded.append(report))
+def test_an_intact_prefix_is_found_intact(chain):
+    job, said, found = _run(_columns(chain), 9_000)
     assert job.done == 9_000 and job.first_bad is None
-    assert [r["ok"] for r in recorded] == [True] and "9,000 entries" in recorded[0]["reason"]
+    assert [r["ok"] for r in found] == [True] and "9,000 entries" in found[0]["reason"]
     assert any("are intact" in m for m in said)
 
 
-def test_an_edited_row_is_recorded_as_damage_naming_it(chain):
+def test_an_edited_row_is_found_as_damage_naming_it(chain):
     rows = np.array(chain.vectors, dtype="<f4")
     rows[8_500, 2] += 0.5
-    recorded: list[dict] = []
-    job, said = _run(_columns(chain, rows), 9_000, lambda path, report: recorded.append(report))
+    job, said, found = _run(_columns(chain, rows), 9_000)
     assert job.first_bad == 8_500 and job.done == 8_192  # the chunks before it were intact
-    assert [(r["ok"], r["first_bad"]) for r in recorded] == [(False, 8_500)]
-    assert "entry 8500" in recorded[0]["reason"] and any("recorded in the ledger" in m for m in said)
-
-
-def test_damage_that_cannot_be_recorded_stops_the_service(chain, monkeypatch):
-    rows = np.array(chain.vectors, dtype="<f4")
-    rows[5, 0] = -rows[5, 0]
-    killed: list[tuple[int, int]] = []
-    monkeypatch.setattr(rehash_trusted.os, "kill", lambda pid, sig: killed.append((pid, sig)))
-
-    def refuse(path, report):
-        raise sqlite3.OperationalError("attempt to write a readonly database")
-
-    job, said = _run(_columns(chain, rows), 9_000, refuse)
-    assert job.first_bad == 5 and killed == [(rehash_trusted.os.getpid(), signal.SIGTERM)]
-    assert any("the service stops" in m for m in said)
+    assert [(r["ok"], r["first_bad"]) for r in found] == [(False, 8_500)]
+    assert "entry 8500" in found[0]["reason"] and any("fails closed" in m for m in said)
 
 
 def test_an_entry_past_the_count_is_not_the_threads_to_check(chain):
     rows = np.array(chain.vectors, dtype="<f4")
     rows[9_500, 0] += 1.0  # past the checkpoint: the open rehashed it already
-    recorded: list[dict] = []
-    job, _ = _run(_columns(chain, rows), 9_000, lambda path, report: recorded.append(report))
-    assert job.first_bad is None and [r["ok"] for r in recorded] == [True]
+    job, _, found = _run(_columns(chain, rows), 9_000)
+    assert job.first_bad is None and [r["ok"] for r in found] == [True]
+
+
+def test_the_supervisors_damage_that_cannot_be_recorded_stops_the_service(tmp_path, monkeypatch):
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(rehash_trusted.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    said: list[str] = []
+    missing = tmp_path / "gone" / "l.db"  # (no such folder: nothing can be written there)
+    record = rehash_trusted.recorded_in(missing, said.append)
+    record({"ok": True, "size": 3, "first_bad": None, "reason": "intact", "time": 0.0})
+    assert killed == []  # an intact outcome it cannot record is only not recorded
+    record({"ok": False, "size": 3, "first_bad": 1, "reason": "entry 1: ...", "time": 0.0})
+    assert killed == [(rehash_trusted.os.getpid(), signal.SIGTERM)]
+    assert any("so the service stops" in m for m in said)
 
 
 @pytest.fixture
 def keyed(tmp_path):
     """A seeded ledger with a signed checkpoint record of all its entries, and its key."""
     return signed_ledger(tmp_path, "example.com/rehash-trusted")
+
+
+def _edit_a_vector(path, entry: int) -> None:
+    """One bit of ``entry``'s stored vector flipped, its length kept: a quick open's column
+    checks pass, only rehashing finds it."""
+    conn = sqlite3.connect(path)
+    with conn:
+        (vec,) = conn.execute("SELECT vector FROM entries WHERE id = ?", (entry,)).fetchone()
+        conn.execute("UPDATE entries SET vector = ? WHERE id = ?", (bytes([vec[0] ^ 1]) + vec[1:], entry))
+    conn.close()
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_one_process_rehashes_what_its_quick_open_trusted_and_fails_closed_on_an_edit(keyed, edited):
+    from ocrr.service.app import create_app
+
+    path, key, origin = keyed
+    if edited:
+        _edit_a_vector(path, 4)
+    said: list[str] = []
+    state = open_state(path, quick_open=True, key=key, origin=origin)
+    state.log = said.append
+    assert state.trusted == 9  # the signed checkpoint's entries, not rehashed at open
+    with running(create_app(state)) as url:
+        deadline = time.monotonic() + 30
+        while not any("are intact" in m or "fails closed" in m for m in said):
+            assert time.monotonic() < deadline, said
+            time.sleep(0.05)
+        health = requests.get(f"{url}/health", timeout=5)
+        if edited:
+            assert health.status_code == 503 and health.json()["first_bad"] == 4
+            answer = requests.post(
+                f"{url}/predict", json={"vectors": [[0.1] * 64]}, headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            assert answer.status_code == 503 and "entry 4" in answer.text
+        else:
+            assert health.status_code == 200
+    record = _latest_record(path)
+    assert record is not None and record["ok"] is not edited and "took on trust" in record["reason"]
 
 
 def _latest_record(path) -> dict | None:
@@ -116,12 +160,8 @@ def _serve_quick(path, key, origin):
 @pytest.mark.parametrize("edited", [False, True])
 def test_a_quick_opened_service_rehashes_what_it_trusted_and_fails_closed_on_an_edit(keyed, edited):
     path, key, origin = keyed
-    if edited:  # a vector under the checkpoint, its length kept: the quick open's column checks pass
-        conn = sqlite3.connect(path)
-        with conn:
-            (vec,) = conn.execute("SELECT vector FROM entries WHERE id = 4").fetchone()
-            conn.execute("UPDATE entries SET vector = ? WHERE id = 4", (bytes([vec[0] ^ 1]) + vec[1:],))
-        conn.close()
+    if edited:
+        _edit_a_vector(path, 4)
     proc, url = _serve_quick(path, key, origin)
     try:
         deadline = time.monotonic() + 30

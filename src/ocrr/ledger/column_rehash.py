@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ocrr.ledger.chain import GENESIS
+from ocrr.ledger.chain import GENESIS, Chain
+from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.verify import encoded_entry_head
 
-__all__ = ["HeldColumns", "first_mismatch"]
+__all__ = ["HeldColumns", "chain_columns", "first_mismatch"]
 
 _HASH = 32
 
@@ -39,6 +40,17 @@ class HeldColumns:
     text_ends: Any  # int64 per entry (a buffer)
     text_none: Any  # uint8 per entry (a buffer)
     hashes: Any  # bytes-like, 32 per entry
+
+
+def chain_columns(chain: Chain) -> HeldColumns:
+    """The entries ``chain`` holds now as flat columns: its own rows, copies of the rest."""
+    rows = chain.vectors
+    labels, texts, hashes = chain.stored_columns()
+    labels = labels if isinstance(labels, LabelColumn) else LabelColumn(list(labels))
+    texts = texts if isinstance(texts, TextColumn) else TextColumn(list(texts))
+    blob, ends, none = texts.parts()
+    hashed = hashes.to_bytes() if isinstance(hashes, HashColumn) else b"".join(hashes)
+    return HeldColumns(len(rows), rows, labels.names, labels.codes(), blob, ends, none, hashed)
 
 
 def first_mismatch(cols: HeldColumns, lo: int, hi: int) -> int | None:

@@ -13,10 +13,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Route
 
+from ocrr.ledger.column_rehash import chain_columns
 from ocrr.service.api_docs import add_docs
 from ocrr.service.audit_routes import AuditRoutes
 from ocrr.service.config import ServiceConfig
 from ocrr.service.metrics import MAX_ROUTES, Counters, TimeRequests
+from ocrr.service.rehash_trusted import RehashTrusted
 from ocrr.service.routes import HOT, INLINE_FLOATS, POOL_INLINE_FLOATS, Routes
 from ocrr.service.shortcut import Shortcut, ShortcutApp
 from ocrr.service.state import ServiceState, build_state
@@ -66,6 +68,10 @@ def create_app(
     async def lifespan(app: FastAPI):
         if state.check_every > 0:
             threading.Thread(target=check_in_background, name="ocrr-check", daemon=True).start()
+        rehashing, held = None, state.substrate.system.ledger_
+        if state.trusted and held is not None:  # what the quick open did not rehash, rehashed while serving
+            columns = chain_columns(held)
+            rehashing = RehashTrusted(columns, state.trusted, state.log, state.found_by_rehash).start()
         if state.slot == 0:  # one process per service sends checkpoints to the witnesses (--witness)
             state.start_witnessing()
         if freeze_heap:
@@ -76,6 +82,8 @@ def create_app(
             gc.freeze()
         yield
         stop.set()
+        if rehashing is not None:
+            rehashing.stop()
         if state.witnessing is not None:
             state.witnessing.stop()
         routes.shutdown()

@@ -1,14 +1,15 @@
-"""The entries a quick open took on trust, rehashed by the supervisor while the workers serve.
+"""The entries a quick open took on trust, rehashed in the background while the service serves.
 
-``ocrr serve --quick-open --workers N`` reads the entries under the last signed checkpoint
-without rehashing them (``ocrr.ledger.sqlite.prefix``), so that a large ledger comes up in
-seconds. Storage is untrusted, so once the workers have them the supervisor rehashes every one
-of those entries from the shared memory the workers answer from (``ocrr.ledger.column_rehash``),
-in a thread scheduled only on otherwise idle CPU: requests keep the cores, and the check ends
-sooner the less loaded the service is. An entry that does not hash to its stored chain hash is
-damage: it is recorded in the ledger file, which every worker honours within a second (read-only,
-``/health`` 503: fail closed); if it cannot be recorded, the service stops. Both outcomes are
-logged; an intact one is recorded too (the review page shows the latest check).
+``ocrr serve --quick-open`` reads the entries under the last signed checkpoint without
+rehashing them (``ocrr.ledger.sqlite.prefix``), so that a large ledger comes up in seconds.
+Storage is untrusted, so right after the start every one of those entries is rehashed from the
+memory the service answers from (``ocrr.ledger.column_rehash``): with ``--workers N`` by the
+supervisor, over the shared memory the workers map; with one process, by that process, over its
+own rows. It runs in a thread scheduled only on otherwise idle CPU: requests keep the cores, and
+the pass ends sooner the less loaded the service is. An entry that does not hash to its stored
+chain hash is damage, and the service fails closed (``found``: recorded in the ledger file, which
+every worker honours within a second). Both outcomes are logged and recorded (the review page
+shows the latest check).
 """
 
 from __future__ import annotations
@@ -18,30 +19,24 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from ocrr.ledger.column_rehash import HeldColumns, first_mismatch
 from ocrr.ledger.sqlite.store import record_verification_in
 
-__all__ = ["RehashTrusted"]
+__all__ = ["RehashTrusted", "recorded_in"]
 
 _CHUNK = 4096  # entries rehashed between looks at the stop flag
 
 
 class RehashTrusted:
-    """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``);
-    outcomes recorded in the ledger file at ``ledger`` (``record``) and said through ``log``."""
+    """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``),
+    then hand ``found`` the outcome (a verification report: ``ok``, ``size``, ``first_bad``,
+    ``reason``, ``time``) and say it through ``log``."""
 
     def __init__(
-        self,
-        columns: HeldColumns,
-        count: int,
-        ledger: str | os.PathLike[str],
-        log: Callable[[str], None],
-        record: Callable[[Path, dict], None] = record_verification_in,
-    ):
-        self.columns, self.count, self.ledger = columns, min(count, columns.size), Path(ledger)
-        self.log, self.record = log, record
+        self, columns: HeldColumns, count: int, log: Callable[[str], None], found: Callable[[dict], None]
+    ) -> None:
+        self.columns, self.count, self.log, self.found = columns, min(count, columns.size), log, found
         self.done = 0  # entries rehashed so far
         self.first_bad: int | None = None
         self._stop = threading.Event()
@@ -51,13 +46,24 @@ class RehashTrusted:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 5.0) -> None:
+        """Stop at the next chunk, waiting up to ``wait`` seconds for it (the columns it reads
+        may be let go of once this returns)."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._rehash()
+        except Exception as e:  # noqa: BLE001 - memory read back wrong is no storage damage: said, not failed on
+            if not self._stop.is_set():
+                self.log(f"the rehash of the entries the quick open took on trust stopped: {e}")
+
+    def _rehash(self) -> None:
         _idle_priority()
         started = time.monotonic()
         self.log(f"rehashing the {self.count:,} entries the quick open took on trust, on idle CPU, while serving")
@@ -67,35 +73,41 @@ class RehashTrusted:
             bad = first_mismatch(self.columns, lo, min(lo + _CHUNK, self.count))
             if bad is not None:
                 self.first_bad = bad
-                self._damage(bad)
+                reason = (
+                    f"entry {bad}: its fields do not hash to the chain hash stored for it (edited in storage; "
+                    "found rehashing the entries the quick open took on trust)"
+                )
+                self.log(f"{reason}; the service fails closed: /health says why, predicts and corrections are refused")
+                self.found(_report(False, self.count, bad, reason))
                 return
             self.done = min(lo + _CHUNK, self.count)
         took = time.monotonic() - started
         self.log(f"the {self.count:,} entries the quick open took on trust are intact: rehashed in {took:.1f} s")
         reason = (
-            f"the {self.count:,} entries a quick open took on trust rehashed from the memory the workers answer from"
+            f"the {self.count:,} entries a quick open took on trust rehashed from the memory the service answers from"
         )
-        try:
-            self.record(
-                self.ledger, {"ok": True, "size": self.count, "first_bad": None, "reason": reason, "time": time.time()}
-            )
-        except Exception:  # noqa: BLE001 - a read-only file: the check still stands, and is logged
-            pass
+        self.found(_report(True, self.count, None, reason))
 
-    def _damage(self, bad: int) -> None:
-        reason = (
-            f"entry {bad}: its fields do not hash to the chain hash stored for it (edited in storage; found "
-            "rehashing the entries the quick open took on trust)"
-        )
+
+def _report(ok: bool, size: int, first_bad: int | None, reason: str) -> dict:
+    return {"ok": ok, "size": size, "first_bad": first_bad, "reason": reason, "time": time.time()}
+
+
+def recorded_in(ledger: str | os.PathLike[str], log: Callable[[str], None]) -> Callable[[dict], None]:
+    """``found`` for a process that does not hold the ledger open (the supervisor of
+    ``--workers N``): the report recorded in the file, where every worker honours damage; damage
+    that cannot be recorded there stops the service (fail closed), an intact outcome is only
+    logged then."""
+
+    def record(report: dict) -> None:
         try:
-            self.record(
-                self.ledger, {"ok": False, "size": self.count, "first_bad": bad, "reason": reason, "time": time.time()}
-            )
-        except Exception as e:  # noqa: BLE001 - the workers cannot be told: stop them all (fail closed)
-            self.log(f"{reason}; it cannot be recorded in the ledger ({e}), so the service stops")
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        self.log(f"{reason}; recorded in the ledger: every worker now refuses corrections and /health says why")
+            record_verification_in(ledger, report)
+        except Exception as e:  # noqa: BLE001 - a file that cannot be written
+            if not report["ok"]:
+                log(f"the damage cannot be recorded in the ledger ({e}), so the service stops")
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return record
 
 
 def _idle_priority() -> None:

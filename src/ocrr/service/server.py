@@ -27,7 +27,7 @@ from ocrr.service.config import ServiceConfig
 from ocrr.service.header_timeout import header_deadline_protocol
 from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
-from ocrr.service.rehash_trusted import RehashTrusted
+from ocrr.service.rehash_trusted import RehashTrusted, recorded_in
 from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
@@ -193,7 +193,8 @@ def _serve_workers(
         log(f"review page: {base}/   API: {base}/docs ({config.workers} worker processes)")
         shared, trusted = handed[-1].shared, handed[-1].trusted
         if shared is not None and trusted:
-            rehashing.append(RehashTrusted(shared.held_columns(), trusted, config.ledger, log).start())
+            found = recorded_in(config.ledger, log)
+            rehashing.append(RehashTrusted(shared.held_columns(), trusted, log, found).start())
         return handed[-1]
 
     try:

@@ -92,6 +92,10 @@ class ServiceState:
     witnessed: WitnessedFile | None = None
     witnessing: Witnessing | None = None
     log: Callable[[str], None] = print
+    # Entries the open took on trust (a quick open's, under a signed checkpoint) that this
+    # process rehashes once it serves (``rehash_trusted.py``); 0 when none, or when the
+    # supervisor of ``--workers N`` rehashes them in the memory it shares.
+    trusted: int = 0
 
     def fail(self, report: dict, share: bool = True) -> None:
         """Go read-only and unhealthy over ``report`` (the first damage found stays) and, with
@@ -105,6 +109,17 @@ class ServiceState:
                 self.substrate.ledger.record_verification({**report, "ok": False, "time": time.time()})
             except Exception:  # noqa: BLE001 - a file that cannot be written: this process fails closed still
                 pass
+
+    def found_by_rehash(self, report: dict) -> None:
+        """The outcome of rehashing what the quick open took on trust (``rehash_trusted.py``):
+        damage fails the service closed; an intact outcome is recorded in the file."""
+        if not report["ok"]:
+            self.fail(report)
+            return
+        try:
+            self.substrate.ledger.record_verification(report)
+        except Exception:  # noqa: BLE001 - a read-only file: the outcome is logged still
+            pass
 
     def honour_shared_damage(self, wait: bool = True) -> None:
         """Fail closed over damage another worker (or an earlier check) recorded in the file
@@ -362,10 +377,12 @@ def build_state(
         verify_every=config.verify_every,
         check_every=config.check_every,
         damage_seen=damage_after,
+        log=log,
+        trusted=sub.ledger.report.checked_from if predicts and shared is None else 0,
     )
     if config.witnesses and signer is not None:
         assert config.key is not None and config.quorum is not None  # ServiceConfig checked both
-        state.witnesses, state.log = config.witnesses, log
+        state.witnesses = config.witnesses
         state.witnessed = WitnessedFile(
             witnessed_path(config.key, config.signed_state),
             signer.vkey,
