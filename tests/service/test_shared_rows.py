@@ -345,9 +345,9 @@ def test_a_signed_prefix_read_into_shared_memory_is_written_through_its_file_as_
 
     monkeypatch.setattr(prefix, "_PREFIX_BLOCK", block)
     written = []
-    write_at = prefix._write_at
+    write_at = prefix.write_at
     monkeypatch.setattr(
-        prefix, "_write_at", lambda fd, data, at: (written.append((at, len(data))), write_at(fd, data, at))
+        prefix, "write_at", lambda fd, data, at: (written.append((at, len(data))), write_at(fd, data, at))
     )
     rng = np.random.default_rng(7)
     path, signer = tmp_path / "l.db", Signer.generate("example.com/shared-prefix")

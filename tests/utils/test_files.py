@@ -35,3 +35,27 @@ def test_a_rewrite_replaces_the_old_file_whole(tmp_path):
     atomic_write_text(tmp_path / "x.txt", "new")
     assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
     assert (tmp_path / "x.txt").read_text() == "new"
+
+
+def test_write_at_writes_every_byte_when_the_system_writes_part_of_them(tmp_path, monkeypatch):
+    import os
+
+    from ocrr.utils import files
+
+    pwrite = os.pwrite
+    calls: list[int] = []
+
+    def short(fd, data, offset):  # as a kernel may: at most 5 bytes a call
+        calls.append(offset)
+        return pwrite(fd, bytes(data[:5]), offset)
+
+    monkeypatch.setattr(files.os, "pwrite", short)
+    path = tmp_path / "f"
+    path.write_bytes(b"-" * 40)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        files.write_at(fd, b"0123456789abcdefghij", 7)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"-" * 7 + b"0123456789abcdefghij" + b"-" * 13
+    assert calls == [7, 12, 17, 22]

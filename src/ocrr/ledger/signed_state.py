@@ -42,6 +42,7 @@ from ocrr.ledger.heads import Signer, TreeHead, parse_signed_note
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.proofs import b64, unb64
 from ocrr.ledger.verify import ProofError, verify_consistency
+from ocrr.utils.files import write_at
 
 __all__ = ["SignedState", "HeldLog", "FixedLog", "default_state_path"]
 
@@ -350,7 +351,7 @@ class SignedState:
             first = os.fstat(fd).st_size == 0
             if first:
                 os.ftruncate(fd, 2 * _SLOT)
-            os.pwrite(fd, note.ljust(_SLOT, b"\0"), slot * _SLOT)
+            write_at(fd, note.ljust(_SLOT, b"\0"), slot * _SLOT)
             os.fdatasync(fd)
             if first:
                 folder = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

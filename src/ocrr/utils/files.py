@@ -1,4 +1,5 @@
-"""Atomic file writes: a file either exists complete or not at all.
+"""File writes that finish: atomic files (a file either exists complete or not at all), and
+writes at an offset that write every byte.
 
 Results, caches and task markers are written to a temporary file in the same folder and
 moved into place with ``os.replace``, so a crash or an interrupt never leaves half a file
@@ -78,3 +79,13 @@ def move_into_new(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         os.replace(src, dst)
         return
     os.unlink(src)
+
+
+def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """All of ``data`` into the file ``fd`` at ``offset``: ``os.pwrite`` may write part of it (a
+    buffer past the kernel's limit per call, a signal, a full disk's last bytes)."""
+    with memoryview(data) as rest:
+        rest = rest.cast("B")
+        while rest:
+            written = os.pwrite(fd, rest, offset)
+            rest, offset = rest[written:], offset + written

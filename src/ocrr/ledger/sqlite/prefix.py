@@ -11,7 +11,6 @@ bad one: this reading only has to be sound, never to explain.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from collections import deque
@@ -25,6 +24,7 @@ from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.sqlite.schema import connect
+from ocrr.utils.files import write_at
 
 __all__ = ["trusted_prefix"]
 
@@ -152,7 +152,7 @@ class _BlockReaders:
                     hi - lo, self._width
                 )  # (numpy lets go of the GIL)
             else:
-                _write_at(self._into_fd, rows, lo * self._row_bytes)
+                write_at(self._into_fd, rows, lo * self._row_bytes)  # (a page it fills whole is not cleared first)
         return got
 
     def fetch(self, blocks: list[tuple[int, int]]) -> Iterator[tuple]:
@@ -177,16 +177,6 @@ class _BlockReaders:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for conn in self.own:
             conn.close()
-
-
-def _write_at(fd: int, data: bytes, offset: int) -> None:
-    """All of ``data`` into the file ``fd`` at ``offset``. A page that a write fills whole is not
-    cleared first, as a page faulted in through a mapping of the file is (about half the kernel's
-    work of filling new memory at 10M rows)."""
-    with memoryview(data) as rest:
-        while rest:
-            written = os.pwrite(fd, rest, offset)
-            rest, offset = rest[written:], offset + written
 
 
 def _more_connections(conn: sqlite3.Connection, count: int) -> list[sqlite3.Connection]:

@@ -39,6 +39,7 @@ from threadpoolctl import threadpool_limits
 from ocrr.index import make_index
 from ocrr.index.file_rows import FileRows
 from ocrr.index.ivf import IVFIndex, nlist_for
+from ocrr.utils.files import write_at
 from ocrr.utils.heap import release_free_heap
 
 #: Rows per add in the second pass. An add holds the rows read and, inside FAISS, their
@@ -70,7 +71,7 @@ class VectorStore:
         if isinstance(self.array, np.ndarray):  # in RAM (no file)
             self.array[first : first + len(x)] = x
         else:
-            os.pwrite(self.array.fd, np.ascontiguousarray(x, np.float32).tobytes(), first * self.dim * 4)
+            write_at(self.array.fd, np.ascontiguousarray(x, np.float32).tobytes(), first * self.dim * 4)
 
     def read(self, lo: int, hi: int) -> np.ndarray:
         return np.asarray(self.array[lo:hi])  # in RAM: a view; on disk: FileRows reads the range
