@@ -5,11 +5,11 @@ rehashing them (``ocrr.ledger.sqlite.prefix``), so that a large ledger comes up 
 Storage is untrusted, so right after the start every one of those entries is rehashed from the
 memory the service answers from (``ocrr.ledger.column_rehash``): with ``--workers N`` by the
 supervisor, over the shared memory the workers map; with one process, by that process, over its
-own rows. It runs in a thread scheduled only on otherwise idle CPU: requests keep the cores, and
-the pass ends sooner the less loaded the service is. An entry that does not hash to its stored
-chain hash is damage, and the service fails closed (``found``: recorded in the ledger file, which
-every worker honours within a second). Both outcomes are logged and recorded (the review page
-shows the latest check).
+own rows. It runs in a thread scheduled only on otherwise idle CPU, resting between chunks:
+requests keep the cores, and the pass ends sooner the less loaded the service is. An entry
+that does not hash to its stored chain hash is damage, and the service fails closed
+(``found``: recorded in the ledger file, which every worker honours within a second). Both
+outcomes are logged and recorded (the review page shows the latest check).
 """
 
 from __future__ import annotations
@@ -26,17 +26,28 @@ from ocrr.ledger.sqlite.store import record_verification_in
 __all__ = ["RehashTrusted", "recorded_in"]
 
 _CHUNK = 4096  # entries rehashed between looks at the stop flag
+# After each chunk the thread rests this many times as long as the chunk took (wall time, so
+# longer while the service keeps the cores busy): at full speed, on idle CPU only, it still
+# slowed the requests served meanwhile (docs/service-at-scale.md, "At 10M entries").
+REST = 3.0
 
 
 class RehashTrusted:
-    """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``),
-    then hand ``found`` the outcome (a verification report: ``ok``, ``size``, ``first_bad``,
+    """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``), a
+    chunk at a time with a rest after each (``rest`` times as long as the chunk took), then
+    hand ``found`` the outcome (a verification report: ``ok``, ``size``, ``first_bad``,
     ``reason``, ``time``) and say it through ``log``."""
 
     def __init__(
-        self, columns: HeldColumns, count: int, log: Callable[[str], None], found: Callable[[dict], None]
+        self,
+        columns: HeldColumns,
+        count: int,
+        log: Callable[[str], None],
+        found: Callable[[dict], None],
+        rest: float = REST,
     ) -> None:
         self.columns, self.count, self.log, self.found = columns, min(count, columns.size), log, found
+        self.rest = rest
         self.done = 0  # entries rehashed so far
         self.first_bad: int | None = None
         self._stop = threading.Event()
@@ -68,8 +79,7 @@ class RehashTrusted:
         started = time.monotonic()
         self.log(f"rehashing the {self.count:,} entries the quick open took on trust, on idle CPU, while serving")
         for lo in range(0, self.count, _CHUNK):
-            if self._stop.is_set():
-                return
+            began = time.monotonic()
             bad = first_mismatch(self.columns, lo, min(lo + _CHUNK, self.count))
             if bad is not None:
                 self.first_bad = bad
@@ -81,6 +91,8 @@ class RehashTrusted:
                 self.found(_report(False, self.count, bad, reason))
                 return
             self.done = min(lo + _CHUNK, self.count)
+            if self._stop.wait(self.rest * (time.monotonic() - began)):
+                return
         took = time.monotonic() - started
         self.log(f"the {self.count:,} entries the quick open took on trust are intact: rehashed in {took:.1f} s")
         reason = (
