@@ -30,7 +30,7 @@ from ocrr.ledger.sqlite.locks import FileHold, claim_service
 from ocrr.ledger.sqlite.reread import CheckedRows
 from ocrr.ledger.sqlite.scan import KnownPrefix, scan_file
 from ocrr.ledger.sqlite.schema import connect as connect_file
-from ocrr.ledger.sqlite.store import DurableLedger
+from ocrr.ledger.sqlite.store import DurableLedger, record_verification_in
 from ocrr.ledger.sqlite.transfer import import_file
 from ocrr.ledger.store import LedgerStore
 from ocrr.ledger.transfer import lines_of, write_export
@@ -49,6 +49,7 @@ __all__ = [
     "import_jsonl",
     "is_database_url",
     "open_store",
+    "record_verification_at",
     "scan_location",
     "stored_shape",
 ]
@@ -107,6 +108,15 @@ def open_store(
             raise ValueError("known entries are handed on for a ledger file only, not a database")
         return PostgresLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer)
     return DurableLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer, known=known)
+
+
+def record_verification_at(location: Location, report: dict) -> None:
+    """``LedgerStore.record_verification`` by a process that does not hold the ledger open (a
+    service's supervisor), for a ledger file: in a transaction of its own, in line with the
+    file's writers. A database's ledger records them through its open store."""
+    if isinstance(location, str) and is_database_url(location):
+        raise ValueError("record_verification_at records into a ledger file; a database's store records its own")
+    record_verification_in(location, report)
 
 
 def scan_location(

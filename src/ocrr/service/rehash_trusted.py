@@ -1,7 +1,7 @@
 """The entries a quick open took on trust, rehashed in the background while the service serves.
 
 ``ocrr serve --quick-open`` reads the entries under the last signed checkpoint without
-rehashing them (``ocrr.ledger.sqlite.prefix``), so that a large ledger comes up in seconds.
+rehashing them (it reads them column by column), so that a large ledger comes up in seconds.
 Storage is untrusted, so right after the start every one of those entries is rehashed from the
 memory the service answers from (``ocrr.ledger.column_rehash``): with ``--workers N`` by the
 supervisor, over the shared memory the workers map; with one process, by that process, over its
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from ocrr.ledger.column_rehash import HeldColumns, first_mismatch
-from ocrr.ledger.sqlite.store import record_verification_in
+from ocrr.ledger.location import record_verification_at
 
 __all__ = ["RehashTrusted", "recorded_in"]
 
@@ -70,7 +70,7 @@ class RehashTrusted:
     def _run(self) -> None:
         try:
             self._rehash()
-        except Exception as e:  # noqa: BLE001 - memory read back wrong is no storage damage: said, not failed on
+        except Exception as e:  # noqa: BLE001 - the columns could not be read (no damage found): said, and the pass ends
             if not self._stop.is_set():
                 self.log(f"the rehash of the entries the quick open took on trust stopped: {e}")
 
@@ -113,7 +113,7 @@ def recorded_in(ledger: str | os.PathLike[str], log: Callable[[str], None]) -> C
 
     def record(report: dict) -> None:
         try:
-            record_verification_in(ledger, report)
+            record_verification_at(ledger, report)
         except Exception as e:  # noqa: BLE001 - a file that cannot be written
             if not report["ok"]:
                 log(f"the damage cannot be recorded in the ledger ({e}), so the service stops")
