@@ -1,8 +1,8 @@
 """The supervisor's checked entries, handed to its workers in shared memory.
 
-``ocrr serve --workers N`` checks the ledger once, in the supervising process, before any
-worker starts. Each worker used to open the file again: read and check every entry a second
-and third time, and hold its own copy of every row and of their 8-bit codes. Instead, the
+``ocrr serve --workers N`` checks the ledger once, in the supervising process, as the
+workers start. Rather than each worker opening the file again (reading and checking every
+entry once more, and holding its own copy of every row and of their 8-bit codes), the
 supervisor writes what it checked into one anonymous memory file (``memfd``, reachable only
 through its descriptor, which each worker is handed as it is started): the float32 rows, their
 8-bit codes (coded once, for every worker's pooled scans), the chain hashes, the Merkle tree's
