@@ -184,10 +184,14 @@ class SharedRows:
         return True
 
 
+_READ_BYTES = 128 << 10
+
+
 class _RowsRead:
     """The rows of a memory file, a slice at a time, read (``pread``) rather than mapped: a
     pass over all of them leaves no page of them mapped in this process (whose resident
-    size would then count every row)."""
+    size would then count every row). Read ``_READ_BYTES`` per call: a kernel built without
+    preemption (a common default) lets no other task onto this core until a call returns."""
 
     def __init__(self, fd: int, size: int, dim: int):
         self.fd, self.shape = fd, (size, dim)
@@ -199,7 +203,7 @@ class _RowsRead:
         with out.data.cast("B") as into:
             done = 0
             while done < len(into):
-                got = os.preadv(self.fd, [into[done:]], lo * width + done)
+                got = os.preadv(self.fd, [into[done : done + _READ_BYTES]], lo * width + done)
                 if got <= 0:
                     raise OSError(f"the shared rows end before row {lo + done // width}")
                 done += got
