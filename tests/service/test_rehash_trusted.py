@@ -211,7 +211,7 @@ def test_the_shared_memory_the_workers_answer_from_is_what_is_rehashed(tmp_path)
     try:
         columns = shared.held_columns()
         assert first_mismatch(columns, 0, 3_000) is None
-        assert columns.rows[10:12].tobytes() == rows[10:12].tobytes()
+        assert np.asarray(columns.rows[10:12]).tobytes() == rows[10:12].tobytes()
         assert columns.rows[2_999:5_000].shape == (1, 8)
         os.pwrite(shared.rows_fd, b"\x01", 4 * 8 * 2_500 + 5)  # one byte of row 2,500, in the shared memory
         assert first_mismatch(columns, 0, 3_000) == 2_500

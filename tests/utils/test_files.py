@@ -59,3 +59,25 @@ def test_write_at_writes_every_byte_when_the_system_writes_part_of_them(tmp_path
         os.close(fd)
     assert path.read_bytes() == b"-" * 7 + b"0123456789abcdefghij" + b"-" * 13
     assert calls == [7, 12, 17, 22]
+
+
+def test_read_into_fills_the_array_a_piece_at_a_time_and_says_when_the_file_ends(tmp_path, monkeypatch):
+    import os
+
+    import numpy as np
+
+    from ocrr.utils import files
+
+    monkeypatch.setattr(files, "READ_PIECE", 12)  # several calls for one array
+    rows = np.arange(40, dtype="<f4").reshape(10, 4)
+    path = tmp_path / "rows.f32"
+    path.write_bytes(rows.tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out = np.empty((3, 4), "<f4")
+        files.read_into(fd, out, 5 * 16)
+        assert np.array_equal(out, rows[5:8])
+        with pytest.raises(OSError, match="the file ended after 48 of 64 bytes"):
+            files.read_into(fd, np.empty((4, 4), "<f4"), 7 * 16)
+    finally:
+        os.close(fd)

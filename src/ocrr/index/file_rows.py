@@ -27,6 +27,8 @@ import os
 
 import numpy as np
 
+from ocrr.utils.files import read_into
+
 _F4 = np.dtype("<f4")
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux >= 4.14 (buffered reads); 0: plain reads only
 
@@ -50,11 +52,9 @@ class FileRows:
 
     def _read(self, lo: int, count: int) -> np.ndarray:
         """``count`` rows from row ``lo`` of this view (absolute row first + lo)."""
-        want = count * self._row_bytes
-        raw = os.pread(self.fd, want, (self.first + lo) * self._row_bytes)
-        if len(raw) != want:
-            raise OSError(f"vector file ended after {len(raw)} of {want} bytes at row {self.first + lo}")
-        return np.frombuffer(raw, _F4).reshape(count, self.dim)
+        out = np.empty((count, self.dim), _F4)
+        read_into(self.fd, out, (self.first + lo) * self._row_bytes)
+        return out
 
     def __getitem__(self, key: int | np.integer | slice | np.ndarray) -> FileRows | np.ndarray:
         if isinstance(key, slice):
@@ -116,4 +116,4 @@ class FileRows:
 
     def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         rows = self._read(0, self.n) if self.n else np.empty((0, self.dim), _F4)
-        return rows if dtype is None else rows.astype(dtype)
+        return rows if dtype is None else np.asarray(rows, dtype)

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ocrr.index.exact import ExactIndex
+from ocrr.index.file_rows import FileRows
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
 from ocrr.ledger.column_rehash import HeldColumns
@@ -152,15 +153,16 @@ class SharedRows:
         return KnownPrefix(n, vectors, labels, texts, hashes, tree)
 
     def held_columns(self) -> HeldColumns:
-        """The entries as ``first_mismatch`` rehashes them: the rows and the other columns
-        mapped read-only from the memory files (the very bytes the workers answer from)."""
+        """The entries as ``first_mismatch`` rehashes them, from the memory files (the very
+        bytes the workers answer from): the rows read a slice at a time, the other columns
+        mapped read-only."""
         lay = self.layout
         n = lay.size
         view = memoryview(mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ)).toreadonly()
         at, length = lay.texts
         return HeldColumns(
             n,
-            _RowsRead(self.rows_fd, n, lay.dim),
+            FileRows(self.rows_fd, n, lay.dim),  # read, not mapped: this process's RSS counts no row
             lay.label_names,
             view[lay.label_codes : lay.label_codes + 4 * n],
             view[at : at + length],
@@ -182,32 +184,6 @@ class SharedRows:
         codes = _private_buffer(self.fd, lay.codes, lay.size * lay.dim, (lay.code_rows, lay.dim), np.dtype(np.int8))
         index.adopt_shortlist(Int8Shortlist.from_snapshot(lay.dim, codes, lay.shortlist))
         return True
-
-
-_READ_BYTES = 128 << 10
-
-
-class _RowsRead:
-    """The rows of a memory file, a slice at a time, read (``pread``) rather than mapped: a
-    pass over all of them leaves no page of them mapped in this process (whose resident
-    size would then count every row). Read ``_READ_BYTES`` per call: a kernel built without
-    preemption (a common default) lets no other task onto this core until a call returns."""
-
-    def __init__(self, fd: int, size: int, dim: int):
-        self.fd, self.shape = fd, (size, dim)
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        lo, hi, _ = rows.indices(self.shape[0])
-        width = self.shape[1] * F4LE.itemsize
-        out = np.empty((max(hi - lo, 0), self.shape[1]), F4LE)
-        with out.data.cast("B") as into:
-            done = 0
-            while done < len(into):
-                got = os.preadv(self.fd, [into[done : done + _READ_BYTES]], lo * width + done)
-                if got <= 0:
-                    raise OSError(f"the shared rows end before row {lo + done // width}")
-                done += got
-        return out
 
 
 def _attach(rows_fd: Any, fd: Any, layout: Layout) -> SharedRows:

@@ -1,5 +1,5 @@
-"""File writes that finish: atomic files (a file either exists complete or not at all), and
-writes at an offset that write every byte.
+"""File reads and writes that finish: atomic files (a file either exists complete or not at
+all), and reads and writes at an offset that move every byte.
 
 Results, caches and task markers are written to a temporary file in the same folder and
 moved into place with ``os.replace``, so a crash or an interrupt never leaves half a file
@@ -13,6 +13,8 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
@@ -89,3 +91,19 @@ def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
         while rest:
             written = os.pwrite(fd, rest, offset)
             rest, offset = rest[written:], offset + written
+
+
+READ_PIECE = 128 << 10  # bytes per read call in read_into
+
+
+def read_into(fd: int, out: np.ndarray, offset: int) -> None:
+    """Fill ``out`` (a contiguous array) from the file ``fd`` at ``offset``, ``READ_PIECE``
+    bytes per call: a kernel built without preemption (a common default) lets no other task
+    onto the core until a call returns. ``OSError`` if the file ends first."""
+    with out.data.cast("B") as into:
+        done = 0
+        while done < len(into):
+            got = os.preadv(fd, [into[done : done + READ_PIECE]], offset + done)
+            if got <= 0:
+                raise OSError(f"the file ended after {done} of {len(into)} bytes read at offset {offset}")
+            done += got
