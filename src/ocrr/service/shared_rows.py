@@ -38,8 +38,8 @@ from ocrr.index.exact import ExactIndex
 from ocrr.index.file_rows import FileRows
 from ocrr.index.int8_shortlist import Int8Shortlist
 from ocrr.ledger.chain import APPENDABLE, F4LE
-from ocrr.ledger.column_rehash import HeldColumns
-from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn, label_column, text_column
+from ocrr.ledger.column_rehash import HeldColumns, chain_columns
+from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn
 from ocrr.ledger.location import KnownPrefix, stored_shape
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM
@@ -267,13 +267,11 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
         with ThreadPoolExecutor(1, thread_name_prefix="ocrr-codes") as pool:
             os.ftruncate(fd, max(codes_bytes, _PAGE))  # grown below, once the other columns are placed
             coding = pool.submit(_code, fd, code_rows, dim, mirror.vectors) if codes_bytes else None
-            labels, texts, hashes = mirror.stored_columns()
+            held = chain_columns(mirror)  # the labels, texts and hashes as flat buffers
             tree = substrate.ledger.tree
-            label_col, text_col = _as_column(labels, label_column), _as_column(texts, text_column)
-            assert isinstance(label_col, LabelColumn) and isinstance(text_col, TextColumn), "a checked ledger's"
-            names, label_codes = label_col.names, label_col.codes()
-            text_blob, text_ends, text_none = text_col.parts()
-            hashes_blob = hashes.to_bytes() if isinstance(hashes, HashColumn) else b"".join(hashes)
+            names, label_codes = held.label_names, held.label_codes
+            text_blob, text_ends, text_none = held.text_blob, held.text_ends, held.text_none
+            hashes_blob = held.hashes
             at = codes_bytes
 
             def place(nbytes: int) -> int:
@@ -353,12 +351,6 @@ def _codes_wanted(system: Substrate) -> bool:
     service's pooled predicts scan (``service/pool.py``)."""
     own_steps = type(system).fit is Substrate.fit and type(system)._index_new is Substrate._index_new
     return own_steps and system.index_kind == "exact" and system.vectors_on_disk is None
-
-
-def _as_column(values, make):
-    """``values`` as ``make`` holds them (``label_column``, ``text_column``): as they are when
-    they are that column already (no copy)."""
-    return values if isinstance(values, (LabelColumn, TextColumn)) else make(values)
 
 
 def _whole_pages(nbytes: int) -> int:
