@@ -155,6 +155,56 @@ def test_stale_sqlite_journals_at_the_target_are_refused_not_replayed(exports):
     assert _left(out) == ["a.db-wal"]
 
 
+def test_the_placed_file_is_already_in_wal_mode(exports, monkeypatch):
+    """Opening the placed file changes nothing in its header: were its journal mode switched
+    there, a kill during the switch would leave a hot rollback journal beside a complete
+    ledger, and read-only checks could not read it."""
+    from ocrr.ledger.sqlite import transfer
+
+    real, _, out, _, _ = exports
+    seen: list[bytes] = []
+    place = transfer._place
+
+    def placing(built, path):
+        place(built, path)
+        seen.append(path.read_bytes()[18:20])  # SQLite's write and read format versions: 2 is WAL
+        seen.append(b"".join(n.encode() for n in _left(out) if n.startswith("a.db-")))
+
+    monkeypatch.setattr(transfer, "_place", placing)
+    import_jsonl(real, out / "a.db").close()
+    assert seen == [b"\x02\x02", b""]  # WAL, and no -wal/-shm/-journal travelled with it
+
+
+def test_a_hot_rollback_journal_is_named_with_its_fix(tmp_path):
+    """A rollback journal left by a killed writer is beyond a read-only check; it says what to do."""
+    path = tmp_path / "old.db"
+    _make(path, 5)
+    child = subprocess.Popen([sys.executable, "-c", _HOT_JOURNAL, str(path)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "mid-write\n"
+    child.kill()
+    child.wait()
+    child.stdout.close()
+    assert (tmp_path / "old.db-journal").exists()
+    with pytest.raises(OcrrError, match="rollback journal a killed writer left.*open the ledger once with a writer"):
+        scan_file(path)
+    with DurableLedger.open(path, verify="full") as led:  # the fix named: a writer rolls it back
+        assert len(led) == 5
+    assert scan_file(path)[0]
+
+
+_HOT_JOURNAL = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode=DELETE")
+conn.execute("PRAGMA cache_size=1")  # spill to the file before the commit: the journal is hot
+conn.execute("BEGIN")
+conn.execute("CREATE TABLE pad (x BLOB)")
+conn.execute("INSERT INTO pad VALUES (zeroblob(200000))")
+print("mid-write", flush=True)
+input()
+"""
+
+
 _CHILD = """
 import sys
 from ocrr.ledger.location import import_jsonl

@@ -310,7 +310,15 @@ def scan_file(
         finally:
             conn.close()
     except sqlite3.Error as e:
+        if getattr(e, "sqlite_errorcode", None) == _SQLITE_READONLY_ROLLBACK:
+            raise OcrrError(
+                f"{path}-journal is a rollback journal a killed writer left, and a read-only check cannot "
+                "roll it back; open the ledger once with a writer (`ocrr serve --ledger`), then check again"
+            ) from None
         return LedgerReport(False, 0, None, f"not a readable SQLite ledger ({e})"), None
+
+
+_SQLITE_READONLY_ROLLBACK = 776  # a hot rollback journal that a read-only connection cannot replay
 
 
 _SQLITE_NOTADB = 26  # SQLite's result code for a file that is no database

@@ -144,10 +144,16 @@ def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | Non
                         "log); import refused"
                     )
             ledger._record_checkpoint()  # what the reopening at the target trusts
-    with sqlite3.connect(built, isolation_level=None) as conn:  # everything in the main file, no WAL left
+    # Everything into the main file, which stays in WAL mode: the -wal goes when this last
+    # connection closes, and opening the placed file changes nothing in its header (switching
+    # the journal mode there would go through a rollback journal that a kill leaves hot, and a
+    # hot journal makes the file unreadable to read-only checks until a writer opens it).
+    with sqlite3.connect(built, isolation_level=None) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
+    for side in ("-wal", "-shm"):
+        if os.path.exists(f"{built}{side}"):  # pragma: no cover - SQLite removes them on the last close
+            raise OcrrError(f"SQLite left {built}{side} after the import's last close; import again")
     fd = os.open(built, os.O_RDONLY)
     try:
         os.fsync(fd)
