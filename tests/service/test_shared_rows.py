@@ -171,6 +171,33 @@ def test_a_file_changed_since_the_supervisor_read_is_read_again_and_refused(ledg
         shared.close()
 
 
+def test_entries_past_the_shared_ones_are_rehashed_even_under_a_later_checkpoint(ledger):
+    """A worker restarted on the supervisor's handoff reads the entries committed since it
+    from the file. A checkpoint signed since vouches for them, but nobody rehashes what this
+    worker takes in later (the supervisor's pass covers the shared entries only), so the
+    worker rehashes them itself: a label edited under that checkpoint is refused at open."""
+    import sqlite3
+
+    from ocrr.errors import OcrrError
+    from ocrr.ledger.heads import Signer
+
+    path, centres, rng = ledger
+    signer = Signer.generate("example.com/shared")
+    shared = _published(path)
+    try:
+        with DurableLedger.open(path, verify="checkpoint", signer=signer) as led:  # the service serves
+            led.extend(_unit(rng.normal(size=(10, DIM))), ["later"] * 10, [None] * 10)
+            assert led.verify("full")  # and records a checkpoint signed at ENTRIES + 10
+        with sqlite3.connect(path) as conn:  # a later entry's label edited, its stored hash kept
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
+                conn.execute(f"DROP TRIGGER {name}")
+            conn.execute("UPDATE entries SET label = 'forged' WHERE id = ?", (ENTRIES + 5,))
+        with pytest.raises(OcrrError, match=f"entry {ENTRIES + 5}: stored hash does not match its contents"):
+            open_substrate(path, verify="checkpoint", known=shared.known_prefix(), signer=signer)
+    finally:
+        shared.close()
+
+
 def _owner(rows: np.ndarray):
     """The mapping under ``rows`` when they lie in one (``shared_rows``), else None."""
     while isinstance(rows, np.ndarray):

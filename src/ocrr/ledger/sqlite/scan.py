@@ -125,10 +125,15 @@ def _scan(
     labels: LabelColumn
     texts: TextColumn
     hashes: HashColumn
+    rehash_from = trusted  # the entries a checkpoint vouches for are not rehashed here
     if known is not None and keep_rows and _still_stored(conn, known, size, width):
         vectors = _room_for(known.vectors, known.size, rows)
         tree, labels, texts, hashes = known.tree, known.labels, known.texts, known.hashes
         prev, i = hashes[-1], known.size
+        # Past the prefix its holder checked (and rehashes, if it took some on trust), every
+        # entry is rehashed: no one else would rehash what this open takes in, even under a
+        # checkpoint signed since.
+        rehash_from = i
         if i == trusted:
             check_checkpoint(checkpoints[-1], tree, prev)
     else:
@@ -175,7 +180,7 @@ def _scan(
                 text = None if txt is None else txt.decode("utf-8")
             except UnicodeDecodeError:
                 raise Damage(i, f"entry {i}: label or text is not valid UTF-8 (bytes edited)") from None
-            leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, width, rehash=i >= trusted)
+            leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, width, rehash=i >= rehash_from)
             if leaf is None:
                 leaf = stored.get((0, i))
                 if not isinstance(leaf, bytes) or len(leaf) != 32:
@@ -217,7 +222,7 @@ def _scan(
         vectors,
         hashes,
         tree,
-        trusted,
+        rehash_from,
         records.ignored,
         records.reasons,
     )
