@@ -223,6 +223,39 @@ def test_the_service_role_may_append_and_read_only(pg_url):
             conn.execute(f"DROP ROLE {role}, rd_{schema}")
 
 
+def test_a_record_with_an_id_from_outside_is_damage_not_a_blind_spot(pg_url):
+    """A verification record inserted with an id above the sequence's would put every later
+    record (numbered by the sequence) under each process's cursor: damage one service records
+    would go unseen by the others. Read as damage instead, also by the service role, which
+    has only USAGE on the sequence."""
+    schema = pg_url.rsplit("%3D", 1)[1]
+    role = f"svc_{schema}"
+    with _superuser(pg_url) as conn:
+        PostgresLedger.open(pg_url).close()
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"CREATE ROLE rd_{schema} LOGIN")
+        conn.execute(roles_sql(schema, role, f"rd_{schema}"))
+    service_url = pg_url.replace("postgres@", f"{role}@", 1)
+    try:
+        with PostgresLedger.open(service_url) as pg:
+            pg.extend(*_entries(3))
+            pg.record_verification({"ok": True, "reason": "ok", "time": 1.0})
+            seen = pg.damage_since(-1)
+            assert seen is not None and seen[1] is None  # the ledger's own records pass
+            with psycopg.connect(service_url, autocommit=True) as conn:  # the service role may insert
+                conn.execute(
+                    "INSERT INTO ocrr_verifications (id, time, report) VALUES (%s, 0, %s)",
+                    (2**62, '{"ok": true, "reason": "forged"}'),
+                )
+            found = pg.damage_since(seen[0])
+            assert found is not None and found[1] is not None
+            assert f"holds id {2**62}, which its sequence never gave" in found[1]["reason"]
+    finally:
+        with _superuser(pg_url) as conn:
+            conn.execute(f"DROP OWNED BY {role}, rd_{schema}")
+            conn.execute(f"DROP ROLE {role}, rd_{schema}")
+
+
 def test_two_stores_in_one_process_see_each_others_appends(pg_url):
     vecs, labels, texts = _entries(20)
     with PostgresLedger.open(pg_url) as a, open_store(pg_url) as b:

@@ -171,6 +171,25 @@ def test_damage_recorded_before_a_start_whose_check_passes_is_not_honoured(tmp_p
     again.close()
 
 
+def test_damage_read_from_storage_is_said_to_come_from_there_in_the_services_shape(tmp_path):
+    """A damage record is honoured (fail closed) whoever wrote it, but what the service repeats
+    of it to anyone (/health, every 503) is an entry number or none and a bounded reason, said
+    to come from the ledger's storage."""
+    path = tmp_path / "l.db"
+    state = open_state(path, check_every=0)
+    seed(state)
+    state.honour_shared_damage()
+    state.substrate.ledger.record_verification(
+        {"ok": False, "first_bad": {"any": "json"}, "size": "many", "reason": "call us " * 200, "time": 1.0}
+    )
+    state.honour_shared_damage()
+    assert state.damage is not None
+    assert state.damage["first_bad"] is None and state.damage["size"] is None
+    assert state.damage["reason"].startswith("recorded in the ledger's storage: call us")
+    assert len(state.damage["reason"]) < 600
+    state.close()
+
+
 def test_the_background_check_rehashes_old_entries_in_turn(tmp_path):
     """An entry before the last checkpoint, edited: found by the background check's rolling
     slice within ceil(entries / slice) ticks, without any /verify."""

@@ -450,10 +450,17 @@ def damage_in(rows: Iterable[tuple[int, str]], after: int, where: str) -> tuple[
         last = id_
         if bad is not None:
             continue
-        try:
-            report = json.loads(text)
-        except ValueError:
-            report = {"ok": False, "reason": f"a verification record in {where} is unreadable"}
-        if not isinstance(report, dict) or report.get("ok") is not True:
-            bad = report if isinstance(report, dict) else {"ok": False, "reason": "a bad verification record"}
+        report = read_report(text, where)
+        if report.get("ok") is not True:
+            bad = report
     return last, bad
+
+
+def read_report(text: object, where: str) -> dict:
+    """A verification record's report, or one that says it is unreadable (``where``: "the
+    file", "the database"): never an exception, never anything but a JSON object."""
+    try:
+        report = json.loads(text)  # type: ignore[arg-type]  # whatever storage held: checked here
+    except (TypeError, ValueError):
+        return {"ok": False, "reason": f"a verification record in {where} is unreadable"}
+    return report if isinstance(report, dict) else {"ok": False, "reason": f"a bad verification record in {where}"}

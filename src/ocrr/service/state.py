@@ -44,6 +44,7 @@ from ocrr.systems.substrate.saved_index import SavedIndex, check_index_file
 CHECK_SLICE = 8_000
 #: Seconds between the predict path's looks for damage another worker recorded in the file.
 DAMAGE_POLL = 1.0
+_REASON_SHOWN = 500  # characters of a reason read from storage that /health and 503s repeat
 #: A replica on a database ledger re-reads the log at least this often (NOTIFY wakes it sooner).
 FOLLOW_EVERY = 1.0
 
@@ -132,7 +133,7 @@ class ServiceState:
             return
         self.damage_seen, bad = found
         if bad is not None:
-            self.fail(bad, share=False)
+            self.fail(_as_recorded(bad), share=False)
 
     def notice_damage(self) -> None:
         """The predict path's look for shared damage: at most once a second, never waiting."""
@@ -533,3 +534,16 @@ def _train_vectors(dataset: Dataset, encoder, log: Callable[[str], None]) -> np.
     except OSError as e:  # a read-only cache costs the next start the encoding, nothing else
         log(f"could not cache the train vectors ({e}); the next start encodes them again")
     return vecs
+
+
+def _as_recorded(report: dict) -> dict:
+    """A damage report read from the ledger's storage, in the shape this service states one:
+    an entry number or none, and a reason of bounded length, said to come from storage
+    (another worker wrote it there, or whoever can write the storage did)."""
+    first_bad, reason = report.get("first_bad"), report.get("reason")
+    return {
+        "ok": False,
+        "size": report.get("size") if type(report.get("size")) is int else None,
+        "first_bad": first_bad if type(first_bad) is int else None,
+        "reason": f"recorded in the ledger's storage: {str(reason)[:_REASON_SHOWN]}",
+    }

@@ -38,7 +38,7 @@ from typing import Any
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.group_commit import Pending, checked
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.held import Apply, HeldLedger, damage_in
+from ocrr.ledger.held import Apply, HeldLedger, damage_in, read_report
 from ocrr.ledger.postgres.follow import Follower
 from ocrr.ledger.postgres.scan import ROW_COLUMNS, report_of
 from ocrr.ledger.postgres.schema import create_schema
@@ -481,25 +481,18 @@ class PostgresLedger(HeldLedger):
             _, conn, latest = checking
             if latest <= after:
                 return after, None
-            rows = conn.execute("SELECT id, report FROM ocrr_verifications WHERE id > %s ORDER BY id", (after,))
-            return damage_in(rows.fetchall(), after, "the database")
+            return _records_past(conn, after)
         try:
-            rows = self._db(
-                "reading verifications",
-                lambda conn: conn.execute(
-                    "SELECT id, report FROM ocrr_verifications WHERE id > %s ORDER BY id", (after,)
-                ).fetchall(),
-            )
+            return self._db("reading verifications", lambda conn: _records_past(conn, after))
         except OcrrError:
             return None
-        return damage_in(rows, after, "the database")
 
     def last_verification(self) -> dict | None:
         row = self._db(
             "reading verifications",
             lambda conn: conn.execute("SELECT report FROM ocrr_verifications ORDER BY id DESC LIMIT 1").fetchone(),
         )
-        return json.loads(row[0]) if row else None
+        return None if row is None else read_report(row[0], "the database")
 
     def follow(
         self,
@@ -528,3 +521,22 @@ class PostgresLedger(HeldLedger):
                 self._drop_kept()
                 self._pool.close()
                 self._cv.notify_all()
+
+
+def _records_past(conn, after: int) -> tuple[int, dict | None]:
+    """``damage_in`` of the verification records past ``after``, or damage if one of them holds
+    an id its sequence never gave: inserted with an id from outside, above the ones the
+    sequence gives every later record, it would put those under each process's cursor, so
+    damage one of them records would go unseen by the others."""
+    rows = conn.execute("SELECT id, report FROM ocrr_verifications WHERE id > %s ORDER BY id", (after,)).fetchall()
+    found = damage_in(rows, after, "the database")
+    if not rows or found[1] is not None:
+        return found
+    given = conn.execute(
+        "SELECT pg_sequence_last_value(pg_get_serial_sequence(quote_ident(current_schema()) || '.ocrr_verifications', "
+        "'id'))"
+    ).fetchone()[0]
+    if given is None or rows[-1][0] > given:
+        why = f"a verification record holds id {rows[-1][0]}, which its sequence never gave (it is at {given})"
+        return found[0], {"ok": False, "reason": f"{why}: a record was added outside the ledger"}
+    return found

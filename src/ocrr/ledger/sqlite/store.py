@@ -36,7 +36,7 @@ from pathlib import Path
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
 from ocrr.ledger.group_commit import Pending, checked
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.held import Apply, HeldLedger, damage_in
+from ocrr.ledger.held import Apply, HeldLedger, damage_in, read_report
 from ocrr.ledger.scan import Damage, LedgerReport, Scan
 from ocrr.ledger.sqlite.inserts import check_json_functions, insert_entries, insert_nodes
 from ocrr.ledger.sqlite.locks import FileHold, join_writers
@@ -50,6 +50,7 @@ __all__ = ["Apply", "DurableLedger", "LedgerReport", "record_verification_in", "
 
 _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
+_LARGEST_ROWID = 2**63 - 1  # past it SQLite numbers new rows at random
 # About what one entry (beside its vector) and one tree node add to the log, for the checkpoints.
 _ROW_BYTES, _NODE_BYTES = 128, 48
 # The stored tail (ocrr.ledger.tail.StoredTail) in one statement: point reads on two primary keys.
@@ -282,7 +283,7 @@ class DurableLedger(HeldLedger):
             if latest <= after:
                 return after, None
             rows = conn.execute("SELECT id, report FROM verifications WHERE id > ? ORDER BY id", (after,)).fetchall()
-            return damage_in(rows, after, "the file")
+            return _numbered(conn, damage_in(rows, after, "the file"), rows)
         if not self._follow.acquire(blocking=wait):
             return None
         try:
@@ -292,11 +293,11 @@ class DurableLedger(HeldLedger):
                 rows = self._watch.execute(
                     "SELECT id, report FROM verifications WHERE id > ? ORDER BY id", (after,)
                 ).fetchall()
+                return _numbered(self._watch, damage_in(rows, after, "the file"), rows)
             except sqlite3.OperationalError:  # a file from before the table: none recorded yet
                 return after, None
         finally:
             self._follow.release()
-        return damage_in(rows, after, "the file")
 
     def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
         """The file's rows ``lo``..``hi - 1`` as they are now (rows that cannot be read: damage)."""
@@ -320,7 +321,7 @@ class DurableLedger(HeldLedger):
             row = None
         finally:
             conn.close()
-        return json.loads(row[0]) if row else None
+        return None if row is None else read_report(row[0], "the file")
 
     # -- appending ----------------------------------------------------------------------
 
@@ -500,6 +501,23 @@ def record_verification_in(path: str | os.PathLike[str], report: dict) -> None:
                 raise
         finally:
             conn.close()
+
+
+def _numbered(conn: sqlite3.Connection, found: tuple[int, dict | None], new: list) -> tuple[int, dict | None]:
+    """``found`` (``damage_in`` of the records ``new`` past the caller's cursor), or damage if
+    the kept records are not numbered one after another, as the ledger numbers them. A record
+    given SQLite's largest id from outside makes it number every later one at random, mostly
+    under the cursor of every process, so damage one of them records would go unseen."""
+    if not new or found[1] is not None:
+        return found
+    count, low, high = conn.execute("SELECT count(*), min(id), max(id) FROM verifications").fetchone()
+    if high == _LARGEST_ROWID:
+        why = f"a verification record holds id {high}, the largest SQLite has, which the ledger never gives"
+    elif count and high - low + 1 != count:
+        why = f"the verification records are numbered {low}..{high} but there are {count}"
+    else:
+        return found
+    return found[0], {"ok": False, "reason": f"{why}: records were added or removed in the file outside the ledger"}
 
 
 def _insert_verification(conn: sqlite3.Connection, report: dict) -> None:
