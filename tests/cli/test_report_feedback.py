@@ -57,6 +57,24 @@ def test_a_wrong_feedback_report_command_is_one_line_naming_the_fix(args, messag
     assert not (tmp_path / "docs").exists()
 
 
+@pytest.mark.parametrize("flag", ["feedback", "drift"])
+def test_a_sweep_of_another_kind_is_refused_and_nothing_is_written(flag, robust_sweep, tmp_path, capsys):
+    """A folder of another kind (one oracle run) given as the feedback or drift sweep is
+    refused before the output folder is touched, even with a right sweep beside it."""
+    plain = robust_sweep.parent / "plain"
+    plain.mkdir()
+    df = pd.read_parquet(robust_sweep / "results.parquet")
+    df[df["policy"] == "oracle"].to_parquet(plain / "results.parquet")  # one oracle run: no sweep of either kind
+    out = tmp_path / "docs-feedback"
+    out.mkdir()
+    (out / "noise.png").write_bytes(b"the documented figure")
+    assert main(["report", f"--{flag}", str(plain), "--robust", str(robust_sweep), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--{flag} {plain}: this sweep holds no" in err and f"docs/feedback/{flag}.toml" in err
+    assert sorted(p.name for p in out.iterdir()) == ["noise.png"]  # the robust tables were not written either
+    assert (out / "noise.png").read_bytes() == b"the documented figure"
+
+
 def test_the_old_module_command_names_the_new_one():
     old = subprocess.run(
         [sys.executable, "-m", "ocrr.report.feedback", "--robust", "x"], capture_output=True, text=True

@@ -222,6 +222,13 @@ def axis_tables(per_checkpoint: pd.DataFrame, systems: list[str]) -> list[tuple[
 def write_report(
     out: Path, feedback: Path | None = None, robust: Path | None = None, drift: Path | None = None
 ) -> list[Path]:
+    # Every sweep is read and checked before anything is written: a wrong folder replaces no
+    # figure of the report (its default output is the documentation's own folder).
+    frames = {
+        name: _checked_sweep(name, folder)
+        for name, folder in (("feedback", feedback), ("robust", robust), ("drift", drift))
+        if folder is not None
+    }
     out.mkdir(parents=True, exist_ok=True)
     written = []
 
@@ -237,8 +244,8 @@ def write_report(
         "Final values after the whole stream, mean ± population std over the seeds ({n} at most; a cell without ± "
         "has one); Banking77, held-out protocol."
     )
-    if feedback is not None:
-        df = load_results_any(feedback).per_checkpoint
+    if "feedback" in frames:
+        df = frames["feedback"]
         n = df["seed"].nunique()
         pieces = []
         figures = []
@@ -277,16 +284,16 @@ def write_report(
             "# Realistic feedback: Banking77, held-out protocol, oracle\n\n" + "\n".join(pieces),
             figures,
         )
-    if robust is not None:
-        df = load_results_any(robust).per_checkpoint
+    if "robust" in frames:
+        df = frames["robust"]
         table = axis_table(df, "noise", ["substrate", "robust_substrate"])
         save(
             "robust-tables",
             "# The robust substrate under label noise\n\n"
             + markdown(table, "Final novel / original vs label noise", seeds_note.format(n=df["seed"].nunique())),
         )
-    if drift is not None:
-        df = load_results_any(drift).per_checkpoint
+    if "drift" in frames:
+        df = frames["drift"]
         table = drift_table(df, MAIN_SWEEP_SYSTEMS)
         note = (
             "Banking77, drift protocol (3 k-means clusters per class, one per class streamed), oracle. Drifted: "
@@ -304,6 +311,28 @@ def write_report(
             ],
         )
     return written
+
+
+def _checked_sweep(name: str, folder: Path) -> pd.DataFrame:
+    """The per-checkpoint results of the sweep given as ``--name``, if they are of that
+    sweep's kind (docs/feedback/<name>.toml); else one error naming the fix."""
+    df = load_results_any(folder).per_checkpoint
+    policies = [make_policy(p) for p in dict.fromkeys(df["policy"])]
+    if name == "feedback":
+        kind_ok = any(p.realistic for p in policies)
+        wanted = "runs under noisy, delayed or budgeted feedback"
+    elif name == "robust":
+        kind_ok = "robust_substrate" in set(df["system"]) and any(p.noise > 0 for p in policies)
+        wanted = "the robust_substrate system under label noise"
+    else:
+        kind_ok = "drift" in set(df["protocol"])
+        wanted = "runs of the drift protocol"
+    if not kind_ok:
+        raise OcrrError(
+            f"--{name} {folder}: this sweep holds no {wanted}; give the folder of the sweep of "
+            f"docs/feedback/{name}.toml (ocrr sweep --config docs/feedback/{name}.toml)"
+        )
+    return df
 
 
 # Its command line is ``ocrr report --feedback … --robust … --drift …`` now (the CLI's job).
