@@ -11,7 +11,9 @@ The last verified checkpoint is kept in ``--state`` (default: one file per log u
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -71,7 +73,20 @@ def _common(p) -> None:
     p.add_argument(
         "--token-file", type=Path, default=None, help="file holding the service token (default: $OCRR_TOKEN)"
     )
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the service (default 30)")
+    p.add_argument(
+        "--timeout", type=_seconds, default=30.0, help="seconds to wait for the service, a number > 0 (default 30)"
+    )
+
+
+def _seconds(text: str) -> float:
+    """--timeout's type: a finite number of seconds > 0 (the HTTP library refuses 0, nan, inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"give a number of seconds > 0, e.g. --timeout 30; got {text!r}")
+    return value
 
 
 def _items(p) -> None:

@@ -10,7 +10,7 @@ from ocrr.cli.common import add_command
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
-from ocrr.service.config import CONFIG_OPTIONS, MAKE_TOKEN, check_token, flag
+from ocrr.service.config import CONFIG_OPTIONS, MAKE_TOKEN, check_tls_files, check_token, flag
 from ocrr.service.encoder import check_nice
 from ocrr.specs import FROM_SIGNATURE, format_value
 
@@ -106,9 +106,13 @@ def run(args) -> int:
 
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:
     """The config the parsed flags ask for: each option from its flag, the token from
-    --token-file or $OCRR_TOKEN (never from argv, where other users' ``ps`` would show it)."""
+    --token-file or $OCRR_TOKEN (never from argv, where other users' ``ps`` would show it). The
+    TLS files are loaded once here, so a wrong one is refused before a ledger or token file is made."""
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if name != "token"}
-    return ServiceConfig(**given, token=_token(args))
+    config = ServiceConfig(**given, token=_token(args))
+    if config.tls_cert is not None and config.tls_key is not None:
+        check_tls_files(config.tls_cert, config.tls_key)
+    return config
 
 
 def _check_fit(fit: str | None, encoder: str | None) -> None:

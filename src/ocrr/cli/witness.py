@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
         help="a log to witness: its origin and verifier key (`ocrr ledger keygen` prints it); repeat per log",
     )
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8780)
+    s.add_argument("--port", type=int, default=8780, help="port, 0-65535 (0: any free port; default 8780)")
     s.set_defaults(handler=_cmd_serve)
 
     k = wsub.add_parser("keygen", help="create the witness's Ed25519 key; print its cosignature verifier key")

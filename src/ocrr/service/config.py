@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.cosignature import check_cosigner_vkey
+from ocrr.ledger.heads import check_origin
 from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
 from ocrr.service.hosts import allowed_hosts
@@ -36,7 +39,7 @@ class ServiceConfig:
         "`ocrr serve` replicas may share one database (docs/postgres.md)",
     )
     system: str = option(default="substrate", kind=str, help="substrate spec, e.g. substrate:k=3 or bounded_fifo_1000")
-    seed: int = option(default=0, kind=int, help="seed of a bounded substrate's eviction")
+    seed: int = option(default=0, kind=int, help="seed of a bounded substrate's eviction (an integer ≥ 0)")
     encoder: str | None = option(
         default=None,
         kind=str,
@@ -171,6 +174,13 @@ class ServiceConfig:
             value = declared.check("ocrr serve", flag(name), getattr(self, name), hint="See 'ocrr serve --help'.")
             object.__setattr__(self, name, value)  # (how a frozen dataclass stores a converted value)
         object.__setattr__(self, "ledger", as_location(self.ledger))  # a URL stays a string
+        if self.seed < 0:  # (not a declared bound: the declaration's words name the type alone)
+            raise OcrrError(
+                f"ocrr serve: --seed must be an integer ≥ 0, got {self.seed}: a bounded substrate's eviction "
+                "seed, e.g. --seed 0"
+            )
+        if self.origin is not None:
+            _check_origin(self.origin)
         if self.signed_state is not None and self.key is None:
             raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
         if self.index_file is not None and self.key is None:
@@ -279,10 +289,62 @@ def parse_witness(text: str) -> tuple[str, str]:
 def _witness_pair(pair: object) -> tuple[str, str]:
     if not isinstance(pair, tuple | list) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
         raise OcrrError(f"a witness is a (URL, VKEY) pair or 'URL=VKEY', got {pair!r}")
-    url, vkey = pair[0].strip().rstrip("/"), pair[1]
-    if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
+    url, vkey = pair[0].strip(), pair[1]
+    if not url.startswith(("http://", "https://")):
         raise OcrrError(f"--witness URL {url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8780)")
-    return url, check_cosigner_vkey(vkey)
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:  # (e.g. an unclosed [IPv6 address)
+        host = None
+    if not host:
+        raise OcrrError(
+            f"--witness URL {url!r} names no host: give the witness's address after the scheme "
+            "(e.g. http://127.0.0.1:8780)"
+        )
+    return url.rstrip("/"), check_cosigner_vkey(vkey)
+
+
+def _check_origin(origin: str) -> None:
+    """--origin names the log in its signed heads: a schema-less URL, never empty (an empty one
+    would silently sign as the default ``ocrr.invalid/<file>``)."""
+    try:
+        check_origin(origin)
+    except OcrrError:
+        raise OcrrError(
+            f"--origin {origin!r} is not a log name: give one such as example.com/my-ledger (printable "
+            "ASCII, no spaces or '+'), or drop --origin to sign as ocrr.invalid/<ledger file name>"
+        ) from None
+
+
+def check_tls_files(cert: Path, key: Path) -> None:
+    """Refuse, naming the fix, a --tls-cert/--tls-key pair the TLS server could not load: a file
+    missing or not a file, a certificate that is not one, a key that is not its key (or is
+    encrypted: ``ocrr serve`` takes no passphrase). Reads the files, so the command line calls it
+    before anything is started or written (the config itself touches no file)."""
+    for name, path in (("--tls-cert", cert), ("--tls-key", key)):
+        try:
+            what = "" if path.is_file() else "is not a file" if path.exists() else "does not exist"
+        except OSError as e:  # (e.g. a folder on the way that this user may not enter)
+            what = f"cannot be read ({e})"
+        if what:
+            raise OcrrError(
+                f"{name} {path} {what}: give the PEM file of the certificate (--tls-cert) and of its "
+                "private key (--tls-key)"
+            )
+
+    def no_passphrase() -> bytes:
+        raise OcrrError(
+            f"--tls-key {key} is encrypted and ocrr serve takes no passphrase: give it unencrypted "
+            "(e.g. openssl pkey -in KEY -out PLAIN_KEY; keep it mode 0600)"
+        )
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=no_passphrase)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise OcrrError(
+            f"--tls-cert {cert} and --tls-key {key} do not load as a certificate and its private key ({e}): "
+            "give the PEM certificate (chain) as --tls-cert and the PEM private key of that certificate as --tls-key"
+        ) from e
 
 
 def check_token(token: str, where: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import check_vkey
+from ocrr.specs import Option
 
 __all__ = ["WitnessConfig", "logs_of", "parse_log"]
 
@@ -20,6 +21,12 @@ class WitnessConfig:
     host: str = "127.0.0.1"
     port: int = 8780
     new_state: bool = False
+
+    def __post_init__(self) -> None:
+        PORT.check("ocrr witness serve", "--port", self.port, hint="0: any free port. See 'ocrr witness serve --help'.")
+
+
+PORT = Option(default=8780, kind=int, low=0, high=65535, help="port; 0: any free port")  # as `ocrr serve --port`
 
 
 def parse_log(text: str) -> tuple[str, str]:

@@ -1,0 +1,242 @@
+"""Options of `ocrr serve`, `ocrr witness serve` and `ocrr client` are checked at the door: a bad
+one gets one error naming the fix (exit status 2), before a ledger, token or state file is
+written or a server started; never a traceback from deep inside (ssl, uvicorn, numpy, urllib3)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ocrr.cli.main import main
+from ocrr.errors import OcrrError
+from ocrr.ledger.cosignature import Cosigner
+from ocrr.ledger.heads import Signer
+from ocrr.service import ServiceConfig
+from ocrr.witness.config import WitnessConfig
+
+WITNESS = Cosigner.generate("witness.example/w1")
+LOG = Signer.generate("example.com/doors")
+
+
+def _pem_pair(folder: Path, name: str, passphrase: bytes | None = None) -> tuple[Path, Path] | None:
+    """A self-signed certificate for localhost and its key, as PEM files (the key encrypted with
+    ``passphrase`` if given); None when neither `cryptography` nor openssl can make one."""
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+    except ImportError:
+        if passphrase is not None or shutil.which("openssl") is None:
+            return None
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1"]
+            + ["-keyout", str(key_path), "-out", str(cert_path)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        return cert_path, key_path
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    encryption = (
+        serialization.NoEncryption() if passphrase is None else serialization.BestAvailableEncryption(passphrase)
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    os.chmod(key_path, 0o600)
+    return cert_path, key_path
+
+
+@pytest.fixture
+def no_server(monkeypatch):
+    """`ocrr serve` up to its config: the configs it would serve, and no server started."""
+    import ocrr.cli.serve
+
+    served: list[ServiceConfig] = []
+    monkeypatch.setattr(ocrr.cli.serve, "serve", lambda config: served.append(config) or 0)
+    monkeypatch.delenv("OCRR_TOKEN", raising=False)
+    return served
+
+
+def _serve(tmp_path: Path, capsys, *argv: str) -> tuple[int, str]:
+    code = main(["serve", "--ledger", str(tmp_path / "l.db"), "--port", "0", *argv])
+    return code, capsys.readouterr().err
+
+
+def _nothing_written(tmp_path: Path) -> bool:
+    return not (tmp_path / "l.db").exists() and not (tmp_path / "l.db.token").exists()
+
+
+# 1. --tls-cert / --tls-key
+
+
+def test_missing_tls_files_are_refused_before_the_ledger_or_token_is_written(tmp_path):
+    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    env = {k: v for k, v in os.environ.items() if k != "OCRR_TOKEN"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(tmp_path / "l.db"), "--port", "0"]
+        + ["--tls-cert", str(tmp_path / "nonexistent.crt"), "--tls-key", str(tmp_path / "nonexistent.key")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--tls-cert" in done.stderr and "does not exist" in done.stderr and "give the PEM file" in done.stderr
+    assert done.stdout == ""  # no URL printed
+    assert _nothing_written(tmp_path)
+
+
+def test_tls_files_that_do_not_load_as_a_certificate_and_its_key_are_refused(tmp_path, capsys, no_server):
+    pair = _pem_pair(tmp_path, "a")
+    if pair is None:
+        pytest.skip("neither the cryptography package nor openssl is here to make a certificate")
+    cert, key = pair
+    other = _pem_pair(tmp_path, "b")
+    assert other is not None
+    cases = [
+        ((key, key), "do not load as a certificate and its private key"),  # the key passed as the cert
+        ((cert, cert), "do not load as a certificate and its private key"),  # the cert passed as the key
+        ((cert, other[1]), "do not load as a certificate and its private key"),  # another certificate's key
+        ((tmp_path, key), f"--tls-cert {tmp_path} is not a file"),
+        ((cert, tmp_path / "missing.key"), "--tls-key " + str(tmp_path / "missing.key") + " does not exist"),
+    ]
+    for (c, k), words in cases:
+        code, err = _serve(tmp_path, capsys, "--tls-cert", str(c), "--tls-key", str(k))
+        assert code == 2 and words in err and "--tls-key" in err, (c, k, err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert not no_server and _nothing_written(tmp_path)
+    code, err = _serve(tmp_path, capsys, "--tls-cert", str(cert), "--tls-key", str(key))
+    assert code == 0 and err == "" and [(s.tls_cert, s.tls_key) for s in no_server] == [(cert, key)]
+
+
+def test_an_encrypted_tls_key_is_refused_without_asking_for_a_passphrase(tmp_path, capsys, no_server):
+    pytest.importorskip("cryptography")
+    pair = _pem_pair(tmp_path, "locked", passphrase=b"secret passphrase")
+    assert pair is not None
+    code, err = _serve(tmp_path, capsys, "--tls-cert", str(pair[0]), "--tls-key", str(pair[1]))
+    assert code == 2 and "is encrypted" in err and "give it unencrypted" in err
+    assert not no_server and _nothing_written(tmp_path)
+
+
+# 2. --seed
+
+
+def test_a_negative_seed_is_refused_at_the_door(tmp_path, capsys, no_server):
+    with pytest.raises(OcrrError, match="--seed must be an integer ≥ 0, got -1"):
+        ServiceConfig(ledger=tmp_path / "l.db", system="bounded_reservoir_100", seed=-1)
+    code, err = _serve(tmp_path, capsys, "--system", "bounded_reservoir_100", "--seed", "-1")
+    assert code == 2 and "--seed must be an integer ≥ 0, got -1" in err and "e.g. --seed 0" in err
+    assert not no_server and _nothing_written(tmp_path)
+    assert ServiceConfig(ledger=tmp_path / "l.db", seed=0).seed == 0
+
+
+# 3. ocrr client --timeout
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "-inf", "soon"])
+def test_a_client_timeout_must_be_a_finite_number_above_zero(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as usage:
+        main(["client", "head", "--url", "http://127.0.0.1:1", "--vkey", LOG.vkey]
+             + ["--state", str(tmp_path / "head.json"), f"--timeout={value}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert usage.value.code == 2
+    assert "--timeout" in err and "give a number of seconds > 0, e.g. --timeout 30" in err and repr(value) in err
+    assert "Traceback" not in err and not (tmp_path / "head.json").exists()
+
+
+def test_a_positive_client_timeout_is_taken(tmp_path, capsys):
+    pytest.importorskip("requests")
+    code = main(["client", "head", "--url", "http://127.0.0.1:1", "--vkey", LOG.vkey]
+                + ["--state", str(tmp_path / "head.json"), "--timeout", "0.5"])  # fmt: skip
+    assert code == 2 and "cannot reach the service" in capsys.readouterr().err  # (nothing listens on port 1)
+
+
+# 4. ocrr witness serve --port
+
+
+@pytest.mark.parametrize("port", [-1, 65536, 99999])
+def test_a_witness_port_out_of_range_is_refused_at_the_door(tmp_path, capsys, monkeypatch, port):
+    import ocrr.witness.server
+
+    def never(config):
+        raise AssertionError("the witness was started")
+
+    monkeypatch.setattr(ocrr.witness.server, "serve", never)
+    with pytest.raises(OcrrError, match=rf"ocrr witness serve: --port must be an integer in \[0, 65535\], got {port}"):
+        WitnessConfig(state=tmp_path / "w.db", key=tmp_path / "w.key", name="witness.example/w1", port=port)
+    code = main(["witness", "serve", "--state", str(tmp_path / "w.db"), "--new-state", "--key", str(tmp_path / "w.key")]
+                + ["--name", "witness.example/w1", "--log", LOG.vkey, "--port", str(port)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "--port must be an integer in [0, 65535]" in err and "0: any free port" in err
+    assert not (tmp_path / "w.db").exists()
+    for fine in (0, 8780, 65535):
+        assert WitnessConfig(state=tmp_path / "w.db", key=tmp_path / "k", name="w.example/w", port=fine).port == fine
+
+
+# 5. --origin
+
+
+@pytest.mark.parametrize("origin", ["", "   ", "with space", "a+b"])
+def test_an_empty_or_malformed_origin_is_refused_not_replaced_by_the_default(tmp_path, capsys, no_server, origin):
+    with pytest.raises(OcrrError, match="is not a log name: give one such as example.com/my-ledger"):
+        ServiceConfig(ledger=tmp_path / "l.db", key=tmp_path / "k.pem", origin=origin)
+    code, err = _serve(tmp_path, capsys, "--key", str(tmp_path / "k.pem"), "--origin", origin)
+    assert code == 2 and f"--origin {origin!r} is not a log name" in err and "drop --origin" in err
+    assert not no_server and _nothing_written(tmp_path)
+
+
+def test_a_good_origin_is_kept(tmp_path):
+    config = ServiceConfig(ledger=tmp_path / "l.db", key=tmp_path / "k.pem", origin="example.com/my-ledger")
+    assert config.origin == "example.com/my-ledger"
+    assert ServiceConfig(ledger=tmp_path / "l.db", key=tmp_path / "k.pem").origin is None  # the default
+
+
+# 6. --witness URL=VKEY
+
+
+def test_a_short_http_witness_url_is_taken(tmp_path, capsys, no_server):
+    config = ServiceConfig(ledger=tmp_path / "l.db", key=tmp_path / "k.pem", witnesses=(f"http://x={WITNESS.vkey}",))
+    assert config.witnesses == (("http://x", WITNESS.vkey),)
+    code, err = _serve(tmp_path, capsys, "--key", str(tmp_path / "k.pem"), "--witness", f"http://x={WITNESS.vkey}")
+    assert code == 0 and err == "" and no_server[0].witnesses == (("http://x", WITNESS.vkey),)
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("http://", "--witness URL 'http://' names no host"),
+        ("https://", "--witness URL 'https://' names no host"),
+        ("http://:8780", "--witness URL 'http://:8780' names no host"),
+        ("http://[::1", "names no host"),
+        ("ftp://x", "--witness URL 'ftp://x' must start with http:// or https://"),
+        ("x:8780", "must start with http:// or https://"),
+    ],
+)
+def test_a_wrong_witness_url_gets_a_true_message(tmp_path, url, words):
+    with pytest.raises(OcrrError, match=words.replace("[", r"\[")) as refused:
+        ServiceConfig(ledger=tmp_path / "l.db", key=tmp_path / "k.pem", witnesses=(f"{url}={WITNESS.vkey}",))
+    assert "e.g. http://127.0.0.1:8780" in str(refused.value)
+    if "names no host" in words:
+        assert "must start with" not in str(refused.value)  # it does start with one
