@@ -9,13 +9,14 @@ or a witness. ``index`` also writes its index files (``ocrr.systems.substrate.sa
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ocrr.cli.paths import output_file
+from ocrr.cli.paths import ledger_to_read, output_file, output_from_ledger
 from ocrr.errors import OcrrError
 from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
@@ -74,11 +75,14 @@ def add_parser(sub) -> None:
     )
     v.add_argument(
         "--expect-size",
-        type=int,
+        type=_entry_count,
         default=None,
-        help="the size of a head you hold: also prove the file still extends it (catches truncation)",
+        help="the size of a head you hold: also prove the file still extends it (catches truncation); "
+        "with --expect-root",
     )
-    v.add_argument("--expect-root", default=None, help="root of that head (base64, or 64 hex digits)")
+    v.add_argument(
+        "--expect-root", default=None, help="root of that head (base64, or 64 hex digits); with --expect-size"
+    )
     v.set_defaults(handler=_cmd_verify)
 
     h = lsub.add_parser("head", help="print the tree head (size, root, chain head); signed with --key")
@@ -123,7 +127,9 @@ def add_parser(sub) -> None:
         help="the new ledger file (must not exist; built beside it, then moved in), or a postgresql:// URL "
         "of an empty schema (loaded in one transaction)",
     )
-    i.add_argument("--expect-size", type=int, default=None, help="refuse unless the imported log has this many entries")
+    i.add_argument(
+        "--expect-size", type=_entry_count, default=None, help="refuse unless the imported log has this many entries"
+    )
     i.add_argument(
         "--expect-root",
         default=None,
@@ -190,12 +196,24 @@ def _key_options(parser) -> None:
     )
 
 
+def _entry_count(value: str) -> int:
+    """A number of entries given on the command line (argparse ``type=``): a whole number, 0 or more."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of entries: give a whole number, 0 or more")
+    return n
+
+
 def _print(obj) -> None:
     json.dump(obj, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
 
 
 def _scan(path: Path | str, quick: bool = False, rows: bool = True):
+    ledger_to_read(path)
     report, scan = scan_location(path, "checkpoint" if quick else "full", rows=rows)
     if not report:
         raise _damaged(path, report)
@@ -209,6 +227,13 @@ def _damaged(path: Path | str, report) -> OcrrError:
 
 
 def _cmd_verify(args) -> int:
+    if (args.expect_size is None) != (args.expect_root is None):
+        raise OcrrError(
+            "--expect-root and --expect-size go together: the root and size of the head you hold "
+            "(as `ocrr ledger head` prints them); give both, or neither"
+        )
+    old_root = root_bytes(args.expect_root)  # a malformed root is refused before the file is read
+    ledger_to_read(args.path)
     vkeys = () if args.vkey is None else (check_vkey(_read_vkey(args.vkey, "--vkey")),)
     if args.quick and not vkeys:
         print(
@@ -218,11 +243,7 @@ def _cmd_verify(args) -> int:
     report, scan = scan_location(args.path, "checkpoint" if args.quick else "full", vkeys, rows=False)
     out = report.to_dict()
     if report and args.expect_size is not None:
-        assert scan is not None  # an intact report always comes with its scan
-        if args.expect_root is None:
-            raise OcrrError("--expect-size needs --expect-root (the root of the head you hold)")
-        old_root = root_bytes(args.expect_root)
-        assert old_root is not None
+        assert scan is not None and old_root is not None  # an intact report comes with its scan
         try:
             if args.expect_size > report.size:
                 raise ProofError(
@@ -280,7 +301,11 @@ def _cmd_index(args) -> int:
         raise OcrrError("ocrr ledger index signs what it builds: give --key (the ledger's key, as `ocrr serve` uses)")
     if args.out is None and is_database_url(args.path):
         raise OcrrError("a ledger in a database has no folder to save beside: give --out FILE")
-    out = output_file(args.out if args.out is not None else Path(f"{args.path}.ivf"))
+    ledger_to_read(args.path)
+    default_out = "index.ivf" if is_database_url(args.path) else f"{args.path}.ivf"
+    out = output_from_ledger(
+        args.out if args.out is not None else Path(default_out), args.path, "the index", default_out
+    )
     signer = Signer.load(args.key, args.origin or default_origin_of(args.path))
     system = make_system(args.system)
     check_saveable(system, "ocrr ledger index")  # before minutes of reading and training
@@ -377,8 +402,9 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_export(args) -> int:
+    ledger_to_read(args.path)
     if args.out is not None:
-        output_file(args.out)
+        output_from_ledger(args.out, args.path, "the export", _export_example(args.path))
     if args.out is None:
         for line in export_lines(args.path):
             sys.stdout.write(line)
@@ -386,6 +412,14 @@ def _cmd_export(args) -> int:
         n = export_jsonl(args.path, args.out)
         print(f"wrote {n} entries to {args.out}", file=sys.stderr)
     return 0
+
+
+def _export_example(location: Path | str) -> str:
+    """An output path to suggest for the export of the ledger at ``location``."""
+    if is_database_url(location):
+        return "ledger.jsonl"
+    path = Path(location)
+    return str(path.with_suffix(".jsonl") if path.suffix != ".jsonl" else Path(f"{path}.jsonl"))
 
 
 def _cmd_import(args) -> int:
@@ -441,6 +475,7 @@ def _read_vkey(value: str, option: str = "--verifier-key") -> str:
 
 
 def _cmd_migrate(args) -> int:
+    ledger_to_read(args.old)
     _print({"path": str(args.new), **migrate(args.old, args.new).to_dict()})
     return 0
 
