@@ -207,3 +207,18 @@ def test_migrate_from_a_folder_is_named_a_directory(ledger, tmp_path, capsys):
     assert _run(["ledger", "migrate", ledger.parent, tmp_path / "new.db"]) == 2
     assert "is a directory, not a ledger file" in _error(capsys)
     assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.parametrize("origin", ["", "   ", "with space", "a+b"])
+def test_ledger_head_refuses_an_origin_that_is_no_log_name(origin, tmp_path, capsys):
+    """An empty --origin signed as the default name (``ledger keygen`` refuses it already)."""
+    key = tmp_path / "key"
+    assert main(["ledger", "keygen", str(key), "--origin", "example.com/doors"]) == 0
+    capsys.readouterr()
+    ledger = tmp_path / "l.db"
+    with pytest.raises(SystemExit) as usage:
+        main(["ledger", "head", str(ledger), "--key", str(key), "--origin", origin])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "is not a log name" in err and "Traceback" not in err
+    assert not ledger.exists()

@@ -20,7 +20,7 @@ from ocrr.cli.paths import ledger_to_read, output_file, output_from_ledger
 from ocrr.errors import OcrrError
 from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
-from ocrr.ledger.heads import Signer, TreeHead, check_vkey
+from ocrr.ledger.heads import Signer, TreeHead, check_origin, check_vkey
 from ocrr.ledger.location import (
     as_location,
     default_origin_of,
@@ -185,7 +185,9 @@ def add_parser(sub) -> None:
 
 def _key_options(parser) -> None:
     parser.add_argument("--key", type=Path, default=None, help="Ed25519 private key (from `ocrr ledger keygen`)")
-    parser.add_argument("--origin", default=None, help="the log's name (default: ocrr.invalid/<file name>)")
+    parser.add_argument(
+        "--origin", type=_origin, default=None, help="the log's name (default: ocrr.invalid/<file name>)"
+    )
     parser.add_argument(
         "--signed-state",
         type=Path,
@@ -205,6 +207,17 @@ def _entry_count(value: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of entries: give a whole number, 0 or more")
     return n
+
+
+def _origin(value: str) -> str:
+    """--origin (argparse ``type=``): a log name, never empty (an empty one signed as the default)."""
+    try:
+        return check_origin(value)
+    except OcrrError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a log name: give one such as example.com/my-ledger (printable ASCII, no spaces "
+            "or '+'), or drop --origin to sign as ocrr.invalid/<ledger file name>"
+        ) from None
 
 
 def _print(obj) -> None:
