@@ -240,3 +240,16 @@ def test_a_wrong_witness_url_gets_a_true_message(tmp_path, url, words):
     assert "e.g. http://127.0.0.1:8780" in str(refused.value)
     if "names no host" in words:
         assert "must start with" not in str(refused.value)  # it does start with one
+
+
+def test_serving_from_python_checks_the_tls_files_first_too(tmp_path):
+    """``ocrr.service.serve(config)`` (no command line) refuses them before anything is written."""
+    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    from ocrr.service import serve
+
+    config = ServiceConfig(
+        ledger=tmp_path / "l.db", port=0, tls_cert=tmp_path / "missing.pem", tls_key=tmp_path / "missing.key"
+    )
+    with pytest.raises(OcrrError, match="does not exist"):
+        serve(config)
+    assert _nothing_written(tmp_path)

@@ -23,7 +23,7 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.location import display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
-from ocrr.service.config import ServiceConfig
+from ocrr.service.config import ServiceConfig, check_tls_files
 from ocrr.service.header_timeout import header_deadline_protocol
 from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
@@ -57,6 +57,8 @@ def _to_stderr(msg: str) -> None:
 def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int:
     """Open the ledger (checked fully, or from its checkpoint with ``quick_open``), seed it
     if asked, then answer until stopped. Returns the exit status."""
+    if config.tls_cert is not None and config.tls_key is not None:  # before anything is written
+        check_tls_files(config.tls_cert, config.tls_key)
     # One service per ledger and per port: refused here, before the ledger is read.
     with claim(config.ledger, config.host, config.port) as held:
         return _serve(config, held.port, log)
