@@ -156,7 +156,7 @@ def test_unknown_system_fails_before_any_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--systems", "substrate:k=-3"], "system substrate: k must be an integer ≥ 1, got -3"),
+        (["--systems", "substrate:k=-3"], "system substrate: k must be an integer in [1, 100000], got -3"),
         (["--every", "0"], "protocol heldout: every must be an integer ≥ 1, got 0"),
         (["--eval-cap", "-1"], "protocol heldout: eval_cap must be an integer ≥ 0, got -1"),
         (["--protocol", "heldout:every=0"], "protocol heldout: every must be an integer ≥ 1, got 0"),

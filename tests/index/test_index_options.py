@@ -39,7 +39,7 @@ def test_the_constructor_signature_shows_the_declared_options(owner):
     [
         (Substrate, {"nprobe": 0}, "substrate: nprobe must be an integer ≥ 1, got 0."),
         (Substrate, {"index": "annoy"}, "substrate: index must be one of exact, hnsw"),
-        (KNNLM, {"hnsw_m": "zero"}, "knn_lm: hnsw_m must be an integer ≥ 1, got 'zero'."),
+        (KNNLM, {"hnsw_m": "zero"}, "knn_lm: hnsw_m must be an integer ≥ 2, got 'zero'."),
         (ConsolidatingMemory, {"target_recall": 1.5}, "consolidating: target_recall must be a number in [0, 1]"),
         (Substrate, {"target_agreement": 0.99}, "substrate: target_agreement tunes an IVF index"),
     ],

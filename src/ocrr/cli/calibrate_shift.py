@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.k_max < 1 or (args.s_max is not None and args.s_max < 0):
         raise OcrrError("calibrate-shift needs --k-max >= 1 and --s-max >= 0.")
+    if any(seed < 0 for seed in args.seeds):
+        raise OcrrError(
+            f"--seeds must be whole numbers >= 0 (validation streams, e.g. --seeds 0 1 2), got "
+            f"{' '.join(map(str, args.seeds))}."
+        )
     if args.out is not None:
         output_folder(args.out)
     name, options = parse_spec(args.protocol, "protocol", "ocl:stay=0.9")

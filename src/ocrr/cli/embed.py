@@ -6,6 +6,7 @@ from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.hints import data_hints
 from ocrr.cli.options import add_data_options, experiment_from_args
 from ocrr.cli.progress import RunProgress
+from ocrr.data.locate import checked_cache_root
 from ocrr.encoders import embed_dataset
 from ocrr.engine.experiment import load_experiment_dataset
 
@@ -16,6 +17,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    checked_cache_root()  # where the embeddings go: a cache folder that is a file stops here
     screen = console()
     exp = experiment_from_args(args)
     for hint in data_hints([args.dataset], args.no_oos, args.test_fraction):

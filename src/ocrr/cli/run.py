@@ -14,6 +14,7 @@ from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.paths import output_folder
 from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
+from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import available_cores, start_fork_server
 from ocrr.engine.tracking import open_tracker, parent_run
 from ocrr.errors import OcrrError
@@ -51,7 +52,7 @@ def add_parser(sub) -> None:
         "static_linear online_linear)",
     )
     add_heldout_options(p)
-    p.add_argument("--out", type=Path, default=None, help="output folder (default results/<dataset>-<policy>)")
+    p.add_argument("--out", default=None, help="output folder (default results/<dataset>-<policy>)")
     p.add_argument(
         "--fallback-demo",
         action="store_true",
@@ -70,7 +71,13 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise OcrrError(f"--jobs must be at least 1 (1: every run in this process), got {args.jobs}")
-    output_folder(args.out or Path("results"))  # results are written at the end: check now
+    if any(seed < 0 for seed in args.seeds):
+        raise OcrrError(
+            f"ocrr run --seeds must be whole numbers >= 0, e.g. --seeds 0 1 2; got {' '.join(map(str, args.seeds))}."
+        )
+    out_given = _output_path(args.out)
+    output_folder(out_given or Path("results"))  # results are written at the end: check now
+    checked_cache_root()  # the embeddings are cached before any run: a cache folder that is a file stops here
     jobs = args.jobs or available_cores()
     if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
         start_fork_server()
@@ -96,7 +103,7 @@ def run(args) -> int:
         exp.dataset = "demo"
         plan = plan_experiment(exp)  # another dataset: other tasks
         dataset = plan.load_dataset()
-    out = args.out or Path("results") / f"{dataset.name}-{exp.policy.replace(':', '')}"
+    out = out_given or Path("results") / f"{dataset.name}-{exp.policy.replace(':', '')}"
     started = time.perf_counter()
     with parent_run(tracker, out.name, experiment_params(exp, plan.systems, out)) as tracker:
         with RunProgress(screen, args.quiet) as progress:
@@ -117,6 +124,19 @@ def run(args) -> int:
         f"wrote {', '.join(p.name for p in paths.values())} to {out}/"
     )
     return 0
+
+
+def _output_path(text: str | None) -> Path | None:
+    """``--out`` as a path; an empty one (``--out ''``, which a path reads as ``.``) would write
+    the results into the current folder: refused."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise OcrrError(
+            f"--out {text!r} is empty, which would write the results into the current folder; name the "
+            "output folder, e.g. --out results/run1, or drop --out for the default results/<dataset>-<policy>."
+        )
+    return Path(text)
 
 
 def _hints(args, grid) -> list[str]:

@@ -7,6 +7,7 @@ Options are validated here and turned into one ``ocrr.studies.scale.config.Scale
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -173,6 +174,7 @@ def run(args) -> int:
     if not 0 <= args.target_recall <= 1:
         raise OcrrError(f"--target-recall must be in [0, 1] (0: no tuning), got {args.target_recall}.")
     _check_tuning(args)
+    _check_settings(args)
     output_folder(args.out)
     if args.nlist < 0 or args.nprobe < 1 or args.rerank < 1:
         raise OcrrError("need --nlist >= 0 (0: automatic), --nprobe >= 1 and --rerank >= 1.")
@@ -211,8 +213,8 @@ def _scale_config(args: argparse.Namespace, backends: tuple[str, ...]) -> ScaleC
     modes = tuple(_csv_list(args.query_modes, "query-modes"))
     if set(modes) - {"fresh", "stored"}:
         raise OcrrError(f"--query-modes: choose from fresh, stored; got {args.query_modes!r}.")
-    if args.sigma < 0 or args.queries < 1 or args.dim < 1 or args.classes < 2:
-        raise OcrrError("need --sigma >= 0, --queries >= 1, --dim >= 1 and --classes >= 2.")
+    if args.queries < 1 or args.dim < 1 or args.classes < 2:
+        raise OcrrError("need --queries >= 1, --dim >= 1 and --classes >= 2.")
     if args.family == "subspace" and not 1 <= args.intrinsic_dim <= args.dim:
         raise OcrrError(f"--intrinsic-dim must be between 1 and --dim ({args.dim}), got {args.intrinsic_dim}.")
     if args.vectors_dir is not None and not Path(args.vectors_dir).is_dir():
@@ -276,6 +278,30 @@ def _check_tuning(args) -> None:
                 f"--target-agreement {args.target_agreement} cannot be certified with {have} tuning "
                 f"queries; pass --tune-queries {need} (or more), or a lower target."
             )
+
+
+def _check_settings(args) -> None:
+    """The numbers the study takes as they are, each in the range where it means something
+    (a NaN passes every comparison, so each is asked to be finite first)."""
+    for flag, value, meaning in (
+        ("--sigma", args.sigma, "the noise per dimension, e.g. 0.3; 0: none"),
+        ("--ambient", args.ambient, "the subspace family's noise per dimension on top; 0: none"),
+    ):
+        if not (math.isfinite(value) and value >= 0):
+            raise OcrrError(f"{flag} must be a finite number >= 0 ({meaning}), got {value}.")
+    if not (math.isfinite(args.exact_max_gb) and args.exact_max_gb > 0):
+        raise OcrrError(
+            f"--exact-max-gb must be a finite number > 0 (the memory --exact auto may hold the vectors in; "
+            f"to never hold them, pass --exact no), got {args.exact_max_gb}."
+        )
+    # the bounds FAISS's HNSW takes (ocrr.index.faiss_index.FaissIndex)
+    if args.hnsw_m < 2 or args.ef_construction < 1 or args.ef_search < 1:
+        raise OcrrError(
+            f"need --hnsw-m >= 2, --ef-construction >= 1 and --ef-search >= 1, got {args.hnsw_m}, "
+            f"{args.ef_construction} and {args.ef_search}."
+        )
+    if args.seed < 0:
+        raise OcrrError(f"--seed must be a whole number >= 0, got {args.seed}.")
 
 
 def _run_real(args, backends, screen, started) -> int:

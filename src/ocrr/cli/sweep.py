@@ -13,6 +13,7 @@ from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_
 from ocrr.cli.paths import output_folder
 from ocrr.cli.progress import SweepProgress
 from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
+from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import start_fork_server
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
 from ocrr.engine.tracking import open_tracker, parent_run
@@ -103,6 +104,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    checked_cache_root()  # runs cache their embeddings: a cache folder that is a file stops here
     config = load_config(args.config) if args.config else {}
     preset = args.preset or config.get("preset")
     if preset in STAGED_PRESETS:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+from ocrr.utils.paths import cache_root, cache_root_problem
 
 DOWNLOAD_TIMEOUT_S = 60.0
 
@@ -105,13 +106,19 @@ def fetch(url: str, dest: Path) -> None:
             shutil.copyfileobj(response, out)
 
 
+def checked_cache_root() -> Path:
+    """The user cache folder (``ocrr.utils.paths.cache_root``: $OCRR_CACHE_DIR, else
+    $XDG_CACHE_HOME/ocrr, else ~/.cache/ocrr; not created here), or an OcrrError naming the
+    fix when it is, or lies under, a file: a command checks it at the door, before any work."""
+    problem = cache_root_problem()
+    if problem:
+        raise OcrrError(problem)
+    return cache_root()
+
+
 def cache_dir() -> Path:
-    """The user cache folder for dataset files (not created here)."""
-    if os.environ.get("OCRR_CACHE_DIR"):
-        return Path(os.environ["OCRR_CACHE_DIR"]).expanduser() / "data"
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "ocrr" / "data"
-    return Path.home() / ".cache" / "ocrr" / "data"
+    """The user cache folder for dataset files (not created here): ``checked_cache_root() / "data"``."""
+    return checked_cache_root() / "data"
 
 
 def sha256_of(path: Path) -> str:

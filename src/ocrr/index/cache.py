@@ -46,7 +46,7 @@ class IncrementalSearch:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if len(queries) < self.min_queries or not getattr(self.index, "supports_start", True):
             return self.index.search(queries, k)
-        key = hashlib.blake2b(queries.tobytes(), digest_size=16, person=str(k).encode()).digest()
+        key = hashlib.blake2b(queries.tobytes(), digest_size=16, person=int(k).to_bytes(16, "little")).digest()
         hit = self._sets.get(key)
         n_rows = len(self.index)
         if hit is not None and hit.epoch == self.index.epoch and hit.n_rows <= n_rows:

@@ -34,7 +34,7 @@ class IndexOptions:
     index: str = option(
         default="exact", kind=str, choices=KINDS, help="search backend; exact: numpy brute force over the ledger"
     )
-    hnsw_m: int = option(default=HNSW_DEFAULTS["m"], kind=int, low=1, help="HNSW graph degree M")
+    hnsw_m: int = option(default=HNSW_DEFAULTS["m"], kind=int, low=2, help="HNSW graph degree M")
     ef_construction: int = option(default=HNSW_DEFAULTS["ef_construction"], kind=int, low=1, help="HNSW efConstruction")
     ef_search: int = option(default=HNSW_DEFAULTS["ef_search"], kind=int, low=1, help="HNSW efSearch")
     auto_threshold: int = option(

@@ -244,7 +244,19 @@ def load_config(path: str | os.PathLike) -> dict:
     path = Path(path).expanduser()
     if not path.exists():
         raise OcrrError(f"sweep config {str(path)!r} not found. Give the path of a .toml or .json file.")
-    text = path.read_text(encoding="utf-8")
+    if path.is_dir():
+        raise OcrrError(f"sweep config {str(path)!r} is a folder. Give the path of a .toml or .json file.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise OcrrError(
+            f"sweep config {str(path)!r} is not UTF-8 text (byte {err.start} cannot be decoded). "
+            "Save it as UTF-8, or give the path of the .toml or .json file meant."
+        ) from None
+    except OSError as err:  # unreadable: permissions, a vanished file, a folder on some systems
+        raise OcrrError(
+            f"cannot read sweep config {str(path)!r} ({err.strerror or err}). Make it readable, or give another file."
+        ) from None
     try:
         if path.suffix.lower() == ".toml":
             data = tomllib.loads(text)

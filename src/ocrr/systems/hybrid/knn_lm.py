@@ -22,7 +22,7 @@ from ocrr.index.options import IndexedSystem
 from ocrr.specs import Option
 from ocrr.systems.base import Footprint, check_vectors, require_labels
 from ocrr.systems.heads.linear import SEED_OPTIONS, LinearHead
-from ocrr.systems.substrate.core import SearchIndex
+from ocrr.systems.substrate.core import MAX_K, SearchIndex
 
 if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.systems.heads.linear)
     import torch
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # torch is imported where a head is built or run (see ocrr.sy
 class KNNLM(IndexedSystem, LinearHead):
     family = "hybrid"
     options = {
-        "k": Option(5, int, low=1, help="datastore neighbours of a query"),
+        "k": Option(5, int, low=1, high=MAX_K, help="datastore neighbours of a query"),
         "tau": Option(0.1, float, gt=0, help="temperature of the softmax over neighbour similarities"),
         "knn_lambda": Option(0.5, float, low=0, high=1, help="weight of p_kNN in the interpolation"),
     }  # then INDEX_OPTIONS (ocrr.index.options), then LinearHead's seed training

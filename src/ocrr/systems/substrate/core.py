@@ -34,6 +34,10 @@ from ocrr.systems.labels import LabelSpace
 # outweigh its work on a few rows of k neighbours.
 _VOTE_ROWS_BELOW = 8
 
+#: The most neighbours a query may ask for: far beyond any useful vote, so a mistyped k is
+#: refused at the door instead of sizing the search's arrays.
+MAX_K = 100_000
+
 #: What ``IndexOptions.make`` builds (ocrr.index.make_index): a substrate's ``index_``.
 SearchIndex: TypeAlias = ExactIndex | CertifiedSQ8Index | FaissIndex | IVFIndex | AutoIndex
 
@@ -59,7 +63,7 @@ class Substrate(IndexedSystem, System):
     family = "retrieval"
     execution_settings = ("vectors_on_disk",)  # where the vectors live, not what is computed
     options = {
-        "k": Option(5, int, low=1, help="neighbours retrieved per query"),
+        "k": Option(5, int, low=1, high=MAX_K, help="neighbours retrieved per query"),
         "margin": Option(
             0.05, float, low=0, allow_none=True, help="band below the top similarity whose neighbours vote; none: all k"
         ),

@@ -1,0 +1,138 @@
+"""Options checked at the door: a bad value of ``ocrr scale``, ``calibrate-shift``, ``run`` or
+``sweep`` (or a cache folder that is a file) is one error line naming the fix and exit 2, before
+any work and with nothing written, not a traceback or a run that is silently wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from ocrr.cli.main import main
+from ocrr.data.locate import cache_dir
+from ocrr.errors import OcrrError
+from ocrr.systems import make_system
+from ocrr.systems.substrate.core import MAX_K
+
+# a tiny synthetic dataset: each run takes a fraction of a second
+TINY_DATA = [
+    *("--dataset", "synthetic", "--data-option", "n_classes=14", "--data-option", "dim=16"),
+    *("--data-option", "n_train_per_class=10", "--data-option", "n_test_per_class=4", "--quiet", "--jobs", "1"),
+]
+TINY_RUN = [*TINY_DATA, "--systems", "static_knn"]
+# a tiny scale study, in this process (a bad value that got through would fail or finish here)
+TINY_SCALE = ["scale", "--scales", "1000", "--classes", "4", "--dim", "8", "--queries", "10", "--no-isolate"]
+SUBSPACE = ["--family", "subspace", "--intrinsic-dim", "4"]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """An empty working folder: whatever a command wrongly writes lands here."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def refused(capsys, *args: str) -> str:
+    """Run ``ocrr *args``, which must be refused: exit 2 and one error line, nothing on stdout."""
+    assert main(list(args)) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: "), captured.err
+    assert len(captured.err.splitlines()) == 1 and captured.out == "", captured
+    return captured.err
+
+
+# -- ocrr scale ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (["--sigma", "nan"], "--sigma must be a finite number >= 0"),
+        (["--sigma", "inf"], "--sigma must be a finite number >= 0"),
+        ([*SUBSPACE, "--ambient", "nan"], "--ambient must be a finite number >= 0"),
+        ([*SUBSPACE, "--ambient", "-1"], "--ambient must be a finite number >= 0"),
+        (["--exact-max-gb", "-1"], "--exact-max-gb must be a finite number > 0"),
+        (["--exact-max-gb", "nan"], "--exact-max-gb must be a finite number > 0"),
+        (["--hnsw-m", "0"], "--hnsw-m >= 2"),
+        (["--hnsw-m", "1"], "--hnsw-m >= 2"),
+        (["--ef-search", "0"], "--ef-search >= 1"),
+        (["--ef-construction", "0"], "--ef-construction >= 1"),
+        (["--seed", "-1"], "--seed must be a whole number >= 0"),
+    ],
+)
+def test_scale_refuses_a_value_out_of_range_before_any_work(bad, named, folder, capsys):
+    err = refused(capsys, *TINY_SCALE, *bad, "--out", "scale")
+    assert named in err
+    assert list(folder.iterdir()) == []
+
+
+def test_scale_exact_max_gb_names_the_way_to_never_hold_the_vectors(folder, capsys):
+    assert "--exact no" in refused(capsys, *TINY_SCALE, "--exact-max-gb", "0", "--out", "scale")
+
+
+# -- ocrr calibrate-shift -----------------------------------------------------------------------
+
+
+def test_calibrate_shift_refuses_a_negative_seed(folder, capsys):
+    err = refused(capsys, "calibrate-shift", "--dataset", "synthetic", "--k-max", "4", "--seeds", "0", "-1")
+    assert "--seeds must be whole numbers >= 0" in err and "got 0 -1" in err
+
+
+# -- ocrr run -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("out", ["", "  "])
+def test_run_refuses_an_empty_output_folder_and_writes_nothing(out, folder, capsys):
+    err = refused(capsys, "run", *TINY_RUN, "--seeds", "0", "--out", out)
+    assert "--out" in err and "is empty" in err and "--out results/run1" in err
+    assert list(folder.iterdir()) == []
+
+
+def test_run_names_its_own_seeds_option(folder, capsys):
+    err = refused(capsys, "run", *TINY_RUN, "--seeds", "0", "-1")
+    assert err.startswith("error: ocrr run --seeds must be whole numbers >= 0"), err
+    assert "sweep:" not in err
+    assert list(folder.iterdir()) == []
+
+
+def test_run_refuses_a_substrate_k_beyond_its_bound(folder, capsys):
+    huge = "99999999999999999999"
+    err = refused(capsys, "run", *TINY_DATA, "--systems", f"substrate:k={huge}", "--seeds", "0")
+    assert f"system substrate: k must be an integer in [1, {MAX_K}], got {huge}." in err
+    assert list(folder.iterdir()) == []
+    assert make_system(f"substrate:k={MAX_K}").k == MAX_K  # the bound itself is allowed
+
+
+def test_the_substrate_listing_shows_the_k_bound(capsys):
+    assert main(["systems", "substrate"]) == 0
+    out = capsys.readouterr().out
+    assert f"an integer in [1, {MAX_K}]" in out and "neighbours retrieved per query" in out
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_run_refuses_a_cache_folder_that_is_a_file(under, folder, capsys, monkeypatch):
+    (folder / "afile").write_text("not a folder\n")
+    monkeypatch.setenv("OCRR_CACHE_DIR", str(folder / "afile" / "sub" if under else folder / "afile"))
+    err = refused(capsys, "run", *TINY_RUN, "--seeds", "0", "--out", "results")
+    assert "OCRR_CACHE_DIR=" in err and "point OCRR_CACHE_DIR at a folder" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["afile"]
+    with pytest.raises(OcrrError, match="point OCRR_CACHE_DIR at a folder"):
+        cache_dir()  # the dataset look-up says the same
+    for command in (
+        ["sweep", "--datasets", "synthetic", "--systems", "substrate"],
+        ["embed", "--dataset", "synthetic"],
+    ):
+        assert "point OCRR_CACHE_DIR at a folder" in refused(capsys, *command)
+
+
+# -- ocrr sweep --config ------------------------------------------------------------------------
+
+
+def test_sweep_refuses_a_config_that_is_a_folder(folder, capsys):
+    (folder / "x.toml").mkdir()
+    err = refused(capsys, "sweep", "--config", "x.toml")
+    assert "x.toml" in err and "is a folder" in err and ".toml or .json file" in err
+
+
+def test_sweep_refuses_a_config_that_is_not_utf8(folder, capsys):
+    (folder / "bad.toml").write_bytes(b"seeds = [0]\n# caf\xe9\n")
+    err = refused(capsys, "sweep", "--config", "bad.toml")
+    assert "bad.toml" in err and "not UTF-8" in err and "Save it as UTF-8" in err
