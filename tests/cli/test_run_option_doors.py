@@ -136,3 +136,19 @@ def test_sweep_refuses_a_config_that_is_not_utf8(folder, capsys):
     (folder / "bad.toml").write_bytes(b"seeds = [0]\n# caf\xe9\n")
     err = refused(capsys, "sweep", "--config", "bad.toml")
     assert "bad.toml" in err and "not UTF-8" in err and "Save it as UTF-8" in err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--jobs", "0"], "--jobs 0: give a whole number of workers >= 1"),
+        (["--executor", "bogus"], "unknown executor 'bogus'"),
+        (["--datasets", "bogus"], "unknown dataset 'bogus'"),
+        (["--data-option", "dim=0"], "dataset synthetic: dim must be an integer in [1, 65536], got 0"),
+    ],
+)
+def test_a_dry_run_refuses_what_the_run_would(extra, message, folder, capsys):
+    """--dry-run listed '1 to run' for a sweep the run then refused."""
+    base = ["sweep", "--datasets", "synthetic", "--systems", "substrate", "--seeds", "0", "--dry-run"]
+    assert message in refused(capsys, *base, "--out", str(folder / "s"), *extra)
+    assert list(folder.iterdir()) == []

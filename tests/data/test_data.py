@@ -341,7 +341,15 @@ def test_synthetic_small_sigma_items_sit_next_to_their_class():
 
 
 @pytest.mark.parametrize(
-    "bad", [{"n_classes": 1}, {"dim": 0}, {"n_train_per_class": 2.5}, {"sigma": -0.1}, {"seed": 0, "sigma": "x"}]
+    "bad",
+    [
+        {"n_classes": 1},
+        {"dim": 0},
+        {"dim": 100_000_000},
+        {"n_train_per_class": 2.5},
+        {"sigma": -0.1},
+        {"seed": 0, "sigma": "x"},
+    ],
 )
 def test_synthetic_rejects_bad_options(bad):
     with pytest.raises(OcrrError, match="synthetic option"):
@@ -421,6 +429,8 @@ def test_table_reads_a_json_array_too(tmp_path):
 def test_table_missing_file(tmp_path):
     with pytest.raises(OcrrError, match="File not found: .*nope.csv"):
         load_table(tmp_path / "nope.csv")
+    with pytest.raises(OcrrError, match="is a folder; give the CSV or JSON-lines file"):
+        load_table(tmp_path)
 
 
 def test_table_unknown_extension(tmp_path):

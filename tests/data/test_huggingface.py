@@ -234,6 +234,19 @@ def test_hub_refused_under_ocrr_offline():
     expect_error("hf:someone/intents", "OCRR_OFFLINE=1", "hf:PATH", "save_to_disk")
 
 
+@pytest.mark.parametrize("value, off", [("1", True), ("on", True), ("0", False), ("off", False), ("", False)])
+def test_ocrr_offline_is_on_or_off_and_nothing_else(value, off, monkeypatch):
+    """A value that is neither (a typo) is refused, not read as "online": it would download."""
+    from ocrr.data.locate import offline
+
+    monkeypatch.setenv("OCRR_OFFLINE", value)
+    assert offline() is off
+    monkeypatch.setenv("OCRR_OFFLINE", "maybe")
+    with pytest.raises(OcrrError, match="OCRR_OFFLINE='maybe' is neither on nor off: set it to 1"):
+        offline()
+    expect_error("hf:someone/intents", "OCRR_OFFLINE='maybe' is neither on nor off")
+
+
 def test_hub_offline_says_so_and_points_at_a_local_folder(tmp_path):
     """HF_HUB_OFFLINE=1 is read when the hub library loads: a fresh ``ocrr`` process, as a user runs it."""
     env = {k: v for k, v in os.environ.items() if k != "OCRR_OFFLINE"}

@@ -154,7 +154,11 @@ def test_a_failed_run_is_logged_failed_with_its_error(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("track", "says"),
-    [("wandb", "unknown tracker 'wandb'. Use --track mlflow"), ("mlflow:{file}", "is a file, not a folder")],
+    [
+        ("wandb", "unknown tracker 'wandb'. Use --track mlflow"),
+        ("mlflow:{file}", "is a file, not a folder"),
+        ("mlflow:", "names no store after the colon"),
+    ],
 )
 def test_a_bad_track_option_fails_at_the_door_in_one_line(tmp_path, capsys, track, says):
     if track.startswith("mlflow"):

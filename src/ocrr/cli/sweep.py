@@ -13,9 +13,11 @@ from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_
 from ocrr.cli.paths import output_folder
 from ocrr.cli.progress import SweepProgress
 from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
+from ocrr.data import check_dataset
 from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import start_fork_server
 from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
+from ocrr.engine.sweep.executors import make_executor
 from ocrr.engine.tracking import open_tracker, parent_run
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
@@ -143,7 +145,10 @@ def run(args) -> int:
     for hint in hints + executor_hints(executor, jobs, address, args.report, args.dry_run):
         print_hint(hint)
     licence_banners(screen, grid.datasets)
-    if args.dry_run:
+    if args.dry_run:  # what the run would refuse first, it refuses too
+        make_executor(executor, jobs, address)
+        for dataset in grid.datasets:
+            check_dataset(dataset, **grid.options_for(dataset))
         tasks = grid.tasks()
         done = finished_ids(Path(out)) if Path(out).exists() else set()
         n_done = sum(t.task_id in done for t in tasks)

@@ -19,6 +19,7 @@ from ocrr.data.clinc150 import load_clinc150
 from ocrr.data.leyzer import LANGUAGES, load_leyzer
 from ocrr.data.leyzer import LICENCE as LEYZER_LICENCE
 from ocrr.data.records import Dataset, Split
+from ocrr.data.synthetic import MAX_DIM as SYNTHETIC_MAX_DIM
 from ocrr.data.synthetic import make_synthetic
 from ocrr.errors import OcrrError
 from ocrr.registry import Registry, load_target, summary_of
@@ -84,7 +85,7 @@ DATASETS.register(
         make_synthetic,
         {
             "n_classes": Option(kind=int, low=2, help="classes"),
-            "dim": Option(kind=int, low=1, help="vector dimension"),
+            "dim": Option(kind=int, low=1, high=SYNTHETIC_MAX_DIM, help="vector dimension"),
             "n_train_per_class": Option(kind=int, low=1, help="training items per class"),
             "n_test_per_class": Option(kind=int, low=1, help="test items per class"),
             "sigma": Option(kind=float, low=0, help="Gaussian noise per dimension around unit centroids"),
@@ -140,12 +141,9 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     ``seed``, ``name`` for user files.
     """
     name, options = _spec_options(name, options)
-    kind, fmt, paths = _parse(name)
+    kind, fmt, paths = _checked(name, options)
     if kind in DATASETS:
-        named = DATASETS[kind]
-        validate(f"dataset {kind}", named.options, options)
-        return named.load(data_dir, options)
-    validate(f"dataset {'user files' if kind == 'table' else kind}", OPTIONS[kind], options)
+        return DATASETS[kind].load(data_dir, options)
     if kind == "hf":  # imports the datasets library (an extra) only when asked for
         from ocrr.data.huggingface import load_huggingface
 
@@ -155,6 +153,23 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     from ocrr.data.tabular import load_table
 
     return load_table(paths[0], paths[1] if len(paths) > 1 else None, fmt=fmt, **options)
+
+
+def check_dataset(name: str, /, **options: Any) -> None:
+    """What ``load_dataset`` checks before it reads anything (the name, the options), without
+    reading: one error naming the fix, or None."""
+    name, options = _spec_options(name, options)
+    _checked(name, options)
+
+
+def _checked(name: str, options: dict) -> tuple[str, str | None, list[str]]:
+    """``_parse``'s (kind, table format, paths) of ``name``, its options validated for that kind."""
+    kind, fmt, paths = _parse(name)
+    if kind in DATASETS:
+        validate(f"dataset {kind}", DATASETS[kind].options, options)
+    else:
+        validate(f"dataset {'user files' if kind == 'table' else kind}", OPTIONS[kind], options)
+    return kind, fmt, paths
 
 
 def licence_terms(name: str) -> str:
@@ -200,4 +215,4 @@ def _table_paths(spec: str, name: str) -> list[str]:
     return paths
 
 
-__all__ = ["DATASETS", "Dataset", "Split", "licence_terms", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "Split", "check_dataset", "licence_terms", "load_dataset"]

@@ -11,12 +11,12 @@ datasets that hold other rows never look alike, whatever their names.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ocrr.data.locate import offline
 from ocrr.data.records import Dataset, Split, make_dataset
 from ocrr.errors import OcrrError
 
@@ -108,7 +108,7 @@ def _from_disk(folder: Path, spec: str) -> dict[str, Any]:
 
 def _from_hub(hub_name: str, config: str | None) -> dict[str, Any]:
     spec = hub_name + (f":{config}" if config else "")
-    if os.environ.get("OCRR_OFFLINE", "").strip().lower() in ("1", "true", "yes"):
+    if offline():
         raise OcrrError(
             f"hf:{spec} is no local folder, so it names a Hugging Face hub dataset, and downloads are "
             "disabled by OCRR_OFFLINE=1. "
@@ -118,9 +118,9 @@ def _from_hub(hub_name: str, config: str | None) -> dict[str, Any]:
     try:
         loaded = datasets.load_dataset(hub_name, config)
     except ConnectionError as error:
-        offline = "HF_HUB_OFFLINE is set" if datasets.config.HF_HUB_OFFLINE else "no network"
+        why = "HF_HUB_OFFLINE is set" if datasets.config.HF_HUB_OFFLINE else "no network"
         raise OcrrError(
-            f"Cannot reach hf:{spec} on the Hugging Face hub ({offline}; {error}), and there is no local folder "
+            f"Cannot reach hf:{spec} on the Hugging Face hub ({why}; {error}), and there is no local folder "
             f"{spec}. {_OFFLINE_FIX}."
         ) from error
     except datasets.exceptions.DatasetNotFoundError as error:

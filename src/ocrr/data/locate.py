@@ -185,7 +185,7 @@ def _download(
 ) -> None:
     """Fetch the files missing from the cache, each verified before it lands."""
     missing = {name: f for name, f in remote.items() if not (cached / name).is_file()}
-    if _offline():
+    if offline():
         raise _unavailable(dataset, missing, "downloads are disabled by OCRR_OFFLINE=1", data_dir)
     cached.mkdir(parents=True, exist_ok=True)
     for name, file in missing.items():
@@ -213,8 +213,19 @@ def _download(
             tmp.unlink(missing_ok=True)
 
 
-def _offline() -> bool:
-    return os.environ.get("OCRR_OFFLINE", "").strip().lower() in ("1", "true", "yes")
+_OFFLINE_ON, _OFFLINE_OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def offline() -> bool:
+    """Whether ``OCRR_OFFLINE`` turns downloads off; a value that is neither on nor off is
+    refused (read as "online", a typo would download what the user meant to keep out)."""
+    value = os.environ.get("OCRR_OFFLINE", "").strip().lower()
+    if value not in _OFFLINE_ON + _OFFLINE_OFF:
+        raise OcrrError(
+            f"OCRR_OFFLINE={os.environ['OCRR_OFFLINE']!r} is neither on nor off: set it to 1 to keep ocrr from "
+            "downloading, or unset it (or 0) to let it"
+        )
+    return value in _OFFLINE_ON
 
 
 def _unavailable(

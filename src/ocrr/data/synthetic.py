@@ -22,6 +22,8 @@ import numpy as np
 from ocrr.data.records import Dataset, Split, make_dataset
 from ocrr.errors import OcrrError
 
+MAX_DIM = 1 << 16  # as a ledger's (ocrr.ledger.rows.MAX_DIM): more only fills memory
+
 
 def make_synthetic(
     n_classes: int = 20,
@@ -77,6 +79,8 @@ def _check(**values: float) -> None:
                 f"synthetic option {option} must be a whole number >= {low}, got {value!r}. "
                 f"Pass {option}={low} or more."
             )
+    if values["dim"] > MAX_DIM:
+        raise OcrrError(f"synthetic option dim must be at most {MAX_DIM}, got {values['dim']!r}. Pass a smaller dim.")
     sigma = values["sigma"]
     if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)) or not sigma >= 0:
         raise OcrrError(f"synthetic option sigma must be a number >= 0, got {sigma!r}. Pass sigma=0 or more.")

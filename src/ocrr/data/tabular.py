@@ -94,6 +94,8 @@ def parse_jsonl(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
 
 def _read_rows(path: Path, text_col: str, label_col: str, fmt: str | None) -> list[tuple[str, str]]:
     """(text, label) pairs in file order, after checking columns and cells."""
+    if path.is_dir():
+        raise OcrrError(f"{path} is a folder; give the CSV or JSON-lines file of labelled texts in it.")
     if not path.is_file():
         raise OcrrError(f"File not found: {path} (relative paths are taken from {Path.cwd()}). Check the path.")
     fmt = fmt or FORMATS.get(path.suffix.lower())

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ocrr.data.locate import offline
 from ocrr.encoders.base import l2_normalise
 from ocrr.encoders.packaged import minilm_dir
 from ocrr.encoders.quiet import quiet_loading
@@ -101,8 +102,7 @@ def _first_line(err: BaseException) -> str:
 
 def _offline() -> bool:
     """Whether the Hugging Face hub is off limits (its own switch, or ocrr's)."""
-    switches = (os.environ.get(key, "").strip().lower() for key in ("HF_HUB_OFFLINE", "OCRR_OFFLINE"))
-    return any(value in ("1", "true", "yes") for value in switches)
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or offline()
 
 
 def vecs_dim(model: Any) -> int:

@@ -55,9 +55,14 @@ def open_tracker(option: str | None) -> Tracker | None:
     missing package or a store out of reach stops the command before any work."""
     if option is None:
         return None
-    kind, _, location = option.partition(":")
+    kind, colon, location = option.partition(":")
     if kind not in TRACKERS:
         raise OcrrError(f"--track {option}: unknown tracker {kind!r}. Use --track mlflow or --track mlflow:URI.")
+    if colon and not location.strip():  # (else MLflow's default store, ./mlruns, would take it silently)
+        raise OcrrError(
+            f"--track {option!r} names no store after the colon: give one (--track mlflow:URI), or write "
+            "--track mlflow for MLflow's default"
+        )
     from ocrr.engine.tracking.mlflow_tracker import MlflowTracker
 
     return MlflowTracker(location or None)
