@@ -79,10 +79,25 @@ def test_calibrate_shift_refuses_a_negative_seed(folder, capsys):
 # -- ocrr run -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", *TINY_RUN, "--seeds", "0"],
+        ["scale", "--scales", "1000"],
+        ["calibrate-shift", "--dataset", "synthetic"],
+        ["sweep", "--datasets", "synthetic", "--systems", "substrate", "--dry-run"],
+        ["report", "results"],
+        ["ledger", "export", "l.db"],
+    ],
+)
 @pytest.mark.parametrize("out", ["", "  "])
-def test_run_refuses_an_empty_output_folder_and_writes_nothing(out, folder, capsys):
-    err = refused(capsys, "run", *TINY_RUN, "--seeds", "0", "--out", out)
-    assert "--out" in err and "is empty" in err and "--out results/run1" in err
+def test_an_empty_output_is_refused_and_nothing_written(command, out, folder, capsys):
+    """'' reads as '.' when taken as a path: the results would land in the current folder."""
+    with pytest.raises(SystemExit) as usage:
+        main([*command, "--out", out])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --out" in err and "is empty, which would write into the current folder" in err
     assert list(folder.iterdir()) == []
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ocrr.cli.common import add_command
-from ocrr.cli.paths import output_folder
+from ocrr.cli.paths import output_folder, output_path
 from ocrr.data import load_dataset
 from ocrr.errors import OcrrError
 from ocrr.protocols import PROTOCOLS, make_protocol
@@ -31,7 +29,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="validation streams, averaged (default 0)")
     p.add_argument("--k-max", type=int, default=256, help="largest window k (default 256)")
     p.add_argument("--s-max", type=int, default=None, help="largest shift S (default half the stream)")
-    p.add_argument("--out", type=Path, default=None, help="where to write the curve and figure (default: print only)")
+    p.add_argument(
+        "--out", type=output_path, default=None, help="where to write the curve and figure (default: print only)"
+    )
 
 
 def run(args) -> int:

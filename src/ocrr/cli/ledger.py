@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocrr.cli.paths import ledger_to_read, output_file, output_from_ledger
+from ocrr.cli.paths import ledger_to_read, output_file, output_from_ledger, output_path
 from ocrr.errors import OcrrError
 from ocrr.ledger import migrate
 from ocrr.ledger.chain import GENESIS
@@ -116,7 +116,7 @@ def add_parser(sub) -> None:
 
     e = lsub.add_parser("export", help="write the ledger as JSONL (vectors as base64 little-endian float32)")
     e.add_argument("path", type=as_location, help=LOCATION)
-    e.add_argument("--out", type=Path, default=None, help="output file (default: stdout)")
+    e.add_argument("--out", type=output_path, default=None, help="output file (default: stdout)")
     e.set_defaults(handler=_cmd_export)
 
     i = lsub.add_parser("import", help="create a durable ledger from a JSONL export, checked hash for hash")
@@ -169,7 +169,9 @@ def add_parser(sub) -> None:
         help="the substrate spec the service will serve, with an IVF index, e.g. substrate:index=ivf_pq:nprobe=32",
     )
     _key_options(x)
-    x.add_argument("--out", type=Path, default=None, help="the index file (default: <ledger>.ivf beside a ledger file)")
+    x.add_argument(
+        "--out", type=output_path, default=None, help="the index file (default: <ledger>.ivf beside a ledger file)"
+    )
     x.add_argument(
         "--quick",
         action="store_true",

@@ -10,11 +10,23 @@ it reads is checked with ``ledger_to_read`` (a folder is not a ledger file).
 
 from __future__ import annotations
 
+import argparse
 import os
 from itertools import islice
 from pathlib import Path
 
 from ocrr.errors import OcrrError
+
+
+def output_path(text: str) -> Path:
+    """An output option's value (argparse ``type=``): a path, never empty (``''`` reads as ``.``:
+    the results would land in the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is empty, which would write into the current folder; name the output (e.g. results/run1), "
+            "or drop the option for its default"
+        )
+    return Path(text)
 
 
 def output_folder(path: Path, option: str | None = "--out") -> Path:

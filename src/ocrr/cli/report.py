@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ocrr.cli.common import add_command, console
-from ocrr.cli.paths import output_folder
+from ocrr.cli.paths import output_folder, output_path
 from ocrr.errors import OcrrError
 from ocrr.report import build_report
 from ocrr.report.feedback import write_report as write_feedback_report
@@ -25,7 +25,10 @@ def add_parser(sub) -> None:
         "results", type=Path, nargs="?", help="a sweep folder, an ocrr run folder, or a results .parquet/.csv"
     )
     p.add_argument(
-        "--out", type=Path, default=None, help="output folder (default RESULTS/report; docs/feedback with --feedback …)"
+        "--out",
+        type=output_path,
+        default=None,
+        help="output folder (default RESULTS/report; docs/feedback with --feedback …)",
     )
     for name in FEEDBACK_SWEEPS:
         p.add_argument(

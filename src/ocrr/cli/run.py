@@ -12,7 +12,7 @@ from rich.table import Table
 from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
-from ocrr.cli.paths import output_folder
+from ocrr.cli.paths import output_folder, output_path
 from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
 from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import available_cores, start_fork_server
@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
         "static_linear online_linear)",
     )
     add_heldout_options(p)
-    p.add_argument("--out", default=None, help="output folder (default results/<dataset>-<policy>)")
+    p.add_argument("--out", type=output_path, default=None, help="output folder (default results/<dataset>-<policy>)")
     p.add_argument(
         "--fallback-demo",
         action="store_true",
@@ -75,8 +75,7 @@ def run(args) -> int:
         raise OcrrError(
             f"ocrr run --seeds must be whole numbers >= 0, e.g. --seeds 0 1 2; got {' '.join(map(str, args.seeds))}."
         )
-    out_given = _output_path(args.out)
-    output_folder(out_given or Path("results"))  # results are written at the end: check now
+    output_folder(args.out or Path("results"))  # results are written at the end: check now
     checked_cache_root()  # the embeddings are cached before any run: a cache folder that is a file stops here
     jobs = args.jobs or available_cores()
     if jobs > 1:  # the workers' imports load in the fork server while this process loads its own
@@ -103,7 +102,7 @@ def run(args) -> int:
         exp.dataset = "demo"
         plan = plan_experiment(exp)  # another dataset: other tasks
         dataset = plan.load_dataset()
-    out = out_given or Path("results") / f"{dataset.name}-{exp.policy.replace(':', '')}"
+    out = args.out or Path("results") / f"{dataset.name}-{exp.policy.replace(':', '')}"
     started = time.perf_counter()
     with parent_run(tracker, out.name, experiment_params(exp, plan.systems, out)) as tracker:
         with RunProgress(screen, args.quiet) as progress:
@@ -124,19 +123,6 @@ def run(args) -> int:
         f"wrote {', '.join(p.name for p in paths.values())} to {out}/"
     )
     return 0
-
-
-def _output_path(text: str | None) -> Path | None:
-    """``--out`` as a path; an empty one (``--out ''``, which a path reads as ``.``) would write
-    the results into the current folder: refused."""
-    if text is None:
-        return None
-    if not text.strip():
-        raise OcrrError(
-            f"--out {text!r} is empty, which would write the results into the current folder; name the "
-            "output folder, e.g. --out results/run1, or drop --out for the default results/<dataset>-<policy>."
-        )
-    return Path(text)
 
 
 def _hints(args, grid) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ocrr.cli.common import add_command, console
-from ocrr.cli.paths import output_folder
+from ocrr.cli.paths import output_folder, output_path
 from ocrr.errors import OcrrError
 from ocrr.index.ivf_tune import min_queries_for
 from ocrr.studies.scale.config import APPROXIMATE_BACKENDS, ScaleConfig
@@ -155,7 +155,9 @@ def add_parser(sub) -> None:
     p.add_argument("--data-dir", default=None, help="--real: folder holding the dataset files (else $OCRR_DATA_DIR)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
     p.add_argument("--threads", type=int, default=2, help="FAISS / BLAS threads (default 2)")
-    p.add_argument("--out", type=Path, default=Path("results/scale"), help="output folder (default results/scale)")
+    p.add_argument(
+        "--out", type=output_path, default=Path("results/scale"), help="output folder (default results/scale)"
+    )
     p.add_argument(
         "--no-isolate",
         action="store_true",

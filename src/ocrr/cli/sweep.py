@@ -10,7 +10,7 @@ from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
-from ocrr.cli.paths import output_folder
+from ocrr.cli.paths import output_folder, output_path
 from ocrr.cli.progress import SweepProgress
 from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
 from ocrr.data import check_dataset
@@ -98,7 +98,7 @@ def add_parser(sub) -> None:
     p.add_argument("--executor", default=None, help="local (processes, default) | ray | serial")
     p.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
     p.add_argument("--address", default=None, help="Ray cluster address ('auto' or host:port); default: start one")
-    p.add_argument("--out", type=Path, default=None, help="sweep folder (default results/sweep-<preset>)")
+    p.add_argument("--out", type=output_path, default=None, help="sweep folder (default results/sweep-<preset>)")
     p.add_argument("--dry-run", action="store_true", help="list the grid and what is already done; run nothing")
     p.add_argument("--report", action="store_true", help="also write the report (as ocrr report OUT)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
