@@ -265,6 +265,7 @@ def test_the_startup_line_says_https_with_tls(tmp_path, monkeypatch):
 
     monkeypatch.setattr(server.uvicorn, "Server", NotRun)
     monkeypatch.setattr(server, "with_header_deadline", lambda uv, config: None)  # it loads the TLS files
+    monkeypatch.setattr(server, "check_tls_files", lambda cert, key: None)  # and so does this
     lines: list[str] = []
     config = ServiceConfig(ledger=path, token=TOKEN, port=free_port(), tls_cert="c.pem", tls_key="k.pem")
     assert server.serve(config, log=lines.append) == 0
