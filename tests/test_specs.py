@@ -133,7 +133,7 @@ BAD = [
     (lambda: make_policy("oracle:noise=0.1:loud"), "policy oracle: noise_kind must be one of uniform, confusable"),
     (lambda: make_policy("random:2"), "policy random: p must be a number in (0, 1], got 2"),
     (lambda: make_policy("oracle:nosie=0.1"), "policy oracle has no option nosie. Did you mean noise?"),
-    (lambda: load_dataset("synthetic", dim=0), "dataset synthetic: dim must be an integer ≥ 1, got 0"),
+    (lambda: load_dataset("synthetic", dim=0), "dataset synthetic: dim must be an integer in [1, 65536], got 0"),
     (lambda: load_dataset("synthetic", sigma="x"), "dataset synthetic: sigma must be a number ≥ 0, got 'x'"),
     (lambda: load_dataset("synthetic", n_class=3), "dataset synthetic has no option n_class. Did you mean n_classes?"),
 ]
