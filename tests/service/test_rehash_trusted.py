@@ -51,7 +51,7 @@ def chain() -> Chain:
 def _run(columns: HeldColumns, count: int) -> tuple[RehashTrusted, list[str], list[dict]]:
     said: list[str] = []
     found: list[dict] = []
-    job = RehashTrusted(columns, count, said.append, found.append).start()
+    job = RehashTrusted(columns, count, said.append, found.append, after=0).start()
     job.join(timeout=60)
     return job, said, found
 

@@ -30,13 +30,16 @@ _CHUNK = 4096  # entries rehashed between looks at the stop flag
 # longer while the service keeps the cores busy): at full speed, on idle CPU only, it still
 # slowed the requests served meanwhile (docs/service-at-scale.md, "At 10M entries").
 REST = 3.0
+# The pass starts this long after the service does: run while the workers first touch their
+# memory, it slowed the requests of those seconds most (docs/service-at-scale.md).
+WARM_UP = 10.0
 
 
 class RehashTrusted:
-    """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``), a
-    chunk at a time with a rest after each (``rest`` times as long as the chunk took), then
-    hand ``found`` the outcome (a verification report: ``ok``, ``size``, ``first_bad``,
-    ``reason``, ``time``) and say it through ``log``."""
+    """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``),
+    ``after`` seconds from then, a chunk at a time with a rest after each (``rest`` times as
+    long as the chunk took), then hand ``found`` the outcome (a verification report: ``ok``,
+    ``size``, ``first_bad``, ``reason``, ``time``) and say it through ``log``."""
 
     def __init__(
         self,
@@ -45,9 +48,10 @@ class RehashTrusted:
         log: Callable[[str], None],
         found: Callable[[dict], None],
         rest: float = REST,
+        after: float = WARM_UP,
     ) -> None:
         self.columns, self.count, self.log, self.found = columns, min(count, columns.size), log, found
-        self.rest = rest
+        self.rest, self.after = rest, after
         self.done = 0  # entries rehashed so far
         self.first_bad: int | None = None
         self._stop = threading.Event()
@@ -76,6 +80,8 @@ class RehashTrusted:
 
     def _rehash(self) -> None:
         _idle_priority()
+        if self._stop.wait(self.after):
+            return
         started = time.monotonic()
         self.log(f"rehashing the {self.count:,} entries the quick open took on trust, on idle CPU, while serving")
         for lo in range(0, self.count, _CHUNK):
