@@ -4,14 +4,13 @@ written or a server started; never a traceback from deep inside (ssl, uvicorn, n
 
 from __future__ import annotations
 
-import datetime
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.service.service_helpers import self_signed
 
 from ocrr.cli.main import main
 from ocrr.errors import OcrrError
@@ -22,48 +21,6 @@ from ocrr.witness.config import WitnessConfig
 
 WITNESS = Cosigner.generate("witness.example/w1")
 LOG = Signer.generate("example.com/doors")
-
-
-def _pem_pair(folder: Path, name: str, passphrase: bytes | None = None) -> tuple[Path, Path] | None:
-    """A self-signed certificate for localhost and its key, as PEM files (the key encrypted with
-    ``passphrase`` if given); None when neither `cryptography` nor openssl can make one."""
-    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
-    try:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
-    except ImportError:
-        if passphrase is not None or shutil.which("openssl") is None:
-            return None
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1"]
-            + ["-keyout", str(key_path), "-out", str(cert_path)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        return cert_path, key_path
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    encryption = (
-        serialization.NoEncryption() if passphrase is None else serialization.BestAvailableEncryption(passphrase)
-    )
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
-    os.chmod(key_path, 0o600)
-    return cert_path, key_path
 
 
 @pytest.fixture
@@ -109,12 +66,9 @@ def test_missing_tls_files_are_refused_before_the_ledger_or_token_is_written(tmp
 
 
 def test_tls_files_that_do_not_load_as_a_certificate_and_its_key_are_refused(tmp_path, capsys, no_server):
-    pair = _pem_pair(tmp_path, "a")
-    if pair is None:
-        pytest.skip("neither the cryptography package nor openssl is here to make a certificate")
-    cert, key = pair
-    other = _pem_pair(tmp_path, "b")
-    assert other is not None
+    pytest.importorskip("cryptography", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    cert, key = self_signed(tmp_path, "a")
+    other = self_signed(tmp_path, "b")
     cases = [
         ((key, key), "do not load as a certificate and its private key"),  # the key passed as the cert
         ((cert, cert), "do not load as a certificate and its private key"),  # the cert passed as the key
@@ -133,8 +87,7 @@ def test_tls_files_that_do_not_load_as_a_certificate_and_its_key_are_refused(tmp
 
 def test_an_encrypted_tls_key_is_refused_without_asking_for_a_passphrase(tmp_path, capsys, no_server):
     pytest.importorskip("cryptography")
-    pair = _pem_pair(tmp_path, "locked", passphrase=b"secret passphrase")
-    assert pair is not None
+    pair = self_signed(tmp_path, "locked", passphrase=b"secret passphrase")
     code, err = _serve(tmp_path, capsys, "--tls-cert", str(pair[0]), "--tls-key", str(pair[1]))
     assert code == 2 and "is encrypted" in err and "give it unencrypted" in err
     assert not no_server and _nothing_written(tmp_path)

@@ -145,3 +145,40 @@ def session_on(url, slot, deadline):
             time.sleep(0.1)
         s.close()
     raise AssertionError(f"no connection reached worker {slot}")
+
+
+def self_signed(folder, name: str = "cert", passphrase: bytes | None = None):
+    """A self-signed certificate for 127.0.0.1 (and localhost) and its key, as PEM files
+    ``<name>.pem`` and ``<name>.key`` (the key readable by its owner only, encrypted with
+    ``passphrase`` if given). Needs ``cryptography`` (the service extra)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), False)
+        .sign(key, hashes.SHA256())
+    )
+    encryption = (
+        serialization.NoEncryption() if passphrase is None else serialization.BestAvailableEncryption(passphrase)
+    )
+    cert_path, key_path = folder / f"{name}.pem", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    os.chmod(key_path, 0o600)
+    return cert_path, key_path

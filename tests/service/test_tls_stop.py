@@ -4,9 +4,7 @@ close_notify, which an idle client never does (asyncio then waits 30 s)."""
 
 from __future__ import annotations
 
-import datetime
 import http.client
-import ipaddress
 import os
 import signal
 import socket
@@ -18,39 +16,11 @@ import time
 import pytest
 
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
-x509 = pytest.importorskip("cryptography.x509")
+pytest.importorskip("cryptography.x509")
 
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
-from service_helpers import TOKEN  # noqa: E402
+from service_helpers import TOKEN, self_signed  # noqa: E402
 
 from ocrr.service.server import STOP_GRACE_S  # noqa: E402
-
-
-def _self_signed(folder):
-    """A certificate for 127.0.0.1 and its key, as PEM files (the key readable by its owner only)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    os.chmod(key_path, 0o600)
-    return cert_path, key_path
 
 
 def _free_port() -> int:
@@ -60,7 +30,7 @@ def _free_port() -> int:
 
 
 def test_a_tls_service_stops_promptly_with_an_idle_client_connected(tmp_path):
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ocrr.cli", "serve", "--ledger", str(tmp_path / "l.db"), "--port", str(port)]
