@@ -21,6 +21,9 @@ Followers. ``refresh`` takes in what other processes committed;
 ``follow`` starts ``ocrr.ledger.postgres.follow.Follower``, a thread that does it on every NOTIFY the insert
 trigger sends, on a timer, and after reconnecting.
 
+Closing. ``close()`` closes the pool; a ledger dropped without it closes its pool once
+collected (``_close_pool``, a finalizer), from whichever thread the collector runs on.
+
 psycopg 3 and psycopg_pool are imported inside functions: they are the optional extra
 ``ocrr[postgres]``.
 """
@@ -32,6 +35,7 @@ import json
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -110,15 +114,21 @@ class PostgresLedger(HeldLedger):
         self, url: str, pool, schema: str, scan: Scan, report: LedgerReport, apply: Apply | None, gather: float
     ):
         self.url, self.schema, self._pool = url, schema, pool
+        self._slot = _Kept()
+        # Dropped unclosed, the ledger still closes its pool: left to the pool's own __del__, the
+        # pool's threads and connections go only when the collector gets to it, and its join of
+        # those threads fails when it runs on one of them. Not at exit: a daemon committer may
+        # still be writing on the kept connection there (the process's end closes them all).
+        self._pool_closer = weakref.finalize(self, _close_pool, pool, self._slot)
+        self._pool_closer.atexit = False
         self.path = redact(url)  # shown in messages
         self._start_mirror(scan, report)
         self.gather = gather
         self.follower: Any = None  # the Follower taking in others' entries, if one runs
-        self._kept: Any = None  # the connection the commits run on (_on_kept_connection)
         try:
             self._take_in_scan(scan, apply)
         except BaseException:
-            pool.close()
+            self._pool_closer()
             raise
 
     # -- opening ------------------------------------------------------------------------
@@ -218,6 +228,16 @@ class PostgresLedger(HeldLedger):
             ) from e
 
     # -- appending ----------------------------------------------------------------------
+    @property
+    def _kept(self) -> Any:
+        """The connection the commits run on (``_on_kept_connection``), or None; kept where the
+        finalizer finds it too (``_close_pool``)."""
+        return self._slot.conn
+
+    @_kept.setter
+    def _kept(self, conn: Any) -> None:
+        self._slot.conn = conn
+
     def _on_kept_connection(self, fn: Callable):
         """``fn(conn)`` on the connection kept for commits. The pool checks a connection with
         a round trip each time it hands one out; the committer takes one once and keeps it
@@ -509,7 +529,8 @@ class PostgresLedger(HeldLedger):
         return follower
 
     def close(self) -> None:
-        """Stop the follower, wait for the commit in flight, then close the pool. Idempotent."""
+        """Stop the follower, wait for the commit in flight, then close the pool (and the kept
+        connection). Idempotent."""
         if self.follower is not None:
             self.follower.stop()
         with self._cv:
@@ -518,9 +539,45 @@ class PostgresLedger(HeldLedger):
             if not self._closed:
                 with self._follow:
                     self._closed = True
-                self._drop_kept()
-                self._pool.close()
+                self._pool_closer()  # (runs once: a later collection finds nothing to do)
                 self._cv.notify_all()
+
+
+class _Kept:
+    """A ledger's kept connection (``PostgresLedger._kept``), shared with its finalizer, which
+    must not hold the ledger itself (it would never be collected)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+
+
+def _close_pool(pool, slot: _Kept) -> None:
+    """Close ``pool``, then the kept connection (a pool closes a connection given back once it
+    is closed). Called by ``close()``, or once a ledger dropped unclosed is collected: then on
+    whatever thread the collector ran, where nothing of the ledger runs any more (a commit in
+    flight holds the ledger). The pool's close joins the pool's threads; on one of those, a
+    thread of its own does it instead (a thread cannot join itself)."""
+    if _joined_by_close(pool):
+        with contextlib.suppress(RuntimeError):  # no new thread at interpreter shutdown: its end closes them
+            threading.Thread(target=_close_pool, args=(pool, slot), name="ocrr-ledger-close", daemon=True).start()
+        return
+    pool.close()
+    conn, slot.conn = slot.conn, None
+    if conn is not None:
+        pool.putconn(conn)
+
+
+def _joined_by_close(pool) -> bool:
+    """Whether the current thread is one ``pool.close()`` joins: the pool's workers and its
+    scheduler (psycopg_pool keeps them in private attributes; without those, any thread but
+    the main one may be)."""
+    current = threading.current_thread()
+    workers = getattr(pool, "_workers", None)
+    if not isinstance(workers, list):
+        return current is not threading.main_thread()
+    return current in workers or current is getattr(pool, "_sched_runner", None)
 
 
 def _records_past(conn, after: int) -> tuple[int, dict | None]:
