@@ -116,6 +116,14 @@ def test_run_refuses_a_substrate_k_beyond_its_bound(folder, capsys):
     assert make_system(f"substrate:k={MAX_K}").k == MAX_K  # the bound itself is allowed
 
 
+def test_run_refuses_a_synthetic_dataset_past_the_rows_it_generates_at_most(folder, capsys):
+    argv = ["run", "--dataset", "synthetic", "--data-option", "n_classes=1000000000", "--systems", "static_knn"]
+    err = refused(capsys, *argv, "--seeds", "0", "--quiet", "--jobs", "1")
+    assert "= 70,000,000,000 rows, more than the 10,000,000 it generates at most" in err
+    assert "Pass a smaller n_classes, n_train_per_class or n_test_per_class" in err
+    assert list(folder.iterdir()) == []
+
+
 def test_the_substrate_listing_shows_the_k_bound(capsys):
     assert main(["systems", "substrate"]) == 0
     out = capsys.readouterr().out
@@ -160,6 +168,7 @@ def test_sweep_refuses_a_config_that_is_not_utf8(folder, capsys):
         (["--executor", "bogus"], "unknown executor 'bogus'"),
         (["--datasets", "bogus"], "unknown dataset 'bogus'"),
         (["--data-option", "dim=0"], "dataset synthetic: dim must be an integer in [1, 65536], got 0"),
+        (["--data-option", "n_classes=1000000"], "= 70,000,000 rows, more than the 10,000,000 it generates at most"),
     ],
 )
 def test_a_dry_run_refuses_what_the_run_would(extra, message, folder, capsys):

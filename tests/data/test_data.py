@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from tests.conftest import REAL_DATA_DIR, needs_real_data
 
-from ocrr.data import DATASETS, Dataset, Split, load_dataset, locate
+from ocrr.data import DATASETS, Dataset, Split, check_dataset, load_dataset, locate
 from ocrr.data.banking77 import load_banking77
 from ocrr.data.clinc150 import load_clinc150
 from ocrr.data.demo import load_demo
 from ocrr.data.locate import RemoteFile, cache_dir
-from ocrr.data.synthetic import make_synthetic
+from ocrr.data.synthetic import MAX_ROWS, MAX_VALUES, make_synthetic
 from ocrr.data.tabular import load_table
 from ocrr.errors import OcrrError
 
@@ -354,6 +354,48 @@ def test_synthetic_small_sigma_items_sit_next_to_their_class():
 def test_synthetic_rejects_bad_options(bad):
     with pytest.raises(OcrrError, match="synthetic option"):
         make_synthetic(**bad)
+
+
+@pytest.mark.parametrize(
+    "sizes, bound, fix",
+    [
+        ({"n_classes": 10**9}, f"{MAX_ROWS:,} it generates at most", "Pass a smaller n_classes"),
+        ({"n_classes": 2, "n_train_per_class": 10**12}, f"{MAX_ROWS:,} it generates at most", "n_train_per_class"),
+        ({"n_classes": 2, "n_test_per_class": 10**12}, f"{MAX_ROWS:,} it generates at most", "n_test_per_class"),
+        (
+            {"n_classes": 10**5, "dim": 1 << 16, "n_train_per_class": 1, "n_test_per_class": 1},
+            f"{MAX_VALUES:,} it generates at most",
+            "Pass a smaller dim",
+        ),
+    ],
+)
+def test_synthetic_refuses_more_rows_or_values_than_it_generates_at_most(sizes, bound, fix):
+    """Refused before anything is drawn: the sizes are far past what memory holds."""
+    with pytest.raises(OcrrError, match="synthetic options give") as refused:
+        make_synthetic(**sizes)
+    assert bound in str(refused.value) and fix in str(refused.value)
+    with pytest.raises(OcrrError, match=bound):
+        check_dataset("synthetic", **sizes)  # the door `ocrr run` and `ocrr sweep` go through
+
+
+def test_synthetic_bounds_count_train_and_test_and_the_defaults_at_the_door():
+    """``check_dataset`` (and ``load_dataset`` first of all) refuses, without drawing anything,
+    a dataset one row past the bound, counting the per-class sizes not given at their defaults."""
+    at_most = MAX_ROWS // 100
+    check_dataset("synthetic", n_classes=at_most, n_train_per_class=80, n_test_per_class=20)  # exactly the bound
+    for over in (
+        {"n_classes": at_most, "n_train_per_class": 80, "n_test_per_class": 21},
+        {"n_classes": at_most + 1, "n_train_per_class": 80, "n_test_per_class": 20},
+        {"n_classes": MAX_ROWS // 70 + 1},  # 50 train + 20 test per class by default
+    ):
+        with pytest.raises(OcrrError, match=f"more than the {MAX_ROWS:,} it generates at most"):
+            check_dataset("synthetic", **over)
+    with pytest.raises(OcrrError, match=f"more than the {MAX_ROWS:,} it generates at most"):
+        check_dataset(f"synthetic:n_classes={MAX_ROWS // 70 + 1}")  # given in the spec
+    widest = {"dim": 1 << 16, "n_train_per_class": 100, "n_test_per_class": 28}  # 128 rows per class
+    check_dataset("synthetic", n_classes=MAX_VALUES // (1 << 16) // 128, **widest)  # exactly the bound
+    with pytest.raises(OcrrError, match=f"values, more than the {MAX_VALUES:,} it generates at most"):
+        check_dataset("synthetic", n_classes=MAX_VALUES // (1 << 16) // 128 + 1, **widest)
 
 
 # --- user tables ----------------------------------------------------------------

@@ -20,7 +20,7 @@ from ocrr.data.leyzer import LANGUAGES, load_leyzer
 from ocrr.data.leyzer import LICENCE as LEYZER_LICENCE
 from ocrr.data.records import Dataset, Split
 from ocrr.data.synthetic import MAX_DIM as SYNTHETIC_MAX_DIM
-from ocrr.data.synthetic import make_synthetic
+from ocrr.data.synthetic import check_synthetic, make_synthetic
 from ocrr.errors import OcrrError
 from ocrr.registry import Registry, load_target, summary_of
 from ocrr.specs import Option, declared_options, format_spec, parse_spec, spec_name, validate
@@ -36,6 +36,9 @@ class NamedDataset:
     options: Mapping[str, Option]
     summary: str
     reads_data_dir: bool = True
+    # The rules between options (each alone is checked as declared), called with the given ones
+    # before anything is read: one error naming the fix.
+    check: Callable[..., None] | None = None
 
     def load(self, data_dir: str | os.PathLike | None, options: dict) -> Dataset:
         loader = self.loader if callable(self.loader) else load_target(self.loader)
@@ -93,6 +96,7 @@ DATASETS.register(
         },
         "Gaussian clusters around unit centroids, as vectors (no encoder)",
         reads_data_dir=False,
+        check=check_synthetic,  # the rows and values it would generate, bounded
     ),
 )
 # The demo is read with pandas, which the service (it imports this package) does not
@@ -166,7 +170,10 @@ def _checked(name: str, options: dict) -> tuple[str, str | None, list[str]]:
     """``_parse``'s (kind, table format, paths) of ``name``, its options validated for that kind."""
     kind, fmt, paths = _parse(name)
     if kind in DATASETS:
-        validate(f"dataset {kind}", DATASETS[kind].options, options)
+        named = DATASETS[kind]
+        checked = validate(f"dataset {kind}", named.options, options)
+        if named.check is not None:
+            named.check(**checked)
     else:
         validate(f"dataset {'user files' if kind == 'table' else kind}", OPTIONS[kind], options)
     return kind, fmt, paths

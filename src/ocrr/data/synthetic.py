@@ -17,12 +17,20 @@ keeps the noise-to-centroid norm ratio at r (dim=384, sigma=0.12: ~1.0 / ~0.85).
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import numpy as np
 
 from ocrr.data.records import Dataset, Split, make_dataset
 from ocrr.errors import OcrrError
 
 MAX_DIM = 1 << 16  # as a ledger's (ocrr.ledger.rows.MAX_DIM): more only fills memory
+# What one dataset may hold, train and test together: rows (each keeps a label reference) and
+# values (rows x dim, float32 in the end; a split is drawn in float64, several arrays of its
+# size at once). Past these a run fills memory or stalls before its first correction.
+MAX_ROWS = 10_000_000
+MAX_VALUES = 1 << 30
 
 
 def make_synthetic(
@@ -66,6 +74,15 @@ def make_synthetic(
     return make_dataset("synthetic", train=train, test=test, notes=notes)
 
 
+def check_synthetic(**options: Any) -> None:
+    """Refuse, naming the fix, what ``make_synthetic(**options)`` would refuse (its defaults for
+    the options not given), without drawing anything."""
+    given = inspect.signature(make_synthetic).bind(**options)
+    given.apply_defaults()
+    given.arguments.pop("seed")
+    _check(**given.arguments)
+
+
 def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -84,3 +101,16 @@ def _check(**values: float) -> None:
     sigma = values["sigma"]
     if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)) or not sigma >= 0:
         raise OcrrError(f"synthetic option sigma must be a number >= 0, got {sigma!r}. Pass sigma=0 or more.")
+    n_classes, dim = int(values["n_classes"]), int(values["dim"])
+    rows = n_classes * (int(values["n_train_per_class"]) + int(values["n_test_per_class"]))
+    made = f"n_classes × (n_train_per_class + n_test_per_class) = {rows:,} rows"
+    if rows > MAX_ROWS:
+        raise OcrrError(
+            f"synthetic options give {made}, more than the {MAX_ROWS:,} it generates at most. "
+            "Pass a smaller n_classes, n_train_per_class or n_test_per_class."
+        )
+    if rows * dim > MAX_VALUES:
+        raise OcrrError(
+            f"synthetic options give {made} of dim {dim}, {rows * dim:,} values, more than the {MAX_VALUES:,} "
+            "it generates at most. Pass a smaller dim, n_classes, n_train_per_class or n_test_per_class."
+        )
