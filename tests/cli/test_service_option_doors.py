@@ -5,6 +5,7 @@ written or a server started; never a traceback from deep inside (ssl, uvicorn, n
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -25,11 +26,13 @@ LOG = Signer.generate("example.com/doors")
 
 @pytest.fixture
 def no_server(monkeypatch):
-    """`ocrr serve` up to its config: the configs it would serve, and no server started."""
-    import ocrr.cli.serve
+    """`ocrr serve` up to the server's own checks (the TLS files, the claim of ledger and port):
+    the configs it would serve, and no ledger opened, nothing printed, no server started."""
+    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    import ocrr.service.server
 
     served: list[ServiceConfig] = []
-    monkeypatch.setattr(ocrr.cli.serve, "serve", lambda config: served.append(config) or 0)
+    monkeypatch.setattr(ocrr.service.server, "_serve", lambda config, port, log: served.append(config) or 0)
     monkeypatch.delenv("OCRR_TOKEN", raising=False)
     return served
 
@@ -91,6 +94,27 @@ def test_an_encrypted_tls_key_is_refused_without_asking_for_a_passphrase(tmp_pat
     code, err = _serve(tmp_path, capsys, "--tls-cert", str(pair[0]), "--tls-key", str(pair[1]))
     assert code == 2 and "is encrypted" in err and "give it unencrypted" in err
     assert not no_server and _nothing_written(tmp_path)
+
+
+def test_the_command_line_loads_the_tls_files_once(tmp_path, capsys, no_server, monkeypatch):
+    """`ocrr serve --tls-cert … --tls-key …` checks the pair once, in ``serve``, which the
+    Python entry shares: not once more on the way there."""
+    pytest.importorskip("cryptography", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    cert, key = self_signed(tmp_path, "a")
+    loaded: list[Path] = []
+    load = ssl.SSLContext.load_cert_chain
+
+    def counted(context, certfile, keyfile=None, password=None):
+        loaded.append(Path(certfile))
+        return load(context, certfile, keyfile, password)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", counted)
+    code, err = _serve(tmp_path, capsys, "--tls-cert", str(cert), "--tls-key", str(key))
+    assert code == 0 and err == "" and len(no_server) == 1
+    assert loaded == [cert]
+    loaded.clear()
+    code, err = _serve(tmp_path, capsys, "--tls-cert", str(key), "--tls-key", str(key))  # refused, still once
+    assert code == 2 and "do not load as a certificate" in err and loaded == [key] and len(no_server) == 1
 
 
 # 2. --seed
@@ -206,3 +230,30 @@ def test_serving_from_python_checks_the_tls_files_first_too(tmp_path):
     with pytest.raises(OcrrError, match="does not exist"):
         serve(config)
     assert _nothing_written(tmp_path)
+
+
+# 7. --rehash-after
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "-inf", "x", "3601"])
+def test_a_rehash_delay_that_is_not_0_to_3600_seconds_is_refused_at_the_door(tmp_path, capsys, no_server, value):
+    code, err = _serve(tmp_path, capsys, "--quick-open", f"--rehash-after={value}")
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "--rehash-after must be a number in [0, 3600], got " in err and "ocrr serve --help" in err
+    assert not no_server and _nothing_written(tmp_path)
+    with pytest.raises(OcrrError, match=r"--rehash-after must be a number in \[0, 3600\]"):
+        ServiceConfig(ledger=tmp_path / "l.db", quick_open=True, rehash_after=value if value == "x" else float(value))
+
+
+def test_a_rehash_delay_from_0_to_3600_seconds_is_taken(tmp_path, capsys, no_server):
+    for value in ("0", "2.5", "3600"):
+        code, err = _serve(tmp_path, capsys, "--quick-open", "--rehash-after", value)
+        assert code == 0 and err == "" and no_server[-1].rehash_after == float(value)
+    assert ServiceConfig(ledger=tmp_path / "l.db").rehash_after == 10  # the default
+
+
+def test_a_rehash_delay_without_a_quick_open_is_refused(tmp_path, capsys, no_server):
+    code, err = _serve(tmp_path, capsys, "--rehash-after", "0")
+    assert code == 2 and "--rehash-after delays the rehash that follows a quick open" in err
+    assert "add --quick-open, or drop --rehash-after" in err
+    assert not no_server and _nothing_written(tmp_path)

@@ -1,16 +1,18 @@
-"""``ocrr serve``: argv (and $OCRR_TOKEN) into a ``ServiceConfig``, then ``ocrr.service.serve``."""
+"""``ocrr serve``: argv (and $OCRR_TOKEN) into a ``ServiceConfig``, then ``ocrr.service.serve``
+(which checks the TLS files before it writes or prints anything)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ocrr.cli.common import add_command
 from ocrr.errors import OcrrError
 from ocrr.ledger.location import as_location
 from ocrr.service import ServiceConfig, serve
-from ocrr.service.config import CONFIG_OPTIONS, MAKE_TOKEN, check_tls_files, check_token, flag
+from ocrr.service.config import CONFIG_OPTIONS, MAKE_TOKEN, check_token, flag
 from ocrr.service.encoder import check_nice
 from ocrr.specs import FROM_SIGNATURE, format_value
 
@@ -48,6 +50,7 @@ def add_parser(sub) -> None:
     _flag(s, "witnesses", "--witness", action="append", default=[], metavar="URL=VKEY")
     _flag(s, "quorum", metavar="K")
     _flag(s, "quick_open")
+    _flag(s, "rehash_after", metavar="SECONDS")
     _flag(s, "index_file", metavar="FILE")
     _flag(s, "workers", metavar="N")
     _flag(s, "pin_workers")
@@ -59,7 +62,9 @@ def _flag(parser: argparse.ArgumentParser, name: str, spelled: str | None = None
     declared = CONFIG_OPTIONS[name]
     if declared.kind is bool:
         argparse_options.setdefault("action", "store_true")
-    elif declared.kind in (int, float, Path):
+    elif declared.kind in (int, float):
+        argparse_options.setdefault("type", _number_or_text(declared.kind))
+    elif declared.kind is Path:
         argparse_options.setdefault("type", declared.kind)
     shown = ""
     if declared.default is not FROM_SIGNATURE:  # (the required --ledger has none)
@@ -67,6 +72,19 @@ def _flag(parser: argparse.ArgumentParser, name: str, spelled: str | None = None
         if declared.default not in (None, ()) and declared.default is not False:  # (a switch is off)
             shown = f" (default {format_value(declared.default)})"
     parser.add_argument(spelled or flag(name), dest=name, help=declared.help + shown, **argparse_options)
+
+
+def _number_or_text(kind: type) -> Callable[[str], object]:
+    """A numeric flag's type: the number, else the text as given, which ServiceConfig refuses with
+    the message its declaration gives every bad value (argparse's own names no fix)."""
+
+    def number(text: str) -> object:
+        try:
+            return kind(text)
+        except ValueError:
+            return text
+
+    return number
 
 
 def _token(args) -> str | None:
@@ -106,13 +124,10 @@ def run(args) -> int:
 
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:
     """The config the parsed flags ask for: each option from its flag, the token from
-    --token-file or $OCRR_TOKEN (never from argv, where other users' ``ps`` would show it). The
-    TLS files are loaded once here, so a wrong one is refused before a ledger or token file is made."""
+    --token-file or $OCRR_TOKEN (never from argv, where other users' ``ps`` would show it). It
+    reads no TLS file: ``serve`` loads them once, before a ledger or token file is made."""
     given = {name: getattr(args, name) for name in CONFIG_OPTIONS if name != "token"}
-    config = ServiceConfig(**given, token=_token(args))
-    if config.tls_cert is not None and config.tls_key is not None:
-        check_tls_files(config.tls_cert, config.tls_key)
-    return config
+    return ServiceConfig(**given, token=_token(args))
 
 
 def _check_fit(fit: str | None, encoder: str | None) -> None:

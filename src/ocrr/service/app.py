@@ -71,7 +71,9 @@ def create_app(
         rehashing, held = None, state.substrate.system.ledger_
         if state.trusted and held is not None:  # what the quick open did not rehash, rehashed while serving
             columns = chain_columns(held)
-            rehashing = RehashTrusted(columns, state.trusted, state.log, state.found_by_rehash).start()
+            rehashing = RehashTrusted(
+                columns, state.trusted, state.log, state.found_by_rehash, after=state.rehash_after
+            ).start()
         if state.slot == 0:  # one process per service sends checkpoints to the witnesses (--witness)
             state.start_witnessing()
         if freeze_heap:

@@ -21,10 +21,14 @@ from ocrr.ledger.heads import check_origin
 from ocrr.ledger.location import as_location, is_database_url
 from ocrr.service.encoder import check_nice
 from ocrr.service.hosts import allowed_hosts
+from ocrr.service.rehash_trusted import WARM_UP
 from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
 from ocrr.specs import field_options, option
 
 MAX_WORKERS = 64
+# Until the pass after a quick open runs, an entry edited under the checkpoint goes unseen:
+# it may wait an hour at most.
+MAX_REHASH_AFTER = 3600
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,14 @@ class ServiceConfig:
     )
     quick_open: bool = option(
         default=False, kind=bool, help="on open, rehash only the entries after the last checkpoint"
+    )
+    rehash_after: float = option(
+        default=WARM_UP,
+        kind=float,
+        low=0,
+        high=MAX_REHASH_AFTER,
+        help="with --quick-open, seconds from the start until the entries it took on trust are rehashed "
+        "in the background (0: at once); damage to them goes unseen until then",
     )
     index_file: Path | None = option(
         default=None,
@@ -192,6 +204,11 @@ class ServiceConfig:
             raise OcrrError(
                 "--pin-workers keeps each of several workers on its own core; with one worker there is "
                 "nothing to spread: add --workers N (one per core), or drop --pin-workers"
+            )
+        if self.rehash_after != WARM_UP and not self.quick_open:
+            raise OcrrError(
+                "--rehash-after delays the rehash that follows a quick open; without --quick-open every "
+                "entry is rehashed before the service answers: add --quick-open, or drop --rehash-after"
             )
         if self.pin_workers and not hasattr(os, "sched_setaffinity"):
             raise OcrrError("--pin-workers needs Linux (it sets each worker's CPU affinity); drop it here")
@@ -319,8 +336,8 @@ def _check_origin(origin: str) -> None:
 def check_tls_files(cert: Path, key: Path) -> None:
     """Refuse, naming the fix, a --tls-cert/--tls-key pair the TLS server could not load: a file
     missing or not a file, a certificate that is not one, a key that is not its key (or is
-    encrypted: ``ocrr serve`` takes no passphrase). Reads the files, so the command line calls it
-    before anything is started or written (the config itself touches no file)."""
+    encrypted: ``ocrr serve`` takes no passphrase). Reads the files, so ``serve`` calls it, once,
+    before anything is started, written or printed (the config itself touches no file)."""
     for name, path in (("--tls-cert", cert), ("--tls-key", key)):
         try:
             what = "" if path.is_file() else "is not a file" if path.exists() else "does not exist"

@@ -33,6 +33,7 @@ from ocrr.ledger.store import LedgerStore
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
+from ocrr.service.rehash_trusted import WARM_UP
 from ocrr.service.shared_rows import RowsRoom, SharedRows
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
@@ -97,6 +98,7 @@ class ServiceState:
     # process rehashes once it serves (``rehash_trusted.py``); 0 when none, or when the
     # supervisor of ``--workers N`` rehashes them in the memory it shares.
     trusted: int = 0
+    rehash_after: float = WARM_UP  # seconds from the start until it does (--rehash-after)
 
     def fail(self, report: dict, share: bool = True) -> None:
         """Go read-only and unhealthy over ``report`` (the first damage found stays) and, with
@@ -380,6 +382,7 @@ def build_state(
         damage_seen=damage_after,
         log=log,
         trusted=sub.ledger.report.checked_from if predicts and shared is None else 0,
+        rehash_after=config.rehash_after,
     )
     if config.witnesses and signer is not None:
         assert config.key is not None and config.quorum is not None  # ServiceConfig checked both
