@@ -116,7 +116,7 @@ def test_one_process_rehashes_what_its_quick_open_trusted_and_fails_closed_on_an
     if edited:
         _edit_a_vector(path, 4)
     said: list[str] = []
-    state = open_state(path, quick_open=True, key=key, origin=origin)
+    state = open_state(path, quick_open=True, key=key, origin=origin, rehash_after=0)
     state.log = said.append
     assert state.trusted == 9  # the signed checkpoint's entries, not rehashed at open
     with running(create_app(state)) as url:
@@ -137,6 +137,65 @@ def test_one_process_rehashes_what_its_quick_open_trusted_and_fails_closed_on_an
     assert record is not None and record["ok"] is not edited and "took on trust" in record["reason"]
 
 
+@pytest.fixture
+def recorded(monkeypatch) -> list[tuple[int, float]]:
+    """(entries, seconds to wait) of each rehash pass the service starts; none runs."""
+    from ocrr.service import app, server
+
+    made: list[tuple[int, float]] = []
+
+    class Recorded:
+        def __init__(
+            self, columns, count, log, found, rest=rehash_trusted.REST, after=rehash_trusted.WARM_UP, nodes=None
+        ):
+            made.append((count, after))
+
+        def start(self):
+            return self
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(app, "RehashTrusted", Recorded)
+    monkeypatch.setattr(server, "RehashTrusted", Recorded)
+    return made
+
+
+@pytest.mark.parametrize("after", [None, 0.0, 2.5, 3600.0])
+def test_one_process_starts_its_pass_after_the_configured_time(keyed, recorded, after):
+    from ocrr.service.app import create_app
+
+    path, key, origin = keyed
+    given = {} if after is None else {"rehash_after": after}
+    state = open_state(path, quick_open=True, key=key, origin=origin, **given)
+    with running(create_app(state)):
+        pass
+    assert recorded == [(9, rehash_trusted.WARM_UP if after is None else after)]
+
+
+@pytest.mark.skipif(not shared_rows.available(), reason="the workers share rows through Linux's memfd")
+@pytest.mark.parametrize("after", [None, 0.0, 2.5])
+def test_the_supervisor_starts_its_pass_after_the_configured_time(keyed, recorded, monkeypatch, after):
+    """``--workers N``: the supervisor's pass, once its check is handed to the workers (none
+    is started here: the supervision only hands the check over)."""
+    from ocrr.service import server
+    from ocrr.service.config import ServiceConfig
+
+    def hand_over(workers, sock, target, config, log, balanced=False, prepare=None):
+        handed = prepare()
+        sock.close()
+        return 0 if handed.trusted == 9 else 1
+
+    monkeypatch.setattr(server, "supervise", hand_over)
+    path, key, origin = keyed
+    given = {} if after is None else {"rehash_after": after}
+    config = ServiceConfig(
+        ledger=path, token=TOKEN, port=0, workers=2, quick_open=True, key=key, origin=origin, **given
+    )
+    assert server.serve(config, log=lambda m: None) == 0
+    assert recorded == [(9, rehash_trusted.WARM_UP if after is None else after)]
+
+
 def _latest_record(path) -> dict | None:
     import json
 
@@ -150,18 +209,30 @@ def _latest_record(path) -> dict | None:
 
 def _serve_quick(path, key, origin):
     port = free_port()
-    proc = serve_workers(path, port, "--quick-open", "--key", str(key), "--origin", origin)
+    proc = serve_workers(path, port, "--quick-open", "--rehash-after", "0", "--key", str(key), "--origin", origin)
     url = f"http://127.0.0.1:{port}"
     wait_for_workers(url, proc, 2, time.monotonic() + 90)
     return proc, url
 
 
+def _edit_an_inner_node(path) -> None:
+    """The stored Merkle node over entries 4..7 zeroed: the tree a quick open builds from the
+    leaves is still the signed one; the supervisor's open leaves that node to its pass."""
+    conn = sqlite3.connect(path)
+    with conn:
+        assert conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 1").rowcount == 1
+    conn.close()
+
+
 @pytest.mark.skipif(not shared_rows.available(), reason="the workers share rows through Linux's memfd")
-@pytest.mark.parametrize("edited", [False, True])
-def test_a_quick_opened_service_rehashes_what_it_trusted_and_fails_closed_on_an_edit(keyed, edited):
+@pytest.mark.parametrize("edit", [None, "a vector", "an inner node"])
+def test_a_quick_opened_service_rehashes_what_it_trusted_and_fails_closed_on_an_edit(keyed, edit):
     path, key, origin = keyed
-    if edited:
+    edited = edit is not None
+    if edit == "a vector":
         _edit_a_vector(path, 4)
+    elif edit == "an inner node":
+        _edit_an_inner_node(path)
     proc, url = _serve_quick(path, key, origin)
     try:
         deadline = time.monotonic() + 30
@@ -169,6 +240,10 @@ def test_a_quick_opened_service_rehashes_what_it_trusted_and_fails_closed_on_an_
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else record
             time.sleep(0.1)
         assert record["ok"] is not edited and record["first_bad"] == (4 if edited else None)
+        if edit == "an inner node":
+            assert "Merkle node (level 2, index 1) over entries 4..7" in record["reason"]
+        if not edited:
+            assert "stored Merkle nodes above them match" in record["reason"]
         deadline = time.monotonic() + 10  # every worker honours it within a second
         health = {}
         while {h.get("worker") for h in health.values()} != {0, 1} and time.monotonic() < deadline:

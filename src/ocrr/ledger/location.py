@@ -26,6 +26,7 @@ from ocrr.ledger.postgres.store import PostgresLedger
 from ocrr.ledger.postgres.transfer import import_into_database
 from ocrr.ledger.postgres.url import connect, is_database_url, redact
 from ocrr.ledger.scan import LedgerReport, Scan
+from ocrr.ledger.sqlite.inner_nodes import StoredInnerNodes
 from ocrr.ledger.sqlite.locks import FileHold, claim_service
 from ocrr.ledger.sqlite.reread import CheckedRows
 from ocrr.ledger.sqlite.scan import KnownPrefix, scan_file
@@ -40,6 +41,7 @@ __all__ = [
     "FileHold",
     "KnownPrefix",
     "Location",
+    "StoredInnerNodes",
     "as_location",
     "claim_service",
     "default_origin_of",

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from ocrr.ledger.column_rehash import HeldColumns, first_mismatch
-from ocrr.ledger.location import record_verification_at
+from ocrr.ledger.location import StoredInnerNodes, record_verification_at
 
 __all__ = ["RehashTrusted", "recorded_in"]
 
@@ -30,15 +30,19 @@ _CHUNK = 4096  # entries rehashed between looks at the stop flag
 # longer while the service keeps the cores busy): at full speed, on idle CPU only, it still
 # slowed the requests served meanwhile (docs/service-at-scale.md, "At 10M entries").
 REST = 3.0
-# The pass starts this long after the service does: run while the workers first touch their
-# memory, it slowed the requests of those seconds most (docs/service-at-scale.md).
+# The pass starts this long after the service does, unless ``ocrr serve --rehash-after`` says
+# otherwise: run while the workers first touch their memory, it slowed the requests of those
+# seconds most (docs/service-at-scale.md).
 WARM_UP = 10.0
+_TRUSTED = "the quick open took on trust"
+_FAILS_CLOSED = "the service fails closed: /health says why, predicts and corrections are refused"
 
 
 class RehashTrusted:
     """Rehash ``columns``' first ``count`` entries in a thread of idle priority (``start``),
     ``after`` seconds from then, a chunk at a time with a rest after each (``rest`` times as
-    long as the chunk took), then hand ``found`` the outcome (a verification report: ``ok``,
+    long as the chunk took), then compare ``nodes`` (the stored inner Merkle nodes the open left
+    unread, if any) the same way, and hand ``found`` the outcome (a verification report: ``ok``,
     ``size``, ``first_bad``, ``reason``, ``time``) and say it through ``log``."""
 
     def __init__(
@@ -49,9 +53,10 @@ class RehashTrusted:
         found: Callable[[dict], None],
         rest: float = REST,
         after: float = WARM_UP,
+        nodes: StoredInnerNodes | None = None,
     ) -> None:
         self.columns, self.count, self.log, self.found = columns, min(count, columns.size), log, found
-        self.rest, self.after = rest, after
+        self.rest, self.after, self.nodes = rest, after, nodes
         self.done = 0  # entries rehashed so far
         self.first_bad: int | None = None
         self._stop = threading.Event()
@@ -93,16 +98,33 @@ class RehashTrusted:
                     f"entry {bad}: its fields do not hash to the chain hash stored for it (edited in storage; "
                     "found rehashing the entries the quick open took on trust)"
                 )
-                self.log(f"{reason}; the service fails closed: /health says why, predicts and corrections are refused")
+                self.log(f"{reason}; {_FAILS_CLOSED}")
                 self.found(_report(False, self.count, bad, reason))
                 return
             self.done = min(lo + _CHUNK, self.count)
             if self._stop.wait(self.rest * (time.monotonic() - began)):
                 return
+        compared = ""
+        if self.nodes is not None:
+            for level, lo, hi in self.nodes.slices():
+                began = time.monotonic()
+                mismatch = self.nodes.first_mismatch(level, lo, hi)
+                if mismatch is not None:
+                    first, what = mismatch
+                    reason = f"{what} (found comparing the stored Merkle nodes over the entries {_TRUSTED})"
+                    self.log(f"{reason}; {_FAILS_CLOSED}")
+                    self.found(_report(False, self.count, first, reason))
+                    return
+                if self._stop.wait(self.rest * (time.monotonic() - began)):
+                    return
+            compared = f", and the {self.nodes.count:,} stored Merkle nodes above them match"
         took = time.monotonic() - started
-        self.log(f"the {self.count:,} entries the quick open took on trust are intact: rehashed in {took:.1f} s")
+        self.log(
+            f"the {self.count:,} entries the quick open took on trust are intact{compared}: checked in {took:.1f} s"
+        )
         reason = (
-            f"the {self.count:,} entries a quick open took on trust rehashed from the memory the service answers from"
+            f"the {self.count:,} entries a quick open took on trust rehashed from the memory the service answers "
+            f"from{compared}"
         )
         self.found(_report(True, self.count, None, reason))
 

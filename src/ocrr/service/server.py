@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 import uvicorn
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.location import display, scan_location
+from ocrr.ledger.location import StoredInnerNodes, display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
 from ocrr.service.config import ServiceConfig, check_tls_files
@@ -57,7 +57,9 @@ def _to_stderr(msg: str) -> None:
 def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int:
     """Open the ledger (checked fully, or from its checkpoint with ``quick_open``), seed it
     if asked, then answer until stopped. Returns the exit status."""
-    if config.tls_cert is not None and config.tls_key is not None:  # before anything is written
+    # The one check of the TLS files (``ocrr serve`` relies on it too): before anything is
+    # written or printed.
+    if config.tls_cert is not None and config.tls_key is not None:
         check_tls_files(config.tls_cert, config.tls_key)
     # One service per ledger and per port: refused here, before the ledger is read.
     with claim(config.ledger, config.host, config.port) as held:
@@ -196,7 +198,10 @@ def _serve_workers(
         shared, trusted = handed[-1].shared, handed[-1].trusted
         if shared is not None and trusted:
             found = recorded_in(config.ledger, log)
-            rehashing.append(RehashTrusted(shared.held_columns(), trusted, log, found).start())
+            # (the supervisor's open left the stored inner nodes under the checkpoint to this pass)
+            nodes = StoredInnerNodes(config.ledger, shared.held_levels(), trusted)
+            job = RehashTrusted(shared.held_columns(), trusted, log, found, after=config.rehash_after, nodes=nodes)
+            rehashing.append(job.start())
         return handed[-1]
 
     try:

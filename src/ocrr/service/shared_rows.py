@@ -171,6 +171,12 @@ class SharedRows:
             view[lay.hashes : lay.hashes + n * _HASH],
         )
 
+    def held_levels(self) -> list[memoryview]:
+        """The tree's levels as the supervisor's check built them (mapped read-only)."""
+        lay = self.layout
+        view = memoryview(mmap.mmap(self.fd, lay.total, prot=mmap.PROT_READ)).toreadonly()
+        return [view[at : at + length] for at, length in lay.levels]
+
     def lend_codes(self, substrate: PersistentSubstrate) -> bool:
         """Give the substrate's exact index the shared 8-bit codes as its shortlist (the one the
         service's pooled predicts scan), mapped copy-on-write; False when it takes none (an
@@ -210,9 +216,20 @@ class RowsRoom:
         # clearing it first.
 
     def known_prefix(self) -> KnownPrefix:
-        """No entries, only the buffer their rows are read into."""
+        """No entries, only the buffer their rows are read into. The stored inner Merkle nodes
+        under the checkpoint are left to the pass that rehashes the entries taken on trust
+        (``ocrr.service.rehash_trusted``), which compares them from the levels published."""
         assert self.buffer is not None, "the room was closed"
-        return KnownPrefix(0, self.buffer, LabelColumn(), TextColumn(), HashColumn(), MerkleTree(), rows_fd=self.fd)
+        return KnownPrefix(
+            0,
+            self.buffer,
+            LabelColumn(),
+            TextColumn(),
+            HashColumn(),
+            MerkleTree(),
+            rows_fd=self.fd,
+            inner_nodes_later=True,
+        )
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether ``rows`` are this room's first rows (a scan read them into it)."""

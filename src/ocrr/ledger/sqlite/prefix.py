@@ -26,7 +26,7 @@ from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.sqlite.schema import connect
 from ocrr.utils.files import write_at
 
-__all__ = ["trusted_prefix"]
+__all__ = ["stored_nodes", "trusted_prefix"]
 
 _F4LE = np.dtype("<f4")
 
@@ -59,7 +59,12 @@ _NODES_BLOCK = (
 
 
 def trusted_prefix(
-    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None, vectors_fd: int | None = None
+    conn: sqlite3.Connection,
+    trusted: int,
+    width: int,
+    vectors: np.ndarray | None,
+    vectors_fd: int | None = None,
+    inner_nodes: bool = True,
 ) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn] | None:
     """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
     read a block of rows per statement, their vectors copied into ``vectors`` (None: not kept,
@@ -69,15 +74,22 @@ def trusted_prefix(
     texts stored as text, vectors of ``width`` float32, links, 32-byte hashes, the stored
     leaves, and the stored nodes over them equal to the tree the leaves build. Returns (tree,
     labels, texts, hashes), or None when any check fails or a value cannot be read: the
-    caller then reads every entry one by one, which names the first bad one."""
+    caller then reads every entry one by one, which names the first bad one. ``inner_nodes``
+    False: the stored nodes above the leaves are not compared here (the caller compares them
+    later: ``ocrr.ledger.sqlite.inner_nodes``)."""
     try:
-        return _read_prefix(conn, trusted, width, vectors, vectors_fd)
+        return _read_prefix(conn, trusted, width, vectors, vectors_fd, inner_nodes)
     except (_NotIntact, sqlite3.Error, TypeError, ValueError):
         return None
 
 
 def _read_prefix(
-    conn: sqlite3.Connection, trusted: int, width: int, vectors: np.ndarray | None, vectors_fd: int | None
+    conn: sqlite3.Connection,
+    trusted: int,
+    width: int,
+    vectors: np.ndarray | None,
+    vectors_fd: int | None,
+    inner_nodes: bool,
 ) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn]:
     labels, texts, hashes = LabelColumn(), TextColumn(), HashColumn()
     prev = GENESIS
@@ -89,8 +101,8 @@ def _read_prefix(
         _BlockReaders(conn, width, vectors, vectors_fd) as readers,
         ThreadPoolExecutor(1, thread_name_prefix="ocrr-tree") as pool,
     ):
-        building = pool.submit(_prefix_tree, conn, trusted) if readers.own else None
-        tree = _prefix_tree(conn, trusted) if building is None else None
+        building = pool.submit(_prefix_tree, conn, trusted, inner_nodes) if readers.own else None
+        tree = _prefix_tree(conn, trusted, inner_nodes) if building is None else None
         try:
             for (lo, hi), got in zip(blocks, readers.fetch(blocks)):
                 block_labels, block_texts, _rows, chain = _read_block(got, lo, hi, width, prev)
@@ -106,11 +118,11 @@ def _read_prefix(
     return tree, labels, texts, hashes
 
 
-def _prefix_tree(conn: sqlite3.Connection, trusted: int) -> MerkleTree:
+def _prefix_tree(conn: sqlite3.Connection, trusted: int, inner_nodes: bool = True) -> MerkleTree:
     """The tree of the stored leaves ``0..trusted-1``; ``_NotIntact`` unless every stored node
-    over them is the one those leaves build."""
+    over them is the one those leaves build (``inner_nodes`` False: the leaves alone are read)."""
     tree = MerkleTree.from_leaves(_stored_nodes(conn, 0, 0, trusted))
-    for level in range(1, len(tree.levels)):
+    for level in range(1, len(tree.levels) if inner_nodes else 1):
         if _stored_nodes(conn, level, 0, trusted >> level) != tree.levels[level]:
             raise _NotIntact
     return tree
@@ -223,6 +235,15 @@ def _read_block(
             raise _NotIntact  # (a NULL text reads as '': an id out of the block or a text there cannot be)
         none[missing] = 1
     return block_labels, (texts.replace(b"\0", b""), ends, none.tobytes()), rows, chain
+
+
+def stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes | None:
+    """The stored hashes of nodes ``lo..hi-1`` of ``level``, concatenated, or None unless each
+    is there once, as 32 bytes."""
+    try:
+        return _stored_nodes(conn, level, lo, hi)
+    except _NotIntact:
+        return None
 
 
 def _stored_nodes(conn: sqlite3.Connection, level: int, lo: int, hi: int) -> bytes:

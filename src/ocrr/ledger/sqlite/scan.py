@@ -45,7 +45,10 @@ class KnownPrefix:
     read-only memory) are handed over, not copied: the scan appends later entries to them.
     With ``size`` 0 it gives only that buffer: the one the scan reads every row into, while
     they fit. ``rows_fd``: a memory file that ``vectors`` maps (shared) from its start; the
-    column-wise reading writes its rows there with ``pwrite`` (``ocrr.ledger.sqlite.prefix``)."""
+    column-wise reading writes its rows there with ``pwrite`` (``ocrr.ledger.sqlite.prefix``).
+    ``inner_nodes_later`` (with ``size`` 0): the column-wise reading of the entries under the
+    checkpoint leaves their stored inner Merkle nodes unread; the holder compares them after
+    the open (``ocrr.ledger.sqlite.inner_nodes``), as it rehashes those entries."""
 
     size: int
     vectors: np.ndarray
@@ -54,6 +57,7 @@ class KnownPrefix:
     hashes: HashColumn
     tree: MerkleTree
     rows_fd: int | None = None
+    inner_nodes_later: bool = False
 
 
 def _scan(
@@ -137,7 +141,7 @@ def _scan(
         if i == trusted:
             check_checkpoint(checkpoints[-1], tree, prev)
     else:
-        rows_fd = None
+        rows_fd, inner_nodes = None, not (known is not None and known.inner_nodes_later)
         if known is not None and keep_rows and not known.size and known.vectors.shape[1] == width:
             vectors = _room_for(known.vectors, 0, rows)  # the buffer the caller gave for the rows
             if vectors.ctypes.data == known.vectors.ctypes.data:  # (not a larger one made instead)
@@ -147,7 +151,9 @@ def _scan(
         # The entries a checkpoint vouches for, read column-wise when they are intact (anything
         # unexpected there: read them again one by one below, which names what is wrong).
         prefix = (
-            trusted_prefix(conn, trusted, width, vectors if keep_rows else None, rows_fd) if fast and trusted else None
+            trusted_prefix(conn, trusted, width, vectors if keep_rows else None, rows_fd, inner_nodes)
+            if fast and trusted
+            else None
         )
         if prefix is None:
             tree, labels, texts, hashes, prev, i = MerkleTree(), LabelColumn(), TextColumn(), HashColumn(), GENESIS, 0
