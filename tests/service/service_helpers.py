@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -51,6 +52,18 @@ def seed(state) -> None:
     texts = [t for ts in SEED_TEXTS.values() for t in ts]
     labels = [lab for lab, ts in SEED_TEXTS.items() for _ in ts]
     state.substrate.correct(HashingEncoder().encode(texts), labels, texts)
+
+
+def cut_back(path, keep: int) -> None:
+    """Cut the ledger file back to its first ``keep`` entries consistently (the entries, the
+    committed size, the chain head): intact on its own, short of what a service acknowledged."""
+    conn = sqlite3.connect(path)
+    head = conn.execute("SELECT hash FROM entries WHERE id = ?", (keep - 1,)).fetchone()[0]
+    conn.execute("DELETE FROM entries WHERE id >= ?", (keep,))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'size'", (keep,))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'chain_head'", (head,))
+    conn.commit()
+    conn.close()
 
 
 def signed_ledger(folder, origin: str):

@@ -13,7 +13,16 @@ import pytest
 pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
 requests = pytest.importorskip("requests")
 
-from service_helpers import TOKEN, free_port, open_state, running, seed, serve_workers, session_on  # noqa: E402
+from service_helpers import (  # noqa: E402
+    TOKEN,
+    cut_back,
+    free_port,
+    open_state,
+    running,
+    seed,
+    serve_workers,
+    session_on,
+)
 
 from ocrr.ledger.heads import Signer  # noqa: E402
 from ocrr.ledger.sqlite.scan import scan_file  # noqa: E402
@@ -79,14 +88,7 @@ def test_a_file_whose_entries_were_removed_disagrees_with_memory(tmp_path):
     state = open_state(path, check_every=0)
     seed(state)
     size = len(state.substrate)
-    # Truncate to entry 5 consistently: the nodes, the commit record, the chain head.
-    conn = sqlite3.connect(path)
-    head = conn.execute("SELECT hash FROM entries WHERE id = 4").fetchone()[0]
-    conn.execute("DELETE FROM entries WHERE id >= 5")
-    conn.execute("UPDATE meta SET value = 5 WHERE key = 'size'")
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'chain_head'", (head,))
-    conn.commit()
-    conn.close()
+    cut_back(path, 5)
     out = state.check_file("checkpoint")
     assert not out["ok"] and state.damage is not None
     assert size > 5 and out["first_bad"] in (5, None)
