@@ -7,8 +7,10 @@ from ``CheckedRows`` (each proven to be the checked one): per query a running ex
 merged block by block with ``ocrr.index.topk.top_k`` (similarity descending, then id
 descending: the one total order every search path of the substrate answers in, however the
 work is chunked), then the substrate's own vote rule on the merged neighbours. Similarities
-are float32 dot products as the exact index computes them; BLAS may round one by an ulp for
-another block shape, so only neighbours tied to that ulp could be ordered otherwise.
+are float32 dot products as the exact index computes them; BLAS kernels of other block
+shapes may sum their terms in another order, so a similarity may differ in its last bits
+(within a float32 dot product's rounding), and only neighbours that close could be ordered
+otherwise.
 """
 
 from __future__ import annotations
