@@ -18,6 +18,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
+from tests.ledger.submitted import submit_rows
 
 from ocrr.ledger.postgres.store import PostgresLedger
 
@@ -54,22 +55,6 @@ def _wait_gone(url: str, name: str) -> int:
     return left
 
 
-def _submit(led, n: int) -> tuple[list, threading.Event]:
-    """``n`` one-row appends through ``submit``, not waited for: what they are told, and an
-    event set once all are."""
-    told: list = []
-    done = threading.Event()
-
-    def tell(ids, err):
-        told.append((ids, err))
-        if len(told) == n:
-            done.set()
-
-    for i in range(n):
-        led.submit(np.eye(DIM, dtype=np.float32)[i % DIM : i % DIM + 1], [f"l{i}"], None, tell)
-    return told, done
-
-
 def _join_new(before: set[threading.Thread]) -> None:
     """Every thread started since ``before`` (the committer's, the pool's, the close's) ends."""
     for thread in set(threading.enumerate()) - before:
@@ -95,7 +80,7 @@ def test_a_ledger_collected_on_its_pools_own_thread_closes_the_pool(pg_url, unra
     url, name = _named(pg_url)
     before = set(threading.enumerate())
     led = PostgresLedger.open(url, dim=DIM)
-    told, done = _submit(led, 6)
+    told, done = submit_rows(led, 6, DIM)
     assert done.wait(30)
     assert sorted(ids.start for ids, err in told if err is None) == list(range(6))
     led.extend(np.eye(DIM, dtype=np.float32)[:2], ["x", "y"])  # the kept connection in use too
@@ -129,7 +114,7 @@ def test_a_ledger_dropped_on_another_thread_with_appends_queued_closes_its_pool(
 
     def append_and_drop() -> None:
         led = PostgresLedger.open(url, dim=DIM)
-        outcome["told"], outcome["done"] = _submit(led, 5)  # queued: the committer holds the ledger
+        outcome["told"], outcome["done"] = submit_rows(led, 5, DIM)  # queued: the committer holds the ledger
         outcome["gone"] = weakref.ref(led)
         ready.set()
         del led
@@ -157,7 +142,7 @@ def test_closing_explicitly_twice_then_dropping_leaves_nothing(pg_url, unraisabl
     url, name = _named(pg_url)
     before = set(threading.enumerate())
     led = PostgresLedger.open(url, dim=DIM)
-    told, done = _submit(led, 3)
+    told, done = submit_rows(led, 3, DIM)
     assert done.wait(30)
     led.append(np.ones(DIM, dtype=np.float32), "z")
     led.close()

@@ -12,6 +12,7 @@ import weakref
 import numpy as np
 import pytest
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
+from tests.ledger.submitted import submit_rows
 
 from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.ledger.sqlite.wal import BackgroundCheckpoints
@@ -61,16 +62,7 @@ class _Wrapped:
 
 def _submitted(led, n: int) -> list:
     """``n`` entries appended through ``submit``, waited for: their (ids, error)."""
-    told: list = []
-    done = threading.Event()
-
-    def tell(ids, err):
-        told.append((ids, err))
-        if len(told) == n:
-            done.set()
-
-    for i in range(n):
-        led.submit(np.eye(4, dtype=np.float32)[i % 4 : i % 4 + 1], [f"l{i}"], None, tell)
+    told, done = submit_rows(led, n, 4)
     assert done.wait(30)
     return told
 

@@ -5,9 +5,9 @@ them) and, by default, compares every stored inner node with the one those leave
 holder that checks the entries it took on trust after the open anyway (``ocrr serve
 --workers N``: ``KnownPrefix.inner_nodes_later``) leaves this comparison to that pass too: it
 answers and proves from the tree it built, never from the stored inner nodes, which matter
-only to later readers of the file, and reading them is a good part of a large ledger's
-restart. ``StoredInnerNodes`` makes the comparison a slice at a time, so that the pass can rest
-between slices; a stored node that differs is reported as the open would have named it.
+only to later readers of the file, and reading them lengthens a large ledger's restart.
+``StoredInnerNodes`` makes the comparison a slice at a time, so that the pass can rest between
+slices; a stored node that differs is reported as the open would have named it.
 """
 
 from __future__ import annotations
