@@ -312,7 +312,7 @@ def rehashed(log, wait: float) -> str:
     deadline = time.monotonic() + wait
     while True:
         log.seek(0)
-        said = [line.strip() for line in log if "are intact: rehashed" in line or "fails closed" in line]
+        said = [line.strip() for line in log if "took on trust are intact" in line or "fails closed" in line]
         if said or time.monotonic() > deadline:
             break
         time.sleep(1.0)

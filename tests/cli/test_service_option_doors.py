@@ -249,11 +249,31 @@ def test_a_rehash_delay_from_0_to_3600_seconds_is_taken(tmp_path, capsys, no_ser
     for value in ("0", "2.5", "3600"):
         code, err = _serve(tmp_path, capsys, "--quick-open", "--rehash-after", value)
         assert code == 0 and err == "" and no_server[-1].rehash_after == float(value)
-    assert ServiceConfig(ledger=tmp_path / "l.db").rehash_after == 10  # the default
+    default = ServiceConfig(ledger=tmp_path / "l.db")
+    assert default.rehash_after is None and default.rehash_delay == 10  # not given: the default applies
 
 
-def test_a_rehash_delay_without_a_quick_open_is_refused(tmp_path, capsys, no_server):
-    code, err = _serve(tmp_path, capsys, "--rehash-after", "0")
-    assert code == 2 and "--rehash-after delays the rehash that follows a quick open" in err
+@pytest.mark.parametrize("value", ["0", "10", "10.0"])  # 10 is the default's value, and given all the same
+def test_a_rehash_delay_without_a_quick_open_is_refused(tmp_path, capsys, no_server, value):
+    code, err = _serve(tmp_path, capsys, "--rehash-after", value)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "--rehash-after delays the rehash that follows a quick open" in err
     assert "add --quick-open, or drop --rehash-after" in err
     assert not no_server and _nothing_written(tmp_path)
+    with pytest.raises(OcrrError, match="add --quick-open, or drop --rehash-after"):
+        ServiceConfig(ledger=tmp_path / "l.db", rehash_after=float(value))
+
+
+def test_no_rehash_delay_without_a_quick_open_is_taken_with_the_default_delay(tmp_path, capsys, no_server):
+    code, err = _serve(tmp_path, capsys)
+    assert code == 0 and err == ""
+    assert no_server[-1].rehash_after is None and no_server[-1].rehash_delay == 10
+    code, err = _serve(tmp_path, capsys, "--quick-open")
+    assert code == 0 and err == "" and no_server[-1].rehash_delay == 10
+    assert "(default 10.0)" in _serve_help(capsys)  # the help still says what not giving it means
+
+
+def _serve_help(capsys) -> str:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    return " ".join(capsys.readouterr().out.split())  # (argparse wraps the lines)

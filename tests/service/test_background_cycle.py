@@ -29,13 +29,13 @@ def sliced(path, slice_entries: int = 4):
 def counted(monkeypatch) -> list[int]:
     """The ledger sizes the quick check of the whole file ran at, one per run."""
     runs: list[int] = []
-    real = service_state._check_now
+    real = service_state.quick_check
 
     def counting(led):
         runs.append(len(led))
         return real(led)
 
-    monkeypatch.setattr(service_state, "_check_now", counting)
+    monkeypatch.setattr(service_state, "quick_check", counting)
     return runs
 
 
@@ -84,4 +84,34 @@ def test_a_removed_tail_is_found_at_the_next_tick_inside_a_cycle(tmp_path):
     cut_back(path, 5)
     out = state.check_file("checkpoint")
     assert not out["ok"] and state.damage is not None
+    state.close()
+
+
+def test_the_slice_is_rehashed_in_steps_with_a_rest_after_each_but_the_last(tmp_path, monkeypatch):
+    monkeypatch.setattr(service_state, "CHECK_STEP", 2)
+    state = sliced(tmp_path / "l.db", slice_entries=8)
+    stepped: list[tuple[int, int]] = []
+    real = state.substrate.ledger.check_slice
+    monkeypatch.setattr(state.substrate.ledger, "check_slice", lambda lo, hi: stepped.append((lo, hi)) or real(lo, hi))
+    rests: list[float] = []
+    assert state.check_file("checkpoint", rest=lambda s: rests.append(s) or False)["ok"]
+    assert stepped == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert len(rests) == 3 and all(r > 0 for r in rests)
+    stepped.clear()
+    state.slice_at = 0
+    assert state.check_file("checkpoint", rest=lambda s: True)["ok"]  # the service stops at the first rest
+    assert stepped == [(0, 2)]
+    state.close()
+
+
+def test_an_entry_edited_in_a_later_step_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(service_state, "CHECK_STEP", 2)
+    path = tmp_path / "l.db"
+    state = sliced(path, slice_entries=8)
+    conn = sqlite3.connect(path)
+    with conn:
+        assert conn.execute("UPDATE entries SET label = label || 'x' WHERE id = 5").rowcount == 1
+    conn.close()
+    out = state.check_file("checkpoint", rest=lambda s: False)
+    assert not out["ok"] and out["first_bad"] == 5 and state.damage is not None
     state.close()

@@ -60,7 +60,7 @@ def create_app(
             if state.damage is not None:
                 return
             try:
-                state.check_file("checkpoint")
+                state.check_file("checkpoint", rest=stop.wait)
             except Exception as e:  # noqa: BLE001 - a file that cannot even be read is damage too
                 state.fail({"ok": False, "first_bad": None, "reason": f"the file could not be checked ({e})"})
 

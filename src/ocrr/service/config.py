@@ -23,7 +23,7 @@ from ocrr.service.encoder import check_nice
 from ocrr.service.hosts import allowed_hosts
 from ocrr.service.rehash_trusted import WARM_UP
 from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
-from ocrr.specs import field_options, option
+from ocrr.specs import field_options, format_value, option
 
 MAX_WORKERS = 64
 # Until the pass after a quick open runs, an entry edited under the checkpoint goes unseen:
@@ -97,13 +97,15 @@ class ServiceConfig:
     quick_open: bool = option(
         default=False, kind=bool, help="on open, rehash only the entries after the last checkpoint"
     )
-    rehash_after: float = option(
-        default=WARM_UP,
+    rehash_after: float | None = option(
+        # None: not given, so that a given 10 is told from the default (a given one needs
+        # --quick-open); ``rehash_delay`` is the value used: the given one, else WARM_UP.
+        default=None,
         kind=float,
         low=0,
         high=MAX_REHASH_AFTER,
         help="with --quick-open, seconds from the start until the entries it took on trust are rehashed "
-        "in the background (0: at once); damage to them goes unseen until then",
+        f"in the background (0: at once); damage to them goes unseen until then (default {format_value(WARM_UP)})",
     )
     index_file: Path | None = option(
         default=None,
@@ -183,7 +185,10 @@ class ServiceConfig:
 
     def __post_init__(self) -> None:
         for name, declared in CONFIG_OPTIONS.items():  # each value as declared (a path's text made a Path …)
-            value = declared.check("ocrr serve", flag(name), getattr(self, name), hint="See 'ocrr serve --help'.")
+            value = getattr(self, name)
+            if value is None and declared.default is None:
+                continue  # not given (--rehash-after's None is no value to bound)
+            value = declared.check("ocrr serve", flag(name), value, hint="See 'ocrr serve --help'.")
             object.__setattr__(self, name, value)  # (how a frozen dataclass stores a converted value)
         object.__setattr__(self, "ledger", as_location(self.ledger))  # a URL stays a string
         if self.seed < 0:  # (not a declared bound: the declaration's words name the type alone)
@@ -205,7 +210,7 @@ class ServiceConfig:
                 "--pin-workers keeps each of several workers on its own core; with one worker there is "
                 "nothing to spread: add --workers N (one per core), or drop --pin-workers"
             )
-        if self.rehash_after != WARM_UP and not self.quick_open:
+        if self.rehash_after is not None and not self.quick_open:  # given, even as the default's 10
             raise OcrrError(
                 "--rehash-after delays the rehash that follows a quick open; without --quick-open every "
                 "entry is rehashed before the service answers: add --quick-open, or drop --rehash-after"
@@ -277,6 +282,12 @@ class ServiceConfig:
             )
         ledger = Path(self.ledger)
         return ledger.with_name(ledger.name + ".token")
+
+    @property
+    def rehash_delay(self) -> float:
+        """Seconds from the start until a quick open's trusted entries are rehashed:
+        --rehash-after if given, else ``WARM_UP``."""
+        return WARM_UP if self.rehash_after is None else self.rehash_after
 
     @property
     def verify(self) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from ocrr.ledger.column_rehash import HeldColumns, first_mismatch
 from ocrr.ledger.location import StoredInnerNodes, record_verification_at
 
-__all__ = ["RehashTrusted", "recorded_in"]
+__all__ = ["RehashTrusted", "idle_priority", "recorded_in"]
 
 _CHUNK = 4096  # entries rehashed between looks at the stop flag
 # After each chunk the thread rests this many times as long as the chunk took (wall time, so
@@ -84,7 +84,7 @@ class RehashTrusted:
                 self.log(f"the rehash of the entries the quick open took on trust stopped: {e}")
 
     def _rehash(self) -> None:
-        _idle_priority()
+        idle_priority()
         if self._stop.wait(self.after):
             return
         started = time.monotonic()
@@ -150,7 +150,7 @@ def recorded_in(ledger: str | os.PathLike[str], log: Callable[[str], None]) -> C
     return record
 
 
-def _idle_priority() -> None:
+def idle_priority() -> None:
     """Run the calling thread only when a core would otherwise idle (Linux ``SCHED_IDLE``; else
     the lowest priority its system gives a thread, if any)."""
     tid = threading.get_native_id()

@@ -200,7 +200,7 @@ def _serve_workers(
             found = recorded_in(config.ledger, log)
             # (the supervisor's open left the stored inner nodes under the checkpoint to this pass)
             nodes = StoredInnerNodes(config.ledger, shared.held_levels(), trusted)
-            job = RehashTrusted(shared.held_columns(), trusted, log, found, after=config.rehash_after, nodes=nodes)
+            job = RehashTrusted(shared.held_columns(), trusted, log, found, after=config.rehash_delay, nodes=nodes)
             rehashing.append(job.start())
         return handed[-1]
 

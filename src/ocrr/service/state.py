@@ -30,6 +30,7 @@ from ocrr.ledger.proofs import b64
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.signed_state import SignedState, default_state_path
 from ocrr.ledger.store import LedgerStore
+from ocrr.service.check_apart import quick_check
 from ocrr.service.config import ServiceConfig
 from ocrr.service.encoder import EncoderProcess
 from ocrr.service.metrics import Counters, Scrape
@@ -43,6 +44,11 @@ from ocrr.systems.substrate.saved_index import SavedIndex, check_index_file
 #: short enough for requests not to notice, docs/reference/measurements.md), in turn: all of
 #: them every ceil(entries / this) ticks.
 CHECK_SLICE = 8_000
+#: The slice is rehashed this many entries at a time, with a rest after each (``CHECK_REST``
+#: times as long as the step took): rehashed at once it held the interpreter lock, which this
+#: worker's requests need too, for tens of milliseconds (docs/service-at-scale.md).
+CHECK_STEP = 100
+CHECK_REST = 3.0
 #: Seconds between the predict path's looks for damage another worker recorded in the file.
 DAMAGE_POLL = 1.0
 _REASON_SHOWN = 500  # characters of a reason read from storage that /health and 503s repeat
@@ -160,13 +166,15 @@ class ServiceState:
             f"an operator restores the file and restarts it (run `ocrr ledger verify {shown}`)"
         )
 
-    def check_file(self, verify: str = "checkpoint") -> dict:
+    def check_file(self, verify: str = "checkpoint", rest: Callable[[float], bool] | None = None) -> dict:
         """Check the file (``checkpoint``: only what follows the last full check, and that
         checkpoint itself, plus the next ``check_slice`` older entries in turn; ``full``: all
         of it, recording a checkpoint if intact), and that what this process holds agrees
-        with it; honour damage other workers recorded; fail closed on damage. Returns the
-        report as a dict (as /verify answers it). A database that cannot be reached is no
-        damage: the report says so (``ok`` false, ``unreachable`` true) and nothing fails closed."""
+        with it; honour damage other workers recorded; fail closed on damage. ``rest``: waits
+        the seconds it is given between steps of the slice, and says True when the service
+        stops (None: no rests). Returns the report as a dict (as /verify answers it). A
+        database that cannot be reached is no damage: the report says so (``ok`` false,
+        ``unreachable`` true) and nothing fails closed."""
         self.honour_shared_damage()
         led = self.substrate.ledger
         try:
@@ -182,12 +190,12 @@ class ServiceState:
             if verify == "checkpoint" and not self._starts_cycle(held):
                 out = _held_report(led, held)  # the tail (checked by the refresh above) and a slice
             else:
-                report = _check_now(led) if verify == "checkpoint" else led.verify("full")
+                report = quick_check(led) if verify == "checkpoint" else led.verify("full")
                 out = report.to_dict()
                 if report:
                     out = self._disagreement(report, held) or out
             if out["ok"] and verify == "checkpoint":
-                out = self._check_old_slice(held) or out
+                out = self._check_old_slice(held, rest) or out
         except OcrrError as e:
             if not _unreachable(led, e):
                 raise
@@ -203,16 +211,21 @@ class ServiceState:
         self.quick_check_due = True  # (the first tick's cycle: the open checked the whole file)
         return due
 
-    def _check_old_slice(self, held: int) -> dict | None:
-        """Rehash the next ``check_slice`` entries (cycling over all ``held``); a damage report
-        if one differs from what this process holds."""
+    def _check_old_slice(self, held: int, rest: Callable[[float], bool] | None = None) -> dict | None:
+        """Rehash the next ``check_slice`` entries (cycling over all ``held``), ``CHECK_STEP``
+        at a time with ``rest`` between steps; a damage report if one differs from what this
+        process holds."""
         lo = self.slice_at if self.slice_at < held else 0
         hi = min(lo + self.check_slice, held)
         self.slice_at = hi if hi < held else 0
-        found = self.substrate.ledger.check_slice(lo, hi)
-        if found is None:
-            return None
-        return {"ok": False, "size": held, "first_bad": found[0], "reason": found[1]}
+        for start in range(lo, hi, CHECK_STEP):
+            began = time.monotonic()
+            found = self.substrate.ledger.check_slice(start, min(start + CHECK_STEP, hi))
+            if found is not None:
+                return {"ok": False, "size": held, "first_bad": found[0], "reason": found[1]}
+            if rest is not None and start + CHECK_STEP < hi and rest(CHECK_REST * (time.monotonic() - began)):
+                return None  # the service stops
+        return None
 
     def _disagreement(self, report: LedgerReport, held: int) -> dict | None:
         """A damage report if the (intact) file disagrees with the entries held in memory."""
@@ -396,7 +409,7 @@ def build_state(
         damage_seen=damage_after,
         log=log,
         trusted=sub.ledger.report.checked_from if predicts and shared is None else 0,
-        rehash_after=config.rehash_after,
+        rehash_after=config.rehash_delay,
     )
     if config.witnesses and signer is not None:
         assert config.key is not None and config.quorum is not None  # ServiceConfig checked both
@@ -485,11 +498,6 @@ def _held_report(led: LedgerStore, held: int) -> dict:
         chain_head=b64(led.entry_hash(held - 1)) if held else None,
     )
     return report.to_dict()
-
-
-def _check_now(led: LedgerStore) -> LedgerReport:
-    """The quick check of the ledger as stored now: what follows its last checkpoint."""
-    return led.scan("checkpoint", rows=False)[0]  # the report only: not gigabytes of rows at a million entries
 
 
 def _new_token(config: ServiceConfig, log: Callable[[str], None]) -> str:
