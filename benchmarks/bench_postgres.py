@@ -174,7 +174,8 @@ def _store_worker(url: str, gather: float, threads: int, seconds: float, dim: in
     def run(k: int) -> None:
         rng = np.random.default_rng(k)
         while time.monotonic() < end:
-            led.append(rng.standard_normal(dim).astype(np.float32), "x")
+            vec = rng.standard_normal(dim).astype(np.float32)
+            led.append(vec / np.linalg.norm(vec), "x")  # a ledger takes unit rows only
             counts[k] += 1
 
     ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
@@ -229,7 +230,8 @@ def _follow_lag(cluster, args) -> None:
             follower = Follower(replica, every=1.0).start()
             follower.listening.wait(10)
             for _ in range(200):
-                n = writer.append(rng.standard_normal(args.dim).astype(np.float32), "x") + 1
+                vec = rng.standard_normal(args.dim).astype(np.float32)
+                n = writer.append(vec / np.linalg.norm(vec), "x") + 1  # a ledger takes unit rows only
                 t0 = time.perf_counter()
                 while len(replica) < n:
                     time.sleep(0.0002)

@@ -18,7 +18,8 @@ DIM = 16
 
 
 def vec(i: int) -> np.ndarray:
-    return np.random.default_rng(i).normal(size=DIM).astype(np.float32)
+    v = np.random.default_rng(i).normal(size=DIM).astype(np.float32)
+    return v / np.linalg.norm(v)  # a durable ledger takes unit rows only
 
 
 def label(i: int) -> str:

@@ -29,7 +29,8 @@ def main(url: str, prefix: str, count: int) -> None:
         labels = [f"{prefix}-{k + j}" for j in range(m)]
         k += m
         try:
-            ids = ledger.extend(rng.standard_normal((m, DIM)).astype(np.float32), labels, [None] * m)
+            vecs = rng.standard_normal((m, DIM)).astype(np.float32)
+            ids = ledger.extend(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), labels, [None] * m)
         except OcrrError:
             time.sleep(0.05)
             continue

@@ -32,6 +32,7 @@ def signer() -> Signer:
 def _entries(lo: int, hi: int):
     rng = np.random.default_rng(lo)
     vecs = rng.standard_normal((hi - lo, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # a durable ledger takes unit rows only
     return vecs, [f"label-{i % 3}" for i in range(lo, hi)], [f"text {i}" for i in range(lo, hi)]
 
 

@@ -23,7 +23,8 @@ DIM = 4
 
 
 def _vec(i: int) -> np.ndarray:
-    return np.random.default_rng(i).normal(size=DIM).astype(np.float32)
+    v = np.random.default_rng(i).normal(size=DIM).astype(np.float32)
+    return v / np.linalg.norm(v)  # a durable ledger takes unit rows only
 
 
 def _label(i: int) -> str:
@@ -67,6 +68,7 @@ def test_groups_of_any_size_store_what_one_at_a_time_stores(tmp_path):
     n = 300
     rng = np.random.default_rng(5)
     vecs = rng.standard_normal((n, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     labels = [_label(i) for i in range(n)]
     texts = [None if i % 3 else f"texte {i} é✓" for i in range(n)]
     ref = Ledger(DIM)  # the chain hashed by the in-memory ledger, the tree by the verifier's leaf hash

@@ -25,6 +25,7 @@ def _items(sizes: list[int], seed: int) -> list[Pending]:
     out = []
     for k, m in enumerate(sizes):
         vecs = rng.standard_normal((m, DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # a durable ledger takes unit rows only
         texts = [None if (k + j) % 3 == 0 else f"t{k}-{j}" for j in range(m)]
         out.append(Pending(vecs, [f"l{(k + j) % 2}" for j in range(m)], texts))
     return out

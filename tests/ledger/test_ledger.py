@@ -545,16 +545,16 @@ def test_file_schema(tmp_path):
 
 def test_open_appends_to_the_file(tmp_path):
     path = tmp_path / "live.db"
-    with Ledger.open(path) as live:
-        live.append([1.0, 2.0], "a", "first")
-        live.extend(np.array([[3.0, 4.0], [5.0, 6.0]]), ["b", "c"], [None, ""])
+    with Ledger.open(path) as live:  # unit rows: the file's store takes no other
+        live.append([0.6, 0.8], "a", "first")
+        live.extend(np.array([[0.8, 0.6], [0.0, 1.0]]), ["b", "c"], [None, ""])
         live.flush()
         assert Ledger.load(path).head == live.head
-        live.append([7.0, 8.0], "d")
+        live.append([1.0, 0.0], "d")
         head = live.head
     reopened = Ledger.open(path)
     assert len(reopened) == 4 and reopened.head == head and reopened.dim == 2
-    reopened.append([9.0, 10.0], "e")
+    reopened.append([-0.6, 0.8], "e")
     reopened.close()
     with pytest.raises(OcrrError, match="closed"):
         reopened.append([1.0, 1.0], "f")
@@ -568,7 +568,7 @@ def test_open_appends_to_the_file(tmp_path):
 def test_open_refuses_a_tampered_file_and_a_wrong_dim(tmp_path):
     path = tmp_path / "live.db"
     with Ledger.open(path, dim=2) as live:
-        live.append([1.0, 2.0], "a")
+        live.append([0.6, 0.8], "a")
     with pytest.raises(OcrrError, match="dimension 2, not 3"):
         Ledger.open(path, dim=3)
     tamper_sqlite("label", path, {"k": 0, "new": "b"})
@@ -713,6 +713,7 @@ def test_substrate_with_vectors_on_disk_predicts_the_same(tmp_path):
 def test_load_and_open_with_vectors_on_disk(tmp_path):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((150, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)  # unit rows: the file's store takes no other
     led = Ledger(8)
     led.extend(x, [f"c{i % 3}" for i in range(150)], [None if i % 2 else f"t{i}" for i in range(150)])
     led.save(tmp_path / "l.db")

@@ -31,7 +31,7 @@ _CHILD = textwrap.dedent(
     with DurableLedger.open(sys.argv[1], dim=4) as led:
         print("open", len(led), flush=True)
         for line in sys.stdin:
-            print("appended", led.append(np.ones(4, np.float32), "child"), flush=True)
+            print("appended", led.append(np.full(4, 0.5, np.float32), "child"), flush=True)  # a unit row
     """
 )
 
@@ -57,7 +57,7 @@ class Writer:
 
 def _made(path, n: int = 3):
     with DurableLedger.open(path, dim=DIM) as led:
-        led.extend(np.ones((n, DIM), np.float32), ["seed"] * n)
+        led.extend(np.full((n, DIM), DIM**-0.5, np.float32), ["seed"] * n)  # a durable ledger takes unit rows only
     return path
 
 
@@ -125,7 +125,7 @@ def test_two_names_in_one_process_are_refused(tmp_path):
         os.unlink(old)
         with pytest.raises(OcrrError, match="is open for writing through another name"):
             DurableLedger.open(new)
-        led.append(np.ones(DIM, np.float32), "still")
+        led.append(np.full(DIM, DIM**-0.5, np.float32), "still")
     with DurableLedger.open(new):
         pass
 
@@ -141,7 +141,7 @@ def test_a_symlink_is_followed_to_the_one_name_of_the_file(tmp_path):
             assert led.path == path
             assert child.append() == 3
             led.refresh()
-            assert led.append(np.ones(DIM, np.float32), "here") == 4
+            assert led.append(np.full(DIM, DIM**-0.5, np.float32), "here") == 4
             assert child.append() == 5
         assert not (tmp_path / "link.db-writer").exists() and (tmp_path / "real" / "l.db-writer").exists()
     finally:
@@ -155,7 +155,7 @@ def test_writers_through_one_name_share_the_file(tmp_path):
         with DurableLedger.open(path) as led:
             assert child.append() == 3
             led.refresh()
-            assert led.append(np.ones(DIM, np.float32), "here") == 4
+            assert led.append(np.full(DIM, DIM**-0.5, np.float32), "here") == 4
             assert child.append() == 5
     finally:
         child.close()

@@ -25,6 +25,10 @@ from ocrr.ledger.postgres.store import PostgresLedger
 DIM = 8
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v, axis=1, keepdims=True)  # a durable ledger takes unit rows only
+
+
 def _writer(url: str, prefix: str, count: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.ledger.pg_writer", url, prefix, str(count)],
@@ -86,7 +90,7 @@ def test_a_writer_killed_mid_write_loses_no_acknowledged_entry(pg_url):
     assert sorted(stored) == list(range(len(stored)))  # an unacknowledged one may be there; no gap
     with PostgresLedger.open(pg_url) as again:  # the full check passes, and appends go on
         assert len(again) >= len(stored)  # a COMMIT in flight when the writer died may land after our read
-        again.append(np.ones(DIM), "after")
+        again.append(np.full(DIM, DIM**-0.5), "after")  # a durable ledger takes unit rows only
 
 
 def test_the_server_killed_mid_write_loses_no_acknowledged_entry(pg_url, pg_cluster):  # noqa: F811
@@ -118,7 +122,7 @@ def test_a_follower_takes_in_others_entries_on_notify(pg_url):
         follower = Follower(replica, every=60).start()  # the timer is out of play: NOTIFY wakes it
         lags = []
         for _ in range(20):
-            ids = writer.extend(rng.standard_normal((2, DIM)).astype(np.float32), ["a", "b"])
+            ids = writer.extend(_unit(rng.standard_normal((2, DIM)).astype(np.float32)), ["a", "b"])
             t0 = time.monotonic()
             while len(replica) < ids[-1] + 1:
                 assert time.monotonic() - t0 < 5, "the follower did not take in the new entries"
@@ -139,7 +143,7 @@ def test_a_follower_catches_up_after_the_server_restarts(pg_url, pg_cluster):  #
         pg_cluster.kill9()
         pg_cluster.start()
         with PostgresLedger.open(pg_url) as writer:  # written while the follower reconnects
-            writer.extend(rng.standard_normal((5, DIM)).astype(np.float32), list("abcde"))
+            writer.extend(_unit(rng.standard_normal((5, DIM)).astype(np.float32)), list("abcde"))
             deadline = time.monotonic() + 20
             while len(replica) < 5:
                 assert time.monotonic() < deadline, f"not caught up: {follower.error}"
@@ -158,7 +162,7 @@ def test_a_follower_stops_on_entries_that_do_not_chain_on(pg_url):
         got.set()
 
     with PostgresLedger.open(pg_url, dim=DIM) as writer, PostgresLedger.open(pg_url) as replica:
-        writer.extend(rng.standard_normal((3, DIM)).astype(np.float32), list("abc"))
+        writer.extend(_unit(rng.standard_normal((3, DIM)).astype(np.float32)), list("abc"))
         replica.refresh()
         Follower(replica, every=0.2, on_error=on_error).start()
         with psycopg.connect(pg_url, autocommit=True) as conn:  # a forged entry, appended by hand

@@ -14,11 +14,10 @@ from ocrr.ledger.sqlite.store import DurableLedger
 
 
 def _ledger(path, n: int = 300) -> None:
-    rng = np.random.default_rng(3)
+    vecs = np.random.default_rng(3).normal(size=(n, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # a durable ledger takes unit rows only
     with DurableLedger.open(path, dim=8) as led:
-        led.extend(
-            rng.normal(size=(n, 8)).astype(np.float32), [f"l{i % 7}" for i in range(n)], [f"t{i}" for i in range(n)]
-        )
+        led.extend(vecs, [f"l{i % 7}" for i in range(n)], [f"t{i}" for i in range(n)])
 
 
 def test_a_scan_without_rows_checks_the_same_and_holds_only_the_tree(tmp_path):

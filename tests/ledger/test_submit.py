@@ -16,7 +16,8 @@ DIM = 4
 
 
 def _vec(i: int) -> np.ndarray:
-    return np.random.default_rng(i).normal(size=(1, DIM)).astype(np.float32)
+    v = np.random.default_rng(i).normal(size=(1, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v)  # a durable ledger takes unit rows only
 
 
 class Told:

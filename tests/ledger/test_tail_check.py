@@ -18,7 +18,8 @@ DIM = 8
 
 
 def _vecs(n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)  # a durable ledger takes unit rows only
 
 
 def _tamper(path, *statements: tuple) -> None:

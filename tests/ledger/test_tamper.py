@@ -32,7 +32,8 @@ def _write(path, seed: int, texts: bool = True) -> None:
     with DurableLedger.open(path, signer=_SIGNER) as led:
         for i in range(N):
             text = f"utterance {seed}-{i}" if texts and i % 3 else None
-            led.append(rng.normal(size=DIM).astype(np.float32), f"label-{i % 4}", text)
+            vec = rng.normal(size=DIM).astype(np.float32)
+            led.append(vec / np.linalg.norm(vec), f"label-{i % 4}", text)  # a durable ledger takes unit rows only
         led.verify()  # records a signed checkpoint at N (the checks below trust no key: it is ignored)
 
 

@@ -37,7 +37,8 @@ def log(tmp_path, capsys):
     rng = np.random.default_rng(0)
     with DurableLedger.open(path) as led:
         for i in range(11):
-            led.append(rng.normal(size=4), f"c{i % 3}", f"text {i}" if i % 2 else None)
+            vec = rng.normal(size=4)  # made a unit row below: a durable ledger takes no other
+            led.append(vec / np.linalg.norm(vec), f"c{i % 3}", f"text {i}" if i % 2 else None)
         root = led.root()
     paths = {}
     for name, argv in (

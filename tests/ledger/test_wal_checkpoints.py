@@ -36,8 +36,9 @@ def _file_alone(path: Path, tmp: Path) -> int:
 
 
 def _rows(n: int, lo: int = 0) -> tuple[np.ndarray, list[str]]:
-    rng = np.random.default_rng(lo)
-    return rng.normal(size=(n, 8)).astype(np.float32), [f"l{i % 5}" for i in range(lo, lo + n)]
+    vecs = np.random.default_rng(lo).normal(size=(n, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # a durable ledger takes unit rows only
+    return vecs, [f"l{i % 5}" for i in range(lo, lo + n)]
 
 
 def test_commits_leave_the_log_to_the_background_checkpointer(tmp_path):
@@ -124,6 +125,7 @@ def test_the_log_stays_bounded_while_two_threads_append_without_pause(tmp_path):
     path = tmp_path / "l.db"
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(50, 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # a durable ledger takes unit rows only
     with DurableLedger.open(path, dim=384) as led:
         led.wal.every, led.wal.restart_every = 256 * 1024, 1024 * 1024
 

@@ -32,7 +32,7 @@ _HOLDER = textwrap.dedent(
 def _ledger(path):
     path.parent.mkdir(exist_ok=True)
     with DurableLedger.open(path, dim=4) as led:
-        led.extend(np.ones((2, 4), np.float32), ["a", "b"])
+        led.extend(np.full((2, 4), 0.5, np.float32), ["a", "b"])  # unit rows: a durable ledger takes no other
     return path
 
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from ocrr.batch import Batch
 from ocrr.index.exact import new_shortlist
 from ocrr.index.shortlist import Shortlist
 from ocrr.systems.substrate.persistent import open_substrate
@@ -70,9 +71,10 @@ def test_pooled_and_shortlisted_answers_are_the_search_bits(tmp_path, n, code):
 
 def test_vectors_float16_cannot_hold_are_scanned_in_full(tmp_path):
     sub, vecs, queries = _ledger(tmp_path, 300)
-    # beyond float16's range: no error bound (correct() refuses such rows; a ledger written
-    # before that rule, or by another tool, can still hold them)
-    sub.ledger.extend(vecs[:2] * 1e6, ["huge", "huge"])
+    # beyond float16's range: no error bound. Every door of a ledger refuses such rows now
+    # (correct(), the ledger's appends, open_substrate), so they go to the in-memory
+    # substrate itself, past its durable ledger, as a ledger written before the rules held them
+    sub.system.correct(Batch(vecs[:2] * 1e6, labels=["huge", "huge"]))
     shortlist = Shortlist(sub.ledger.dim)
     assert sub.explain_each(queries, shortlist) == [sub.explain(q) for q in queries]
     assert shortlist.fallbacks == shortlist.queries

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.rows import check_appended
 from ocrr.utils.thread_names import name_os_thread
 
 __all__ = ["Done", "GroupCommit", "Pending", "check_batch", "checked"]
@@ -263,7 +264,8 @@ def _tell(batch: list[Pending]) -> None:
 
 def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
     """The rows of an append as (m, ``dim``) float32, or one error naming the fix: numeric,
-    finite, one non-empty label (and at most one text) per row, valid Unicode without NUL."""
+    finite, of unit norm (``ocrr.ledger.rows``), one non-empty label (and at most one text)
+    per row, valid Unicode without NUL."""
     vecs = _floats(vectors, "vectors are")
     if isinstance(vectors, np.ndarray) and np.may_share_memory(vecs, vectors):
         # the caller's own array: what is checked, hashed and stored must not change if the
@@ -277,8 +279,7 @@ def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
         )
     if vecs.shape[1] < 1:
         raise OcrrError("vectors must have at least one component")
-    if not np.isfinite(vecs).all():
-        raise OcrrError("a vector contains NaN or infinity; check the encoder output")
+    check_appended(vecs)  # finite, unit rows only: serve and import refuse others when reading them back
     if len(labels) != len(vecs) or (texts is not None and len(texts) != len(vecs)):
         raise OcrrError(
             f"got {len(vecs)} vectors but {len(labels)} labels"

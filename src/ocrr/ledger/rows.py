@@ -3,9 +3,10 @@
 A ledger that a substrate serves holds rows that are finite, of the ledger's dimension and
 of unit L2 norm (the vote's similarities are cosines computed as dot products): what
 ``/correct`` takes, what ``open_substrate`` finds stored, what ``ocrr ledger import`` loads
-into a file or a PostgreSQL database. ``check_rows`` checks them and names the first
-offending row; ``check_dim`` bounds a dimension read from storage or a header before
-anything is allocated for it. The in-memory experiment path does not come through here.
+into a file or a PostgreSQL database, what a durable ledger's appends take
+(``check_appended``). ``check_rows`` checks them and names the first offending row;
+``check_dim`` bounds a dimension read from storage or a header before anything is
+allocated for it. The in-memory experiment path (``Chain``) does not come through here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 
-__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_dim", "check_rows"]
+__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_appended", "check_dim", "check_rows"]
 
 #: The largest dimension a ledger may claim (sentence encoders give 384 to 4096).
 MAX_DIM = 1 << 16
@@ -66,6 +67,18 @@ def check_rows(
             f"{row(i)} has norm {float(norms[i]):.4g}; a ledger stores unit vectors (cosine similarity). {fix}"
         )
     return vecs
+
+
+def check_appended(vecs: np.ndarray) -> np.ndarray:
+    """``check_rows`` at a ledger's append doors (``extend``, ``append``), naming a row by its
+    place in the batch ("vector 3"): a ledger takes no row that ``ocrr serve`` or ``ocrr ledger
+    import`` would refuse when reading it back. Vectorised: a batch of unit float32 rows costs
+    one pass over it, however many millions of rows a bulk append brings."""
+    return check_rows(vecs, None, _batch_row)
+
+
+def _batch_row(i: int) -> str:
+    return f"vector {i}"
 
 
 _F32_ROUNDING = 2.0**-24
