@@ -115,3 +115,12 @@ def test_an_entry_edited_in_a_later_step_is_found(tmp_path, monkeypatch):
     out = state.check_file("checkpoint", rest=lambda s: False)
     assert not out["ok"] and out["first_bad"] == 5 and state.damage is not None
     state.close()
+
+
+def test_only_the_first_worker_reads_the_whole_file(tmp_path, counted):
+    state = sliced(tmp_path / "l.db")
+    state.slot, state.workers = 1, 2
+    per_cycle = -(-len(state.substrate) // 4)
+    assert all(state.check_file("checkpoint")["ok"] for _ in range(3 * per_cycle))
+    assert counted == []  # slices and the tail only: the first worker's records are honoured
+    state.close()

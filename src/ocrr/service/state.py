@@ -96,6 +96,8 @@ class ServiceState:
     # Each cycle of that rolling rehash starts with the quick check of the whole file (its
     # columns read, the tree rebuilt: a cost that grows with the ledger), so that it costs
     # per tick about what a slice does; the open's own check stands for the first cycle's.
+    # Only the first worker (slot 0) reads the whole file: the others honour the damage it
+    # records, and N reads at once would cost N times the memory and the disk.
     quick_check_due: bool = False
     _prefix: tuple[int, str] | None = None  # (size, root b64) of the last prefix reported by /predict
     # ocrr serve --witness: the witnesses (url, vkey), the witnessed head every worker serves at
@@ -205,9 +207,9 @@ class ServiceState:
         return out
 
     def _starts_cycle(self, held: int) -> bool:
-        """Whether this background tick starts a cycle of the rolling rehash (and so reads the
-        whole file too): every tick while the ledger fits in one slice."""
-        due = self.quick_check_due and (self.slice_at == 0 or self.slice_at >= held)
+        """Whether this background tick starts a cycle of the rolling rehash and, in the first
+        worker, reads the whole file too: every tick while the ledger fits in one slice."""
+        due = self.slot == 0 and self.quick_check_due and (self.slice_at == 0 or self.slice_at >= held)
         self.quick_check_due = True  # (the first tick's cycle: the open checked the whole file)
         return due
 
