@@ -6,6 +6,7 @@ the server restarts, and stops on entries that do not chain on."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import threading
@@ -33,7 +34,7 @@ def _writer(url: str, prefix: str, count: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.ledger.pg_writer", url, prefix, str(count)],
         stdout=subprocess.PIPE,
-        text=True,
+        bufsize=0,  # unbuffered: select() sees every byte not yet read
     )
 
 
@@ -52,20 +53,28 @@ def _stored(url: str) -> dict[int, str]:
 
 
 def _wait_for_lines(proc: subprocess.Popen, n: int, lines: list[str], timeout: float = 60) -> None:
-    """Read the writer's acknowledgements until ``n`` arrived."""
+    """Read the writer's acknowledgements until ``n`` arrived; fail (not hang) after ``timeout``
+    seconds, even when the writer goes silent."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     while len(lines) < n:
-        assert time.monotonic() < deadline, f"only {len(lines)} acknowledgements in {timeout} s"
+        left = deadline - time.monotonic()
+        ready = left > 0 and select.select([proc.stdout], [], [], left)[0]
+        assert ready, f"only {len(lines)} acknowledgements in {timeout} s"
         line = proc.stdout.readline()
         assert line, "the writer ended early"
-        lines.append(line)
+        lines.append(line.decode())
+
+
+def _rest(proc: subprocess.Popen) -> str:
+    """What the writer printed that was not read yet (it was killed: until its pipe closes)."""
+    return proc.communicate(timeout=30)[0].decode()
 
 
 def test_concurrent_writers_leave_no_gap_or_duplicate(pg_url):
     PostgresLedger.open(pg_url, dim=DIM).close()
     procs = [_writer(pg_url, f"w{k}", 150) for k in range(4)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    outs = [p.communicate(timeout=120)[0].decode() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     acked = {}
     for out in outs:
@@ -83,7 +92,7 @@ def test_a_writer_killed_mid_write_loses_no_acknowledged_entry(pg_url):
     proc, lines = _writer(pg_url, "k", 0), []
     _wait_for_lines(proc, 200, lines)
     proc.kill()  # SIGKILL, in the middle of whatever append it was doing
-    rest, _ = proc.communicate(timeout=30)
+    rest = _rest(proc)
     acked = _acked("".join(lines) + rest)
     stored = _stored(pg_url)
     assert all(stored.get(i) == label for i, label in acked.items())
@@ -107,7 +116,7 @@ def test_the_server_killed_mid_write_loses_no_acknowledged_entry(pg_url, pg_clus
         _wait_for_lines(proc, before + 100, lines)  # the writer's pool reconnected; appends go on
     finally:
         proc.kill()
-        rest, _ = proc.communicate(timeout=30)
+        rest = _rest(proc)
     acked = _acked("".join(lines) + rest)
     stored = _stored(pg_url)
     lost = [i for i, label in acked.items() if stored.get(i) != label]
