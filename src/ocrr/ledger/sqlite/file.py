@@ -26,6 +26,7 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import F4LE, INITIAL_CAPACITY, Chain
+from ocrr.ledger.rows import check_appended
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.sqlite.schema import add_tree, create_tables
 from ocrr.ledger.sqlite.store import DurableLedger
@@ -78,6 +79,20 @@ class Ledger(Chain):
         if self._closed:
             path = None if self._store is None else self._store.path
             raise OcrrError(f"ledger {path} is closed; reopen it with Ledger.open(path) to append")
+
+    # A file's rows follow the durable ledger's rule (finite unit rows, ``ocrr.ledger.rows``):
+    # checked at the append, so a bad row is refused alone, not at the next flush with every
+    # entry appended after it.
+    def append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
+        self._check_open()  # (a closed ledger says so first)
+        if self._store is not None:
+            check_appended(vec[None, :])
+        return super().append_checked(vec, label, text)
+
+    def _extend(self, mat: np.ndarray, labels: Sequence[str], texts: Sequence[str | None], hashes) -> range:
+        if self._store is not None and hashes is None:  # (given hashes: the store's own, checked commit)
+            check_appended(mat)
+        return super()._extend(mat, labels, texts, hashes)
 
     # ------------------------------------------------------------ the file
     @classmethod
