@@ -40,9 +40,8 @@ from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
 from ocrr.systems.substrate.saved_index import SavedIndex, check_index_file
 
-#: Entries older than the last checkpoint the background check rehashes per tick (a slice
-#: short enough for requests not to notice, docs/reference/measurements.md), in turn: all of
-#: them every ceil(entries / this) ticks.
+#: Entries older than the last checkpoint the background check rehashes per tick, in turn:
+#: all of them every ceil(entries / this) ticks (docs/reference/measurements.md).
 CHECK_SLICE = 8_000
 #: The slice is rehashed this many entries at a time, with a rest after each (``CHECK_REST``
 #: times as long as the step took): rehashed at once it held the interpreter lock, which this
