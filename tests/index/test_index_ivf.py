@@ -315,3 +315,19 @@ def test_a_substrate_tunes_its_ivf_index_for_its_own_vote():
 def test_bad_agreement_options_name_the_fix(bad, match):
     with pytest.raises(OcrrError, match=match):
         make_system(f"substrate:{bad}")
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_search_parameters_kept_between_searches_follow_nprobe_and_the_index(grouped):
+    """An index keeps the FAISS search parameters of its last nprobe: searches at changing
+    nprobe answer as an index searching for the first time at each."""
+    x, _, q, _ = clustered(n_queries=20)
+    extra = {"grouped_quantizer_from": 8} if grouped else {}
+
+    def fresh():
+        return built("ivf_pq", x, nprobe=4, rerank=20, **extra)
+
+    index = fresh()
+    for nprobe in (2, 8, 2, 32, 1, None):
+        assert np.array_equal(index.candidates(q, 20, nprobe), fresh().candidates(q, 20, nprobe))
+    assert np.array_equal(index.candidates(q, 20, 3), index.candidates(q, 20, 3))

@@ -36,6 +36,27 @@ def test_blocked_scoring_equals_one_block():
     assert np.all(whole[1][~ok] == -1) and np.array_equal(whole[1][ok], rows[ok])
 
 
+def test_one_query_scored_alone_equals_its_row_of_the_blocks(tmp_path):
+    """A served predict's single query skips the blocks' sorting of its candidates: the same
+    bits, with missing and repeated candidates, from an array and from a memory map."""
+    x, q, rows = _data()
+    path = tmp_path / "rows.f32"
+    path.write_bytes(x.tobytes())
+    mapped = np.memmap(path, np.float32, "r", shape=x.shape)
+    row_ids = np.arange(len(x), dtype=np.int64)[::-1].copy()
+    for ids in (None, row_ids):
+        blocks = score_rows(q, rows, x, ids)
+        together = rerank(q, rows, x, ids, 7)
+        for i in range(len(q)):
+            for matrix in (x, mapped):
+                alone = score_rows(q[i : i + 1], rows[i : i + 1], matrix, ids)
+                assert alone[0].tobytes() == blocks[0][i : i + 1].tobytes()
+                assert np.array_equal(alone[1], blocks[1][i : i + 1])
+                best = rerank(q[i : i + 1], rows[i : i + 1], matrix, ids, 7)
+                assert best[0].tobytes() == together[0][i : i + 1].tobytes()
+                assert np.array_equal(best[1], together[1][i : i + 1])
+
+
 def test_rerank_from_the_file_equals_rerank_from_ram(tmp_path):
     x, q, rows = _data()
     path = tmp_path / "rows.f32"

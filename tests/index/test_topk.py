@@ -81,6 +81,20 @@ def test_rows_with_nan_keep_the_plain_partitions_answer(n):
         assert np.array_equal(got[1][1:], sorted_whole(sims[1:], ids, 5)[1])
 
 
+@pytest.mark.parametrize("m", [3, 50, 255])
+def test_a_narrow_row_with_nan_keeps_the_plain_partitions_answer(m):
+    """A served query's re-ranked candidates are sorted whole, unless one is NaN."""
+    rng = np.random.default_rng(m)
+    sims = tied_scores(rng, 1, m, 4)
+    sims[0, m // 2] = np.nan
+    ids = rng.permutation(10 * m)[:m].astype(np.int64)
+    for k in (1, m // 2 + 1, m):
+        got = top_k(sims, ids, k)
+        want = _top_k_partition(sims, np.broadcast_to(ids, sims.shape), min(k, m))
+        assert np.array_equal(got[1], want[1])
+        assert np.array_equal(got[0], want[0], equal_nan=True)
+
+
 def test_the_newest_of_identical_entries_comes_first_at_any_width():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3 * _STRIPES_FROM, 16)).astype(np.float32)

@@ -174,6 +174,7 @@ class IVFIndex:
         self.tuning: dict | None = None  # what the last tune() found (ocrr.index.ivf_tune)
         self._warned_retrain = False
         self._index: Any = None  # the FAISS index once trained (FAISS has no type hints)
+        self._params: tuple[Any, int, tuple[Any, Any]] | None = None  # (index, nprobe, its search parameters)
         self._staged: ExactIndex | None = ExactIndex(self.dim)
         # Owned mode: float32 rows by position, and position -> caller id. Borrowed: row = id
         # (and the owned buffer stays empty).
@@ -481,8 +482,19 @@ class IVFIndex:
 
     def candidates(self, queries: np.ndarray, depth: int, nprobe: int | None = None) -> np.ndarray:
         """The ``depth`` best FAISS rows of each query by compressed score (-1: none)."""
-        faiss = _faiss()
         nprobe = min(self.nprobe if nprobe is None else nprobe, self.nlist)
+        params = self._search_params(nprobe)
+        _, rows = self._index.search(np.ascontiguousarray(queries, np.float32), depth, params=params[0])
+        return rows
+
+    def _search_params(self, nprobe: int) -> tuple[Any, Any]:
+        """FAISS's search parameters for ``nprobe`` lists, with the quantizer's they point to
+        (kept alive with them), made once per index and nprobe: a served query is short
+        enough that making them each time showed in its cost."""
+        made = self._params
+        if made is not None and made[0] is self._index and made[1] == nprobe:
+            return made[2]
+        faiss = _faiss()
         params = faiss.SearchParametersIVF(nprobe=nprobe)
         qp = None
         quantizer = faiss.downcast_index(self._index.quantizer)
@@ -492,9 +504,8 @@ class IVFIndex:
         elif isinstance(quantizer, faiss.IndexHNSWFlat):  # an index saved by an older version
             qp = faiss.SearchParametersHNSW(efSearch=max(2 * nprobe, 32))
             params.quantizer_params = qp
-        _, rows = self._index.search(np.ascontiguousarray(queries, np.float32), depth, params=params)
-        del qp
-        return rows
+        self._params = (self._index, nprobe, (params, qp))  # one assignment: safe for concurrent searches
+        return params, qp
 
     def search(self, queries: np.ndarray, k: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
         if start:

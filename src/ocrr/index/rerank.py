@@ -36,14 +36,20 @@ def score_rows(
     ok = rows >= 0
     safe = np.where(ok, rows, 0)
     sims = np.empty((n, depth), np.float32)
-    row_bytes = max(1, depth * queries.shape[1] * 4) if queries.ndim == 2 else 1
-    step = max(1, int(block_bytes) // row_bytes)
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        flat, inverse = np.unique(safe[lo:hi], return_inverse=True)
-        vecs = np.asarray(matrix[flat], np.float32)[inverse.reshape(hi - lo, depth)]
-        sims[lo:hi] = np.einsum("ndk,nk->nd", vecs, queries[lo:hi])
-        del vecs
+    if n == 1 and isinstance(matrix, np.ndarray):
+        # One query in memory (a served predict): its candidates gathered as they come.
+        # Sorting them first, so that rows on disk are read in order, costs more here than
+        # it saves; the products are the same.
+        sims[:] = np.einsum("ndk,nk->nd", np.asarray(matrix[safe[0]], np.float32)[None], queries)
+    else:
+        row_bytes = max(1, depth * queries.shape[1] * 4) if queries.ndim == 2 else 1
+        step = max(1, int(block_bytes) // row_bytes)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            flat, inverse = np.unique(safe[lo:hi], return_inverse=True)
+            vecs = np.asarray(matrix[flat], np.float32)[inverse.reshape(hi - lo, depth)]
+            sims[lo:hi] = np.einsum("ndk,nk->nd", vecs, queries[lo:hi])
+            del vecs
     ids = safe if row_ids is None else row_ids[safe]
     return np.where(ok, sims, -np.inf).astype(np.float32), np.where(ok, ids, -1).astype(np.int64)
 

@@ -20,6 +20,8 @@ import numpy as np
 _STRIPES_FROM = 2048
 # Stripes per row (at least 4k): more make the bound tighter and its partition dearer.
 _STRIPES = 512
+# A single row narrower than this (a served query's re-ranked candidates) is sorted whole.
+_SORT_BELOW = 256
 
 
 def top_k(sims: np.ndarray, ids: np.ndarray | int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -33,6 +35,8 @@ def top_k(sims: np.ndarray, ids: np.ndarray | int, k: int) -> tuple[np.ndarray, 
     kk = min(k, m)
     if kk == 0:
         return np.empty((n, 0), np.float32), np.empty((n, 0), np.int64)
+    if n == 1 and m < _SORT_BELOW:
+        return _top_k_sorted(sims, ids, kk)
     if m < _STRIPES_FROM or 16 * kk > m:
         return _top_k_partition(sims, _id_matrix(ids, n, m), kk)
     if n == 1:
@@ -102,6 +106,20 @@ def _top_k_one(sims: np.ndarray, ids: np.ndarray | int, kk: int) -> tuple[np.nda
         cand_i = _ids_at(ids, np.zeros_like(cols), cols, sims.shape)
     order = np.lexsort((-cand_i, -cand_s))[:kk]
     return cand_s[order][None], cand_i[order][None]
+
+
+def _top_k_sorted(sims: np.ndarray, ids: np.ndarray | int, kk: int) -> tuple[np.ndarray, np.ndarray]:
+    """One narrow row sorted whole in the total order: the same pairs as the partition in a
+    handful of numpy calls (each call costs more than sorting a few hundred values)."""
+    row = sims[0]
+    if np.isnan(row).any():  # the plain partition decides where a NaN is
+        return _top_k_partition(sims, _id_matrix(ids, 1, len(row)), kk)
+    if isinstance(ids, (int, np.integer)):
+        row_ids = np.arange(int(ids), int(ids) + len(row), dtype=np.int64)
+    else:
+        row_ids = np.asarray(ids).reshape(len(row))  # (m,) shared, or this row's (1, m)
+    order = np.lexsort((-row_ids, -row))[:kk]
+    return row[order][None], row_ids[order][None]
 
 
 def _stripe_maxima(sims: np.ndarray, g: int) -> np.ndarray:
