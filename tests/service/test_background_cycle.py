@@ -7,6 +7,7 @@ next tick."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import contextmanager
 
 import pytest
 
@@ -90,12 +91,20 @@ def test_a_removed_tail_is_found_at_the_next_tick_inside_a_cycle(tmp_path):
 def test_the_slice_is_rehashed_in_steps_with_a_rest_after_each_but_the_last(tmp_path, monkeypatch):
     monkeypatch.setattr(service_state, "CHECK_STEP", 2)
     state = sliced(tmp_path / "l.db", slice_entries=8)
-    stepped: list[tuple[int, int]] = []
-    real = state.substrate.ledger.check_slice
-    monkeypatch.setattr(state.substrate.ledger, "check_slice", lambda lo, hi: stepped.append((lo, hi)) or real(lo, hi))
+    led = state.substrate.ledger
+    readers, stepped = [], []
+    real_reader = led._row_reader
+
+    @contextmanager
+    def reader():  # one reader (for a file: one connection) per slice, one read per step
+        readers.append(1)
+        with real_reader() as read:
+            yield lambda lo, hi: stepped.append((lo, hi)) or read(lo, hi)
+
+    monkeypatch.setattr(led, "_row_reader", reader)
     rests: list[float] = []
     assert state.check_file("checkpoint", rest=lambda s: rests.append(s) or False)["ok"]
-    assert stepped == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert stepped == [(0, 2), (2, 4), (4, 6), (6, 8)] and readers == [1]
     assert len(rests) == 3 and all(r > 0 for r in rests)
     stepped.clear()
     state.slice_at = 0

@@ -11,7 +11,8 @@ subclass reads and writes its storage:
   ``_check_tail`` in the write transaction (``ocrr.ledger.tail``), ``_hashed_of`` for the
   new rows, and ``_commit_done`` / ``_commit_failed`` after;
 * ``_stored_rows(lo, hi)``: rows ``(id, label, text, vector, prev_hash, hash)`` as stored
-  now, for ``check_slice``; other processes' rows go through ``_take_in_rows``;
+  now, for ``check_slice`` (``_row_reader``: the same for several reads in a row); other
+  processes' rows go through ``_take_in_rows``;
 * ``scan``, ``refresh``, ``read_entries``, ``_record_checkpoint``, ``_verification_rows``,
   ``record_verification``, ``last_verification``, ``data_version``, ``follow``, ``close``.
 
@@ -24,7 +25,8 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -190,17 +192,40 @@ class HeldLedger(GroupCommit):
         """Rows ``(id, label, text, vector, prev_hash, hash)`` ``lo``..``hi - 1`` as stored now."""
         raise NotImplementedError
 
-    def check_slice(self, lo: int, hi: int) -> tuple[int, str] | None:
+    @contextmanager
+    def _row_reader(self) -> Iterator[Callable[[int, int], list[tuple]]]:
+        """``_stored_rows`` for several reads in a row (an engine may keep one connection
+        open for them, each read still its own transaction)."""
+        yield self._stored_rows
+
+    def check_slice(
+        self, lo: int, hi: int, step: int = 0, rest: Callable[[float], bool] | None = None
+    ) -> tuple[int, str] | None:
         """Rehash entries ``lo``..``hi - 1`` as they are stored now and compare them with the
         chain this process holds; the first that differs (its id and why), or None. The
-        background check's rolling pass over entries older than the last checkpoint."""
+        background check's rolling pass over entries older than the last checkpoint.
+        ``step``: read and rehash that many entries at a time (0: all at once), calling
+        ``rest(seconds the step took)`` between steps; a ``rest`` that returns True ends the
+        check early (None: nothing found so far)."""
         hi = min(hi, len(self))
         if lo >= hi or self.dim is None:
             return None
+        step = step if step > 0 else hi - lo
+        with self._row_reader() as read:
+            for start in range(lo, hi, step):
+                began = time.monotonic()
+                found = self._check_rows(read, start, min(start + step, hi))
+                if found is not None:
+                    return found
+                if rest is not None and start + step < hi and rest(time.monotonic() - began):
+                    return None
+        return None
+
+    def _check_rows(self, read: Callable[[int, int], list[tuple]], lo: int, hi: int) -> tuple[int, str] | None:
         try:
-            rows = self._stored_rows(lo, hi)
+            rows = read(lo, hi)
             prev = self._hashes[lo - 1] if lo else GENESIS
-            for i, (*_, digest, _leaf) in enumerate(check_stored_rows(rows, lo, prev, self.dim), lo):
+            for i, (*_, digest, _leaf) in enumerate(check_stored_rows(rows, lo, prev, self.dim or 0), lo):
                 if digest != self._hashes[i]:
                     return i, f"entry {i}: its hash differs from the one committed (history rewritten)"
         except Damage as e:

@@ -100,7 +100,9 @@ class LedgerStore(Protocol):
 
     def verify(self, verify: str = "full") -> LedgerReport: ...
 
-    def check_slice(self, lo: int, hi: int) -> tuple[int, str] | None: ...
+    def check_slice(
+        self, lo: int, hi: int, step: int = 0, rest: Callable[[float], bool] | None = None
+    ) -> tuple[int, str] | None: ...
 
     def data_version(self) -> int | None: ...  # a change marker, or None: never reuse a result
 

@@ -219,13 +219,10 @@ class ServiceState:
         lo = self.slice_at if self.slice_at < held else 0
         hi = min(lo + self.check_slice, held)
         self.slice_at = hi if hi < held else 0
-        for start in range(lo, hi, CHECK_STEP):
-            began = time.monotonic()
-            found = self.substrate.ledger.check_slice(start, min(start + CHECK_STEP, hi))
-            if found is not None:
-                return {"ok": False, "size": held, "first_bad": found[0], "reason": found[1]}
-            if rest is not None and start + CHECK_STEP < hi and rest(CHECK_REST * (time.monotonic() - began)):
-                return None  # the service stops
+        rested = None if rest is None else (lambda took: rest(CHECK_REST * took))  # True: the service stops
+        found = self.substrate.ledger.check_slice(lo, hi, step=CHECK_STEP, rest=rested)
+        if found is not None:
+            return {"ok": False, "size": held, "first_bad": found[0], "reason": found[1]}
         return None
 
     def _disagreement(self, report: LedgerReport, held: int) -> dict | None:

@@ -301,14 +301,26 @@ class DurableLedger(HeldLedger):
 
     def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
         """The file's rows ``lo``..``hi - 1`` as they are now (rows that cannot be read: damage)."""
+        with self._row_reader() as read:
+            return read(lo, hi)
+
+    @contextmanager
+    def _row_reader(self) -> Iterator[Callable[[int, int], list[tuple]]]:
+        """One read-only connection for several reads; each read is its own transaction, so
+        none holds back the WAL's checkpoints between reads."""
         conn = connect(self.path, readonly=True)
+
+        def read(lo: int, hi: int) -> list[tuple]:
+            try:
+                return conn.execute(
+                    "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
+                    (lo, hi),
+                ).fetchall()
+            except sqlite3.Error as e:
+                raise Damage(lo, f"entries {lo}..{hi - 1} could not be read ({e})") from None
+
         try:
-            return conn.execute(
-                "SELECT id, label, text, vector, prev_hash, hash FROM entries WHERE id >= ? AND id < ? ORDER BY id",
-                (lo, hi),
-            ).fetchall()
-        except sqlite3.Error as e:
-            raise Damage(lo, f"entries {lo}..{hi - 1} could not be read ({e})") from None
+            yield read
         finally:
             conn.close()
 
