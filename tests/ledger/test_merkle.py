@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ocrr.ledger import GENESIS, entry_digest
+from ocrr.ledger import GENESIS, entry_digest, merkle
 from ocrr.ledger.columns import PrefixedBytes
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.verify import (
     EMPTY_ROOT,
+    HASH_SIZE,
     ProofError,
     entry_bytes,
     leaf_hash,
@@ -315,3 +316,16 @@ def test_verifier_needs_only_the_standard_library(tmp_path):
     out = subprocess.run([sys.executable, "-I", "-c", code, str(copy)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("chunk_nodes", [1, 3, 64])
+def test_from_leaves_builds_the_levels_appending_builds_whatever_its_chunk(monkeypatch, chunk_nodes):
+    """``from_leaves`` hashes each level's parents a chunk at a time (bounded memory): the same
+    levels as appending the leaves one by one, for sizes on and around the chunks' edges."""
+    monkeypatch.setattr(merkle, "_CHUNK", chunk_nodes * HASH_SIZE)
+    leaves = [hashlib.sha256(b"leaf %d" % i).digest() for i in range(300)]
+    for n in (1, 2, 3, 5, 2 * chunk_nodes, 2 * chunk_nodes + 1, 4 * chunk_nodes - 1, 255, 256, 300):
+        appended = MerkleTree()
+        for leaf in leaves[:n]:
+            appended.append(leaf)
+        assert MerkleTree.from_leaves(b"".join(leaves[:n])).levels == appended.levels

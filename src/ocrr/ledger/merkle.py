@@ -18,6 +18,7 @@ from ocrr.ledger.verify import EMPTY_ROOT, HASH_SIZE, node_hash
 
 __all__ = ["MerkleTree", "each_node"]
 
+_CHUNK = 32_768 * HASH_SIZE  # bytes of parents ``from_leaves`` builds at a time
 _NODE = hashlib.sha256(b"\x01")  # a node hashes 0x01 || left || right: start from this state
 
 
@@ -63,11 +64,15 @@ class MerkleTree:
         tree.levels = [level]
         pair = 2 * HASH_SIZE
         while len(level) >= pair:
-            below = memoryview(level)
-            level = bytearray(
-                b"".join([_node_of_pair(below[j : j + pair]) for j in range(0, len(level) // pair * pair, pair)])
-            )
-            tree.levels.append(level)
+            parents = bytearray(len(level) // pair * HASH_SIZE)
+            # A chunk of parents at a time: a list of every parent's bytes object would take
+            # about twice the level's own bytes at once (at 10M leaves, hundreds of MB).
+            with memoryview(level) as below, memoryview(parents) as out:
+                for lo in range(0, len(parents), _CHUNK):
+                    hi = min(lo + _CHUNK, len(parents))
+                    out[lo:hi] = b"".join([_node_of_pair(below[j : j + pair]) for j in range(2 * lo, 2 * hi, pair)])
+            tree.levels.append(parents)
+            level = parents
         return tree
 
     def __len__(self) -> int:
