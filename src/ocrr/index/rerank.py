@@ -28,7 +28,8 @@ def score_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact similarity of every candidate, in candidate order: (sims, ids), (n, depth),
     -inf / -1 where ``rows`` is -1. ``matrix`` may be on disk (``FileRows``) or memory-mapped:
-    only the candidates' rows are read, each once per block of queries, in row order. Queries
+    only the candidates' rows are read, each once per block of queries, in row order (one
+    query's from an array in memory: in its candidates' order). Queries
     are scored ``block_bytes`` of gathered rows at a time; each similarity is the same dot
     product whatever the block, so the result does not depend on it."""
     n, depth = rows.shape
