@@ -19,7 +19,12 @@ from ocrr.ledger.sqlite.inner_nodes import StoredInnerNodes
 from ocrr.ledger.sqlite.scan import KnownPrefix
 from ocrr.ledger.sqlite.schema import connect
 
-INNER = {"an edited inner node", "an inner node of another length", "an inner node missing"}
+INNER = {
+    "an edited inner node",
+    "an inner node of another length",
+    "an inner node missing",
+    "an inner node of a later read edited",
+}
 
 
 def scan_leaving_inner_nodes(path, signer):

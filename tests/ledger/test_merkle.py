@@ -329,3 +329,12 @@ def test_from_leaves_builds_the_levels_appending_builds_whatever_its_chunk(monke
         for leaf in leaves[:n]:
             appended.append(leaf)
         assert MerkleTree.from_leaves(b"".join(leaves[:n])).levels == appended.levels
+
+
+def test_from_leaves_takes_a_bytearray_it_owns_without_copying_it():
+    leaves = bytearray(b"".join(hashlib.sha256(b"leaf %d" % i).digest() for i in range(37)))
+    tree = MerkleTree.from_leaves(leaves, own=True)
+    assert tree.levels[0] is leaves
+    assert tree.levels == MerkleTree.from_leaves(bytes(leaves)).levels
+    with pytest.raises(TypeError, match="takes a bytearray"):
+        MerkleTree.from_leaves(bytes(leaves), own=True)

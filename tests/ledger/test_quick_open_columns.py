@@ -41,8 +41,10 @@ def unit_rows(n: int, seed: int) -> np.ndarray:
 @pytest.fixture
 def signed(tmp_path, monkeypatch):
     """A ledger of N entries (some without text) under a signed checkpoint, then 5 more
-    entries after it; read in blocks of 64 rows so that the prefix spans several blocks."""
+    entries after it; read in blocks of 64 rows so that the prefix spans several blocks, and
+    its stored tree 16 nodes per read, so that a level spans several reads."""
     monkeypatch.setattr(sqlite_prefix, "_PREFIX_BLOCK", 64)
+    monkeypatch.setattr(sqlite_prefix, "_NODES_PER_READ", 16)
     signer = Signer.generate(ORIGIN)
     path = tmp_path / "l.db"
     with DurableLedger.open(path, dim=DIM) as led:
@@ -168,6 +170,8 @@ EDITS = {
     "a broken link": "UPDATE entries SET prev_hash = zeroblob(32) WHERE id = 65",
     "a missing entry": "DELETE FROM entries WHERE id = 200",
     "a missing leaf": "DELETE FROM nodes WHERE level = 0 AND idx = 10",
+    "a missing leaf, first of a read": "DELETE FROM nodes WHERE level = 0 AND idx = 32",
+    "an inner node of a later read edited": "UPDATE nodes SET hash = zeroblob(32) WHERE level = 1 AND idx = 47",
     "an edited inner node": "UPDATE nodes SET hash = zeroblob(32) WHERE level = 3 AND idx = 4",
     "an extra node": "INSERT INTO nodes VALUES (2, 5000, zeroblob(32))",
     "a hash of another length": "UPDATE entries SET hash = x'00' WHERE id = 5",

@@ -54,13 +54,17 @@ class MerkleTree:
         self.levels: list[bytearray] = [bytearray()]
 
     @classmethod
-    def from_leaves(cls, leaves: bytes) -> MerkleTree:
+    def from_leaves(cls, leaves: bytes | bytearray, *, own: bool = False) -> MerkleTree:
         """The tree of these leaf hashes (32 bytes each, concatenated): the same levels as
-        appending them one by one, built a level at a time (no per-append bookkeeping)."""
+        appending them one by one, built a level at a time (no per-append bookkeeping).
+        ``own``: ``leaves`` is a bytearray the tree takes as its first level, not a copy (a
+        caller that read them for this tree alone need not hold them twice)."""
         if len(leaves) % HASH_SIZE:
             raise ValueError(f"leaf hashes are {HASH_SIZE} bytes each, got {len(leaves)} bytes")
+        if own and not isinstance(leaves, bytearray):
+            raise TypeError("from_leaves(own=True) takes a bytearray")
         tree = cls()
-        level = bytearray(leaves)
+        level = leaves if own else bytearray(leaves)
         tree.levels = [level]
         pair = 2 * HASH_SIZE
         while len(level) >= pair:

@@ -24,6 +24,7 @@ from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.sqlite.schema import connect
+from ocrr.ledger.verify import HASH_SIZE
 from ocrr.utils.files import write_at
 
 __all__ = ["stored_nodes", "trusted_prefix"]
@@ -35,6 +36,7 @@ class _NotIntact(Exception):
     """The column-wise reading of the trusted prefix found something to name: read it row by row."""
 
 
+_NODES_PER_READ = 1 << 18  # stored nodes read per statement while building the tree
 _PREFIX_BLOCK = 4096  # entries read per statement in trusted_prefix: its temporaries stay small and reused
 
 # One block of entries, each column concatenated by SQLite (no Python object per row): the
@@ -121,11 +123,22 @@ def _read_prefix(
 def _prefix_tree(conn: sqlite3.Connection, trusted: int, inner_nodes: bool = True) -> MerkleTree:
     """The tree of the stored leaves ``0..trusted-1``; ``_NotIntact`` unless every stored node
     over them is the one those leaves build (``inner_nodes`` False: the leaves alone are read)."""
-    tree = MerkleTree.from_leaves(_stored_nodes(conn, 0, 0, trusted))
+    leaves = bytearray(HASH_SIZE * trusted)
+    for lo, hi in _spans(trusted):
+        leaves[lo * HASH_SIZE : hi * HASH_SIZE] = _stored_nodes(conn, 0, lo, hi)
+    tree = MerkleTree.from_leaves(leaves, own=True)
     for level in range(1, len(tree.levels) if inner_nodes else 1):
-        if _stored_nodes(conn, level, 0, trusted >> level) != tree.levels[level]:
-            raise _NotIntact
+        with memoryview(tree.levels[level]) as built:
+            for lo, hi in _spans(trusted >> level):
+                if _stored_nodes(conn, level, lo, hi) != built[lo * HASH_SIZE : hi * HASH_SIZE]:
+                    raise _NotIntact
     return tree
+
+
+def _spans(n: int) -> Iterator[tuple[int, int]]:
+    """``0..n-1`` in reads of ``_NODES_PER_READ`` stored nodes (one read of a level of ten
+    million held its hashes, their ids as text and SQLite's copies of both at once)."""
+    return ((lo, min(n, lo + _NODES_PER_READ)) for lo in range(0, n, _NODES_PER_READ))
 
 
 class _BlockReaders:
