@@ -61,10 +61,13 @@ class MerkleTree:
         caller that read them for this tree alone need not hold them twice)."""
         if len(leaves) % HASH_SIZE:
             raise ValueError(f"leaf hashes are {HASH_SIZE} bytes each, got {len(leaves)} bytes")
-        if own and not isinstance(leaves, bytearray):
+        if not own:
+            level = bytearray(leaves)
+        elif isinstance(leaves, bytearray):
+            level = leaves
+        else:
             raise TypeError("from_leaves(own=True) takes a bytearray")
         tree = cls()
-        level = leaves if own else bytearray(leaves)
         tree.levels = [level]
         pair = 2 * HASH_SIZE
         while len(level) >= pair:
