@@ -11,8 +11,8 @@ subclass reads and writes its storage:
   ``_check_tail`` in the write transaction (``ocrr.ledger.tail``), ``_hashed_of`` for the
   new rows, and ``_commit_done`` / ``_commit_failed`` after;
 * ``_stored_rows(lo, hi)``: rows ``(id, label, text, vector, prev_hash, hash)`` as stored
-  now, for ``check_slice`` (``_row_reader``: the same for several reads in a row); other
-  processes' rows go through ``_take_in_rows``;
+  now, for ``check_slice`` (or ``_row_reader``, which gives the same reads several in a row,
+  e.g. on one connection); other processes' rows go through ``_take_in_rows``;
 * ``scan``, ``refresh``, ``read_entries``, ``_record_checkpoint``, ``_verification_rows``,
   ``record_verification``, ``last_verification``, ``data_version``, ``follow``, ``close``.
 

@@ -299,15 +299,11 @@ class DurableLedger(HeldLedger):
         finally:
             self._follow.release()
 
-    def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
-        """The file's rows ``lo``..``hi - 1`` as they are now (rows that cannot be read: damage)."""
-        with self._row_reader() as read:
-            return read(lo, hi)
-
     @contextmanager
     def _row_reader(self) -> Iterator[Callable[[int, int], list[tuple]]]:
-        """One read-only connection for several reads; each read is its own transaction, so
-        none holds back the WAL's checkpoints between reads."""
+        """The file's rows ``lo``..``hi - 1`` as they are now (rows that cannot be read:
+        damage), read on one read-only connection for several reads; each read is its own
+        transaction, so none holds back the WAL's checkpoints between reads."""
         conn = connect(self.path, readonly=True)
 
         def read(lo: int, hi: int) -> list[tuple]:
