@@ -483,3 +483,24 @@ def test_the_room_is_backed_in_bulk_and_a_system_that_declines_still_gets_its_ro
     finally:
         room.close()
     assert len(os.listdir("/proc/self/fd")) == before  # the thread's own descriptor is closed too
+
+
+def test_rows_that_would_not_fit_in_the_memory_left_are_refused_before_any_is_read(ledger, monkeypatch):
+    """A machine (or container) with less memory left than the rows need gets one error that
+    says so, before the supervisor reads anything: not the out-of-memory killer half way
+    through, which may pick another process."""
+    from ocrr.errors import OcrrError
+
+    path, _, _ = ledger
+    need = ENTRIES * DIM * 4
+    monkeypatch.setattr(shared_rows, "available_bytes", lambda: need - 1)
+    with pytest.raises(OcrrError, match=r"6,000 entries of 16 float32 need 0\.0 GB .* serve it where more memory"):
+        shared_rows.room_for_rows(path)
+    monkeypatch.setattr(shared_rows, "available_bytes", lambda: need)
+    room = shared_rows.room_for_rows(path)
+    assert room is not None
+    room.close()
+    monkeypatch.setattr(shared_rows, "available_bytes", lambda: None)  # the system does not say
+    room = shared_rows.room_for_rows(path)
+    assert room is not None
+    room.close()
