@@ -70,9 +70,19 @@ def test_what_cannot_be_read_is_left_out_and_no_meminfo_says_nothing(tmp_path):
     assert available_bytes(proc, tmp_path / "cg") is None
 
 
+def test_free_swap_is_added_to_what_is_left(tmp_path):
+    proc = _proc(tmp_path, 2 * 1024 * 1024, "0::/box\n")
+    with (proc / "meminfo").open("a") as f:
+        f.write("SwapTotal:       4194304 kB\nSwapFree:        3145728 kB\n")
+    _group(tmp_path / "cg" / "box", str(GIB), GIB // 2, {"file": 0, "shmem": 0})
+    assert available_bytes(proc, tmp_path / "cg") == GIB // 2 + 3 * GIB
+
+
 def test_this_machine_says_something_plausible():
     got = available_bytes()
     meminfo = Path("/proc/meminfo")
     if meminfo.exists():
         total = int(next(line for line in meminfo.read_text().splitlines() if line.startswith("MemTotal")).split()[1])
+        swap = next((line for line in meminfo.read_text().splitlines() if line.startswith("SwapFree")), None)
+        total += int(swap.split()[1]) if swap else 0
         assert got is not None and 0 <= got <= total * 1024

@@ -20,24 +20,28 @@ def available_bytes(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cg
     """The memory this process can still be given without taking any in use: the kernel's
     ``MemAvailable``, lowered to what each memory limit of its control group and the groups
     above it leaves (the limit less the group's usage, its page cache counted as free, as the
-    kernel reclaims it first, but for shared memory). None where the system does not say
-    (not Linux)."""
-    free = _meminfo_available(proc / "meminfo")
+    kernel reclaims it first, but for shared memory), plus the free swap (pages can go
+    there: slow, but not a failure). None where the system does not say (not Linux)."""
+    meminfo = _meminfo(proc / "meminfo")
+    free = meminfo.get("MemAvailable")
     for left in _cgroup_room(proc / "self" / "cgroup", cgroups):
         free = left if free is None else min(free, left)
-    return free
+    return None if free is None else free + meminfo.get("SwapFree", 0)
 
 
-def _meminfo_available(path: Path) -> int | None:
+def _meminfo(path: Path) -> dict[str, int]:
+    """``/proc/meminfo``'s figures in bytes ({} if it cannot be read)."""
     try:
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key == "MemAvailable":
-                number, unit = (value.split() + ["kB"])[:2]
-                return int(number) * (1024 if unit == "kB" else 1)
-    except (OSError, ValueError):
-        pass
-    return None
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    figures = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        number, unit = (value.split() + ["", ""])[:2]
+        if number.isdigit():
+            figures[key] = int(number) * (1024 if unit == "kB" else 1)
+    return figures
 
 
 def _cgroup_room(membership: Path, cgroups: Path) -> list[int]:
