@@ -6,7 +6,8 @@ of unit L2 norm (the vote's similarities are cosines computed as dot products): 
 into a file or a PostgreSQL database, what a durable ledger's appends take
 (``check_appended``). ``check_rows`` checks them and names the first offending row;
 ``check_dim`` bounds a dimension read from storage or a header before anything is
-allocated for it. The in-memory experiment path (``Chain``) does not come through here.
+allocated for it, and ``check_memory`` the rows an open is about to read into memory. The
+in-memory experiment path (``Chain``) does not come through here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.utils.memory import available_bytes
 
-__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_appended", "check_dim", "check_rows"]
+__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_appended", "check_dim", "check_memory", "check_rows"]
 
 #: The largest dimension a ledger may claim (sentence encoders give 384 to 4096).
 MAX_DIM = 1 << 16
@@ -37,6 +39,27 @@ def check_dim(dim: object, what: str) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM:
         raise OcrrError(f"{what} claims dimension {dim!r}; a ledger's dimension is a whole number in 1..{MAX_DIM}")
     return dim
+
+
+def check_memory(entries: int, dim: int, what: str = "for their rows") -> None:
+    """An ``OcrrError`` when ``entries`` float32 rows of ``dim`` would not fit in the memory
+    left (``ocrr.utils.memory.available_bytes``): asked before an open reads them, so that a
+    machine or container too small gets this error, not the kernel's out-of-memory killer
+    half way through, which may pick another process. Rows that take little are not asked
+    about."""
+    need = entries * dim * 4
+    if need < _ASK_FROM:
+        return
+    free = available_bytes()
+    if free is not None and need > free:
+        raise OcrrError(
+            f"the ledger's {entries:,} entries of {dim} float32 need {need / 1e9:.1f} GB of memory {what}, and "
+            f"{free / 1e9:.1f} GB is left here (the machine's available memory, or what its container's memory "
+            "limit leaves, plus free swap); open it where more memory is free, or free memory here first"
+        )
+
+
+_ASK_FROM = 1 << 26  # bytes of rows from which check_memory reads the system's figures
 
 
 def check_rows(

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from ocrr.errors import OcrrError
 from ocrr.index.exact import ExactIndex
 from ocrr.index.file_rows import FileRows
 from ocrr.index.int8_shortlist import Int8Shortlist
@@ -44,12 +43,11 @@ from ocrr.ledger.column_rehash import HeldColumns, chain_columns
 from ocrr.ledger.columns import HashColumn, LabelColumn, PrefixedBytes, TextColumn
 from ocrr.ledger.location import KnownPrefix, stored_shape
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.rows import MAX_DIM
+from ocrr.ledger.rows import MAX_DIM, check_memory
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import PersistentSubstrate
 from ocrr.utils import reserved
 from ocrr.utils.grow_ahead import SMALL_PAGES, room_at_open
-from ocrr.utils.memory import available_bytes
 
 __all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
 
@@ -273,8 +271,7 @@ def room_for_rows(ledger: Any) -> RowsRoom | None:
     """A ``RowsRoom`` for the rows the ledger file at ``ledger`` says it commits (its meta
     table, read as it is now), or None: nothing to share (no entries, this system cannot,
     or the file cannot be read: the check that follows says why). An ``OcrrError`` when
-    the rows would not fit in the memory this process can still be given (``available_bytes``):
-    the kernel's out-of-memory killer, half way through the read, may pick another process."""
+    the rows would not fit in the memory left (``check_memory``)."""
     if not available():
         return None
     shape = stored_shape(ledger)
@@ -286,13 +283,7 @@ def room_for_rows(ledger: Any) -> RowsRoom | None:
     need = size * dim * F4LE.itemsize
     if need > _stored_bytes(Path(ledger)):
         return None  # more rows than the file and its log could hold: not sized from an unchecked claim
-    free = available_bytes()
-    if free is not None and need > free:
-        raise OcrrError(
-            f"the ledger's {size:,} entries of {dim} float32 need {need / 1e9:.1f} GB of memory for the rows the "
-            f"workers share, and this machine (or its container's memory limit) leaves {free / 1e9:.1f} GB available; "
-            "serve it where more memory is free, or free memory here first"
-        )
+    check_memory(size, dim, "for the rows the workers share")
     return RowsRoom(size, dim)
 
 

@@ -16,7 +16,7 @@ from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.checkpoint_records import sort_records
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.postgres.schema import FORMAT, VERSION, has_note_column
-from ocrr.ledger.rows import MAX_DIM
+from ocrr.ledger.rows import MAX_DIM, check_memory
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_stored_rows, ok_report
 
 __all__ = ["ROW_COLUMNS", "report_of"]
@@ -49,7 +49,9 @@ def _scan(conn, trust_until: int | None, vkeys: Sequence[str] = ()) -> Scan:
     labels: list = []
     texts: list = []
     hashes: list = []
-    vectors = np.empty((_held_rows(conn, size, width), width), _F4LE)
+    held = _held_rows(conn, size, width)
+    check_memory(held, width)
+    vectors = np.empty((held, width), _F4LE)
     prev = GENESIS
     with conn.cursor(name="ocrr_scan") as cur:  # server-side: rows arrive in batches, not all at once
         cur.itersize = _FETCH

@@ -22,7 +22,7 @@ from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.checkpoint_records import sort_records
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.rows import MAX_DIM
+from ocrr.ledger.rows import MAX_DIM, check_memory
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
 from ocrr.ledger.sqlite.prefix import trusted_prefix
 from ocrr.ledger.sqlite.schema import FORMAT, VERSION, connect, has_note_column
@@ -147,6 +147,8 @@ def _scan(
             if vectors.ctypes.data == known.vectors.ctypes.data:  # (not a larger one made instead)
                 rows_fd = known.rows_fd
         else:
+            if keep_rows:
+                check_memory(rows, width)
             vectors = _row_buffer(rows if keep_rows else 0, width)
         # The entries a checkpoint vouches for, read column-wise when they are intact (anything
         # unexpected there: read them again one by one below, which names what is wrong).
