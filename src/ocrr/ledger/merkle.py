@@ -29,11 +29,6 @@ def _node(pair: bytes | bytearray | memoryview) -> bytes:
     return h.digest()
 
 
-def _node_of_pair(pair: memoryview) -> bytes:
-    """``node_hash`` of two adjacent nodes, given as their 64 concatenated bytes."""
-    return hashlib.sha256(b"\x01" + pair).digest()
-
-
 def _split_nodes(joined: bytes) -> list[bytes]:
     """The 32-byte nodes of ``joined``, in order."""
     return [joined[j : j + HASH_SIZE] for j in range(0, len(joined), HASH_SIZE)]
@@ -77,7 +72,7 @@ class MerkleTree:
             with memoryview(level) as below, memoryview(parents) as out:
                 for lo in range(0, len(parents), _CHUNK):
                     hi = min(lo + _CHUNK, len(parents))
-                    out[lo:hi] = b"".join([_node_of_pair(below[j : j + pair]) for j in range(2 * lo, 2 * hi, pair)])
+                    out[lo:hi] = b"".join([_node(below[j : j + pair]) for j in range(2 * lo, 2 * hi, pair)])
             tree.levels.append(parents)
             level = parents
         return tree
