@@ -366,7 +366,7 @@ def test_a_signed_prefix_read_into_shared_memory_is_written_through_its_file_as_
     """From a signed checkpoint the supervisor reads the entries a block per statement and
     writes their rows through the memory file's descriptor (``KnownPrefix.rows_fd``), not
     through its mapping: what the mapping then holds is what an open into its own memory holds,
-    and the supervisor's mapping touched no page of it before a row landed there."""
+    and no page of it was made before a row landed there."""
     from ocrr.ledger.heads import Signer
     from ocrr.ledger.sqlite import prefix
 
@@ -386,7 +386,7 @@ def test_a_signed_prefix_read_into_shared_memory_is_written_through_its_file_as_
     with DurableLedger.open(path) as led:  # and entries after it, read one by one
         led.extend(vecs[:30], ["late"] * 30, _texts(0, 30))
     room = shared_rows.room_for_rows(path)
-    assert room is not None and _resident_kb(room.buffer) == 0  # nothing mapped in before the scan
+    assert room is not None and _resident_kb(room.buffer) == 0  # nothing backed before the scan
     try:
         opened = open_checked(path, verify="checkpoint", signer=signer, known=room.known_prefix())
         plain = open_checked(path, verify="checkpoint", signer=signer)
@@ -439,50 +439,6 @@ def test_a_workers_rows_grow_in_place_past_the_shared_ones_and_nothing_is_made_a
             worker.close()
     finally:
         shared.close()
-
-
-def _room_backing_done() -> None:
-    import threading
-
-    for thread in threading.enumerate():
-        if thread.name == "ocrr-rows-room":
-            thread.join(timeout=60)
-
-
-@pytest.mark.parametrize("kernel_backs", [True, False])
-def test_the_room_is_backed_in_bulk_and_a_system_that_declines_still_gets_its_rows(ledger, monkeypatch, kernel_backs):
-    """The room asks the kernel to back its whole memory file at once, beside the scan, on a
-    descriptor of its own; if the kernel declines, each page is made as its rows are written,
-    and either way the rows are the file's."""
-    import errno
-    import os
-
-    path, _, _ = ledger
-    if not kernel_backs:
-
-        def declines(fd, offset, length):
-            raise OSError(errno.ENOSPC, "no space")
-
-        monkeypatch.setattr(shared_rows.os, "posix_fallocate", declines)
-    before = len(os.listdir("/proc/self/fd"))
-    room = shared_rows.room_for_rows(path)
-    assert room is not None
-    try:
-        _room_backing_done()
-        backed = os.fstat(room.fd).st_blocks * 512
-        nbytes = ENTRIES * DIM * 4
-        assert (backed >= nbytes) if kernel_backs else (backed == 0)
-        opened = open_checked(path, verify="checkpoint", known=room.known_prefix())
-        plain = open_checked(path, verify="checkpoint")
-        try:
-            assert room.holds(opened.ledger.memory.vectors)
-            assert opened.ledger.memory.vectors.tobytes() == plain.ledger.memory.vectors.tobytes()
-        finally:
-            opened.close()
-            plain.close()
-    finally:
-        room.close()
-    assert len(os.listdir("/proc/self/fd")) == before  # the thread's own descriptor is closed too
 
 
 def test_rows_that_would_not_fit_in_the_memory_left_are_refused_before_any_is_read(ledger, monkeypatch):

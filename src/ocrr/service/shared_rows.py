@@ -25,7 +25,6 @@ import ctypes
 import mmap
 import os
 import sys
-import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -212,11 +211,9 @@ class RowsRoom:
         except BaseException:
             os.close(self.fd)
             raise
-        # The scan writes the rows it reads a block at a time through ``fd``
-        # (``KnownPrefix.rows_fd``). Meanwhile a thread backs the whole file: the kernel makes
-        # its pages in bulk far more cheaply than one at a time inside each reader's write,
-        # which holds the file's lock while it does.
-        _back_in_thread(self.fd, nbytes)
+        # No page is made before the scan writes it: the scan writes the rows it reads a block
+        # at a time through ``fd`` (``KnownPrefix.rows_fd``), which fills each new page without
+        # clearing it first.
 
     def known_prefix(self) -> KnownPrefix:
         """No entries, only the buffer their rows are read into. The stored inner Merkle nodes
@@ -244,27 +241,6 @@ class RowsRoom:
         if self.buffer is not None:
             self.buffer = None
             os.close(self.fd)
-
-
-def _back_in_thread(fd: int, nbytes: int) -> None:
-    """Ask the kernel to back the memory file's first ``nbytes`` (``posix_fallocate``), in a
-    thread of its own, on a descriptor of its own (the caller's may be closed meanwhile). Pages
-    already written are kept as they are; if the system declines, each page is still made
-    as a write first lands in it."""
-    fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is None:
-        return
-    own = os.dup(fd)
-
-    def back() -> None:
-        try:
-            fallocate(own, 0, nbytes)
-        except OSError:
-            pass  # (only sooner: the writes make what they need)
-        finally:
-            os.close(own)
-
-    threading.Thread(target=back, name="ocrr-rows-room", daemon=True).start()
 
 
 def room_for_rows(ledger: Any) -> RowsRoom | None:
