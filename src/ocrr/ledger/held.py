@@ -10,9 +10,9 @@ subclass reads and writes its storage:
 * ``_commit(batch)`` (``ocrr.ledger.group_commit``): write one group, calling
   ``_check_tail`` in the write transaction (``ocrr.ledger.tail``), ``_hashed_of`` for the
   new rows, and ``_commit_done`` / ``_commit_failed`` after;
-* ``_stored_rows(lo, hi)``: rows ``(id, label, text, vector, prev_hash, hash)`` as stored
-  now, for ``check_slice`` (or ``_row_reader``, which gives the same reads several in a row,
-  e.g. on one connection); other processes' rows go through ``_take_in_rows``;
+* ``_row_reader()``: rows ``(id, label, text, vector, prev_hash, hash)`` as stored now, for
+  ``check_slice``, read several in a row (e.g. on one connection); other processes' rows go
+  through ``_take_in_rows``;
 * ``scan``, ``refresh``, ``read_entries``, ``_record_checkpoint``, ``_verification_rows``,
   ``record_verification``, ``last_verification``, ``data_version``, ``follow``, ``close``.
 
@@ -25,8 +25,8 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Self
 
@@ -188,15 +188,11 @@ class HeldLedger(GroupCommit):
         (``rows`` False: an engine may leave out its vectors, labels and texts)."""
         raise NotImplementedError
 
-    def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
-        """Rows ``(id, label, text, vector, prev_hash, hash)`` ``lo``..``hi - 1`` as stored now."""
+    def _row_reader(self) -> AbstractContextManager[Callable[[int, int], list[tuple]]]:
+        """A reader of rows ``(id, label, text, vector, prev_hash, hash)`` ``lo``..``hi - 1``
+        as stored now, for several reads in a row (an engine may keep one connection open for
+        them, each read still its own transaction)."""
         raise NotImplementedError
-
-    @contextmanager
-    def _row_reader(self) -> Iterator[Callable[[int, int], list[tuple]]]:
-        """``_stored_rows`` for several reads in a row (an engine may keep one connection
-        open for them, each read still its own transaction)."""
-        yield self._stored_rows
 
     def check_slice(
         self, lo: int, hi: int, step: int = 0, rest: Callable[[float], bool] | None = None

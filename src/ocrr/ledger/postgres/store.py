@@ -36,7 +36,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
@@ -444,15 +444,20 @@ class PostgresLedger(HeldLedger):
 
         yield from self._db("reading entries", read)
 
-    def _stored_rows(self, lo: int, hi: int) -> list[tuple]:
-        """The rows ``lo``..``hi - 1`` as stored now. Raises LedgerStorageError when the database
-        cannot be reached (that is no damage)."""
-        return self._db(
-            "reading entries",
-            lambda conn: conn.execute(
-                f"SELECT {ROW_COLUMNS} FROM ocrr_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (lo, hi)
-            ).fetchall(),
-        )
+    @contextlib.contextmanager
+    def _row_reader(self) -> Iterator[Callable[[int, int], list[tuple]]]:
+        """The rows ``lo``..``hi - 1`` as stored now, each read on a pooled connection. A read
+        raises LedgerStorageError when the database cannot be reached (that is no damage)."""
+
+        def read(lo: int, hi: int) -> list[tuple]:
+            return self._db(
+                "reading entries",
+                lambda conn: conn.execute(
+                    f"SELECT {ROW_COLUMNS} FROM ocrr_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (lo, hi)
+                ).fetchall(),
+            )
+
+        yield read
 
     def scan(self, verify: str = "full", rows: bool = True) -> tuple[LedgerReport, Scan | None]:
         """Check the ledger as stored now (read-only): the report, and what it holds when intact
