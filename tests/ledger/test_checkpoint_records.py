@@ -224,6 +224,21 @@ def test_round_trip_with_the_real_key(storage, signer, tmp_path, capsys):
     assert "bad verifier key" in capsys.readouterr().err
 
 
+def test_a_quick_open_that_rehashed_every_entry_records_it(storage, signer):
+    """A quick open with no record to start from rehashes every entry, as a full check does,
+    and records that check as a full check does: the next quick open starts from it. A quick
+    open that did start from a record signs none."""
+    with open_store(storage.location, dim=DIM) as led:  # no key: no record
+        led.extend(*_entries(0, 9))
+    with open_store(storage.location, verify="checkpoint", signer=signer) as led:
+        assert led.report.checked_from == 0 and led.report.ignored_checkpoints == 0
+    with open_store(storage.location, verify="checkpoint", signer=signer) as led:
+        assert led.report.checked_from == 9
+        led.extend(*_entries(9, 12))
+    with open_store(storage.location, verify="checkpoint", signer=signer) as led:
+        assert led.report.checked_from == 9  # (the open before rehashed 9..11 only: it recorded nothing)
+
+
 def test_without_a_key_nothing_is_recorded(storage):
     with open_store(storage.location, dim=DIM) as led:
         led.extend(*_entries(0, 5))

@@ -48,3 +48,48 @@ def test_without_the_key_a_quick_open_rehashes_everything_and_says_so_once(keyed
     with pytest.raises(OcrrError, match="damaged at entry 2"):
         _quick_state(path, said.append)
     assert sum("no --key, so no checkpoint record can be authenticated" in m for m in said) == 1
+
+
+def test_a_quick_open_that_started_from_no_record_says_why(keyed, tmp_path):
+    """The line said once the ledger is checked names why a quick open rehashed every entry
+    (at ten million entries, minutes more): its records are another log's (here the key was
+    given another origin, with a record of signed heads of its own)."""
+    from ocrr.service.server import _opened
+
+    path, key, origin = keyed
+    for given, why in [
+        ("example.com/a-typo", "none of its checkpoint records is signed by --key under the origin example.com/a-typo"),
+        (origin, None),
+    ]:
+        config = ServiceConfig(
+            ledger=path, token=TOKEN, quick_open=True, key=key, origin=given, signed_state=tmp_path / f"{len(given)}"
+        )
+        state = build_state(config, encoder=HashingEncoder(), log=lambda _: None)
+        try:
+            said = _opened(config, state.substrate)
+        finally:
+            state.close()
+        if why is None:
+            assert said.endswith(": 9 entries, verified"), said
+        else:
+            assert why in said and "check --key and --origin" in said, said
+
+
+def test_a_record_of_signed_heads_of_another_log_is_refused_before_the_ledger_is_read(keyed, monkeypatch):
+    """The key's record of signed heads names the origin it signs under: given another
+    origin, the service refuses at once, not after reading the ledger."""
+    from ocrr.service import state as service_state
+
+    path, key, _ = keyed
+
+    def opened(*args, **kwargs):
+        raise AssertionError("the ledger was opened before the record of signed heads was refused")
+
+    monkeypatch.setattr(service_state, "open_substrate", opened)
+    monkeypatch.setattr(service_state, "open_checked", opened)
+    for workers in (1, 2):
+        config = ServiceConfig(
+            ledger=path, token=TOKEN, quick_open=True, key=key, origin="example.com/a-typo", workers=workers
+        )
+        with pytest.raises(OcrrError, match="not serving ledger .* signed by another key or for another log"):
+            build_state(config, encoder=HashingEncoder(), log=lambda _: None, predicts=workers == 1)

@@ -14,7 +14,8 @@ from ocrr.cli.main import main
 from ocrr.errors import OcrrError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.sqlite.store import DurableLedger
-from ocrr.systems.substrate.persistent import open_substrate
+from ocrr.systems.substrate import persistent
+from ocrr.systems.substrate.persistent import open_checked, open_substrate
 from ocrr.systems.substrate.saved_index import SavedIndex, statement_path
 
 faiss = pytest.importorskip("faiss")
@@ -157,6 +158,49 @@ def test_the_files_checked_a_chunk_at_a_time_are_refused_as_when_read_whole(here
     with pytest.raises(OcrrError, match=REFUSED) as chunked:
         SavedIndex.read(here / "l.ivf", signer, keep=False)
     assert str(chunked.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("tamper", TAMPERS, ids=list(TAMPERS))
+def test_the_supervisors_check_refuses_what_an_open_refuses(here, tamper):
+    """``open_checked(index_file=…)`` (the supervisor of ``ocrr serve --workers N``, which takes
+    no index itself) refuses each tampered index with the message ``open_substrate`` gives."""
+    TAMPERS[tamper](here)
+    with pytest.raises(OcrrError, match=REFUSED) as opened:
+        _open(here, index_file=here / "l.ivf")
+    with pytest.raises(OcrrError, match=REFUSED) as checked:
+        open_checked(here / "l.db", SPEC, signer=_signer(here), index_file=here / "l.ivf")
+    assert str(checked.value) == str(opened.value)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    ["another key", "another origin", "other settings", "the statement gone"],
+)
+def test_the_supervisor_refuses_a_statement_before_reading_the_ledger(here, monkeypatch, wrong):
+    """What the statement alone decides (its signature, its origin, its settings) is refused
+    before the ledger is opened: at ten million entries that open takes minutes."""
+    signer, spec = _signer(here), SPEC
+    if wrong == "another key":
+        Signer.generate(ORIGIN).save(here / "other.pem")
+        signer = _signer(here, "other.pem")
+    elif wrong == "another origin":
+        signer = Signer.load(here / "key.pem", "test.invalid/another-log")
+    elif wrong == "other settings":
+        spec = SPEC.replace("nlist=64", "nlist=32")
+    else:
+        statement_path(here / "l.ivf").unlink()
+
+    def opened(*args, **kwargs):
+        raise AssertionError("the ledger was opened before the index statement was refused")
+
+    monkeypatch.setattr(persistent, "open_store", opened)
+    with pytest.raises(OcrrError, match=REFUSED):
+        open_checked(here / "l.db", spec, signer=signer, index_file=here / "l.ivf")
+
+
+def test_the_supervisors_check_passes_an_intact_index(here):
+    with open_checked(here / "l.db", SPEC, signer=_signer(here), index_file=here / "l.ivf") as sub:
+        assert len(sub) == ENTRIES
 
 
 def test_an_index_signed_by_another_key_is_refused(here):

@@ -139,6 +139,22 @@ class SignedState:
             raise
         return state
 
+    @classmethod
+    def check_record(cls, signer: Signer, path: str | os.PathLike[str]) -> None:
+        """Refuse now, as ``open`` would, a record at ``path`` that is not this key's under its
+        origin (edited, foreign, malformed): before a long open of the ledger it guards. A
+        record that is missing or cannot be read passes: ``open`` starts one, or says why not."""
+        state = cls(signer, path)
+        try:
+            fd = os.open(state.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # (not while a signer writes it)
+            state._read(fd)
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         with self._threads:
             if self._fd is not None:

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 import uvicorn
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.location import StoredInnerNodes, display, scan_location
+from ocrr.ledger.location import StoredInnerNodes, default_origin_of, display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
 from ocrr.service.config import ServiceConfig, check_tls_files
@@ -70,7 +70,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
     if config.workers > 1 and config.fit is None:
         return _serve_workers(dataclasses.replace(config, port=port), log)
     state = build_state(config, log=log)
-    log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
+    log(_opened(config, state.substrate))
     if config.workers > 1:  # (seeded here first: --fit)
         token, damage_seen = state.token, state.damage_seen
         handed = Handoff(token, damage_seen, None if config.on_database else publish(state.substrate))
@@ -141,6 +141,26 @@ class Handoff:
     trusted: int = 0  # entries the check did not rehash (a quick open's): the supervisor rehashes them
 
 
+def _opened(config: ServiceConfig, substrate) -> str:
+    """The line said once the ledger is checked; for a quick open that no checkpoint record
+    let skip rehashing (at ten million entries: minutes more), why, so that the next start is quick."""
+    said = f"ledger {display(config.ledger)}: {len(substrate)} entries, verified"
+    report = substrate.ledger.report
+    if config.verify != "checkpoint" or config.key is None or not len(substrate) or report.checked_from:
+        return said
+    if not report.ignored_why:
+        return (
+            f"{said}; --quick-open rehashed every entry, as it holds no checkpoint record yet: one is "
+            "recorded now, signed by --key, so the next --quick-open starts from it"
+        )
+    origin = config.origin or default_origin_of(config.ledger)
+    return (
+        f"{said}; --quick-open rehashed every entry, as none of its checkpoint records is signed by --key "
+        f"under the origin {origin} ({report.ignored_why[0]}): check --key and --origin against the ones "
+        "the ledger was served with"
+    )
+
+
 def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Handoff:
     """Check the ledger once, fully or from its checkpoint, as the workers start (each loads
     its own encoder), and write what it read into memory they share: they then read from the
@@ -151,7 +171,7 @@ def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Han
     try:
         state = build_state(first, log=log, predicts=False, shared=room)  # the substrate is the workers'
         try:
-            log(f"ledger {display(config.ledger)}: {len(state.substrate)} entries, verified")
+            log(_opened(config, state.substrate))
             shared = None if config.on_database else publish(state.substrate, room)
             trusted = state.substrate.ledger.report.checked_from
         finally:

@@ -12,9 +12,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,6 @@ from ocrr.service.rehash_trusted import WARM_UP
 from ocrr.service.shared_rows import RowsRoom, SharedRows
 from ocrr.service.witnessing import WitnessedFile, Witnessing, witnessed_path
 from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked, open_substrate
-from ocrr.systems.substrate.saved_index import SavedIndex, check_index_file
 
 #: Entries older than the last checkpoint the background check rehashes per tick, in turn:
 #: all of them every ceil(entries / this) ticks (docs/reference/measurements.md).
@@ -339,6 +338,8 @@ def build_state(
     )
     if config.token is None and config.on_database:
         config.token_path  # noqa: B018 - refuses, naming the fix, before the database is opened
+    if signer is not None:
+        _check_signed_record(config, signer)
     # Said once, by the starting process (a worker it starts gets its damage_after).
     if signer is None and damage_after is None and (config.verify == "checkpoint" or config.workers > 1):
         log(
@@ -367,19 +368,18 @@ def build_state(
             if config.fit is not None:
                 raise ValueError("predicts=False cannot seed the ledger (config.fit)")
             known = None if shared is None else shared.known_prefix()  # (of no entries: where rows are read into)
-            # A saved index is refused once here, not by every worker in turn; its files are
-            # checked while the ledger is read.
-            with ThreadPoolExecutor(1, thread_name_prefix="ocrr-index-check") as pool:
-                index_read = None
-                if config.index_file is not None:
-                    index_read = pool.submit(SavedIndex.read, config.index_file, signer, keep=False)
-                sub = open_checked(
-                    config.ledger, config.system, seed=config.seed, verify=config.verify, signer=signer, known=known
-                )
+            # A saved index is refused once here, not by every worker in turn.
+            sub = open_checked(
+                config.ledger,
+                config.system,
+                seed=config.seed,
+                verify=config.verify,
+                signer=signer,
+                known=known,
+                index_file=config.index_file,
+            )
             del known
             opened.enter_context(sub)
-            if index_read is not None:
-                check_index_file(index_read.result(), sub.system, sub.ledger)
         guarded = None if signer is None else opened.enter_context(_signing_state(config, signer, sub, log))
         if encoder is not None:
             encoder = SerialEncoder(encoder)
@@ -449,16 +449,28 @@ def _signing_state(
 ) -> Iterator[SignedState]:
     """The signer, through the record of what its key signed: a ledger that does not extend
     it (rewound or forked since) is refused here, before anything is served or signed."""
-    assert config.key is not None  # a signer is loaded from --key
-    path = config.signed_state or default_state_path(config.key)
     try:
-        state = SignedState.open(signer, path, sub.ledger, log)
+        state = SignedState.open(signer, _signed_state_path(config), sub.ledger, log)
     except LedgerIntegrityError as e:
         raise LedgerIntegrityError(f"not serving ledger {display(config.ledger)}: {e}") from None
     try:
         yield state
     finally:
         state.close()
+
+
+def _check_signed_record(config: ServiceConfig, signer: Signer) -> None:
+    """``SignedState.check_record``: a record of another key or log refused before the ledger is
+    read (at ten million entries its open takes a minute or more), with ``_signing_state``'s words."""
+    try:
+        SignedState.check_record(signer, _signed_state_path(config))
+    except LedgerIntegrityError as e:
+        raise LedgerIntegrityError(f"not serving ledger {display(config.ledger)}: {e}") from None
+
+
+def _signed_state_path(config: ServiceConfig) -> Path:
+    assert config.key is not None  # a signer is loaded from --key
+    return Path(config.signed_state or default_state_path(config.key))
 
 
 def follow(state: ServiceState, ledger: LedgerStore, every: float = FOLLOW_EVERY) -> object | None:

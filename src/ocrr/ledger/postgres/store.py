@@ -198,7 +198,7 @@ class PostgresLedger(HeldLedger):
         )
         ledger = cls(url, pool, schema, scan, report, apply, float(gather))
         ledger.signer = signer
-        if verify == "full":
+        if not report.checked_from:  # every entry rehashed (a quick open with no record to start from too)
             try:
                 ledger._record_checkpoint()
             except OcrrError:

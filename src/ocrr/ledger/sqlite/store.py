@@ -213,7 +213,7 @@ class DurableLedger(HeldLedger):
         ledger = cls(path, conn, scan, report, apply)
         ledger.signer = signer
         ledger._holds.append(writer)
-        if verify == "full":
+        if not report.checked_from:  # every entry rehashed (a quick open with no record to start from too)
             try:
                 ledger._record_checkpoint()  # (written in line with the writers: _write_aside)
             except BaseException:

@@ -361,15 +361,27 @@ def open_checked(
     seed: int = 0,
     signer: Signer | None = None,
     known: KnownPrefix | None = None,
+    index_file: str | os.PathLike[str] | None = None,
 ) -> PersistentSubstrate:
     """The ledger at ``path`` checked as ``open_substrate`` checks it (chain, tree, checkpoint
     records and the stored rows' rules), without the substrate learning its entries: for a
     process that answers no predicts, such as the supervisor of ``ocrr serve --workers N``,
     whose workers each open the substrate. Its ``system`` stays unfitted. ``known``: as
-    ``open_substrate``'s (of no entries: the buffer the rows are read into)."""
+    ``open_substrate``'s (of no entries: the buffer the rows are read into). ``index_file``:
+    a saved index checked as ``open_substrate`` checks it, except that it is not taken (so
+    that a bad file is refused once, not by each worker in turn): its statement and settings
+    before the ledger is read, its files' digests while it is read, its root after."""
     system = _servable(system, seed)
-    ledger = open_store(path, verify=verify, signer=signer, known=known)
+    saved = None if index_file is None else SavedIndex.signed(index_file, signer)
+    if saved is not None:
+        saved.check_system(system)
+    with ThreadPoolExecutor(1, thread_name_prefix="ocrr-index-check") as pool:
+        files_read = None if saved is None else pool.submit(saved.read_files, keep=False)
+        ledger = open_store(path, verify=verify, signer=signer, known=known)
     try:
+        if saved is not None and files_read is not None:
+            files_read.result()
+            saved.check_root(ledger)
         mirror = getattr(ledger, "memory", None)  # the checked entries, kept without rehashing
         if mirror is not None and len(mirror):
             _check_stored_rows(mirror.vectors, f"ledger {display(path)}")

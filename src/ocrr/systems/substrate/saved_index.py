@@ -47,7 +47,6 @@ from ocrr.utils.files import atomic_write_text
 __all__ = [
     "IndexStatement",
     "SavedIndex",
-    "check_index_file",
     "index_settings",
     "statement_path",
     "write_saved_index",
@@ -200,6 +199,15 @@ class SavedIndex:
         signed by ``signer``'s key under its origin and each file has the length and SHA-256
         it states. ``keep`` False: the files are checked a chunk at a time and not held (for
         a process that only vouches for them; the result cannot ``restore``)."""
+        saved = cls.signed(index_file, signer)
+        saved.read_files(keep)
+        return saved
+
+    @classmethod
+    def signed(cls, index_file: str | os.PathLike[str], signer: Signer | None) -> SavedIndex:
+        """Only the statement beside ``index_file``, refused unless signed by ``signer``'s key
+        under its origin: a few hundred bytes, checked before a long open of the ledger. Its
+        files are not read yet (``read_files``)."""
         path = Path(index_file).expanduser()
         if signer is None:
             raise OcrrError(
@@ -217,15 +225,20 @@ class SavedIndex:
             raise refused(path, f"its statement is malformed: {e}") from None
         if statement.origin != signer.origin:
             raise refused(path, f"its statement is for the log {statement.origin!r}, not {signer.origin!r}")
+        return cls(path, statement, faiss_bytes=b"", npz_bytes=b"")
+
+    def read_files(self, keep: bool = True) -> None:
+        """Read the index's two files, refused unless each has the length and SHA-256 its
+        statement states (``keep`` as ``read``'s)."""
         blobs = []
-        for name, file in zip(_FILES, (path, side_path(path))):
-            digest, length = statement.files[name]
-            data = _read_bounded(path, file, length) if keep else b""
-            seen = (len(data), hashlib.sha256(data).hexdigest()) if keep else _digest_bounded(path, file, length)
+        for name, file in zip(_FILES, (self.path, side_path(self.path))):
+            digest, length = self.statement.files[name]
+            data = _read_bounded(self.path, file, length) if keep else b""
+            seen = (len(data), hashlib.sha256(data).hexdigest()) if keep else _digest_bounded(self.path, file, length)
             if seen != (length, digest):
-                raise refused(path, f"{file.name} is not the file its statement signs (changed or damaged)")
+                raise refused(self.path, f"{file.name} is not the file its statement signs (changed or damaged)")
             blobs.append(data)
-        return cls(path, statement, faiss_bytes=blobs[0], npz_bytes=blobs[1])
+        self.faiss_bytes, self.npz_bytes = blobs
 
     def check_system(self, system: Substrate) -> None:
         """Refuse unless ``system`` serves with the index options the index was built with
@@ -279,15 +292,6 @@ class SavedIndex:
                 f"the ledger's Merkle root at size {size} is not the one the index was built over: the "
                 "ledger was rewritten, or the index belongs to another ledger",
             )
-
-
-def check_index_file(saved: SavedIndex, system: Substrate, ledger: Any) -> None:
-    """Everything an opener checks of a saved index (``saved``: its files checked,
-    ``SavedIndex.read``) except taking it: for a process that opens no substrate (the
-    supervisor of ``ocrr serve --workers N``), so that a bad file is refused once, at the
-    start, not by each worker in turn."""
-    saved.check_system(system)
-    saved.check_root(ledger)
 
 
 def refused(path: Path, why: str) -> OcrrError:
