@@ -53,6 +53,17 @@ def test_a_parents_tighter_limit_wins(tmp_path):
     assert available_bytes(proc, cgroups) == GIB
 
 
+def test_a_group_outside_the_namespace_reads_no_other_groups_limit(tmp_path):
+    """A process whose group lies outside the cgroup namespace it sees is listed with ``..``
+    (``0::/../other``): the mounted folder of that name, or the mount's root, is some other
+    group, whose limit is not this process's."""
+    proc = _proc(tmp_path, 8 * 1024 * 1024, "0::/../other\n")
+    cgroups = tmp_path / "cg"
+    _group(cgroups, str(2 * GIB), GIB, {"file": 0, "shmem": 0})
+    _group(cgroups / "other", str(GIB), GIB, {"file": 0, "shmem": 0})
+    assert available_bytes(proc, cgroups) == 8 * GIB
+
+
 def test_a_v1_memory_hierarchy_and_its_no_limit_number(tmp_path):
     membership = "12:pids:/x\n4:memory:/process_api/abc\n3:cpu,cpuacct:/\n0::/\n"
     proc = _proc(tmp_path, 20 * 1024 * 1024, membership)

@@ -62,7 +62,11 @@ def _cgroup_room(membership: Path, cgroups: Path) -> list[int]:
             base, files = cgroups / "memory", _V1_FILES
         else:
             continue
-        parts = [p for p in group.split("/") if p and p not in (".", "..")]
+        parts = [p for p in group.split("/") if p and p != "."]
+        if ".." in parts:
+            # A group outside the cgroup namespace this process sees: the folders mounted here
+            # are not its own or its parents', so none of their limits is read as its own.
+            continue
         for depth in range(len(parts), -1, -1):
             left = _group_room(base.joinpath(*parts[:depth]), *files)
             if left is not None:
