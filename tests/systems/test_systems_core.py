@@ -211,3 +211,38 @@ def test_all_means_every_paper_system_but_not_the_optional_lora_ones():
         assert name in everything
     assert "lora" not in everything and "bounded_reservoir" not in everything
     assert expand_systems(["substrate,online_linear", "substrate"]) == ["substrate", "online_linear"]
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["fit", "fit_checked"])
+def test_the_first_corrections_after_a_fit_fill_room_instead_of_copying_every_label(checked):
+    """After a fit of n entries (an open of a ledger is ``fit_checked``), the entries' label
+    codes sit in a buffer with free rows: the corrections that follow land there, where a
+    buffer of exactly n would be copied whole into a new one by the first of them (at ten
+    million entries, 80 MB while that correction waits). The answers are the same either way."""
+    from ocrr.ledger.chain import GENESIS, entry_digest
+
+    rng = np.random.default_rng(3)
+    n = 5_000
+    vecs = rng.normal(size=(n + 40, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    labels = [f"c{i % 7}" for i in range(n + 40)]
+    texts = [f"t{i}" for i in range(n + 40)]
+    seed = Batch(vecs[:n], texts[:n], labels[:n])
+    sub = make_system("substrate")
+    if checked:
+        hashes, prev = [], GENESIS
+        for i in range(n):  # the chain a durable store would have checked
+            prev = entry_digest(i, labels[i], texts[i], vecs[i], prev)
+            hashes.append(prev)
+        sub.fit_checked(seed, hashes)
+    else:
+        sub.fit(seed)
+    buffer = sub._entry_label.ctypes.data
+    for i in range(n, n + 40):
+        sub.correct(Batch(vecs[i : i + 1], texts[i : i + 1], labels[i : i + 1]))
+    assert sub._entry_label.ctypes.data == buffer
+    plain = make_system("substrate").fit(Batch(vecs, texts, labels))
+    queries = vecs[::97] + np.float32(0.01)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    assert sub.predict(Batch(queries)) == plain.predict(Batch(queries))
+    assert sub.space_.decode(sub._entry_label[: n + 40]) == labels
