@@ -161,3 +161,25 @@ def _centroids(index):
     q = faiss.downcast_index(index._index.quantizer)
     q.make_direct_map()
     return q.reconstruct_n(0, index.nlist)
+
+
+@pytest.mark.parametrize("borrow", [True, False])
+def test_an_opened_index_takes_its_first_additions_without_copying_its_bookkeeping(tmp_path, borrow):
+    """Opened with free rows past the saved ones, the index takes the corrections that follow
+    in place (a buffer of exactly the saved rows would be copied whole by the first of them,
+    while that correction waits), and answers as an index that took the same rows."""
+    faiss.omp_set_num_threads(1)
+    x = _data(3100)
+    source = (lambda: x) if borrow else None
+    index = make_index("ivf_pq", x.shape[1], source=source, nlist=16, nprobe=3, rerank=30, ivf_min_train=1000, seed=0)
+    index.add(x[:3000], np.arange(3000, dtype=np.int64))
+    save_ivf(index, tmp_path / "ivf.faiss")
+    opened = open_ivf(tmp_path / "ivf.faiss", source=source)
+    alive = opened._alive.ctypes.data
+    for i in range(3000, 3100):
+        opened.add(x[i : i + 1], np.array([i], np.int64))
+        index.add(x[i : i + 1], np.array([i], np.int64))
+    assert opened._alive.ctypes.data == alive
+    q = x[:40] + np.float32(0.05)
+    want, got = index.search(q, 5), opened.search(q, 5)
+    assert got[0].tobytes() == want[0].tobytes() and np.array_equal(got[1], want[1])

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ocrr.index.ivf import IVFIndex
+from ocrr.utils.grow_ahead import room_at_open
 
 _SETTINGS = ("dim", "kind", "pq_m", "nprobe", "rerank", "min_train", "train_per_list", "grouped_quantizer_from", "seed")
 # What shapes the lists and codes: an index restored into one made otherwise would mislead.
@@ -165,7 +166,7 @@ def _restore(index: IVFIndex, faiss_index: Any, meta: dict, arrays: dict) -> Non
     index._index = faiss_index
     index._staged = None
     index.nlist, index.trained_on, index.tuned_at = meta["nlist"], meta["trained_on"], meta["tuned_at"]
-    index._grow(rows)
+    index._grow(room_at_open(rows, 1024))  # free rows: the first addition after an open copies nothing
     index._alive[:rows] = alive
     index._rows, index._live = rows, meta["live"]
     if not meta["borrowed"]:
