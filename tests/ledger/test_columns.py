@@ -196,6 +196,28 @@ def test_first_seen_looks_past_the_first_block_for_labels_seen_late() -> None:
     assert place.tolist() == [{"x": 0, "y": 1, "z": 2}[v] for v in labels]
 
 
+@pytest.mark.parametrize("split", [0, 3, 70_000, 200_005])
+def test_first_seen_skips_the_blocks_with_no_new_label_and_finds_each_where_it_first_occurs(split) -> None:
+    """Labels first seen in the first block, in a later one, and at the very end (a class the
+    corrections brought), with blocks holding no new label between them; the column's first
+    ``split`` entries its read-only prefix."""
+    from ocrr.ledger import columns
+
+    block = columns._FIRST_SEEN_BLOCK
+    rng = np.random.default_rng(5)
+    labels = [f"old{c}" for c in rng.integers(4, size=3 * block + 7)]
+    labels[block + 11] = "later"
+    labels[2 * block + 3 :: 5000] = ["later"] * len(labels[2 * block + 3 :: 5000])
+    labels.append("last")
+    whole = LabelColumn(labels)
+    column = LabelColumn(names=whole.names, prefix_codes=memoryview(whole.codes()[:split]).cast("B"))
+    column.extend(labels[split:])
+    seen, place = column.first_seen()
+    order = list(dict.fromkeys(labels))
+    assert seen == order
+    assert place.tolist() == [order.index(v) for v in labels]
+
+
 @settings(max_examples=60, deadline=None)
 @given(first=texts_st, block=texts_st.filter(lambda t: all(x is None or "\0" not in x for x in t)))
 def test_texts_appended_as_a_blob_read_as_appended_one_by_one(first, block) -> None:

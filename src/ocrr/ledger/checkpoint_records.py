@@ -1,7 +1,8 @@
 """Checkpoint records: the checkpoints a ledger keeps in its own storage, as signed notes.
 
-After a successful full check, a store that has a signing key records the checkpoint of
-what it checked: a row (size, chain head, root, time) and its ``note``, a C2SP signed note
+After a successful check that rehashed every entry (a full check, or a quick open with no
+record to start from), a store that has a signing key records the checkpoint of what it
+checked: a row (size, chain head, root, time) and its ``note``, a C2SP signed note
 by the key of ``ocrr-checkpoint-record-v1``, the origin, size, root and chain head. Its
 first line keeps it from being read as a checkpoint (c2sp.org/tlog-checkpoint starts with
 the origin): a record is no signed head, so a record written over a forked copy of the

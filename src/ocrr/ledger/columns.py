@@ -220,12 +220,21 @@ class LabelColumn(_Column):
         """The labels the column holds, each once in the order each first occurs, and every
         entry's place in that list (int64): what numbering the labels one by one as they come
         gives, without a Python step per entry."""
-        codes = np.concatenate([np.frombuffer(self._prefix, np.int32), np.frombuffer(self._own, np.int32)])
+        prefix = np.frombuffer(self._prefix, np.int32)
+        codes = np.concatenate([prefix, np.frombuffer(self._own, np.int32)]) if len(self._own) else prefix
         first: dict[int, int] = {}  # code -> the entry where it first occurs
-        for lo in range(0, len(codes), _FIRST_SEEN_BLOCK):  # (usually every label occurs in the first block)
-            block_codes, at = np.unique(codes[lo : lo + _FIRST_SEEN_BLOCK], return_index=True)
+        unseen = np.ones(len(self._names), bool)
+        for lo in range(0, len(codes), _FIRST_SEEN_BLOCK):
+            block = codes[lo : lo + _FIRST_SEEN_BLOCK]
+            # Most blocks hold no label not seen before; a label first seen late (a class the
+            # corrections brought) would otherwise have every block sorted on the way to it.
+            if not unseen[block].any():
+                continue
+            block_codes, at = np.unique(block, return_index=True)
             for code, i in zip(block_codes.tolist(), at.tolist()):
-                first.setdefault(code, lo + i)
+                if unseen[code]:
+                    first[code] = lo + i
+                    unseen[code] = False
             if len(first) == len(self._names):
                 break
         order = sorted(first, key=first.__getitem__)
