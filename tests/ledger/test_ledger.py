@@ -728,3 +728,29 @@ def test_load_and_open_with_vectors_on_disk(tmp_path):
     again = Ledger.load(tmp_path / "l.db")
     assert len(again) == 151 and not again.on_disk and again.verify().ok
     assert list(scratch.iterdir()) == []
+
+
+def test_open_with_vectors_on_disk_never_holds_the_rows_in_memory(tmp_path):
+    """The open's check reads the file's rows straight into the vector file: the heap (numpy's
+    buffers are traced) never holds a copy of them, as it does opening without a folder."""
+    import tracemalloc
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((20_000, 384)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    with Ledger.open(tmp_path / "l.db") as led:
+        led.extend(x, [f"c{i % 5}" for i in range(len(x))])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def peak(**kw) -> int:
+        tracemalloc.start()
+        try:
+            with Ledger.open(tmp_path / "l.db", **kw) as opened:
+                assert np.array_equal(opened.vectors, x)
+                return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert peak() > x.nbytes  # (the measure sees rows held in memory)
+    assert peak(vectors_on_disk=scratch) < x.nbytes / 2  # (a batch of rows as SQLite gives them, and the hashes)

@@ -287,9 +287,8 @@ class Chain:
             texts = [None] * m
         for label, text in zip(labels, texts):
             _check_label_text(label, text)
-        finite = np.isfinite(mat).all(axis=1)
-        if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0])
+        bad = _first_not_finite(mat)
+        if bad is not None:
             raise OcrrError(f"vector {bad} contains NaN or inf; check the encoder output before appending")
         return self._extend(mat, labels, texts, None)
 
@@ -311,7 +310,8 @@ class Chain:
         if m == 0:
             return range(start, start)
         block = self._reserve(mat.shape[1], m)[start : start + m]
-        block[:] = mat
+        if block.ctypes.data != mat.ctypes.data or block.strides != mat.strides:  # (in place: an open read them there)
+            block[:] = mat
         head = self.head
         if hashes is None:
             prev = head
@@ -527,6 +527,18 @@ def _whole_buffer(rows: np.ndarray, dim: int) -> np.ndarray | None:
         and rows.flags.c_contiguous
     )
     return base if usable else None
+
+
+_FINITE_BLOCK = 65_536  # rows checked at a time: the check's mask stays small beside rows on disk
+
+
+def _first_not_finite(mat: np.ndarray) -> int | None:
+    """The first row of ``mat`` holding NaN or inf, or None."""
+    for lo in range(0, len(mat), _FINITE_BLOCK):
+        finite = np.isfinite(mat[lo : lo + _FINITE_BLOCK]).all(axis=1)
+        if not finite.all():
+            return lo + int(np.flatnonzero(~finite)[0])
+    return None
 
 
 def _are_positions(ids: Sequence[int], n: int) -> bool:

@@ -26,8 +26,11 @@ import numpy as np
 
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import F4LE, INITIAL_CAPACITY, Chain
+from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
+from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import check_appended
 from ocrr.ledger.scan import LedgerReport
+from ocrr.ledger.sqlite.scan import KnownPrefix, rows_to_read
 from ocrr.ledger.sqlite.schema import add_tree, create_tables
 from ocrr.ledger.sqlite.store import DurableLedger
 
@@ -106,9 +109,20 @@ class Ledger(Chain):
         at a time: to share a file between processes, use ``DurableLedger`` or ``ocrr.open_substrate``.
         """
         ledger = cls(dim, vectors_on_disk=vectors_on_disk)
+        known = ledger._rows_on_disk(Path(path).expanduser()) if ledger.on_disk else None
         # The store feeds the file's entries to the ledger now, and each commit's afterwards.
-        ledger._store = DurableLedger.open(path, dim=dim, apply=ledger._take_committed)
+        ledger._store = DurableLedger.open(path, dim=dim, apply=ledger._take_committed, known=known)
         return ledger
+
+    def _rows_on_disk(self, path: Path) -> KnownPrefix | None:
+        """Where the open's check reads the file's rows: this ledger's vector file, made big
+        enough for them, so that they are never all in memory, not even while the file is
+        checked. None when the file does not say how many (the open then finds why)."""
+        held = rows_to_read(path)
+        if held is None or not held[1] or (self.dim is not None and held[0] != self.dim):
+            return None
+        dim, rows = held
+        return KnownPrefix(0, self._reserve(dim, rows), LabelColumn(), TextColumn(), HashColumn(), MerkleTree())
 
     def _take_committed(
         self, vectors: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence | None = None

@@ -24,13 +24,15 @@ from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import MAX_DIM, check_memory
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_checkpoint, check_entry, ok_report
+from ocrr.ledger.sqlite.nodes_in_order import NodesInOrder
 from ocrr.ledger.sqlite.prefix import trusted_prefix
 from ocrr.ledger.sqlite.schema import FORMAT, VERSION, connect, has_note_column
 from ocrr.utils.grow_ahead import room_at_open
 
-__all__ = ["KnownPrefix", "LedgerReport", "report_of", "scan_file"]
+__all__ = ["KnownPrefix", "LedgerReport", "report_of", "rows_to_read", "scan_file"]
 
 _F4LE = np.dtype("<f4")
+_ROWS_PER_FETCH = 1024  # entries read one by one are fetched this many at a time (two batches live at once)
 
 
 @dataclass
@@ -163,13 +165,13 @@ def _scan(
             tree, labels, texts, hashes = prefix
             prev, i = hashes[-1], trusted
             check_checkpoint(checkpoints[-1], tree, prev)
-    stored = _nodes_from(conn, i)  # (level, idx) -> hash of every node the one-by-one reading adds
+    stored = NodesInOrder(conn, i)  # every stored node the one-by-one reading adds, read as it adds them
     entries = conn.execute(
         "SELECT id, typeof(id), CAST(label AS BLOB), typeof(label), CAST(text AS BLOB), "
         "typeof(text), CAST(vector AS BLOB), typeof(vector), prev_hash, hash FROM entries WHERE id >= ? ORDER BY id",
         (i,),
     )
-    while batch := entries.fetchmany(4096):
+    while batch := entries.fetchmany(_ROWS_PER_FETCH):
         for id_, t_id, lab, t_lab, txt, t_txt, vec, t_vec, prev_hash, digest in batch:
             if i >= size:
                 raise Damage(
@@ -190,11 +192,12 @@ def _scan(
                 raise Damage(i, f"entry {i}: label or text is not valid UTF-8 (bytes edited)") from None
             leaf = check_entry(i, label, text, vec, prev_hash, digest, prev, width, rehash=i >= rehash_from)
             if leaf is None:
-                leaf = stored.get((0, i))
-                if not isinstance(leaf, bytes) or len(leaf) != 32:
+                stored_leaf = stored.at(0, i)
+                if not isinstance(stored_leaf, bytes) or len(stored_leaf) != 32:
                     raise Damage(i, f"entry {i}: its Merkle leaf is missing from the nodes table")
+                leaf = stored_leaf
             for level, k, h in tree.append(leaf):
-                if stored.pop((level, k), None) != h:
+                if stored.at(level, k) != h:
                     lo = k << level
                     raise Damage(
                         lo,
@@ -216,10 +219,12 @@ def _scan(
         )
     if head != prev:
         raise Damage(size, "the chain head recorded at the last commit does not match the last entry")
-    if stored:
-        (level, k), _ = min(stored.items())
+    extra = stored.extra()
+    if extra is not None:
+        at_level, at_idx = extra
         raise Damage(
-            min(k << level, size), f"the nodes table holds a node (level {level}, index {k}) that no entry accounts for"
+            min(at_idx << at_level, size),
+            f"the nodes table holds a node (level {at_level}, index {at_idx}) that no entry accounts for",
         )
     for cp in checkpoints:
         check_checkpoint(cp, tree, hashes[cp[0] - 1] if 0 < cp[0] <= len(hashes) else None)
@@ -236,22 +241,6 @@ def _scan(
     )
 
 
-def _nodes_from(conn: sqlite3.Connection, i: int) -> dict:
-    """The stored nodes ``(level, idx) -> hash`` with ``idx >= (i >> level)``: every node over
-    entries from ``i`` on. Asked a level at a time (the key's order: each one an index range,
-    not a read of the whole table), every distinct stored level visited in turn, whatever its
-    value (so a node at a level no entry reaches is found as before)."""
-    stored = {}
-    level = conn.execute("SELECT min(level) FROM nodes").fetchone()[0]
-    while level is not None:
-        for key_level, idx, h in conn.execute(
-            "SELECT level, idx, hash FROM nodes WHERE level = ? AND idx >= (? >> level)", (level, i)
-        ):
-            stored[(key_level, idx)] = h
-        level = conn.execute("SELECT min(level) FROM nodes WHERE level > ?", (level,)).fetchone()[0]
-    return stored
-
-
 def _held_at_most(conn: sqlite3.Connection) -> int:
     """At least as many as the entries the file holds, and as many when their ids are 0, 1, ...
     (a valid file's): one more than the largest id while none is negative (ids are distinct
@@ -264,6 +253,29 @@ def _held_at_most(conn: sqlite3.Connection) -> int:
     if lowest >= 0:
         return int(highest) + 1
     return int(conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+
+
+def rows_to_read(path: Path) -> tuple[int, int] | None:
+    """(dim, rows): the room an open of ``path`` needs for the rows it reads, from the meta
+    table's dim and the ends of the entries table (``_held_at_most``), bounded by the file's
+    bytes; None when the file does not say (missing, not a ledger, no valid dim). Only a size to
+    make room with: the open checks everything it reads, and rows that do not fit go elsewhere."""
+    if not path.is_file():
+        return None
+    try:
+        conn = connect(path, readonly=True)
+    except sqlite3.Error:
+        return None
+    try:
+        dim = dict(conn.execute("SELECT key, value FROM meta")).get("dim")
+        if type(dim) is not int or not 0 < dim <= MAX_DIM:
+            return None
+        file_bytes = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+        return dim, max(0, min(_held_at_most(conn), file_bytes // (dim * _F4LE.itemsize)))
+    except (sqlite3.Error, TypeError, ValueError):
+        return None
+    finally:
+        conn.close()
 
 
 def _still_stored(conn: sqlite3.Connection, known: KnownPrefix, size: int, width: int) -> bool:
