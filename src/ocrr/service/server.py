@@ -32,6 +32,7 @@ from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
 from ocrr.service.supervisor import bind, claim, supervise
 from ocrr.service.threads import limit_threads, pin_to_core
+from ocrr.systems.substrate.persistent import PersistentSubstrate
 
 # Seconds a stopping server gives the requests in flight (ledger commits take milliseconds).
 # uvicorn otherwise waits for every connection to close, and with TLS an idle keep-alive
@@ -141,7 +142,7 @@ class Handoff:
     trusted: int = 0  # entries the check did not rehash (a quick open's): the supervisor rehashes them
 
 
-def _opened(config: ServiceConfig, substrate) -> str:
+def _opened(config: ServiceConfig, substrate: PersistentSubstrate) -> str:
     """The line said once the ledger is checked; for a quick open that no checkpoint record
     let skip rehashing (at ten million entries: minutes more), why, so that the next start is quick."""
     said = f"ledger {display(config.ledger)}: {len(substrate)} entries, verified"
