@@ -28,11 +28,11 @@ __all__ = ["RehashTrusted", "idle_priority", "recorded_in"]
 _CHUNK = 4096  # entries rehashed between looks at the stop flag
 # After each chunk the thread rests this many times as long as the chunk took (wall time, so
 # longer while the service keeps the cores busy): at full speed, on idle CPU only, it still
-# slowed the requests served meanwhile (docs/service-at-scale.md, "At 10M entries").
+# slowed the requests served meanwhile (docs/reproductions/service-at-scale.md, "The post-start rehash").
 REST = 3.0
 # The pass starts this long after the service does, unless ``ocrr serve --rehash-after`` says
 # otherwise: run while the workers first touch their memory, it slowed the requests of those
-# seconds most (docs/service-at-scale.md).
+# seconds most (docs/reproductions/service-at-scale.md).
 WARM_UP = 10.0
 _TRUSTED = "the quick open took on trust"
 _FAILS_CLOSED = "the service fails closed: /health says why, predicts and corrections are refused"

@@ -44,7 +44,7 @@ from ocrr.systems.substrate.persistent import PersistentSubstrate, open_checked,
 CHECK_SLICE = 8_000
 #: The slice is rehashed this many entries at a time, with a rest after each (``CHECK_REST``
 #: times as long as the step took): rehashed at once it held the interpreter lock, which this
-#: worker's requests need too, for tens of milliseconds (docs/service-at-scale.md).
+#: worker's requests need too, for tens of milliseconds (docs/reproductions/service-at-scale.md).
 CHECK_STEP = 100
 CHECK_REST = 3.0
 #: Seconds between the predict path's looks for damage another worker recorded in the file.
