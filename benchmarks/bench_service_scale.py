@@ -1,4 +1,4 @@
-"""`ocrr serve` on a ledger of a million (or ten million) entries: the figures issue 54 asks for.
+"""`ocrr serve` on a ledger of a million (or ten million) entries, each figure beside its target.
 
 Builds (once; cached under ``--cache``) a durable ledger of ``--entries`` synthetic unit
 vectors of ``--dim`` with class structure (``--classes`` random unit centres, each entry its
@@ -33,7 +33,7 @@ printed are the file's own. Big files: 1M entries of 384 take about 2 GB, 10M ab
 delete ``--cache`` afterwards.
 
 Run: PYTHONPATH=src python benchmarks/bench_service_scale.py --entries 1000000 --cache /tmp/ocrr-scale
-Targets (issue 54, 2 workers): healthy <= 10 s at 1M, <= 60 s at 10M; RSS <= 2 GB per worker at 1M,
+Targets (2 workers): healthy <= 10 s at 1M, <= 60 s at 10M; RSS <= 2 GB per worker at 1M,
 <= 24 GB for two at 10M; predict p99 at 1,000 requests/s <= 5 ms at 1M, <= 10 ms at 10M.
 """
 
@@ -58,7 +58,7 @@ BLOCK = 50_000  # entries appended per transaction while building
 
 
 def targets(entries: int) -> dict[str, float]:
-    """Issue 54's targets at this size (the 10M ones above 1M)."""
+    """The targets at this size (the 10M ones above 1M)."""
     big = entries > 1_000_000
     return {
         "healthy_s": 60.0 if big else 10.0,

@@ -46,6 +46,7 @@ from ocrr.ledger.rows import MAX_DIM, check_memory
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.persistent import PersistentSubstrate
 from ocrr.utils import reserved
+from ocrr.utils.files import write_at
 from ocrr.utils.grow_ahead import SMALL_PAGES, room_at_open
 
 __all__ = ["RowsRoom", "SharedRows", "available", "publish", "room_for_rows"]
@@ -306,14 +307,14 @@ def publish(substrate: PersistentSubstrate, room: RowsRoom | None = None) -> Sha
             none_at = place(n)
             texts_at = place(len(text_blob))
             os.ftruncate(fd, max(at, _PAGE))  # the codes' spare rows stay a hole: no memory until written
-            with mmap.mmap(fd, max(at, _PAGE)) as out:
-                out[hashes_at : hashes_at + n * _HASH] = hashes_blob
-                for (where, length), level in zip(levels, tree.levels):
-                    out[where : where + length] = bytes(level) if isinstance(level, PrefixedBytes) else level
-                out[codes_of_labels : codes_of_labels + 4 * n] = label_codes.tobytes()
-                out[ends_at : ends_at + 8 * n] = text_ends.tobytes()
-                out[none_at : none_at + n] = text_none
-                out[texts_at : texts_at + len(text_blob)] = text_blob
+            # Written, not copied through a mapping: a page a write fills whole is not cleared first.
+            write_at(fd, hashes_blob, hashes_at)
+            for (where, _length), level in zip(levels, tree.levels):
+                write_at(fd, bytes(level) if isinstance(level, PrefixedBytes) else level, where)
+            write_at(fd, label_codes, codes_of_labels)
+            write_at(fd, text_ends, ends_at)
+            write_at(fd, text_none, none_at)
+            write_at(fd, text_blob, texts_at)
             snapshot = None if coding is None else coding.result()
     except BaseException:
         os.close(fd)
