@@ -83,7 +83,7 @@ def move_into_new(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     os.unlink(src)
 
 
-def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
+def write_at(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
     """All of ``data`` into the file ``fd`` at ``offset``: ``os.pwrite`` may write part of it (a
     buffer past the kernel's limit per call, a signal, a full disk's last bytes)."""
     with memoryview(data) as rest:
