@@ -110,8 +110,8 @@ def _lower_priority(nice: int | str) -> None:
     """Make this process yield a core to the service's threads.
 
     Under the service benchmark's standard mix (benchmarks/bench_service.py), a predict by
-    vector's p99 is lower with SCHED_IDLE than with niceness 10 (docs/service.md, "What the
-    defaults rest on"). A niced
+    vector's p99 is lower with SCHED_IDLE than with niceness 10 (docs/reproductions/service.md,
+    "What the defaults rest on"). A niced
     task still runs its share of each scheduling period, and a request thread woken on its
     core can wait for that; a SCHED_IDLE task is preempted at once by any other."""
     if nice == "idle":

@@ -71,8 +71,8 @@ INLINE_FLOATS = 8_000_000
 # A pooled search (predicts of fewer than 8 vectors, service/pool.py) runs on the event loop
 # up to this many entries x dimension (~20k entries of 384: a short shortlist pass that
 # releases the GIL), beyond it on a search thread: the service benchmark's by-vector p99 is
-# lower on the loop (docs/service.md, "What the defaults rest on") than through a thread,
-# whose two hand-offs each wait for a busy core to be scheduled.
+# lower on the loop (docs/reproductions/service.md, "What the defaults rest on") than
+# through a thread, whose two hand-offs each wait for a busy core to be scheduled.
 POOL_INLINE_FLOATS = 8_000_000
 #: The routes the shortcut (service/shortcut.py) sends straight to their endpoint.
 HOT = {("POST", "/predict"), ("POST", "/correct")}

@@ -4,7 +4,7 @@ A capacity-doubling buffer copies its rows into fresh memory when it fills. The 
 cheap; the fresh memory is not: the first write to each page makes the kernel (and, on a
 virtual machine, the host) back it: milliseconds per MB on a small virtual machine, so a
 ledger of 16k entries of 384 floats that doubles stalls its appender for tens of
-milliseconds (docs/service.md, "What the defaults rest on"), and every
+milliseconds (docs/reproductions/service.md, "What the defaults rest on"), and every
 request waiting on that thread (a service's predicts, which take in new entries first)
 waits with it. Appends into a buffer's untouched tail pay the same price, 2 MB at a time
 where the buffer lies in huge pages.
