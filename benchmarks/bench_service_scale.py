@@ -420,6 +420,8 @@ def main() -> int:
                 f"10k entries (run this script with --entries 10000 beside it; the ledger's own append at "
                 f"each size: bench_append_flat.py) ({load_average()})"
             )
+            slowest = np.argsort(-took, kind="stable")[:3]  # (a p99 of 200 is its second slowest: say which)
+            print("  the slowest: " + ", ".join(f"{took[j]:.2f} ms (#{j + 1})" for j in slowest))
         if args.rehash_wait:
             print(f"  {rehashed(log, args.rehash_wait)} ({load_average()})")
     finally:
