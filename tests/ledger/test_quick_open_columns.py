@@ -327,3 +327,17 @@ def test_the_ids_a_block_must_list_are_pythons_own_join_of_them(lo, count):
 @pytest.mark.parametrize("lo, hi", [(0, 0), (5, 5), (7, 3), (0, 1), (9, 11), (99_990, 100_010), (0, (1 << 20) + 17)])
 def test_the_ids_across_a_power_of_ten_and_a_chunk_are_pythons_own_join(lo, hi):
     assert sqlite_prefix._ids(lo, hi) == ",".join(map(str, range(lo, hi)))
+
+
+def test_the_column_wise_reading_notes_that_the_rows_it_read_obey_their_rules(signed, tmp_path):
+    """Its readers check each block's rows as ``check_rows`` would (the open then skips them);
+    the row-by-row reading checks no rules, and leaves every row to the open."""
+    path, signer = signed
+    fast, slow = scans(path, signer)
+    assert fast.rows_checked == N and slow.rows_checked == 0
+    conn = connect(path, readonly=True)
+    try:
+        assert sqlite_prefix.trusted_prefix(conn, N, DIM, np.empty((N, DIM), np.float32))[4] is True
+        assert sqlite_prefix.trusted_prefix(conn, N, DIM, None)[4] is False  # rows not kept: not checked
+    finally:
+        conn.close()

@@ -184,3 +184,31 @@ def test_the_float32_shortcut_takes_ordinary_rows() -> None:
 
     v = np.random.default_rng(1).normal(size=(4096, 384)).astype(np.float32)
     assert _surely_unit(v / np.linalg.norm(v, axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize(
+    "edit, obeys",
+    [(None, True), ("norm", False), ("nan", False), ("inf", False), ("zero", False), ("close", True)],
+)
+def test_rows_obey_says_whether_check_rows_takes_the_rows(edit, obeys):
+    from ocrr.ledger.rows import check_rows, rows_obey
+
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(50, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    if edit == "norm":
+        vecs[17] *= 1.01
+    elif edit == "nan":
+        vecs[17, 2] = np.nan
+    elif edit == "inf":
+        vecs[17, 2] = np.inf
+    elif edit == "zero":
+        vecs[17] = 0
+    elif edit == "close":
+        vecs[17] *= 1.0005  # within UNIT_TOLERANCE
+    assert rows_obey(vecs) is obeys
+    if obeys:
+        check_rows(vecs, None, str)
+    else:
+        with pytest.raises(OcrrError):
+            check_rows(vecs, None, str)

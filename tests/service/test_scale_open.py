@@ -56,3 +56,53 @@ def test_the_supervisor_checks_the_ledger_without_building_a_substrate(tmp_path)
     _saved(tmp_path / "bad.db", np.concatenate([vecs, 2 * vecs[:1]]))
     with pytest.raises(OcrrError, match=r"bad\.db: entry 500 has norm 2"):  # the stored rows' rules still hold
         build_state(ServiceConfig(ledger=tmp_path / "bad.db", token=TOKEN, workers=2), predicts=False)
+
+
+def _checkpointed(path, vecs: np.ndarray, later: np.ndarray | None, signer) -> None:
+    """``vecs`` saved as ``_saved`` does, a checkpoint over them signed by ``signer`` (a full
+    check records it), then ``later`` rows appended through the durable ledger's door."""
+    _saved(path, vecs)
+    with DurableLedger.open(path, signer=signer):
+        pass
+    if later is not None:
+        with DurableLedger.open(path) as led:
+            led.extend(later, ["l0"] * len(later), None)
+
+
+@pytest.mark.parametrize("bad", [None, 3, 130, 599])
+def test_a_quick_open_checks_each_stored_row_once_and_still_names_a_bad_one(tmp_path, monkeypatch, bad):
+    """The quick open's readers check the rows' rules on each block they read (the open then
+    checks only the rows read after the checkpoint); a bad row among them leaves every row to
+    the open's own check, which names it as before."""
+    from ocrr.ledger.heads import Signer
+    from ocrr.ledger.sqlite import prefix as sqlite_prefix
+    from ocrr.systems.substrate import persistent
+
+    monkeypatch.setattr(sqlite_prefix, "_PREFIX_BLOCK", 64)  # the prefix spans several blocks
+    checked: list[tuple[int, int]] = []
+    check = persistent._check_stored_rows
+
+    def counted(vecs, where, first=0):
+        checked.append((first, len(vecs)))
+        check(vecs, where, first)
+
+    monkeypatch.setattr(persistent, "_check_stored_rows", counted)
+    signer = Signer.generate("example.com/rows-once")
+    rng = np.random.default_rng(7)
+    vecs = rng.normal(size=(800, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    path = tmp_path / "l.db"
+    if bad is None:
+        _checkpointed(path, vecs[:600], vecs[600:], signer)
+        opened = persistent.open_checked(path, verify="checkpoint", signer=signer)
+        try:
+            assert len(opened) == 800
+        finally:
+            opened.close()
+        assert checked == [(600, 200)]  # the 600 under the checkpoint were checked as they were read
+        return
+    vecs[bad] *= 2  # written by a program that skips the row rules, then checkpointed
+    _checkpointed(path, vecs[:600], None, signer)
+    with pytest.raises(OcrrError, match=rf"l\.db: entry {bad} has norm 2; .*Restore it from a backup"):
+        persistent.open_checked(path, verify="checkpoint", signer=signer)
+    assert checked == [(0, 600)]

@@ -85,6 +85,7 @@ class HeldLedger(GroupCommit):
         # the checked entries' chain hashes, compact (the scan's own column when it made one)
         self._hashes = scan.hashes if isinstance(scan.hashes, HashColumn) else HashColumn(scan.hashes)
         self.report = report
+        self.rows_checked = scan.rows_checked  # rows the scan found obeying check_rows (none: not asked)
         self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._start_group_commits()
         self.followed = 0  # entries other processes committed, taken in by this one

@@ -19,7 +19,7 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.utils.memory import available_bytes
 
-__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_appended", "check_dim", "check_memory", "check_rows"]
+__all__ = ["MAX_DIM", "UNIT_TOLERANCE", "check_appended", "check_dim", "check_memory", "check_rows", "rows_obey"]
 
 #: The largest dimension a ledger may claim (sentence encoders give 384 to 4096).
 MAX_DIM = 1 << 16
@@ -90,6 +90,17 @@ def check_rows(
             f"{row(i)} has norm {float(norms[i]):.4g}; a ledger stores unit vectors (cosine similarity). {fix}"
         )
     return vecs
+
+
+def rows_obey(vecs: np.ndarray) -> bool:
+    """Whether ``check_rows`` takes ``vecs`` (``dim`` not given): a reader that holds a block of
+    rows anyway notes it, and the open does not read them all again (a row that fails is left
+    to that later check, which names it)."""
+    try:
+        check_rows(vecs, None, _batch_row)
+    except OcrrError:
+        return False
+    return True
 
 
 def check_appended(vecs: np.ndarray) -> np.ndarray:

@@ -77,6 +77,7 @@ class Scan:
     checked_from: int = 0  # entries before it were not rehashed: an authenticated checkpoint vouched for them
     ignored_checkpoints: int = 0
     ignored_why: tuple[str, ...] = ()
+    rows_checked: int = 0  # the rows of entries before it obey ocrr.ledger.rows.check_rows: checked as read
 
 
 def check_entry(

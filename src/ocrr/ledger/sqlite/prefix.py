@@ -23,6 +23,7 @@ import numpy as np
 from ocrr.ledger.chain import GENESIS
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.rows import rows_obey
 from ocrr.ledger.sqlite.schema import connect
 from ocrr.ledger.verify import HASH_SIZE
 from ocrr.utils.files import write_at
@@ -67,7 +68,7 @@ def trusted_prefix(
     vectors: np.ndarray | None,
     vectors_fd: int | None = None,
     inner_nodes: bool = True,
-) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn] | None:
+) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn, bool] | None:
     """Entries ``0..trusted-1`` (vouched for by an authenticated checkpoint, so not rehashed)
     read a block of rows per statement, their vectors copied into ``vectors`` (None: not kept,
     nor their labels and texts; ``vectors_fd``: the memory file ``vectors`` maps from its
@@ -75,8 +76,10 @@ def trusted_prefix(
     the row-by-row reading makes of them, made over whole columns: consecutive ids, labels and
     texts stored as text, vectors of ``width`` float32, links, 32-byte hashes, the stored
     leaves, and the stored nodes over them equal to the tree the leaves build. Returns (tree,
-    labels, texts, hashes), or None when any check fails or a value cannot be read: the
-    caller then reads every entry one by one, which names the first bad one. ``inner_nodes``
+    labels, texts, hashes, rows_obey): the last True when every row copied into ``vectors``
+    obeys ``ocrr.ledger.rows.check_rows`` (checked by the readers while they held it, so that
+    the open need not read them all again). None when any check fails or a value cannot be
+    read: the caller then reads every entry one by one, which names the first bad one. ``inner_nodes``
     False: the stored nodes above the leaves are not compared here (the caller compares them
     later: ``ocrr.ledger.sqlite.inner_nodes``)."""
     try:
@@ -92,7 +95,7 @@ def _read_prefix(
     vectors: np.ndarray | None,
     vectors_fd: int | None,
     inner_nodes: bool,
-) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn]:
+) -> tuple[MerkleTree, LabelColumn, TextColumn, HashColumn, bool]:
     labels, texts, hashes = LabelColumn(), TextColumn(), HashColumn()
     prev = GENESIS
     blocks = [(lo, min(lo + _PREFIX_BLOCK, trusted)) for lo in range(0, trusted, _PREFIX_BLOCK)]
@@ -117,7 +120,7 @@ def _read_prefix(
             if building is not None:
                 tree = building.result()  # (also when reading failed: the thread ends first)
     assert tree is not None
-    return tree, labels, texts, hashes
+    return tree, labels, texts, hashes, vectors is not None and readers.rows_obey
 
 
 def _prefix_tree(conn: sqlite3.Connection, trusted: int, inner_nodes: bool = True) -> MerkleTree:
@@ -146,8 +149,9 @@ class _BlockReaders:
     ahead of the caller, who gets them in order: two readers keep both cores reading the file.
     When the file cannot be opened again, the caller's connection reads them, in its thread.
     A block's rows of the right length are copied into ``into`` (its rows lo..hi-1) as it is
-    read, by ``pwrite`` to ``into_fd`` when given (the memory file ``into`` maps from its start);
-    the caller checks the block before any of them is used."""
+    read, by ``pwrite`` to ``into_fd`` when given (the memory file ``into`` maps from its start),
+    and checked against the rows' rules while at hand (``rows_obey``: False once a block's rows
+    break them or were not copied); the caller checks the block before any of them is used."""
 
     READERS, AHEAD = 2, 4
 
@@ -156,6 +160,7 @@ class _BlockReaders:
     ):
         self._conn, self._row_bytes, self._width, self._into = conn, width * _F4LE.itemsize, width, into
         self._into_fd = into_fd
+        self.rows_obey = into is not None
         self.own = _more_connections(conn, self.READERS)
         self._free, self._lock, self._local = list(self.own), threading.Lock(), threading.local()
         self._pool = (
@@ -171,13 +176,18 @@ class _BlockReaders:
     def _read(self, conn: sqlite3.Connection | None, lo: int, hi: int) -> tuple:
         got = (conn or self._local.conn).execute(_ENTRIES_BLOCK, (self._row_bytes, lo, hi)).fetchone()
         rows = got[10]
-        if self._into is not None and isinstance(rows, bytes) and len(rows) == (hi - lo) * self._row_bytes:
-            if self._into_fd is None:
-                self._into[lo:hi] = np.frombuffer(rows, _F4LE).reshape(
-                    hi - lo, self._width
-                )  # (numpy lets go of the GIL)
-            else:
-                write_at(self._into_fd, rows, lo * self._row_bytes)  # (a page it fills whole is not cleared first)
+        if self._into is None:
+            return got
+        if not (isinstance(rows, bytes) and len(rows) == (hi - lo) * self._row_bytes):
+            self.rows_obey = False
+            return got
+        block = np.frombuffer(rows, _F4LE).reshape(hi - lo, self._width)
+        if self._into_fd is None:
+            self._into[lo:hi] = block  # (numpy lets go of the GIL)
+        else:
+            write_at(self._into_fd, rows, lo * self._row_bytes)  # (a page it fills whole is not cleared first)
+        if not rows_obey(block):  # (only ever set False, from any reader)
+            self.rows_obey = False
         return got
 
     def fetch(self, blocks: list[tuple[int, int]]) -> Iterator[tuple]:

@@ -132,6 +132,7 @@ def _scan(
     texts: TextColumn
     hashes: HashColumn
     rehash_from = trusted  # the entries a checkpoint vouches for are not rehashed here
+    rows_checked = 0  # the rows before it obey the rows' rules (checked by the column-wise reading)
     if known is not None and keep_rows and _still_stored(conn, known, size, width):
         vectors = _room_for(known.vectors, known.size, rows)
         tree, labels, texts, hashes = known.tree, known.labels, known.texts, known.hashes
@@ -162,7 +163,8 @@ def _scan(
         if prefix is None:
             tree, labels, texts, hashes, prev, i = MerkleTree(), LabelColumn(), TextColumn(), HashColumn(), GENESIS, 0
         else:
-            tree, labels, texts, hashes = prefix
+            tree, labels, texts, hashes, rows_obey = prefix
+            rows_checked = trusted if rows_obey else 0
             prev, i = hashes[-1], trusted
             check_checkpoint(checkpoints[-1], tree, prev)
     stored = NodesInOrder(conn, i)  # every stored node the one-by-one reading adds, read as it adds them
@@ -238,6 +240,7 @@ def _scan(
         rehash_from,
         records.ignored,
         records.reasons,
+        rows_checked,
     )
 
 
