@@ -1,6 +1,7 @@
 """ocrr sweep: grid expansion and task keys, resume after an interrupt, executors that agree."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -344,7 +345,9 @@ def test_local_processes_give_the_same_table(serial_run, tmp_path):
     result = run_sweep(resolve_grid(**SMOKE), out, executor="local", jobs=2)
     assert not result.failed, result.failed
     pids = {r["pid"] for r in read_log(out) if r["event"] == "done"}
-    assert len(pids) == 2  # really ran in two worker processes
+    # Ran in the pool's processes, not this one. Which of the two takes a run is up to the pool:
+    # runs this small can all go to the first process started while the other still imports.
+    assert pids and os.getpid() not in pids and len(pids) <= 2
     assert (out / "results.csv").read_bytes() == (serial_run[0] / "results.csv").read_bytes()
 
 
