@@ -69,24 +69,28 @@ def _checkpointed(path, vecs: np.ndarray, later: np.ndarray | None, signer) -> N
             led.extend(later, ["l0"] * len(later), None)
 
 
+@pytest.mark.parametrize("opens", ["open_checked", "open_substrate"])
 @pytest.mark.parametrize("bad", [None, 3, 130, 599])
-def test_a_quick_open_checks_each_stored_row_once_and_still_names_a_bad_one(tmp_path, monkeypatch, bad):
+def test_a_quick_open_checks_each_stored_row_once_and_still_names_a_bad_one(tmp_path, monkeypatch, bad, opens):
     """The quick open's readers check the rows' rules on each block they read (the open then
-    checks only the rows read after the checkpoint); a bad row among them leaves every row to
-    the open's own check, which names it as before."""
+    checks only the rows read after the checkpoint), both where no substrate learns them
+    (the supervisor of ``ocrr serve --workers N``) and where one does (one process); a bad
+    row among them leaves every row to the store's own check, which names it as before."""
+    from ocrr.ledger import held
     from ocrr.ledger.heads import Signer
     from ocrr.ledger.sqlite import prefix as sqlite_prefix
     from ocrr.systems.substrate import persistent
 
     monkeypatch.setattr(sqlite_prefix, "_PREFIX_BLOCK", 64)  # the prefix spans several blocks
     checked: list[tuple[int, int]] = []
-    check = persistent._check_stored_rows
+    check = held.check_stored
 
     def counted(vecs, where, first=0):
         checked.append((first, len(vecs)))
         check(vecs, where, first)
 
-    monkeypatch.setattr(persistent, "_check_stored_rows", counted)
+    monkeypatch.setattr(held, "check_stored", counted)
+    open_ = getattr(persistent, opens)
     signer = Signer.generate("example.com/rows-once")
     rng = np.random.default_rng(7)
     vecs = rng.normal(size=(800, DIM)).astype(np.float32)
@@ -94,9 +98,14 @@ def test_a_quick_open_checks_each_stored_row_once_and_still_names_a_bad_one(tmp_
     path = tmp_path / "l.db"
     if bad is None:
         _checkpointed(path, vecs[:600], vecs[600:], signer)
-        opened = persistent.open_checked(path, verify="checkpoint", signer=signer)
+        opened = open_(path, verify="checkpoint", signer=signer)
         try:
             assert len(opened) == 800
+            learnt = opened.system.ledger_
+            if opens == "open_substrate":  # its substrate learnt every row, the checked ones too
+                assert learnt is not None and np.array_equal(learnt.vectors[:800], vecs)
+            else:
+                assert learnt is None
         finally:
             opened.close()
         assert checked == [(600, 200)]  # the 600 under the checkpoint were checked as they were read
@@ -104,5 +113,5 @@ def test_a_quick_open_checks_each_stored_row_once_and_still_names_a_bad_one(tmp_
     vecs[bad] *= 2  # written by a program that skips the row rules, then checkpointed
     _checkpointed(path, vecs[:600], None, signer)
     with pytest.raises(OcrrError, match=rf"l\.db: entry {bad} has norm 2; .*Restore it from a backup"):
-        persistent.open_checked(path, verify="checkpoint", signer=signer)
+        open_(path, verify="checkpoint", signer=signer)
     assert checked == [(0, 600)]

@@ -40,6 +40,7 @@ from ocrr.ledger.columns import HashColumn
 from ocrr.ledger.group_commit import GroupCommit, Pending
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.merkle import each_node
+from ocrr.ledger.rows import check_stored
 from ocrr.ledger.scan import Damage, LedgerReport, Scan, check_stored_rows
 from ocrr.ledger.tail import StoredTail, check_tail
 from ocrr.utils.rwlock import RWLock
@@ -85,7 +86,6 @@ class HeldLedger(GroupCommit):
         # the checked entries' chain hashes, compact (the scan's own column when it made one)
         self._hashes = scan.hashes if isinstance(scan.hashes, HashColumn) else HashColumn(scan.hashes)
         self.report = report
-        self.rows_checked = scan.rows_checked  # rows the scan found obeying check_rows (none: not asked)
         self.lock = RWLock()  # write: the mirror changes; read: a consistent view of it
         self._start_group_commits()
         self.followed = 0  # entries other processes committed, taken in by this one
@@ -101,9 +101,14 @@ class HeldLedger(GroupCommit):
         # records this store trusts (set by open; None: records none, trusts none).
         self.signer: Signer | None = None
 
-    def _take_in_scan(self, scan: Scan, apply: Apply | None) -> None:
+    def _take_in_scan(self, scan: Scan, apply: Apply | None, unit_rows: bool = False) -> None:
         """Hand the checked entries to the caller's ``apply``, or (None) keep a plain Chain
-        mirror built from the checked columns without rehashing."""
+        mirror built from the checked columns without rehashing. ``unit_rows``: the rows must
+        obey the rows' rules (``ocrr.ledger.rows``: a substrate's cosine vote needs them), so
+        those the scan did not check as it read them are checked first, a bad one named."""
+        if unit_rows:
+            first = min(scan.rows_checked, len(scan.hashes))
+            check_stored(scan.vectors[first : len(scan.hashes)], f"ledger {self.path}", first)
         if apply is None:
             self.memory = Chain._from_stored(
                 self.dim,

@@ -101,15 +101,19 @@ def open_store(
     apply: Apply | None = None,
     signer: Signer | None = None,
     known: KnownPrefix | None = None,
+    unit_rows: bool = False,
 ) -> LedgerStore:
     """Open (creating if missing) and check the ledger at ``location``; refuse a damaged one.
     ``signer``: signs checkpoint records, and only its records are trusted (none without).
-    ``known``: a file's first entries as another process read and checked them (a file only)."""
+    ``known``: a file's first entries as another process read and checked them (a file only).
+    ``unit_rows``: refuse stored rows that break the rows' rules (``ocrr.ledger.rows``)."""
     if isinstance(location, str) and is_database_url(location):
         if known is not None:
             raise ValueError("known entries are handed on for a ledger file only, not a database")
-        return PostgresLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer)
-    return DurableLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer, known=known)
+        return PostgresLedger.open(location, dim=dim, verify=verify, apply=apply, signer=signer, unit_rows=unit_rows)
+    return DurableLedger.open(
+        location, dim=dim, verify=verify, apply=apply, signer=signer, known=known, unit_rows=unit_rows
+    )
 
 
 def record_verification_at(location: Location, report: dict) -> None:

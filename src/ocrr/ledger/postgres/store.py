@@ -111,7 +111,15 @@ class PostgresLedger(HeldLedger):
     _checks_in_commit = True  # the appenders' damage check costs no round trip of its own (damage_since)
 
     def __init__(
-        self, url: str, pool, schema: str, scan: Scan, report: LedgerReport, apply: Apply | None, gather: float
+        self,
+        url: str,
+        pool,
+        schema: str,
+        scan: Scan,
+        report: LedgerReport,
+        apply: Apply | None,
+        gather: float,
+        unit_rows: bool = False,
     ):
         self.url, self.schema, self._pool = url, schema, pool
         self._slot = _Kept()
@@ -126,7 +134,7 @@ class PostgresLedger(HeldLedger):
         self.gather = gather
         self.follower: Any = None  # the Follower taking in others' entries, if one runs
         try:
-            self._take_in_scan(scan, apply)
+            self._take_in_scan(scan, apply, unit_rows)
         except BaseException:
             self._pool_closer()
             raise
@@ -142,10 +150,12 @@ class PostgresLedger(HeldLedger):
         gather: float = 0.002,
         pool_size: int = 4,
         signer: Signer | None = None,
+        unit_rows: bool = False,
     ) -> PostgresLedger:
         """Connect, create the tables if missing, check the ledger; refuse a damaged one.
-        ``signer``: signs checkpoint records and is the key whose records are trusted (as
-        the SQLite store's ``open``)."""
+        ``signer``: signs checkpoint records and is the key whose records are trusted;
+        ``unit_rows``: refuse stored rows that break the rows' rules (both as the SQLite
+        store's ``open``)."""
         if verify not in ("full", "checkpoint"):
             raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
         if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
@@ -196,7 +206,7 @@ class PostgresLedger(HeldLedger):
             open=True,
             name="ocrr-ledger",
         )
-        ledger = cls(url, pool, schema, scan, report, apply, float(gather))
+        ledger = cls(url, pool, schema, scan, report, apply, float(gather), unit_rows)
         ledger.signer = signer
         if not report.checked_from:  # every entry rehashed (a quick open with no record to start from too)
             try:

@@ -141,6 +141,7 @@ def _scan(
         # entry is rehashed: no one else would rehash what this open takes in, even under a
         # checkpoint signed since.
         rehash_from = i
+        rows_checked = i  # (their holder checked their rows' rules too)
         if i == trusted:
             check_checkpoint(checkpoints[-1], tree, prev)
     else:

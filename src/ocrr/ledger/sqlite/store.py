@@ -83,7 +83,15 @@ class DurableLedger(HeldLedger):
     path: Path
     _checks_in_commit = True  # the appenders' damage check costs no statement of its own (damage_since)
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, scan: Scan, report: LedgerReport, apply: Apply | None):
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        scan: Scan,
+        report: LedgerReport,
+        apply: Apply | None,
+        unit_rows: bool = False,
+    ):
         self.path, self._conn = path, conn
         self._start_mirror(scan, report)
         try:
@@ -110,7 +118,7 @@ class DurableLedger(HeldLedger):
             raise _not_writable(path, e) from e
         self._version: int | None = None  # PRAGMA data_version at the last refresh
         try:
-            self._take_in_scan(scan, apply)
+            self._take_in_scan(scan, apply, unit_rows)
         except BaseException:
             self._stop_checkpoints()
             self._let_go()
@@ -126,6 +134,7 @@ class DurableLedger(HeldLedger):
         apply: Apply | None = None,
         signer: Signer | None = None,
         known: KnownPrefix | None = None,
+        unit_rows: bool = False,
     ) -> DurableLedger:
         """Open (creating if missing) and check a ledger file; refuse a broken one.
 
@@ -133,7 +142,9 @@ class DurableLedger(HeldLedger):
         records ``verify="checkpoint"`` trusts to skip rehashing the entries before them.
         Without one, nothing is recorded and every entry is rehashed on every open.
         ``known``: its first entries as another process of this service read and checked them
-        (``KnownPrefix``): only the entries after them are read from the file."""
+        (``KnownPrefix``): only the entries after them are read from the file. ``unit_rows``:
+        refuse stored rows that break the rows' rules (finite, unit norm), naming the first;
+        a substrate's opens ask it."""
         path = Path(path).expanduser()
         if verify not in ("full", "checkpoint"):
             raise OcrrError(f"verify must be 'full' or 'checkpoint', got {verify!r}")
@@ -144,7 +155,7 @@ class DurableLedger(HeldLedger):
         path = path.resolve()  # symlinks followed: SQLite keeps its log beside the file's own name, so does ocrr
         writer = join_writers(path)  # before SQLite opens it: one name per file (ocrr.ledger.sqlite.locks)
         try:
-            return cls._open_held(path, writer, dim, verify, apply, signer, known)
+            return cls._open_held(path, writer, dim, verify, apply, signer, known, unit_rows)
         except BaseException:
             writer.release()
             raise
@@ -159,6 +170,7 @@ class DurableLedger(HeldLedger):
         apply: Apply | None,
         signer: Signer | None,
         known: KnownPrefix | None = None,
+        unit_rows: bool = False,
     ) -> DurableLedger:
         """``open``, once the file is held as one of its writers (``writer``, let go on close)."""
         conn: sqlite3.Connection | None = None
@@ -210,7 +222,7 @@ class DurableLedger(HeldLedger):
             conn.close()
             raise OcrrError(f"ledger {path} holds vectors of dimension {scan.dim}, not {dim}; use another file")
         scan.dim = scan.dim or dim
-        ledger = cls(path, conn, scan, report, apply)
+        ledger = cls(path, conn, scan, report, apply, unit_rows)
         ledger.signer = signer
         ledger._holds.append(writer)
         if not report.checked_from:  # every entry rehashed (a quick open with no record to start from too)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -23,7 +23,7 @@ from ocrr.errors import OcrrError
 from ocrr.index.exact import GEMV_BELOW, ExactIndex, top_k
 from ocrr.index.vote import vote, vote_rows
 from ocrr.ledger.heads import Signer
-from ocrr.ledger.location import KnownPrefix, display, open_store
+from ocrr.ledger.location import KnownPrefix, open_store
 from ocrr.ledger.rows import check_rows
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.store import LedgerStore
@@ -199,14 +199,6 @@ def _correction_row(i: int) -> str:
     return f"correction vectors row {i}"
 
 
-_STORED_FIX = (
-    "The ledger holds rows that its checked doors (/correct, `ocrr ledger import`) refuse: it was "
-    "written by another program or edited. Restore it from a backup, or rebuild it from unit vectors."
-)
-
-# Stored rows checked at once when a ledger is opened (``_check_stored_rows``).
-_CHECK_ROWS = 4096
-
 # Stored rows are unit vectors, so a similarity is at most about a query's norm: queries below
 # this bound cannot overflow float32 (3.4e38), even summed over the neighbours of a vote.
 _MAX_QUERY_NORM = 1e30
@@ -224,31 +216,6 @@ def bounded_queries(vecs, dim: int | None) -> np.ndarray:
             "overflow float32; send unit vectors (divide each row by its L2 norm, as ocrr's encoders do)"
         )
     return queries
-
-
-def _check_stored_rows(vecs: np.ndarray, where: str, first: int = 0) -> None:
-    """``check_rows`` over the rows an open finds stored, a block at a time: its float64
-    temporaries then stay small and reused, where whole they would be eight bytes per stored
-    value of fresh memory, which is slow to touch on a loaded VM (the check dominated the
-    open of a million-entry ledger). Two threads check blocks (numpy lets go of the GIL); the
-    first bad row in entry order is the one named. ``vecs``: the rows of entries ``first`` on."""
-
-    def check(lo: int) -> None:
-        check_rows(vecs[lo : lo + _CHECK_ROWS], None, _entry_namer(where, first + lo), _STORED_FIX)
-
-    starts = range(0, len(vecs), _CHECK_ROWS)
-    if len(starts) < 2:
-        for lo in starts:
-            check(lo)
-        return
-    with ThreadPoolExecutor(2, thread_name_prefix="ocrr-check") as pool:
-        for _ in pool.map(check, starts):  # (in order: the first block's error is raised first)
-            pass
-
-
-def _entry_namer(where: str, first: int) -> Callable[[int], str]:
-    """How ``check_rows`` names row i of a block that starts at entry ``first``."""
-    return lambda i: f"{where}: entry {first + i}"
 
 
 def _pooled_scan(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -318,14 +285,8 @@ def open_substrate(
     if saved is not None:
         saved.check_system(system)
     opening = True
-    checked = 0 if known is None else known.size  # rows whose rules the process that read them checked
 
     def apply(vecs: np.ndarray, labels: Sequence, texts: Sequence, hashes: Sequence[bytes] | None) -> bytes:
-        if opening:
-            # The rows stored before this open (later ones come through checked_corrections):
-            # rows an older import, another program or an edit that rehashed the chain wrote
-            # are refused before the substrate learns them.
-            _check_stored_rows(vecs[checked:], f"ledger {display(path)}", checked)
         batch = Batch(vecs, texts, labels)
         if system.ledger_ is None:
             if opening and hashes is not None:
@@ -342,8 +303,10 @@ def open_substrate(
             system.correct(batch)
         return system._fitted_ledger().head
 
-    # a file, or a postgresql:// URL
-    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer, known=known)
+    # A file, or a postgresql:// URL. Its stored rows are checked against the rows' rules before
+    # the substrate learns them (later ones come through checked_corrections): rows an older
+    # import, another program or an edit that rehashed the chain wrote are refused.
+    ledger = open_store(path, dim=dim, verify=verify, apply=apply, signer=signer, known=known, unit_rows=True)
     opening = False
     if saved is not None:
         try:
@@ -377,17 +340,11 @@ def open_checked(
         saved.check_system(system)
     with ThreadPoolExecutor(1, thread_name_prefix="ocrr-index-check") as pool:
         files_read = None if saved is None else pool.submit(saved.read_files, keep=False)
-        ledger = open_store(path, verify=verify, signer=signer, known=known)
+        ledger = open_store(path, verify=verify, signer=signer, known=known, unit_rows=True)
     try:
         if saved is not None and files_read is not None:
             files_read.result()
             saved.check_root(ledger)
-        mirror = getattr(ledger, "memory", None)  # the checked entries, kept without rehashing
-        if mirror is not None and len(mirror):
-            # Rows the open's readers checked as they read them are not read again (at ten
-            # million entries, a pass over 15 GB of memory this process would otherwise map).
-            first = min(getattr(ledger, "rows_checked", 0), len(mirror))
-            _check_stored_rows(mirror.vectors[first:], f"ledger {display(path)}", first)
     except BaseException:
         ledger.close()
         raise
