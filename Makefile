@@ -1,17 +1,18 @@
 # Two doors: `make run` (the paper's main experiment) and `make test`.
 # Both create .venv and install everything on first use (Python 3.11, PyPI).
+# `make setup PYTHON=python3.11` builds .venv with that interpreter (default python3).
 # `make lint` runs the checks CI runs after the tests (ruff, mypy, import-linter);
 # `make docs` builds the documentation site into site/ (strict: a warning fails it).
 
+PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 OCRR   := $(BIN)/ocrr
 STAMP  := $(VENV)/.installed
-# PyTorch first, then the project. ocrr needs only the CPU build of torch 2.13.0 (no CUDA
-# libraries); pip users get it with
-#   pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-# and make passes the same on: make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+# PyTorch first, then the project (which asks only for torch>=2.1: installed first, the pin
+# holds). The default is PyPI's wheel, which on Linux brings CUDA libraries that ocrr never
+# uses; the CPU build is smaller: make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 # What the linters read (the docs' Markdown is left as written).
 LINTED := src tests benchmarks scripts docs/hooks
@@ -20,7 +21,7 @@ LINTED := src tests benchmarks scripts docs/hooks
 # core (pytest-xdist); the seed is printed. `make test SEED=<seed> TEST_JOBS=0` replays that
 # order in one process.
 ifndef SEED
-SEED := $(shell python3 -c "import random; print(random.randrange(1_000_000))")
+SEED := $(shell $(PYTHON) -c "import random; print(random.randrange(1_000_000))")
 endif
 TEST_JOBS ?= auto
 
@@ -33,7 +34,7 @@ setup: $(STAMP)
 # pip shows each download's progress: the whole setup takes a few minutes.
 $(STAMP): pyproject.toml
 	@echo "setup 1/4: the virtual environment $(VENV)"
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	@echo "setup 2/4: PyTorch ($(TORCH))"
 	$(PY) -m pip install $(TORCH)
 	@echo "setup 3/4: ocrr with every extra"
@@ -43,7 +44,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 	@echo "done: activate it with 'source $(VENV)/bin/activate' (or call $(OCRR))"
 
-# Banking77 when it can be found (--data-dir / $$OCRR_DATA_DIR / cache) or downloaded;
+# Banking77 when it can be found ($$OCRR_DATA_DIR, e.g. OCRR_DATA_DIR=/path make run, or the cache) or downloaded;
 # otherwise the bundled demo set, announced loudly.
 run: setup
 	$(OCRR) run --dataset banking77 --policy oracle --seeds 0 1 2 \

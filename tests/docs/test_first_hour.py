@@ -45,9 +45,9 @@ def test_the_readme_says_which_torch_make_setup_installs():
 
 
 def test_the_readme_serves_the_ledger_it_wrote():
-    """The service section's snippet writes helpdesk.db; serving that file must not ask --fit to seed it
+    """The service section's snippet writes quickstart.db; serving that file must not ask --fit to seed it
     (--fit seeds only an empty ledger: it would do nothing)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     service = readme[readme.index("## The substrate as a service") : readme.index("## Documentation")]
     serve = next(line for line in service.splitlines() if line.startswith("ocrr serve "))
-    assert "--ledger helpdesk.db" in serve and "--fit" not in serve
+    assert "--ledger quickstart.db" in serve and "--fit" not in serve
