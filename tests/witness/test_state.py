@@ -63,3 +63,34 @@ def test_log_options_name_the_origin_by_its_key():
         logs_of([signer.vkey, Signer.generate(signer.origin).vkey])
     with pytest.raises(OcrrError, match="no log to witness"):
         logs_of([])
+
+
+@pytest.mark.parametrize("kind", ["empty", "ledger", "emptied state"])
+def test_an_existing_file_that_is_not_a_witness_state_is_refused_unchanged(tmp_path, log, kind):
+    """Without --new-state, only a witness's own state is served: adopting an empty file, a
+    ledger or a state whose identity is gone would start the witness afresh under its key."""
+    import numpy as np
+
+    from ocrr.ledger.sqlite.store import DurableLedger
+
+    _, signer = log
+    logs = {signer.origin: signer.vkey}
+    path = tmp_path / "s.db"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "ledger":
+        with DurableLedger.open(path, dim=4) as led:
+            led.extend(np.eye(4, dtype=np.float32), ["a", "b", "c", "d"], None)
+    else:
+        WitnessState(path, Cosigner.generate("witness.example/w"), logs, create=True).close()
+        with sqlite3.connect(path) as db:
+            db.execute("DELETE FROM witness")
+    before = path.read_bytes()
+    with pytest.raises(OcrrError, match="is not a witness's state .*created with --new-state"):
+        WitnessState(path, Cosigner.generate("witness.example/w"), logs)
+    assert path.read_bytes() == before
+    if kind == "ledger":
+        with sqlite3.connect(path) as db:
+            assert not {"witness", "cosigned", "conflicts"} & {
+                r[0] for r in db.execute("SELECT name FROM sqlite_master")
+            }

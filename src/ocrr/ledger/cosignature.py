@@ -26,10 +26,12 @@ from ocrr.ledger.heads import (
     NoteKey,
     bad_checkpoint,
     check_origin,
+    is_private_key,
     parse_hash,
     parse_signed_note,
     parse_size,
     public_key,
+    shown,
     valid_key_name,
 )
 from ocrr.ledger.proofs import b64, unb64
@@ -111,7 +113,12 @@ def _cosigner_key(vkey: str):
         name, key_id, key_b64 = vkey.strip().split("+", 2)
         raw = unb64(key_b64)
     except ValueError as e:
-        raise OcrrError(f"bad witness verifier key {vkey!r} ({e}); {_VKEY_FIX}") from None
+        if is_private_key(vkey):
+            raise OcrrError(
+                "a private key was given where a witness's verifier key belongs (the key is not shown here); "
+                f"{_VKEY_FIX}, and keep the private key to the witness"
+            ) from None
+        raise OcrrError(f"bad witness verifier key {shown(vkey)} ({e}); {_VKEY_FIX}") from None
     if raw[:1] == _ED25519:
         name, _, public = public_key(vkey)  # checks it as a note key, its 0x01 key id included
         from cryptography.hazmat.primitives import serialization
@@ -126,7 +133,7 @@ def _cosigner_key(vkey: str):
     elif len(key_id) != 8 or bytes.fromhex(key_id) != _key_id(name, raw[1:]):
         problem = "key id does not match the key"
     if problem:
-        raise OcrrError(f"bad witness verifier key {vkey!r} ({problem}); {_VKEY_FIX}")
+        raise OcrrError(f"bad witness verifier key {shown(vkey)} ({problem}); {_VKEY_FIX}")
     return name, bytes.fromhex(key_id), Ed25519PublicKey.from_public_bytes(raw[1:])
 
 

@@ -31,6 +31,8 @@ __all__ = [
     "Signer",
     "checkpoint_text",
     "check_vkey",
+    "is_private_key",
+    "shown",
     "parse_signed_note",
     "verify_checkpoint",
     "verify_head",
@@ -295,7 +297,27 @@ def public_key(vkey: str):
             raise ValueError("key id does not match the key")
         return name, bytes.fromhex(key_id), Ed25519PublicKey.from_public_bytes(raw[1:])
     except ValueError as e:
-        raise OcrrError(f"bad verifier key {vkey!r} ({e}); pass the vkey printed by `ocrr ledger keygen`") from None
+        if is_private_key(vkey):
+            raise OcrrError(
+                "a private signing key was given where its verifier key belongs (the key is not shown here); "
+                "pass the vkey `ocrr ledger keygen` printed, which `ocrr ledger head --key` also prints, and "
+                "keep the private key to its signer"
+            ) from None
+        raise OcrrError(
+            f"bad verifier key {shown(vkey)} ({e}); pass the vkey printed by `ocrr ledger keygen`"
+        ) from None
+
+
+def is_private_key(value: object) -> bool:
+    """Whether ``value`` holds a private key's text (a PEM block), which no message repeats."""
+    return isinstance(value, str) and "PRIVATE KEY" in value
+
+
+def shown(value: object, width: int = 80) -> str:
+    """``value`` as an error message shows something the user gave for a key: its repr, cut
+    to ``width`` characters (a wrong file's whole text helps no one)."""
+    text = repr(value)
+    return text if len(text) <= width else f"{text[: width - 4]}...{text[-1]}"
 
 
 def check_vkey(vkey: str) -> str:

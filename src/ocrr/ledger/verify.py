@@ -453,8 +453,12 @@ def _checkpoint(note_path: str, vkey: str) -> tuple[int, bytes]:
     key = vkey.strip() if "+" in vkey else _read_text(vkey, "the verifier key").strip()
     try:  # the signature is Ed25519, which Python's standard library lacks: ocrr's note verifier checks it
         from ocrr.errors import OcrrError
-        from ocrr.ledger.heads import verify_checkpoint
+        from ocrr.ledger.heads import check_vkey, verify_checkpoint
 
+        try:
+            check_vkey(key)
+        except OcrrError as e:
+            raise CannotCheck(str(e)) from None  # not a key at all: the command was given the wrong file
         try:
             _, size, root = verify_checkpoint(note, key)
         except OcrrError as e:

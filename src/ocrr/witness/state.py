@@ -123,19 +123,47 @@ class WitnessState:
             raise OcrrError(f"cannot create witness state {self.path}: directory {self.path.parent} does not exist")
         self._lock_fd = -1
         try:
+            if not create:  # the one writer first, then a look at the file before anything writes to it
+                self._lock_fd = _lock(self.path)
+                self._check_is_a_state()
             self._db = _connect(self.path)
-            self._lock_fd = _lock(self.path)
+            if self._lock_fd < 0:
+                self._lock_fd = _lock(self.path)
             if create:
                 _fsync_dir(self.path.parent)
             self._db.executescript(_SCHEMA)
             self._check_identity()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             self.close()
             raise OcrrError(f"cannot open witness state {self.path} ({e}); is it a witness's --state file?") from None
         except BaseException:
             self.close()
             raise
         self._mutex = threading.Lock()  # requests of this process, one at a time
+
+    def _check_is_a_state(self) -> None:
+        """An existing ``--state`` must already be a witness's (its identity recorded), read
+        before anything writes to it: an emptied file, another program's database or a ledger
+        taken for one would start the witness afresh under its key, and be changed."""
+        try:
+            db = _connect(self.path, readonly=True)
+            try:
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                identity = (
+                    db.execute("SELECT value FROM witness WHERE key = 'vkey'").fetchone()
+                    if "witness" in tables
+                    else None
+                )
+            finally:
+                db.close()
+        except sqlite3.Error as e:
+            raise OcrrError(f"cannot open witness state {self.path} ({e}); is it a witness's --state file?") from None
+        if identity is None:
+            raise OcrrError(
+                f"{self.path} is not a witness's state (it records no witness key); point --state at the file "
+                "this witness created with --new-state. A witness that lost its state must not start afresh "
+                "under the same key: make a new key and name for a new witness"
+            )
 
     def _check_identity(self) -> None:
         rows = dict(self._db.execute("SELECT key, value FROM witness").fetchall())
@@ -268,7 +296,8 @@ def read_state(path: str | os.PathLike[str]) -> dict:
     (a running witness keeps answering)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise OcrrError(f"witness state {path} does not exist; pass the --state file of `ocrr witness serve`")
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise OcrrError(f"witness state {path} {what}; pass the --state file of `ocrr witness serve`")
     try:
         db = _connect(path, readonly=True)
         try:
