@@ -123,6 +123,14 @@ def test_export_import_round_trip_is_byte_identical(ledger, capsys, tmp_path):
     assert not (tmp_path / "bad.db").exists()
 
 
+def test_import_of_a_ledger_file_names_the_command_that_copies_it(ledger, capsys, tmp_path):
+    assert main(["ledger", "import", str(ledger), str(tmp_path / "new.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {ledger} is an SQLite file (a ledger?), not a ledger export (.jsonl)")
+    assert f"run `ocrr ledger migrate {ledger} {tmp_path / 'new.db'}`" in err and err.count("\n") == 1
+    assert not (tmp_path / "new.db").exists()
+
+
 def test_bad_arguments_get_one_clear_error(ledger, capsys, tmp_path):
     assert main(["ledger", "prove", str(ledger), "--entry", "11"]) == 2
     assert main(["ledger", "consistency", str(ledger), "--from", "0"]) == 2
