@@ -42,9 +42,8 @@ from ocrr.ledger.verify import (
     trusted_root_of,
     verify_consistency,
 )
-from ocrr.systems.registry import make_system
 from ocrr.systems.substrate.index_build import build_index_in_blocks, builds_in_blocks, check_buildable
-from ocrr.systems.substrate.persistent import open_substrate
+from ocrr.systems.substrate.persistent import open_substrate, servable
 from ocrr.systems.substrate.saved_index import (
     check_saveable,
     check_trained,
@@ -322,7 +321,7 @@ def _cmd_index(args) -> int:
         args.out if args.out is not None else Path(default_out), args.path, "the index", default_out
     )
     signer = Signer.load(args.key, args.origin or default_origin_of(args.path))
-    system = make_system(args.system)
+    system = servable(args.system)  # what `ocrr serve` refuses is refused here, in its words
     check_saveable(system, "ocrr ledger index")  # before minutes of reading and training
     started = time.perf_counter()
     verify = "checkpoint" if args.quick else "full"
