@@ -150,7 +150,8 @@ def add_parser(sub) -> None:
 
     m = lsub.add_parser(
         "migrate",
-        help="copy a ledger file of the old format into a new file of the current one, checked entry by entry",
+        help="copy a ledger file into a new file of the current format (converting one of the old format), "
+        "checked entry by entry",
     )
     m.add_argument("old", type=Path, help="the ledger file to convert (left as it is)")
     m.add_argument("new", type=Path, help="the new ledger file (must not exist)")
