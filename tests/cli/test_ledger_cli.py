@@ -123,6 +123,14 @@ def test_export_import_round_trip_is_byte_identical(ledger, capsys, tmp_path):
     assert not (tmp_path / "bad.db").exists()
 
 
+def test_import_of_a_ledger_file_names_the_command_that_copies_it(ledger, capsys, tmp_path):
+    assert main(["ledger", "import", str(ledger), str(tmp_path / "new.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {ledger} is an SQLite file (a ledger?), not a ledger export (.jsonl)")
+    assert f"run `ocrr ledger migrate {ledger} {tmp_path / 'new.db'}`" in err and err.count("\n") == 1
+    assert not (tmp_path / "new.db").exists()
+
+
 def test_bad_arguments_get_one_clear_error(ledger, capsys, tmp_path):
     assert main(["ledger", "prove", str(ledger), "--entry", "11"]) == 2
     assert main(["ledger", "consistency", str(ledger), "--from", "0"]) == 2
@@ -150,3 +158,43 @@ def test_migrate_converts_an_old_format_file_into_a_new_one(tmp_path, capsys):
     assert code == 0 and out["size"] == 7
     assert main(["ledger", "migrate", str(tmp_path / "old.db"), str(tmp_path / "new.db")]) != 0
     assert "already exists" in capsys.readouterr().err
+
+
+def _damaged(ledger: Path) -> Path:
+    conn = sqlite3.connect(ledger)
+    conn.execute("UPDATE entries SET text = 'edited' WHERE id = 4")
+    conn.commit()
+    conn.close()
+    return ledger
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _no_ledger_tables(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        (lambda d, led: _write(d / "zero.db", b""), "zero.db is empty, not a ledger file; pass the ledger file"),
+        (lambda d, led: _write(d / "text.db", b"hello\n"), "text.db is not an ocrr ledger: it is not an SQLite file"),
+        (lambda d, led: _no_ledger_tables(d / "other.db"), "other.db is an SQLite file but not an ocrr ledger"),
+        (lambda d, led: _damaged(led), "ledger {src} is damaged at entry 4: entry 4: stored hash does not match"),
+    ],
+    ids=["empty", "text", "other database", "damaged"],
+)
+def test_migrate_refuses_a_bad_source_by_its_name_and_leaves_no_destination(ledger, tmp_path, capsys, source, said):
+    src, new = source(tmp_path, ledger), tmp_path / "out" / "new.db"
+    new.parent.mkdir()
+    assert main(["ledger", "migrate", str(src), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert said.format(src=src) in err and str(new) not in err and err.count("\n") == 1, err
+    assert list(new.parent.iterdir()) == []

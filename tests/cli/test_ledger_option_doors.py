@@ -124,6 +124,21 @@ def test_index_onto_the_ledger_is_refused(ledger, tmp_path, capsys):
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("system", ["static_linear", "blind", "knn_lm"])
+def test_index_of_a_system_that_is_no_substrate_is_refused_as_serve_refuses_it(system, ledger, tmp_path, capsys):
+    key = tmp_path / "k.pem"
+    assert _run(["ledger", "keygen", key, "--origin", "example.com/l"]) == 0
+    capsys.readouterr()
+    before = _snapshot(tmp_path)
+    assert _run(["ledger", "index", ledger, "--system", system, "--key", key]) == 2
+    err = _error(capsys)
+    assert (
+        err == f"error: {system!r} is not a substrate; a persistent system needs a ledger (pass substrate, "
+        "bounded_fifo_1000, substrate:k=3, ...)\n"
+    )
+    assert _snapshot(tmp_path) == before
+
+
 # 2. the head a caller holds: a size of 0 or more, given with its root
 
 

@@ -77,8 +77,11 @@ def test_ledger_export_checks_its_output_file_before_reading_the_ledger(out, fol
 
 
 @pytest.mark.parametrize("key", ["missing/dir/k.pem", "afile/k.pem"])
-def test_ledger_keygen_checks_where_the_key_goes(key, folder, capsys):
-    assert run_cli("ledger", "keygen", "--origin", "example.org/log", key) == 2
+@pytest.mark.parametrize(
+    "keygen", [("ledger", "keygen", "--origin", "example.org/log"), ("witness", "keygen", "--name", "w/1")]
+)
+def test_keygen_checks_where_the_key_goes(keygen, key, folder, capsys):
+    assert run_cli(*keygen, key) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {key}"), err
     assert "create it first" in err or "not a folder" in err

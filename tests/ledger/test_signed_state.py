@@ -11,7 +11,7 @@ import pytest
 from ocrr.errors import LedgerIntegrityError
 from ocrr.ledger.heads import Signer, TreeHead, verify_checkpoint
 from ocrr.ledger.merkle import MerkleTree
-from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path
+from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path, recorded_origin
 
 ORIGIN = "example.com/signed-state-test"
 
@@ -127,6 +127,26 @@ def test_edited_or_foreign_record_is_refused(key, tmp_path):
 
     path.write_bytes(good)  # the real record again: accepted
     assert SignedState.open(signer, path, log, log=lambda m: None).last_signed() == (4, log.tree.root())
+
+
+def test_a_started_record_names_the_keys_origin_and_refuses_another(key, tmp_path):
+    signer, path = key
+    assert recorded_origin(signer, path) is None  # no record yet
+    SignedState.start(signer, path)
+    elsewhere = Signer.load(tmp_path / "key.pem", "example.com/elsewhere")  # the same key, another log
+    assert recorded_origin(elsewhere, path) == ORIGIN
+    assert recorded_origin(Signer.generate(ORIGIN), path) is None  # another key: not its record
+    with pytest.raises(LedgerIntegrityError) as refused:
+        SignedState.check_record(elsewhere, path)  # as `ocrr serve` checks it at the door
+    assert str(refused.value) == (
+        f"the record of signed heads {path} is refused: it is signed by another key or for another log (this "
+        f"key signs for the log {ORIGIN}, not example.com/elsewhere); pass --origin {ORIGIN}, or make a key for "
+        "example.com/elsewhere with `ocrr ledger keygen NEW.pem --origin example.com/elsewhere`"
+    )
+    log = FixedLog(tree_of(6))  # every log extends the empty one the record starts at
+    state = SignedState.open(signer, path, log, log=lambda m: None)
+    assert verify_checkpoint(state.sign_head(head(log.tree), log)["checkpoint"], signer.vkey)[1] == 6
+    assert recorded_origin(elsewhere, path) == ORIGIN
 
 
 def test_record_replaced_while_running_is_read_again(key):

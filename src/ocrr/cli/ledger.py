@@ -32,7 +32,7 @@ from ocrr.ledger.location import (
     scan_location,
 )
 from ocrr.ledger.proofs import ConsistencyProof, InclusionProof, b64, entry_fields, unb64
-from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path
+from ocrr.ledger.signed_state import FixedLog, SignedState, default_state_path, recorded_origin
 from ocrr.ledger.transfer import root_bytes
 from ocrr.ledger.verify import (
     CannotCheck,
@@ -42,9 +42,8 @@ from ocrr.ledger.verify import (
     trusted_root_of,
     verify_consistency,
 )
-from ocrr.systems.registry import make_system
 from ocrr.systems.substrate.index_build import build_index_in_blocks, builds_in_blocks, check_buildable
-from ocrr.systems.substrate.persistent import open_substrate
+from ocrr.systems.substrate.persistent import open_substrate, servable
 from ocrr.systems.substrate.saved_index import (
     check_saveable,
     check_trained,
@@ -151,7 +150,8 @@ def add_parser(sub) -> None:
 
     m = lsub.add_parser(
         "migrate",
-        help="copy a ledger file of the old format into a new file of the current one, checked entry by entry",
+        help="copy a ledger file into a new file of the current format (converting one of the old format), "
+        "checked entry by entry",
     )
     m.add_argument("old", type=Path, help="the ledger file to convert (left as it is)")
     m.add_argument("new", type=Path, help="the new ledger file (must not exist)")
@@ -181,14 +181,23 @@ def add_parser(sub) -> None:
 
     k = lsub.add_parser("keygen", help="create an Ed25519 signing key for heads; print its verifier key")
     k.add_argument("key", type=Path, help="where to write the private key (PEM, mode 600)")
-    k.add_argument("--origin", required=True, help="the log's name, e.g. example.com/my-ledger")
+    k.add_argument(
+        "--origin",
+        required=True,
+        help="the log's name, e.g. example.com/my-ledger: the key signs under it only (its record of signed "
+        "heads, <key>.signed, made now beside it, names it)",
+    )
     k.set_defaults(handler=_cmd_keygen)
 
 
 def _key_options(parser) -> None:
     parser.add_argument("--key", type=Path, default=None, help="Ed25519 private key (from `ocrr ledger keygen`)")
     parser.add_argument(
-        "--origin", type=_origin, default=None, help="the log's name (default: ocrr.invalid/<file name>)"
+        "--origin",
+        type=_origin,
+        default=None,
+        help="the log's name (default: the one the key was made for, as its record of signed heads names it; "
+        "for a key without one, ocrr.invalid/<file name>)",
     )
     parser.add_argument(
         "--signed-state",
@@ -275,13 +284,12 @@ def _cmd_verify(args) -> int:
     return 0 if out["ok"] else 1
 
 
-def _head(path: Path | str, report, scan, args):
+def _head(report, scan, args, signer: Signer | None):
     head = TreeHead.now(report.size, unb64(report.root), unb64(report.chain_head))
-    if args.key is None:
+    if signer is None:
         if args.signed_state is not None:
             raise OcrrError("--signed-state records what --key signs: give --key too, or drop --signed-state")
         return head.to_dict(), None
-    signer = Signer.load(args.key, args.origin or default_origin_of(path))
     held = FixedLog(scan.tree)  # signed only if it extends what this key signed before
     state = SignedState.open(signer, args.signed_state or default_state_path(args.key), held, log=_to_stderr)
     try:
@@ -291,13 +299,35 @@ def _head(path: Path | str, report, scan, args):
     return signed, signed["checkpoint"]
 
 
+def _signer(args, location: Path | str) -> Signer:
+    """--key under the origin it signs for: the one its record of signed heads names (the
+    record --signed-state gives, else the one `ocrr ledger keygen` started beside the key),
+    which --origin may repeat but not change; a key with no record signs under --origin, or
+    the ledger's default name."""
+    signer = Signer.load(args.key, args.origin or default_origin_of(location))
+    own = default_state_path(args.key)
+    for record in dict.fromkeys((args.signed_state or own, own)):  # (each once)
+        made_for = recorded_origin(signer, record)
+        if made_for is None:
+            continue
+        if args.origin is not None and args.origin != made_for:
+            raise OcrrError(
+                f"--origin {args.origin} is not the log the key {args.key} signs for: its record of signed heads "
+                f"{record} names {made_for}; drop --origin, or make a key for {args.origin} with "
+                f"`ocrr ledger keygen NEW.pem --origin {args.origin}`"
+            )
+        return signer if made_for == signer.origin else Signer.load(args.key, made_for)
+    return signer
+
+
 def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
 def _cmd_head(args) -> int:
+    signer = None if args.key is None else _signer(args, args.path)  # a wrong key or origin before the read
     report, scan = _scan(args.path, rows=False)
-    head, note = _head(args.path, report, scan, args)
+    head, note = _head(report, scan, args, signer)
     if args.checkpoint:
         if note is None:
             raise OcrrError("a checkpoint must be signed: pass --key (create one with `ocrr ledger keygen`)")
@@ -321,8 +351,8 @@ def _cmd_index(args) -> int:
     out = output_from_ledger(
         args.out if args.out is not None else Path(default_out), args.path, "the index", default_out
     )
-    signer = Signer.load(args.key, args.origin or default_origin_of(args.path))
-    system = make_system(args.system)
+    signer = _signer(args, args.path)
+    system = servable(args.system)  # what `ocrr serve` refuses is refused here, in its words
     check_saveable(system, "ocrr ledger index")  # before minutes of reading and training
     started = time.perf_counter()
     verify = "checkpoint" if args.quick else "full"
@@ -499,7 +529,19 @@ def _cmd_keygen(args) -> int:
     if args.key.exists():
         raise OcrrError(f"{args.key} already exists; choose another path (keys are never overwritten)")
     output_file(args.key, None)
+    record = default_state_path(args.key)
+    if record.exists():  # an earlier key's: the new key's record would be refused as foreign
+        raise OcrrError(
+            f"{record} is the record of what an earlier key at {args.key} signed; move it aside (keep it while "
+            "heads that key signed matter), or choose another path for the new key"
+        )
     signer = Signer.generate(args.origin)
     signer.save(args.key)
+    try:  # the key file holds no origin: its record names it, for the commands given no --origin
+        SignedState.start(signer, record)
+    except BaseException:
+        for made in (args.key, record):  # no key without its record: nothing left, run keygen again
+            made.unlink(missing_ok=True)
+        raise
     print(signer.vkey)
     return 0

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ocrr.cli.paths import output_file
 from ocrr.errors import OcrrError
 
 _NAME_HELP = "the witness's name, a schema-less URL such as witness.example.com/w1 (part of its vkey)"
@@ -65,6 +66,7 @@ def _cmd_keygen(args) -> int:
 
     if args.key.exists():
         raise OcrrError(f"{args.key} already exists; choose another path (keys are never overwritten)")
+    output_file(args.key, None)
     cosigner = Cosigner.generate(args.name)
     cosigner.save(args.key)
     print(cosigner.vkey)

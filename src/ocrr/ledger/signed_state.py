@@ -23,6 +23,11 @@ has signed under its origin, and every head or checkpoint is signed through it:
 By default the record lives beside the key (``<key>.signed``): whoever can rewrite it can
 read the key, and then no record helps. A record lost (deleted, or a new key folder) cannot
 be told from a first start; the log then trusts the ledger as it finds it.
+
+The record also says which log the key signs for: the key file (PKCS#8) holds no origin, so
+``ocrr ledger keygen`` starts the record at size 0 under the origin it was given (``start``),
+and ``recorded_origin`` reads it back for a signer not told its origin. A key's record
+names one origin: a signer under another one is refused, naming both.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from ocrr.ledger.proofs import b64, unb64
 from ocrr.ledger.verify import ProofError, verify_consistency
 from ocrr.utils.files import write_at
 
-__all__ = ["SignedState", "HeldLog", "FixedLog", "default_state_path"]
+__all__ = ["SignedState", "HeldLog", "FixedLog", "default_state_path", "recorded_origin"]
 
 _TAG = "ocrr-signed-state-v1"
 _SIZE = re.compile(r"0|[1-9][0-9]{0,18}")
@@ -80,6 +85,51 @@ def default_state_path(key: str | os.PathLike[str]) -> Path:
     """Where the record of what ``key`` signed is kept unless told otherwise: beside it."""
     key = Path(key).expanduser()
     return key.with_name(key.name + ".signed")
+
+
+def recorded_origin(signer: Signer, path: str | os.PathLike[str]) -> str | None:
+    """The log ``signer``'s key signs for, as its record at ``path`` names it (whatever origin
+    ``signer`` was loaded under): the origin ``ocrr ledger keygen`` made the key for, or the one
+    it first signed under. None: no record that this key signed (``SignedState.open`` says
+    what is wrong with one that is not)."""
+    try:
+        fd = os.open(Path(path).expanduser(), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # (not while a signer writes it)
+        data = os.pread(fd, 2 * _SLOT, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    slots = (data[i * _SLOT : (i + 1) * _SLOT].rstrip(b"\0") for i in range(2))
+    return next((origin for slot in slots if slot and (origin := _key_origin(slot, signer)) is not None), None)
+
+
+def _key_origin(note: bytes, signer: Signer) -> str | None:
+    """The origin a record's note names, if ``signer``'s key signed it under that name (its
+    signature verifies; the key id, which depends on the name, is not compared)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        text, sigs = parse_signed_note(note)
+    except OcrrError:
+        return None
+    lines = text.split("\n")
+    if len(lines) != 5 or lines[0] != _TAG:
+        return None
+    public = Ed25519PublicKey.from_public_bytes(signer.public_bytes)
+    for name, _, sig in sigs:
+        if name != lines[1]:
+            continue
+        try:
+            public.verify(sig, text.encode("utf-8"))
+        except InvalidSignature:
+            continue
+        return name
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,6 +188,12 @@ class SignedState:
             state.close()
             raise
         return state
+
+    @classmethod
+    def start(cls, signer: Signer, path: str | os.PathLike[str]) -> None:
+        """Start the record of a new key at ``path``, at size 0 (every log extends the empty
+        one): it names the key's origin before anything is signed (``recorded_origin``)."""
+        cls.open(signer, path, FixedLog(MerkleTree()), log=lambda _: None).close()
 
     @classmethod
     def check_record(cls, signer: Signer, path: str | os.PathLike[str]) -> None:
@@ -323,6 +379,12 @@ class SignedState:
         except OcrrError as e:
             raise self._foreign(f"it is not a signed note ({e})") from None
         ours = [sig for name, kid, sig in sigs if name == self.origin and kid == self._signer.key_id]
+        if not ours and (other := _key_origin(note, self._signer)) is not None:
+            raise LedgerIntegrityError(
+                f"the record of signed heads {self.path} is refused: it is signed by another key or for another "
+                f"log (this key signs for the log {other}, not {self.origin}); pass --origin {other}, or make a "
+                f"key for {self.origin} with `ocrr ledger keygen NEW.pem --origin {self.origin}`"
+            )
         if not ours:
             names = ", ".join(sorted({name for name, _, _ in sigs}))
             raise self._foreign(f"it is signed by another key or for another log ({names})")

@@ -7,12 +7,12 @@ hashes base64 too, so an entry's Merkle leaf can be recomputed from its line wit
 ``ocrr.ledger.verify.entry_leaf_hash``. The same ledger always exports to the same bytes.
 
 This module is the format, for every engine: ``lines_of`` writes it, ``write_export``
-puts it in a file atomically, ``parse_line``/``parse_entry``/``checked_header``/
-``checked_rows`` read it back strictly, ``expectations`` turns what the caller holds (an
-expected size and root, or a signed C2SP checkpoint and its verifier key) into the heads
-the imported log must match. Reading a ledger (``ocrr.ledger.location.export_jsonl``) and
-building one (``ocrr.ledger.sqlite.transfer``, ``ocrr.ledger.postgres.transfer``) are the
-engines' part.
+puts it in a file atomically, ``read_export`` opens one as text, ``parse_line``/
+``parse_entry``/``checked_header``/``checked_rows`` read it back strictly, ``expectations``
+turns what the caller holds (an expected size and root, or a signed C2SP checkpoint and its
+verifier key) into the heads the imported log must match. Reading a ledger
+(``ocrr.ledger.location.export_jsonl``) and building one (``ocrr.ledger.sqlite.transfer``,
+``ocrr.ledger.postgres.transfer``) are the engines' part.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -40,11 +42,13 @@ __all__ = [
     "lines_of",
     "parse_entry",
     "parse_line",
+    "read_export",
     "root_bytes",
     "write_export",
 ]
 
 FORMAT = "ocrr-ledger-jsonl"
+_SQLITE = b"SQLite format 3\x00"  # the first bytes of every SQLite file: a ledger, given for its export
 
 
 def _dumps(obj: dict) -> str:
@@ -181,6 +185,48 @@ def checked_header(header: dict, src: Path, want: list[tuple[str, int | None, by
                 "expected (an older or newer export, or a forged one)"
             )
     return dim
+
+
+@contextmanager
+def read_export(src: Path, into: Path | None) -> Iterator[Iterator[str]]:
+    """The lines of the export ``src``, each read as UTF-8 text; the file is closed on leaving.
+    A file that is not one is refused with one OcrrError naming the fix, not a decode error: a
+    ledger file (an SQLite file, given where its export belongs; ``into``: the new ledger file
+    the import makes, None for a database), or bytes that are not text (named by line)."""
+    try:
+        f = open(src, "rb")
+    except OSError as e:
+        raise OcrrError(f"cannot read {src} ({e}); pass a file written by `ocrr ledger export`") from e
+    with f:
+        if f.peek(len(_SQLITE))[: len(_SQLITE)] == _SQLITE:  # (peeked: a pipe cannot seek back)
+            raise _a_ledger(src, into)
+        yield _text_lines(f, src)
+
+
+def _a_ledger(src: Path, into: Path | None) -> OcrrError:
+    export = Path(f"{src}.jsonl") if src.suffix == ".jsonl" else src.with_suffix(".jsonl")
+    copy = "" if into is None else f"to copy the ledger file, run `ocrr ledger migrate {src} {into}`; "
+    return OcrrError(
+        f"{src} is an SQLite file (a ledger?), not a ledger export (.jsonl): {copy}to import the ledger, export "
+        f"it first (`ocrr ledger export {src} --out {export}`) and import that file"
+    )
+
+
+def _text_lines(f: BinaryIO, src: Path) -> Iterator[str]:
+    # Decoded a line at a time (not by a text-mode file, which decodes ahead): a byte that is
+    # not UTF-8 is named by its line.
+    for lineno, raw in enumerate(f, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            why = f"byte {e.start + 1}: {e.reason}"
+            if lineno == 1:
+                raise OcrrError(
+                    f"{src} is not a ledger export: its first line is not UTF-8 text ({why}); pass a file "
+                    "written by `ocrr ledger export`"
+                ) from None
+            raise OcrrError(f"{src}:{lineno} is not UTF-8 text ({why}); the export was damaged or edited") from None
+        yield line
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:

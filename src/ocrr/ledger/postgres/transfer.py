@@ -12,6 +12,7 @@ nor a dimension fixed by the refused export). Export needs nothing of its own:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from ocrr.ledger.postgres.schema import create_schema
 from ocrr.ledger.postgres.store import PostgresLedger
 from ocrr.ledger.postgres.url import connect, redact
 from ocrr.ledger.proofs import b64
-from ocrr.ledger.transfer import checked_header, checked_rows, expectations, parse_entry, parse_line
+from ocrr.ledger.transfer import checked_header, checked_rows, expectations, parse_entry, parse_line, read_export
 from ocrr.ledger.verify import entry_bytes, leaf_hash
 
 __all__ = ["import_into_database"]
@@ -51,14 +52,10 @@ def import_into_database(
 
     src = Path(src).expanduser()
     want = expectations(expect_size, expect_root, checkpoint, verifier_key)
-    try:
-        f = open(src, encoding="utf-8")
-    except OSError as e:
-        raise OcrrError(f"cannot read {src} ({e}); pass a file written by `ocrr ledger export`") from e
-    conn = connect(url)
-    try:
-        with f:
-            header = parse_line(f.readline(), src, 1)
+    with read_export(src, None) as lines:
+        conn = connect(url)
+        try:
+            header = parse_line(next(lines, ""), src, 1)
             dim = checked_header(header, src, want)
             with conn.transaction():  # the tables too: a refused import leaves the schema as it found it
                 create_schema(conn, dim)
@@ -70,7 +67,7 @@ def import_into_database(
                     )
                 if held[1] is not None and dim is not None and held[1] != dim:
                     raise OcrrError(f"{redact(url)} is set up for dimension {held[1]}, the export holds {dim}")
-                tree, prev, n = _load(conn, f, src, dim)
+                tree, prev, n = _load(conn, lines, src, dim)
                 _check_result(src, header, want, n, tree, prev)
                 if n:
                     conn.execute(
@@ -81,18 +78,18 @@ def import_into_database(
                         "INSERT INTO ocrr_checkpoints VALUES (%s, %s, %s, extract(epoch from now()))",
                         (n, prev, tree.root()),
                     )
-    except psycopg.Error as e:
-        raise OcrrError(f"import into {redact(url)} failed ({str(e).strip()}); nothing was imported") from None
-    finally:
-        conn.close()
+        except psycopg.Error as e:
+            raise OcrrError(f"import into {redact(url)} failed ({str(e).strip()}); nothing was imported") from None
+        finally:
+            conn.close()
     return PostgresLedger.open(url, verify="checkpoint")
 
 
-def _load(conn, f, src: Path, dim: int | None) -> tuple[MerkleTree, bytes, int]:
+def _load(conn, lines: Iterator[str], src: Path, dim: int | None) -> tuple[MerkleTree, bytes, int]:
     """Insert every entry line, checked; return the tree, the chain head and the count."""
     tree, prev, n, lineno = MerkleTree(), GENESIS, 0, 1
     batch: list[tuple] = []
-    for line in f:
+    for line in lines:
         lineno += 1
         batch.append(parse_entry(parse_line(line, src, lineno), n + len(batch), src, lineno))
         if len(batch) == _CHUNK:

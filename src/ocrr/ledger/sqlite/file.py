@@ -32,7 +32,7 @@ from ocrr.ledger.rows import check_appended
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.sqlite.scan import KnownPrefix, rows_to_read
 from ocrr.ledger.sqlite.schema import add_tree, create_tables
-from ocrr.ledger.sqlite.store import DurableLedger
+from ocrr.ledger.sqlite.store import DamagedFile, DurableLedger
 
 __all__ = ["Ledger", "migrate"]
 
@@ -328,12 +328,15 @@ class Ledger(Chain):
 
 def migrate(old: str | os.PathLike[str], new: str | os.PathLike[str]) -> LedgerReport:
     """Write a copy of ledger file ``old`` (of the old format or this one) to ``new`` in this
-    format, checked entry by entry; ``old`` is not changed. Returns the check's report."""
+    format, checked entry by entry; ``old`` is not changed. Returns the check's report. A
+    source that is no ledger, or a damaged one, is refused by its own name, and leaves no
+    ``new``: the copy is removed."""
     old, new = Path(old), Path(new)
     if not old.is_file():
         raise OcrrError(f"ledger file {old} does not exist; check the path")
     if new.exists():
         raise OcrrError(f"{new} already exists; migrate into a new file")
+    _check_sqlite(old)  # before anything is created
     try:
         try:
             shutil.copyfile(old, new)
@@ -342,9 +345,55 @@ def migrate(old: str | os.PathLike[str], new: str | os.PathLike[str]) -> LedgerR
                     shutil.copyfile(f"{old}{log}", f"{new}{log}")
         except OSError as e:
             raise OcrrError(f"cannot copy {old} to {new} ({e}); check the paths and free disk space") from e
-        with DurableLedger.open(new) as store:  # converts the copy, checks every entry, records a checkpoint
-            return store.report
+        _check_tables(new, old)
+        try:
+            with DurableLedger.open(new) as store:  # converts the copy, checks every entry, records a checkpoint
+                return store.report
+        except DamagedFile as e:  # the copy's damage is the source's: name the source
+            where = "" if e.report.first_bad is None else f" at entry {e.report.first_bad}"
+            raise OcrrError(
+                f"ledger {old} is damaged{where}: {e.report.reason}; nothing was migrated: restore {old} "
+                "from a backup and migrate that"
+            ) from None
     except BaseException:
         for suffix in ("", *_SIDECARS, "-writer"):
             Path(f"{new}{suffix}").unlink(missing_ok=True)
         raise
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite file
+
+
+def _check_sqlite(old: Path) -> None:
+    """Refuse a source that is not an SQLite file (SQLite would take an empty one for a new
+    database, and the migration would make an empty ledger of it)."""
+    try:
+        with open(old, "rb") as f:
+            start = f.read(len(_SQLITE_HEADER))
+    except OSError as e:
+        raise OcrrError(f"cannot read {old} ({e}); check the path and its permissions") from e
+    if not start:
+        raise OcrrError(f"{old} is empty, not a ledger file; pass the ledger file to migrate")
+    if start != _SQLITE_HEADER:
+        raise OcrrError(
+            f"{old} is not an ocrr ledger: it is not an SQLite file; pass the ledger file to migrate (if this "
+            "was one, its first bytes are destroyed: restore it from a backup)"
+        )
+
+
+def _check_tables(copy: Path, old: Path) -> None:
+    """Refuse, by its source's name, a copy without a ledger's tables (opened, a database with
+    no tables would become a new, empty ledger) or whose schema cannot be read."""
+    try:
+        conn = sqlite3.connect(copy)
+        try:  # the whole schema read as text: a damaged byte in it is found here, not by the open
+            schema = conn.execute("SELECT type, name, sql FROM sqlite_master").fetchall()
+        finally:
+            conn.close()
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+        # (the latter: SQLite's message quoting a damaged schema's bytes, which Python cannot decode)
+        why = "its schema is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+        raise OcrrError(f"{old} is not a readable SQLite file ({why}); restore it from a backup") from None
+    tables = {name for kind, name, _ in schema if kind == "table"}
+    if "meta" not in tables:
+        raise OcrrError(f"{old} is an SQLite file but not an ocrr ledger (no meta table); pass the ledger file")

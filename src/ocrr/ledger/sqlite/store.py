@@ -46,7 +46,7 @@ from ocrr.ledger.sqlite.wal import BackgroundCheckpoints, no_checkpoints_in_comm
 from ocrr.ledger.tail import StoredTail
 from ocrr.ledger.verify import HASH_SIZE
 
-__all__ = ["Apply", "DurableLedger", "LedgerReport", "record_verification_in", "scan_file"]
+__all__ = ["Apply", "DamagedFile", "DurableLedger", "LedgerReport", "record_verification_in", "scan_file"]
 
 _BATCH = 65_536
 _VERIFICATIONS_KEPT = 100  # outcomes of /verify kept in the file
@@ -67,6 +67,15 @@ _MOVE_HEAD = (
     "UPDATE meta SET value = CASE key WHEN 'size' THEN ?1 WHEN 'chain_head' THEN ?2 ELSE ?3 END "
     "WHERE key IN ('size', 'chain_head', 'dim')"
 )
+
+
+class DamagedFile(OcrrError):
+    """``DurableLedger.open`` refused a file whose check failed; ``report`` says where and why
+    (``migrate``, which opens a copy of its source, names the source with it)."""
+
+    def __init__(self, message: str, report: LedgerReport):
+        super().__init__(message)
+        self.report = report
 
 
 class DurableLedger(HeldLedger):
@@ -213,9 +222,10 @@ class DurableLedger(HeldLedger):
         if not report:
             conn.close()
             where = "" if report.first_bad is None else f" at entry {report.first_bad}"
-            raise OcrrError(
+            raise DamagedFile(
                 f"ledger {path} is damaged{where}: {report.reason}. Refusing to serve it; restore "
-                f"the file from a backup (run `ocrr ledger verify {path}` for the report)"
+                f"the file from a backup (run `ocrr ledger verify {path}` for the report)",
+                report,
             )
         assert scan is not None  # an intact report comes with what the scan read
         if dim is not None and scan.dim is not None and dim != scan.dim:

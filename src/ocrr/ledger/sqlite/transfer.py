@@ -23,7 +23,15 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.proofs import b64
 from ocrr.ledger.sqlite.store import DurableLedger
-from ocrr.ledger.transfer import checked_header, checked_rows, expectations, fsync_folder, parse_entry, parse_line
+from ocrr.ledger.transfer import (
+    checked_header,
+    checked_rows,
+    expectations,
+    fsync_folder,
+    parse_entry,
+    parse_line,
+    read_export,
+)
 from ocrr.utils.files import move_into_new
 
 __all__ = ["import_file"]
@@ -58,7 +66,7 @@ def import_file(
     work, lock = _workdir(path)
     try:
         built = work / "ledger.db"
-        _build(src, built, want)
+        _build(src, built, want, path)
         _place(built, path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -107,19 +115,16 @@ def _clean_stale(path: Path) -> None:
         os.close(lock)
 
 
-def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | None]]) -> None:
-    """Import ``src`` into the new file ``built``, check it, and leave it closed, on disk, alone."""
-    try:
-        f = open(src, encoding="utf-8")
-    except OSError as e:
-        raise OcrrError(f"cannot read {src} ({e}); pass a file written by `ocrr ledger export`") from e
-    with f:
-        header = parse_line(f.readline(), src, 1)
+def _build(src: Path, built: Path, want: list[tuple[str, int | None, bytes | None]], into: Path) -> None:
+    """Import ``src`` into the new file ``built`` (to be placed at ``into``), check it, and leave
+    it closed, on disk, alone."""
+    with read_export(src, into) as lines:
+        header = parse_line(next(lines, ""), src, 1)
         dim = checked_header(header, src, want)
         with DurableLedger.open(built, dim=dim) as ledger:
             lineno = 1
             batch: list[tuple] = []
-            for line in f:
+            for line in lines:
                 lineno += 1
                 batch.append(parse_entry(parse_line(line, src, lineno), len(ledger) + len(batch), src, lineno))
                 if len(batch) == _CHUNK:

@@ -32,7 +32,15 @@ from ocrr.systems.registry import make_system
 from ocrr.systems.substrate.core import Substrate
 from ocrr.systems.substrate.saved_index import SavedIndex
 
-__all__ = ["PersistentSubstrate", "Neighbour", "Explanation", "open_substrate", "open_checked", "POOLED_BELOW"]
+__all__ = [
+    "PersistentSubstrate",
+    "Neighbour",
+    "Explanation",
+    "open_substrate",
+    "open_checked",
+    "servable",
+    "POOLED_BELOW",
+]
 
 #: Requests of fewer queries than this share a pass in ``explain_each`` (the exact index
 #: scans them one matrix-vector product per query; bigger ones with a matrix product).
@@ -280,7 +288,7 @@ def open_substrate(
         >>> again.close()
         >>> folder.cleanup()
     """
-    system = _servable(system, seed)
+    system = servable(system, seed)
     saved = None if index_file is None else SavedIndex.read(index_file, signer)
     if saved is not None:
         saved.check_system(system)
@@ -334,7 +342,7 @@ def open_checked(
     a saved index checked as ``open_substrate`` checks it, except that it is not taken (so
     that a bad file is refused once, not by each worker in turn): its statement and settings
     before the ledger is read, its files' digests while it is read, its root after."""
-    system = _servable(system, seed)
+    system = servable(system, seed)
     saved = None if index_file is None else SavedIndex.signed(index_file, signer)
     if saved is not None:
         saved.check_system(system)
@@ -351,9 +359,10 @@ def open_checked(
     return PersistentSubstrate(ledger, system)
 
 
-def _servable(system: str | Substrate, seed: int) -> Substrate:
+def servable(system: str | Substrate, seed: int = 0) -> Substrate:
     """``system`` (a spec or an unfitted Substrate) as a substrate a persistent ledger can
-    serve, or one OcrrError naming what to pass instead."""
+    serve, or one OcrrError naming what to pass instead (``ocrr ledger index`` asks it too:
+    an index is built for what ``ocrr serve`` will serve)."""
     if isinstance(system, str):
         system = make_system(system, seed=seed)
     if not isinstance(system, Substrate):
