@@ -133,7 +133,7 @@ class WitnessState:
                 _fsync_dir(self.path.parent)
             self._db.executescript(_SCHEMA)
             self._check_identity()
-        except (sqlite3.Error, OSError) as e:
+        except (sqlite3.Error, OSError, UnicodeDecodeError) as e:  # (damaged schema bytes: an undecodable message)
             self.close()
             raise OcrrError(f"cannot open witness state {self.path} ({e}); is it a witness's --state file?") from None
         except BaseException:
@@ -156,7 +156,7 @@ class WitnessState:
                 )
             finally:
                 db.close()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:
             raise OcrrError(f"cannot open witness state {self.path} ({e}); is it a witness's --state file?") from None
         if identity is None:
             raise OcrrError(
@@ -308,7 +308,7 @@ def read_state(path: str | os.PathLike[str]) -> dict:
             ).fetchall()
         finally:
             db.close()
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         raise OcrrError(f"cannot read witness state {path} ({e}); pass the --state of `ocrr witness serve`") from e
     held = []
     for origin, checkpoint, at in logs:

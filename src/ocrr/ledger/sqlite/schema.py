@@ -114,8 +114,10 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     (acknowledged = on disk) and explicit transactions."""
     if readonly:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+        _schema_readable(conn)
     else:
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)  # explicit BEGIN/COMMIT
+        _schema_readable(conn)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")  # WAL fsync on every commit: acknowledged = on disk
@@ -123,3 +125,19 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
             conn.close()  # (not a database, or not writable): the caller says so; the file stays closed
             raise
     return conn
+
+
+def _schema_readable(conn: sqlite3.Connection) -> None:
+    """Raise sqlite3.DatabaseError (closing ``conn``) when SQLite's error about the file's
+    schema is not even text: damaged schema bytes end up in its message, which Python's
+    sqlite3 then fails to decode (a UnicodeDecodeError that callers expecting SQLite's
+    errors would let through). Any other error is left to the caller's next statement."""
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        pass
+    except UnicodeDecodeError:
+        conn.close()
+        raise sqlite3.DatabaseError(
+            "its schema is damaged: SQLite's message about it is not text, so bytes of its first page were destroyed"
+        ) from None
