@@ -388,6 +388,7 @@ def test_the_encoder_process_yields_the_cpu_and_bad_priorities_name_the_fix():
         if hasattr(os, "SCHED_IDLE"):
             assert os.sched_getscheduler(enc._proc.pid) == os.SCHED_IDLE
         assert enc.encode(["where is my card"]).shape == (1, 384)
+        assert enc.dim == 384  # from its warm-up: what the service checks against the ledger's width
     finally:
         enc.close()
 
