@@ -26,13 +26,13 @@ LOG = Signer.generate("example.com/doors")
 
 @pytest.fixture
 def no_server(monkeypatch):
-    """`ocrr serve` up to the server's own checks (the TLS files, the claim of ledger and port):
+    """`ocrr serve` up to the server's own checks (the TLS files, the key, the claim of ledger and port):
     the configs it would serve, and no ledger opened, nothing printed, no server started."""
     pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
     import ocrr.service.server
 
     served: list[ServiceConfig] = []
-    monkeypatch.setattr(ocrr.service.server, "_serve", lambda config, port, log: served.append(config) or 0)
+    monkeypatch.setattr(ocrr.service.server, "_serve", lambda config, claimed, log: served.append(config) or 0)
     monkeypatch.delenv("OCRR_TOKEN", raising=False)
     return served
 
@@ -194,6 +194,7 @@ def test_a_good_origin_is_kept(tmp_path):
 
 
 def test_a_short_http_witness_url_is_taken(tmp_path, capsys, no_server):
+    LOG.save(tmp_path / "k.pem")  # (serve reads the key before it claims the ledger)
     config = ServiceConfig(ledger=tmp_path / "l.db", key=tmp_path / "k.pem", witnesses=(f"http://x={WITNESS.vkey}",))
     assert config.witnesses == (("http://x", WITNESS.vkey),)
     code, err = _serve(tmp_path, capsys, "--key", str(tmp_path / "k.pem"), "--witness", f"http://x={WITNESS.vkey}")
@@ -277,3 +278,35 @@ def _serve_help(capsys) -> str:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     return " ".join(capsys.readouterr().out.split())  # (argparse wraps the lines)
+
+
+# 8. --fit, --host, --encoder-nice: the message names what is wrong
+
+
+def test_an_unknown_fit_dataset_is_named_as_unknown_not_as_needing_an_encoder(tmp_path, capsys, no_server):
+    """Before: "--fit nosuch needs an encoder for its texts; add --encoder minilm"."""
+    code, err = _serve(tmp_path, capsys, "--fit", "nosuch")
+    assert code == 2 and "--fit nosuch: unknown dataset 'nosuch'. Use one of" in err and "encoder" not in err
+    assert not no_server and _nothing_written(tmp_path)
+    code, err = _serve(tmp_path, capsys, "--fit", "demo")  # a known dataset of texts still needs one
+    assert code == 2 and "--fit demo needs an encoder for its texts; add --encoder minilm" in err
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "nosuch.invalid"])
+def test_a_host_that_is_no_address_is_named_so_not_taken_for_a_public_one(tmp_path, capsys, no_server, host):
+    """Before: "reachable from other machines … give --tls-cert and --tls-key"; the lookup's own
+    "Name or service not known" came only with --insecure-public."""
+    for extra in ([], ["--insecure-public"]):
+        code, err = _serve(tmp_path, capsys, "--host", host, *extra)
+        assert code == 2 and f"--host {host} is not an address to listen on" in err and "TLS" not in err, err
+    assert not no_server and _nothing_written(tmp_path)
+
+
+def test_an_encoder_priority_without_an_encoder_is_refused(tmp_path, capsys, no_server):
+    """Before: taken, and silently ignored (there is no encoder process to lower)."""
+    code, err = _serve(tmp_path, capsys, "--encoder-nice", "5")
+    assert code == 2 and "without --encoder there is none: add --encoder" in err
+    assert not no_server and _nothing_written(tmp_path)
+    code, err = _serve(tmp_path, capsys, "--encoder-nice", "5", "--encoder", "minilm")
+    assert code == 0 and (no_server[-1].encoder_nice, no_server[-1].nice) == (5, 5)
+    assert "(default idle)" in _serve_help(capsys)

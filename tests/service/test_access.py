@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -100,7 +101,10 @@ def test_health_is_minimal(served):
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
-def test_a_public_bind_without_tls_is_refused(tmp_path, host):
+def test_a_public_bind_without_tls_is_refused(tmp_path, monkeypatch, host):
+    # A name is looked up first (one that does not resolve is refused as such): as if online.
+    resolved = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: resolved)
     with pytest.raises(OcrrError, match="--tls-cert and --tls-key, or --insecure-public"):
         ServiceConfig(ledger=tmp_path / "l.db", token=TOKEN, host=host)
     assert ServiceConfig(ledger=tmp_path / "l.db", token=TOKEN, host=host, insecure_public=True)

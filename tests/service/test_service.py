@@ -188,6 +188,14 @@ BAD = [
     ({"vectors_b64": [base64.b64encode(b"\0" * 4 * (DIM + 1)).decode()]}, "dimension"),
     ({"vectors_b64": [base64.b64encode(b"\0\0\xc0\x7f" * DIM).decode()]}, "NaN"),
     ({"vectors": [[0.1] * DIM], "vectors_b64": [base64.b64encode(b"\0" * 4 * DIM).decode()]}, "not both"),
+    # Texts beside vectors: one of the two would go unused (a prediction answered from the vectors).
+    ({"texts": ["what is my balance"], "vectors": [[0.1] * DIM]}, "drop the texts to predict from the vectors"),
+    ({"texts": ["a"], "vectors_b64": [base64.b64encode(b"\0\0\x80\x3f" * DIM).decode()]}, "not both"),
+    # An all-zero query: every similarity 0, so any label would be answered from nothing
+    # (pooled, and in a request big enough to be searched on its own).
+    ({"vectors": [[0.0] * DIM]}, "row 0 has norm 0"),
+    ({"vectors": [[0.1] * DIM] * 8 + [[0.0] * DIM]}, "row 8 has norm 0"),
+    ({"vectors_b64": [base64.b64encode(b"\0" * 4 * DIM).decode()]}, "no label can be predicted from it"),
 ]
 
 
@@ -247,6 +255,52 @@ def test_bad_correct_input_and_oversized_bodies(server):
     assert requests.get(f"{url}/proof/inclusion/99999").status_code == 404
     assert requests.get(f"{url}/proof/consistency", params={"from": 0}).status_code == 422
     assert len(state.substrate) == n  # nothing was appended
+
+
+BAD_LABELS = [
+    ("   ", "is blank"),
+    ("broken_screen\n", "starts or ends with whitespace, which would make it a class apart from 'broken_screen'"),
+    (" refund", "strip it"),
+    ("refund\u00a0", "strip it"),  # a no-break space: whitespace to str.strip, invisible on screen
+    ("card\tarrival", "holds the control character U+0009"),
+    ("card\x7farrival", "U+007F"),
+    ("a\x00b", "U+0000"),  # (was refused by the ledger; now at the door, with the others)
+]
+
+
+@pytest.mark.parametrize("label, words", BAD_LABELS, ids=range(len(BAD_LABELS)))
+def test_a_label_that_would_be_a_class_apart_is_refused_before_it_is_stored(server, label, words):
+    """Before: "   " and "broken_screen\n" were stored for good, and /predict then answered
+    them as classes of their own beside "broken_screen"."""
+    url, state, *_ = server
+    n = len(state.substrate)
+    unit = [1.0] + [0.0] * (DIM - 1)
+    for body in (
+        {"texts": ["my screen is cracked"], "labels": [label]},
+        {"vectors": [unit], "labels": [label]},
+        {"texts": ["a", "b"], "labels": ["balance", label]},
+    ):
+        r = requests.post(f"{url}/correct", json=body, headers=AUTH)
+        detail = r.json()["detail"]
+        assert r.status_code == 400 and words in detail and f"the label of item {len(body['labels']) - 1}" in detail
+    assert len(state.substrate) == n  # nothing was appended
+
+
+def test_labels_stored_before_the_rule_are_served_as_they_are(tmp_path):
+    """The rule is for new labels: a ledger holding padded ones (from an older version) opens,
+    and answers them as stored."""
+    path = tmp_path / "old.db"
+    state = open_state(path)
+    seed(state)
+    state.substrate.correct(HashingEncoder().encode(["a padded one"]), ["balance "], ["a padded one"])
+    state.close()
+    state = open_state(path)
+    with running(create_app(state)) as url:
+        r = requests.post(f"{url}/predict", json={"texts": ["a padded one"]})
+        assert r.status_code == 200 and r.json()["predictions"][0]["neighbours"][0]["label"] == "balance "
+        body = {"texts": ["interior spaces"], "labels": ["card  arrival"]}
+        r = requests.post(f"{url}/correct", json=body, headers=AUTH)
+        assert r.status_code == 200, r.text  # only the ends and control characters are refused
 
 
 def test_verify_health_metrics_and_page(server):
@@ -334,6 +388,7 @@ def test_the_encoder_process_yields_the_cpu_and_bad_priorities_name_the_fix():
         if hasattr(os, "SCHED_IDLE"):
             assert os.sched_getscheduler(enc._proc.pid) == os.SCHED_IDLE
         assert enc.encode(["where is my card"]).shape == (1, 384)
+        assert enc.dim == 384  # from its warm-up: what the service checks against the ledger's width
     finally:
         enc.close()
 

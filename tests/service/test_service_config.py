@@ -34,12 +34,32 @@ from ocrr.service import ServiceConfig
         ("token", "  ", "the service token is empty"),
         ("pin_workers", "yes", "--pin-workers must be true or false, got 'yes'. See 'ocrr serve --help'."),
         ("pin_workers", True, "with one worker there is nothing to spread: add --workers N"),
+        # Before: refused as a public address without TLS (the typo named only with --insecure-public).
+        ("host", "999.1.1.1", "--host 999.1.1.1 is not an address to listen on"),
+        ("host", "nosuch.invalid", "--host nosuch.invalid is not an address to listen on"),
+        # Before: --fit nosuch "needs an encoder"; with one, the ledger was made, then the dataset refused.
+        ("fit", "nosuch", "--fit nosuch: unknown dataset 'nosuch'. Use one of"),
+        # Before: ignored without --encoder (there is no encoder process to lower).
+        ("encoder_nice", 5, "without --encoder there is none: add --encoder"),
+        ("encoder_nice", "idle", "or drop --encoder-nice"),
+        # Before: found by the encoder process, or the ledger's open, after the ledger was made.
+        ("encoder", "nosuch", "--encoder nosuch: unknown encoder 'nosuch'. Use minilm"),
+        ("encoder", "minilm:batch_size=0", "--encoder minilm:batch_size=0: "),
+        ("encoder", "precomputed:v.npy", "reads vectors per dataset, not texts"),
+        ("system", "nosuch", "--system nosuch: unknown system 'nosuch'"),
     ],
 )
 def test_a_bad_option_is_refused_with_its_name_and_the_fix(tmp_path, option, value, words):
     with pytest.raises(OcrrError, match=re.escape(words)):
         ServiceConfig(ledger=tmp_path / "l.db", **{option: value})
     assert not (tmp_path / "l.db").exists()
+
+
+def test_the_encoder_process_priority_defaults_to_idle_and_is_taken_with_an_encoder(tmp_path):
+    assert ServiceConfig(ledger=tmp_path / "l.db").nice == "idle"
+    config = ServiceConfig(ledger=tmp_path / "l.db", encoder="minilm", encoder_nice=7)
+    assert (config.encoder_nice, config.nice) == (7, 7)
+    assert ServiceConfig(ledger=tmp_path / "l.db", host="localhost").host == "localhost"  # (no lookup needed)
 
 
 def test_the_config_is_frozen_and_takes_paths_as_strings(tmp_path):

@@ -118,8 +118,9 @@ def _encoder_nice(value: str) -> int | str:
 
 
 def run(args) -> int:
+    config = config_from_args(args)  # first: it names an unknown --fit dataset as such
     _check_fit(args.fit, args.encoder)
-    return serve(config_from_args(args))
+    return serve(config)
 
 
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ocrr.data import check_dataset
 from ocrr.errors import OcrrError
 from ocrr.ledger.cosignature import check_cosigner_vkey
 from ocrr.ledger.heads import check_origin
 from ocrr.ledger.location import as_location, is_database_url
-from ocrr.service.encoder import check_nice
+from ocrr.service.encoder import check_encoder_spec, check_nice
 from ocrr.service.hosts import allowed_hosts
 from ocrr.service.rehash_trusted import WARM_UP
 from ocrr.service.tokens import MAKE_TOKEN, MIN_TOKEN_BITS, token_weakness
 from ocrr.specs import field_options, format_value, option
+from ocrr.systems.registry import make_system
 
 MAX_WORKERS = 64
 # Until the pass after a quick open runs, an entry edited under the checkpoint goes unseen:
@@ -51,12 +54,14 @@ class ServiceConfig:
         help="encoder for texts, as ocrr run's --encoder (minilm, minilm_int8, st:<model id> …; "
         "docs/encoders.md); without one, /predict takes vectors only",
     )
-    encoder_nice: int | str = option(
-        default="idle",
+    encoder_nice: int | str | None = option(
+        # None: not given, so that a given idle is told from the default (a given one needs
+        # --encoder); ``nice`` is the value used: the given one, else "idle".
+        default=None,
         kind=object,  # a niceness 0-19 or "idle": checked by check_nice
-        help="priority of the encoder process: a niceness 0-19, or idle (Linux's SCHED_IDLE: the "
-        "model runs only on a core nothing else wants), so that on a small box predicts by vector "
-        "and corrections get a contended core before text encoding",
+        help="priority of the encoder process (with --encoder): a niceness 0-19, or idle (Linux's "
+        "SCHED_IDLE: the model runs only on a core nothing else wants), so that on a small box predicts "
+        "by vector and corrections get a contended core before text encoding (default idle)",
     )
     fit: str | None = option(
         default=None,
@@ -219,6 +224,7 @@ class ServiceConfig:
             raise OcrrError("--pin-workers needs Linux (it sets each worker's CPU affinity); drop it here")
         if not self.host:
             raise OcrrError(f"--host needs an address to listen on, got {self.host!r}; e.g. 127.0.0.1 or 0.0.0.0")
+        _check_host(self.host)  # before the TLS rule below, which would take a typo for a public address
         if not self.system:
             raise OcrrError(f"--system takes a substrate spec, got {self.system!r}; e.g. substrate or substrate:k=3")
         if self.token is not None and not self.token.strip():
@@ -233,7 +239,18 @@ class ServiceConfig:
                 "users' texts would cross the network in clear; give --tls-cert and --tls-key, or "
                 "--insecure-public if a proxy in front terminates TLS"
             )
-        check_nice(self.encoder_nice)
+        if self.encoder_nice is not None:
+            check_nice(self.encoder_nice)
+            if self.encoder is None:
+                raise OcrrError(
+                    "--encoder-nice sets the priority of the encoder process, and without --encoder there is "
+                    "none: add --encoder (e.g. --encoder minilm), or drop --encoder-nice"
+                )
+        if self.encoder is not None:
+            check_encoder_spec(self.encoder)
+        if self.fit is not None:
+            _check_fit(self.fit)
+        _check_system(self.system, self.seed)
         object.__setattr__(self, "allowed_hosts", allowed_hosts(self.allowed_hosts, self.host))
         self._check_witnesses()
 
@@ -290,6 +307,11 @@ class ServiceConfig:
         return WARM_UP if self.rehash_after is None else self.rehash_after
 
     @property
+    def nice(self) -> int | str:
+        """The encoder process's priority: --encoder-nice if given, else ``"idle"``."""
+        return "idle" if self.encoder_nice is None else self.encoder_nice
+
+    @property
     def verify(self) -> str:
         """How much of the ledger file is rehashed on open (``open_substrate``'s ``verify``)."""
         return "checkpoint" if self.quick_open else "full"
@@ -342,6 +364,43 @@ def _check_origin(origin: str) -> None:
             f"--origin {origin!r} is not a log name: give one such as example.com/my-ledger (printable "
             "ASCII, no spaces or '+'), or drop --origin to sign as ocrr.invalid/<ledger file name>"
         ) from None
+
+
+def _check_host(host: str) -> None:
+    """--host names an address this machine can listen on: an IP address, or a name that
+    resolves (binding resolves it again; what is refused here would be refused there)."""
+    if host == "localhost":
+        return
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        why = e.strerror if isinstance(e, socket.gaierror) else "not a valid host name"
+        raise OcrrError(
+            f"--host {host} is not an address to listen on ({why}); give an IP address of this machine "
+            "(127.0.0.1 for this machine only, 0.0.0.0 for every interface) or a name that resolves to one"
+        ) from None
+
+
+def _check_fit(fit: str) -> None:
+    """--fit names a dataset ``load_dataset`` knows, with valid options (nothing is read yet)."""
+    try:
+        check_dataset(fit)
+    except OcrrError as e:
+        raise OcrrError(f"--fit {fit}: {e}") from None
+
+
+def _check_system(system: str, seed: int) -> None:
+    """--system names a known system with valid options (built, not fitted: that is cheap); that
+    it is a substrate a ledger can serve is checked as the ledger opens."""
+    try:
+        make_system(system, seed=seed)
+    except OcrrError as e:
+        raise OcrrError(f"--system {system}: {e}") from None
 
 
 def check_tls_files(cert: Path, key: Path) -> None:

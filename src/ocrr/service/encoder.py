@@ -7,11 +7,13 @@ docs/reference/measurements.md). In
 its own process it uses another core and the service only waits on a pipe. One request
 at a time goes to the model (a lock), which is also what a small box can afford.
 
-Protocol on the child's stdin/stdout: one JSON line (a list of texts) in; one JSON line
-out (``{"ok": true, "n": n, "d": d}`` followed by n x d little-endian float32, or
-``{"ok": false, "error": "..."}``). The child is ``python -c CHILD SPEC NICE PARENT``: started with
-``-m ocrr.service.encoder``, runpy would warn at every start, because the package
-``ocrr.service`` (its config) has imported this module before runpy executes it.
+Protocol on the child's stdin/stdout: once loaded, one JSON line (``{"ok": true, "n": 0,
+"d": 0, "id": ..., "dim": ...}``: the encoder's id and the width of its vectors); then one
+JSON line (a list of texts) in; one JSON line out (``{"ok": true, "n": n, "d": d}`` followed
+by n x d little-endian float32, or ``{"ok": false, "error": "..."}``). The child is
+``python -c CHILD SPEC NICE PARENT``: started with ``-m ocrr.service.encoder``, runpy would
+warn at every start, because the package ``ocrr.service`` (its config) has imported this
+module before runpy executes it.
 
 The child dies with its parent (``orphans.die_with_parent``), at once, even when the parent
 is SIGKILLed while the child is busy loading the model or encoding and would not read the
@@ -29,7 +31,7 @@ import threading
 
 import numpy as np
 
-from ocrr.encoders import make_encoder
+from ocrr.encoders import make_encoder, parse_encoder_spec
 from ocrr.errors import OcrrError
 from ocrr.service.orphans import die_with_parent
 
@@ -46,6 +48,22 @@ def check_nice(nice: int | str) -> int | str:
     return nice
 
 
+def check_encoder_spec(spec: str) -> str:
+    """``spec`` when the encoder process could start it (a known encoder, its options valid, one
+    that encodes texts); else the error naming the fix. Only parses: the model loads in that
+    process, so a typo is refused before the ledger is opened, not after."""
+    try:
+        entry, _ = parse_encoder_spec(spec)
+    except OcrrError as e:
+        raise OcrrError(f"--encoder {spec}: {e}") from None
+    if entry.dataset_level:
+        raise OcrrError(
+            f"--encoder {spec} reads vectors per dataset, not texts, and the service encodes each request's "
+            "texts: give a text encoder (e.g. --encoder minilm), or none to take vectors only"
+        )
+    return spec
+
+
 class EncoderProcess:
     """``encode(texts) -> (n, d) float32`` answered by a child process running ``spec``."""
 
@@ -58,6 +76,7 @@ class EncoderProcess:
         check_nice(nice)
         self.id = spec
         self.encoder_id: str | None = None  # the encoder's own id (its embedding-cache key), from the child
+        self.dim: int | None = None  # the width of its vectors, from the child's warm-up
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, spec, str(nice), str(os.getpid())],
@@ -70,7 +89,7 @@ class EncoderProcess:
         if not header.get("ok"):
             self.close()
             raise OcrrError(header.get("error", f"the encoder {spec!r} did not start"))
-        self.encoder_id = header.get("id")
+        self.encoder_id, self.dim = header.get("id"), header.get("dim")
 
     def _header(self) -> dict:
         line = self._from_child.readline()
@@ -134,11 +153,12 @@ def main(spec: str, nice: int | str = 0) -> int:
         import torch
 
         torch.set_num_threads(1)
-        encoder.encode(["warm up"])  # load the model now, not on the first request
+        warm = encoder.encode(["warm up"])  # load the model now, not on the first request
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises OcrrError
         _reply(out, {"ok": False, "error": f"cannot load encoder {spec!r}: {e}"})
         return 1
-    _reply(out, {"ok": True, "n": 0, "d": 0, "id": encoder.id})
+    # (n, d: no vectors follow; dim: the vectors' width, which the service checks against its ledger's)
+    _reply(out, {"ok": True, "n": 0, "d": 0, "id": encoder.id, "dim": int(np.shape(warm)[1])})
     for line in sys.stdin.buffer:
         try:
             vecs = np.ascontiguousarray(encoder.encode(json.loads(line)), "<f4")

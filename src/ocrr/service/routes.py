@@ -199,6 +199,7 @@ class Routes:
         self._require_token(request)  # here, not as a dependency: the shortcut solves none
         self._require_intact(fresh=False)  # and again, by the committer, just before the commit
         req = await parse(request, CorrectRequest)
+        req.check_labels()  # before any encoding: a label the ledger would keep for good as a class apart
         if req.vectors is None and req.vectors_b64 is None:  # texts alone: encode them off the loop
             vecs = await self._off_loop(self.wait_pool, self._vectors, req)
         else:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, TypeVar
+import unicodedata
+from typing import Annotated, ClassVar, TypeVar
 
 import numpy as np
 from fastapi import Request
@@ -31,6 +32,14 @@ class _Strict(BaseModel):
 
 
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]
+Label = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TEXT,
+        description="a class name: not blank, no leading or trailing whitespace, no control characters",
+    ),
+]
 # Strict: JSON numbers only (true and "1.5" are refused, not converted); integers are numbers.
 # The schema also bounds them to float32's range (beyond it: a 400 naming the range).
 Component = Annotated[StrictFloat, Field(json_schema_extra={"minimum": -_F32_MAX, "maximum": _F32_MAX})]
@@ -55,8 +64,11 @@ def _given(*fields: str) -> JsonDict:
 
 
 # What the schema can say beyond the fields' types (the service checks the rest, answering a 400
-# that names it: a vector's dimension, one text per vector, one label per item, an encoder for texts).
-_ONE_FORM: JsonDict = {
+# that names it: a vector's dimension, one text per vector, one label per item, an encoder for
+# texts, a label's form: ``label_fault``). A prediction takes one form of its items.
+_ONE_FORM: JsonDict = {"oneOf": [_given("texts"), _given("vectors"), _given("vectors_b64")]}
+# A correction may send texts beside its vectors (stored with them), in one vector form.
+_ITEMS_FORM: JsonDict = {
     "anyOf": [_given("texts"), _given("vectors"), _given("vectors_b64")],
     "not": _given("vectors", "vectors_b64"),
 }
@@ -72,6 +84,9 @@ class PredictRequest(_Strict):
     vectors_b64: Annotated[list[PackedVector], Field(min_length=1, max_length=MAX_BATCH)] | None = None
 
     model_config = ConfigDict(json_schema_extra=_ONE_FORM)
+    # Whether texts may come beside vectors: a prediction answers from one or the other, so
+    # both would leave one silently unused.
+    texts_with_vectors: ClassVar[bool] = False
 
     def sent_vectors(self) -> np.ndarray | None:
         """The vectors sent, as (n, d) float32, checked (one length, finite, within float32's
@@ -83,6 +98,12 @@ class PredictRequest(_Strict):
             )
         if self.vectors is not None and self.vectors_b64 is not None:
             raise OcrrError("send 'vectors' or 'vectors_b64', not both")
+        sent_both = self.texts is not None and (self.vectors is not None or self.vectors_b64 is not None)
+        if sent_both and not self.texts_with_vectors:
+            raise OcrrError(
+                "send 'texts' or vectors ('vectors' or 'vectors_b64'), not both: a prediction is made from "
+                "one of them; drop the texts to predict from the vectors, or the vectors to have the texts encoded"
+            )
         if self.vectors_b64 is not None:
             vecs = _unpack(self.vectors_b64)  # float32 as sent: finite ones are within its range
         elif self.vectors is None:
@@ -105,7 +126,38 @@ class CorrectRequest(PredictRequest):
     """The items (``texts``, or vectors in either form, or both: vectors are then stored
     with their texts) and one label each."""
 
-    labels: Annotated[list[Text], Field(min_length=1, max_length=MAX_BATCH)]
+    labels: Annotated[list[Label], Field(min_length=1, max_length=MAX_BATCH)]
+
+    model_config = ConfigDict(json_schema_extra=_ITEMS_FORM)
+    texts_with_vectors: ClassVar[bool] = True
+
+    def check_labels(self) -> None:
+        """Refuse, naming the first and the fix, a label the ledger would keep for good as a class
+        of its own that looks like another (``label_fault``)."""
+        for i, label in enumerate(self.labels):
+            fault = label_fault(label)
+            if fault is not None:
+                shown = repr(label) if len(label) <= 60 else repr(label[:60]) + "…"
+                raise OcrrError(f"the label of item {i} ({shown}) {fault}")
+
+
+def label_fault(label: str) -> str | None:
+    """Why ``label`` should not become a class name (None: it may). The ledger is append-only
+    and a label is served exactly as stored: "refund " or "refund\\n" would be a class apart
+    from "refund" for good, shown the same. Only new labels are checked: entries already
+    stored (by an older version) are served as they are."""
+    if not label.strip():
+        return "is blank: a correction needs the class's name; send it"
+    if label != label.strip():
+        return f"starts or ends with whitespace, which would make it a class apart from {label.strip()!r}; strip it"
+    # (isprintable: one pass in C, true for most labels, and false for any control character)
+    control = None if label.isprintable() else next((c for c in label if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        return (
+            f"holds the control character U+{ord(control):04X}, which a class name does not need and a "
+            "screen does not show; remove it"
+        )
+    return None
 
 
 class NeighbourOut(BaseModel):

@@ -13,13 +13,15 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import uvicorn
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import StoredInnerNodes, default_origin_of, display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
@@ -30,7 +32,7 @@ from ocrr.service.limits import BodyLimit
 from ocrr.service.rehash_trusted import RehashTrusted, recorded_in
 from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
 from ocrr.service.state import build_state
-from ocrr.service.supervisor import bind, claim, supervise
+from ocrr.service.supervisor import Claim, bind, claim, supervise
 from ocrr.service.threads import limit_threads, pin_to_core
 from ocrr.systems.substrate.persistent import PersistentSubstrate
 
@@ -62,15 +64,31 @@ def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int
     # written or printed.
     if config.tls_cert is not None and config.tls_key is not None:
         check_tls_files(config.tls_cert, config.tls_key)
+    if config.key is not None:  # likewise the signing key (loaded again as the ledger opens)
+        Signer.load(config.key, config.origin or default_origin_of(config.ledger))
     # One service per ledger and per port: refused here, before the ledger is read.
-    with claim(config.ledger, config.host, config.port) as held:
-        return _serve(config, held.port, log)
+    with claim(config.ledger, config.host, config.port) as claimed:
+        return _serve(config, claimed, log)
 
 
-def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
+@contextmanager
+def _removed_if_refused(claimed: Claim) -> Iterator[None]:
+    """A start refused in this block (a ledger that does not open, an encoder that does not
+    load or fit it, a dataset that does not seed it) leaves behind no ledger it made
+    (``Claim.remove_new_files``). Only around what comes before anything is served."""
+    try:
+        yield
+    except BaseException:
+        claimed.remove_new_files()
+        raise
+
+
+def _serve(config: ServiceConfig, claimed: Claim, log: Callable[[str], None]) -> int:
+    port = claimed.port
     if config.workers > 1 and config.fit is None:
-        return _serve_workers(dataclasses.replace(config, port=port), log)
-    state = build_state(config, log=log)
+        return _serve_workers(dataclasses.replace(config, port=port), log, claimed)
+    with _removed_if_refused(claimed):
+        state = build_state(config, log=log)
     log(_opened(config, state.substrate))
     if config.workers > 1:  # (seeded here first: --fit)
         token, damage_seen = state.token, state.damage_seen
@@ -78,7 +96,7 @@ def _serve(config: ServiceConfig, port: int, log: Callable[[str], None]) -> int:
         state.close()
         del state
         gc.collect()  # (some are in reference cycles)
-        return _serve_workers(dataclasses.replace(config, token=token, port=port), log, lambda: handed)
+        return _serve_workers(dataclasses.replace(config, token=token, port=port), log, claimed, lambda: handed)
     limit_threads()
     base = _base_url(config, port)  # the port claimed: a free one for --port 0
     log(f"review page: {base}/   API: {base}/docs")
@@ -162,15 +180,16 @@ def _opened(config: ServiceConfig, substrate: PersistentSubstrate) -> str:
     )
 
 
-def _check_for_workers(config: ServiceConfig, log: Callable[[str], None]) -> Handoff:
+def _check_for_workers(config: ServiceConfig, log: Callable[[str], None], claimed: Claim) -> Handoff:
     """Check the ledger once, fully or from its checkpoint, as the workers start (each loads
     its own encoder), and write what it read into memory they share: they then read from the
     file only what follows it."""
-    first = dataclasses.replace(config, encoder=None)
+    first = dataclasses.replace(config, encoder=None, encoder_nice=None)
     room = None if config.on_database else room_for_rows(config.ledger)  # the rows are read into it
     rows_mapping = None if room is None else room.buffer
     try:
-        state = build_state(first, log=log, predicts=False, shared=room)  # the substrate is the workers'
+        with _removed_if_refused(claimed):  # (the workers wait for this check: none has opened the ledger)
+            state = build_state(first, log=log, predicts=False, shared=room)  # the substrate is the workers'
         try:
             log(_opened(config, state.substrate))
             shared = None if config.on_database else publish(state.substrate, room)
@@ -203,12 +222,12 @@ def _trim_heap() -> None:
 
 
 def _serve_workers(
-    config: ServiceConfig, log: Callable[[str], None], prepare: Callable[[], Handoff] | None = None
+    config: ServiceConfig, log: Callable[[str], None], claimed: Claim, prepare: Callable[[], Handoff] | None = None
 ) -> int:
     """``--workers N``: N worker processes answer on one socket. They start at once, while
     this process checks the ledger (``prepare``, by default ``_check_for_workers``), and each
     opens it from what that check hands it (``Handoff``)."""
-    prepare = prepare or functools.partial(_check_for_workers, config, log)
+    prepare = prepare or functools.partial(_check_for_workers, config, log, claimed)
     handed: list[Handoff] = []
     rehashing: list[RehashTrusted] = []
 
@@ -226,7 +245,8 @@ def _serve_workers(
         return handed[-1]
 
     try:
-        sock = bind(config.host, config.port, listen=False)  # holds the port; the workers listen on it
+        with _removed_if_refused(claimed):
+            sock = bind(config.host, config.port, listen=False)  # holds the port; the workers listen on it
     except OSError as e:
         raise OcrrError(
             f"cannot listen on {config.host}:{config.port} ({e.strerror}); pick another --port or --host"

@@ -384,13 +384,15 @@ def build_state(
         if encoder is not None:
             encoder = SerialEncoder(encoder)
         elif config.encoder is not None:  # a spec: the model runs in its own process (see service/encoder.py)
-            encoder = EncoderProcess(config.encoder, nice=config.encoder_nice)
+            encoder = EncoderProcess(config.encoder, nice=config.nice)
             opened.callback(encoder.close)
+        if encoder is not None:
+            _check_encoder_fits(config, encoder, sub.ledger.dim)
         if config.fit is not None:
             if len(sub):
                 log(f"--fit {config.fit}: the ledger already holds {len(sub)} entries; not seeding it again")
             else:
-                _seed_from_dataset(sub, config.fit, encoder, config.data_dir, log)
+                _seed_from_dataset(sub, config, encoder, log)
         close = opened.pop_all().close
     token = config.token or _new_token(config, log)
     if damage_after is None:
@@ -537,7 +539,7 @@ class SerialEncoder:
     def __init__(self, encoder):
         self.inner, self.lock = encoder, threading.Lock()
         self.encoder_id: str | None = getattr(encoder, "id", None)  # its embedding-cache key, if it has one
-        self.encode(["warm up"])
+        self.dim = int(np.shape(self.encode(["warm up"]))[1])  # the width of its vectors: checked against the ledger's
 
     def encode(self, texts, progress=None):
         with self.lock:
@@ -547,11 +549,36 @@ class SerialEncoder:
                 raise OcrrError(f"the encoder failed on these texts ({e}); send plain text or vectors") from e
 
 
-def _seed_from_dataset(sub: PersistentSubstrate, name: str, encoder, data_dir: str | None, log) -> None:
-    dataset = load_dataset(name, data_dir=data_dir)
+def _check_encoder_fits(config: ServiceConfig, encoder, dim: int | None, held: str | None = None) -> None:
+    """Refuse, naming both widths and the fix, an encoder whose vectors are not as wide as the
+    ledger's (``dim``; None: an empty ledger, which takes any): every text request would be a 400.
+    ``held``: what holds those vectors, if not the ledger (a dataset to seed it from)."""
+    width = getattr(encoder, "dim", None)
+    if dim is None or width is None or width == dim:
+        return
+    named = f"--encoder {config.encoder}" if config.encoder is not None else "the encoder"
+    if held is not None:
+        raise OcrrError(
+            f"{named} makes vectors of dimension {width}, but {held} carries vectors of dimension {dim}, so "
+            "no text request could be answered from it; drop the encoder (the service then takes vectors), "
+            "or seed with a dataset of texts"
+        )
+    raise OcrrError(
+        f"{named} makes vectors of dimension {width}, but ledger {display(config.ledger)} holds vectors of "
+        f"dimension {dim}, so every text request would be refused; serve it with the encoder its vectors "
+        "were made with (or without --encoder, taking vectors), or serve another ledger with this encoder"
+    )
+
+
+def _seed_from_dataset(sub: PersistentSubstrate, config: ServiceConfig, encoder, log) -> None:
+    assert config.fit is not None  # (called for --fit)
+    name = config.fit
+    dataset = load_dataset(name, data_dir=config.data_dir)
     train = dataset.train
     if train.vecs is not None:
         vecs = train.vecs
+        if encoder is not None:  # before anything is stored: the ledger would hold them for good
+            _check_encoder_fits(config, encoder, int(np.shape(vecs)[1]), held=f"--fit {name}")
     elif encoder is None:
         raise OcrrError(f"--fit {name} needs an encoder for its texts; add --encoder minilm")
     else:

@@ -86,6 +86,19 @@ class Claim:
     _port_lock: socket.socket | None = None
     _closed: list[bool] = field(default_factory=list)
     _file: FileHold | None = None  # the ledger file itself, held as its one service (any name)
+    # The ledger file and the files beside it that did not exist before this start, which a
+    # refused start removes (``remove_new_files``): files that existed are never touched.
+    new_files: tuple[Path, ...] = ()
+
+    def remove_new_files(self) -> None:
+        """Remove what this start made of the ledger (``new_files``): for a start refused before
+        it served anything, so that a refusal leaves nothing behind. Closed by then: the store
+        closes its files when its open or the start fails."""
+        for path in self.new_files:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass  # (a folder made read-only meanwhile: what is left is an empty ledger)
 
     def close(self) -> None:
         if self._closed:
@@ -126,6 +139,10 @@ def claim(ledger: str | os.PathLike[str], host: str, port: int) -> Claim:
     lock_path = real.with_name(real.name + ".serve-lock")
     fd = _lock_file(lock_path, ledger)  # through this name, with the holder's pid for the message
     created = not real.exists()
+    # What a new ledger brings with it (SQLite's logs, the writers' lock file, a generated token),
+    # unless left by an earlier file of that name: under the lock, so no other service makes them.
+    beside = (f"{real}{suffix}" for suffix in ("-journal", "-wal", "-shm", "-writer", ".token"))
+    new_files = (real, *(Path(p) for p in beside if not os.path.lexists(p))) if created else ()
     served: FileHold | None = None
     try:
         served = claim_service(real)  # through any name (ocrr.ledger.location.claim_service)
@@ -141,7 +158,7 @@ def claim(ledger: str | os.PathLike[str], host: str, port: int) -> Claim:
         os.unlink(lock_path)
         os.close(fd)
         raise
-    return Claim(port, lock_path, fd, port_lock, _file=served)
+    return Claim(port, lock_path, fd, port_lock, _file=served, new_files=new_files)
 
 
 def _lock_file(path: Path, ledger: Path) -> int:

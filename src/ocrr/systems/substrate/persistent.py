@@ -210,11 +210,14 @@ def _correction_row(i: int) -> str:
 # Stored rows are unit vectors, so a similarity is at most about a query's norm: queries below
 # this bound cannot overflow float32 (3.4e38), even summed over the neighbours of a vote.
 _MAX_QUERY_NORM = 1e30
+# Below float32's smallest normal number a query's products with unit rows vanish or lose their digits.
+_MIN_QUERY_NORM = float(np.finfo(np.float32).tiny)
 
 
 def bounded_queries(vecs, dim: int | None) -> np.ndarray:
     """``vecs`` as float32 queries of dimension ``dim`` whose similarities stay finite (so an
-    answer is strict JSON), or one OcrrError naming the first query that is not."""
+    answer is strict JSON) and tell entries apart (not all zero), or one OcrrError naming the
+    first query that does not."""
     queries = check_vectors(vecs, dim, "query vectors")
     norms = np.linalg.norm(queries.astype(np.float64), axis=1)  # float64: no overflow below 1e154
     big = np.flatnonzero(~(norms <= _MAX_QUERY_NORM))
@@ -222,6 +225,15 @@ def bounded_queries(vecs, dim: int | None) -> np.ndarray:
         raise OcrrError(
             f"query vectors row {int(big[0])} has norm {float(norms[big[0]]):.4g}: its similarities would "
             "overflow float32; send unit vectors (divide each row by its L2 norm, as ocrr's encoders do)"
+        )
+    small = np.flatnonzero(norms < _MIN_QUERY_NORM)
+    if len(small):
+        # Its similarities would all be 0 (or lost below float32's precision): the vote among
+        # those ties would answer a label from nothing.
+        raise OcrrError(
+            f"query vectors row {int(small[0])} has norm {float(norms[small[0]]):.4g}, so it is equally far from "
+            "every entry and no label can be predicted from it; send the item's own vector (an encoder gives "
+            "all zeros for a text it finds nothing in)"
         )
     return queries
 
