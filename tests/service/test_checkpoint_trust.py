@@ -38,6 +38,19 @@ def test_a_quick_open_with_the_key_trusts_its_signed_record(keyed):
         state.close()
 
 
+def test_without_origin_the_key_signs_for_the_log_its_record_names(keyed):
+    """No --origin: the service signs under the origin the key's record of signed heads names
+    (the one `ocrr ledger keygen` made it for), as `ocrr ledger head` does, and so trusts its
+    own checkpoint records."""
+    path, key, origin = keyed
+    state = _quick_state(path, lambda m: None, key=key)
+    try:
+        assert state.substrate.ledger.report.checked_from == 9
+        assert state.signer is not None and state.signer.origin == origin
+    finally:
+        state.close()
+
+
 def test_without_the_key_a_quick_open_rehashes_everything_and_says_so_once(keyed):
     path, _, _ = keyed
     conn = sqlite3.connect(path)  # an edit before the signed record, which only rehashing finds

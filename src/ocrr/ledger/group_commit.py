@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.labels import check_new_label
 from ocrr.ledger.rows import check_appended
 from ocrr.utils.thread_names import name_os_thread
 
@@ -148,8 +149,11 @@ class GroupCommit:
     def _pending(
         self, vectors, labels, texts, done: Done | None = None, check: Callable[[], None] | None = None
     ) -> Pending:
-        """An append checked at the door (``check_batch``), ready to queue."""
+        """An append checked at the door (``check_batch``; new labels: ``ocrr.ledger.labels``),
+        ready to queue."""
         vecs = check_batch(vectors, labels, texts, self.dim)
+        for i, label in enumerate(labels):
+            check_new_label(i, label)
         return Pending(vecs, list(labels), list(texts) if texts is not None else [None] * len(labels), done, check)
 
     def _lead(self) -> None:

@@ -90,7 +90,8 @@ class ServiceConfig:
         default=None,
         kind=str,
         allow_none=True,
-        help="the log's name in signed heads (default ocrr.invalid/<file>)",
+        help="the log's name in signed heads (default: the one --key was made for, as its record of signed "
+        "heads names it; else ocrr.invalid/<file>)",
     )
     signed_state: Path | None = option(
         default=None,
@@ -362,7 +363,7 @@ def _check_origin(origin: str) -> None:
     except OcrrError:
         raise OcrrError(
             f"--origin {origin!r} is not a log name: give one such as example.com/my-ledger (printable "
-            "ASCII, no spaces or '+'), or drop --origin to sign as ocrr.invalid/<ledger file name>"
+            "ASCII, no spaces or '+'), or drop --origin to sign under the one the key was made for"
         ) from None
 
 

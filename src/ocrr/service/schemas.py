@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import unicodedata
 from typing import Annotated, ClassVar, TypeVar
 
 import numpy as np
@@ -20,6 +19,7 @@ from pydantic.config import JsonDict
 from pydantic_core import to_json as _pydantic_json
 
 from ocrr.errors import OcrrError
+from ocrr.ledger.labels import check_new_label
 from ocrr.service.limits import MAX_B64, MAX_BATCH, MAX_DIM, MAX_TEXT
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -65,7 +65,7 @@ def _given(*fields: str) -> JsonDict:
 
 # What the schema can say beyond the fields' types (the service checks the rest, answering a 400
 # that names it: a vector's dimension, one text per vector, one label per item, an encoder for
-# texts, a label's form: ``label_fault``). A prediction takes one form of its items.
+# texts, a label's form: ``ocrr.ledger.labels``). A prediction takes one form of its items.
 _ONE_FORM: JsonDict = {"oneOf": [_given("texts"), _given("vectors"), _given("vectors_b64")]}
 # A correction may send texts beside its vectors (stored with them), in one vector form.
 _ITEMS_FORM: JsonDict = {
@@ -133,31 +133,9 @@ class CorrectRequest(PredictRequest):
 
     def check_labels(self) -> None:
         """Refuse, naming the first and the fix, a label the ledger would keep for good as a class
-        of its own that looks like another (``label_fault``)."""
+        of its own that looks like another (``ocrr.ledger.labels``)."""
         for i, label in enumerate(self.labels):
-            fault = label_fault(label)
-            if fault is not None:
-                shown = repr(label) if len(label) <= 60 else repr(label[:60]) + "…"
-                raise OcrrError(f"the label of item {i} ({shown}) {fault}")
-
-
-def label_fault(label: str) -> str | None:
-    """Why ``label`` should not become a class name (None: it may). The ledger is append-only
-    and a label is served exactly as stored: "refund " or "refund\\n" would be a class apart
-    from "refund" for good, shown the same. Only new labels are checked: entries already
-    stored (by an older version) are served as they are."""
-    if not label.strip():
-        return "is blank: a correction needs the class's name; send it"
-    if label != label.strip():
-        return f"starts or ends with whitespace, which would make it a class apart from {label.strip()!r}; strip it"
-    # (isprintable: one pass in C, true for most labels, and false for any control character)
-    control = None if label.isprintable() else next((c for c in label if unicodedata.category(c) == "Cc"), None)
-    if control is not None:
-        return (
-            f"holds the control character U+{ord(control):04X}, which a class name does not need and a "
-            "screen does not show; remove it"
-        )
-    return None
+            check_new_label(i, label)
 
 
 class NeighbourOut(BaseModel):

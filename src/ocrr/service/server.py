@@ -21,7 +21,6 @@ from multiprocessing.connection import Connection
 import uvicorn
 
 from ocrr.errors import OcrrError
-from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import StoredInnerNodes, default_origin_of, display, scan_location
 from ocrr.service.app import create_app
 from ocrr.service.balance import Balancer, Mesh, balanced_protocol
@@ -31,7 +30,7 @@ from ocrr.service.hosts import AllowedHosts, allowed_hosts
 from ocrr.service.limits import BodyLimit
 from ocrr.service.rehash_trusted import RehashTrusted, recorded_in
 from ocrr.service.shared_rows import SharedRows, publish, room_for_rows
-from ocrr.service.state import build_state
+from ocrr.service.state import build_state, load_signer
 from ocrr.service.supervisor import Claim, bind, claim, supervise
 from ocrr.service.threads import limit_threads, pin_to_core
 from ocrr.systems.substrate.persistent import PersistentSubstrate
@@ -64,8 +63,7 @@ def serve(config: ServiceConfig, log: Callable[[str], None] = _to_stderr) -> int
     # written or printed.
     if config.tls_cert is not None and config.tls_key is not None:
         check_tls_files(config.tls_cert, config.tls_key)
-    if config.key is not None:  # likewise the signing key (loaded again as the ledger opens)
-        Signer.load(config.key, config.origin or default_origin_of(config.ledger))
+    load_signer(config)  # likewise the signing key (loaded again as the ledger opens)
     # One service per ledger and per port: refused here, before the ledger is read.
     with claim(config.ledger, config.host, config.port) as claimed:
         return _serve(config, claimed, log)
@@ -172,7 +170,8 @@ def _opened(config: ServiceConfig, substrate: PersistentSubstrate) -> str:
             f"{said}; --quick-open rehashed every entry, as it holds no checkpoint record yet: one is "
             "recorded now, signed by --key, so the next --quick-open starts from it"
         )
-    origin = config.origin or default_origin_of(config.ledger)
+    signer = load_signer(config)
+    origin = signer.origin if signer is not None else default_origin_of(config.ledger)
     return (
         f"{said}; --quick-open rehashed every entry, as none of its checkpoint records is signed by --key "
         f"under the origin {origin} ({report.ignored_why[0]}): check --key and --origin against the ones "

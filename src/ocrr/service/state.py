@@ -28,7 +28,7 @@ from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import default_origin_of, display
 from ocrr.ledger.proofs import b64
 from ocrr.ledger.scan import LedgerReport
-from ocrr.ledger.signed_state import SignedState, default_state_path
+from ocrr.ledger.signed_state import SignedState, default_state_path, recorded_origin
 from ocrr.ledger.store import LedgerStore
 from ocrr.service.check_apart import quick_check
 from ocrr.service.config import ServiceConfig
@@ -333,9 +333,7 @@ def build_state(
     the entries that supervisor checked (``service/shared_rows.py``): the substrate is built
     from them, and only the entries committed since are read from the ledger; for the
     supervisor itself (``predicts=False``), the shared memory its rows are read into."""
-    signer = (
-        Signer.load(config.key, config.origin or default_origin_of(config.ledger)) if config.key is not None else None
-    )
+    signer = load_signer(config)
     if config.token is None and config.on_database:
         config.token_path  # noqa: B018 - refuses, naming the fix, before the database is opened
     if signer is not None:
@@ -459,6 +457,21 @@ def _signing_state(
         yield state
     finally:
         state.close()
+
+
+def load_signer(config: ServiceConfig) -> Signer | None:
+    """--key under the log it signs for: --origin; else the origin its record of signed heads
+    names (the one `ocrr ledger keygen` made the key for, or its first signature's); else the
+    ledger's default name. A record naming another origin than --origin is refused when the
+    ledger opens (``_check_signed_record``)."""
+    if config.key is None:
+        return None
+    signer = Signer.load(config.key, config.origin or default_origin_of(config.ledger))
+    if config.origin is None:
+        made_for = recorded_origin(signer, _signed_state_path(config))
+        if made_for is not None and made_for != signer.origin:
+            signer = Signer.load(config.key, made_for)
+    return signer
 
 
 def _check_signed_record(config: ServiceConfig, signer: Signer) -> None:
