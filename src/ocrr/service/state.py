@@ -601,25 +601,26 @@ def _seed_from_dataset(sub: PersistentSubstrate, config: ServiceConfig, encoder,
 
 
 def _train_vectors(dataset: Dataset, encoder, log: Callable[[str], None]) -> np.ndarray:
-    """The train texts' vectors from the embedding cache under the encoder's id (the file
-    ``ocrr run`` writes for train + test texts, or the one a previous start wrote for the train
-    texts alone); else encoded now, and cached so the next start seeds at once."""
+    """The train texts' vectors as this service's encoder makes them: from the embedding cache
+    file a previous start wrote under the encoder's id, else encoded now and cached there. Not
+    from ``ocrr run``'s file: a run encodes with every thread the machine gives it, the service's
+    encoder with one, and the last bits of the vectors differ, so the seeded ledger (its root)
+    would depend on whether a run came first."""
     assert dataset.train.texts is not None  # a split without vectors has texts (Split)
     texts = list(dataset.train.texts)
     encoder_id = getattr(encoder, "encoder_id", None)
     if not isinstance(encoder_id, str):  # an encoder without an id has no cache key
         log(f"encoding {len(texts)} {dataset.name} train texts…")
         return np.asarray(encoder.encode(texts), np.float32)
-    keys = [texts + list(dataset.test.texts), texts] if dataset.test.texts is not None else [texts]
-    for keyed in keys:
-        cached = load_cached(cache_path(encoder_id, texts_sha256(keyed)), len(keyed))
-        if cached is not None:
-            log(f"{len(texts)} {dataset.name} train texts: vectors from the embedding cache ({encoder_id})")
-            return cached[: len(texts)]
+    path = cache_path(encoder_id, texts_sha256(texts))
+    cached = load_cached(path, len(texts))
+    if cached is not None:
+        log(f"{len(texts)} {dataset.name} train texts: vectors from the embedding cache ({encoder_id})")
+        return cached
     log(f"encoding {len(texts)} {dataset.name} train texts…")
     vecs = np.asarray(encoder.encode(texts), np.float32)
     try:
-        save_cached(cache_path(encoder_id, texts_sha256(texts)), vecs)
+        save_cached(path, vecs)
     except OSError as e:  # a read-only cache costs the next start the encoding, nothing else
         log(f"could not cache the train vectors ({e}); the next start encodes them again")
     return vecs
