@@ -64,6 +64,50 @@ def test_scale_refuses_a_value_out_of_range_before_any_work(bad, named, folder, 
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("scales", "named"),
+    [
+        ("inf", "write whole numbers"),
+        ("nan", "write whole numbers"),
+        ("1500.5", "write whole numbers"),  # was cut to 1500
+        ("1e30", "more than the 1,000,000,000 the study measures at most"),
+        ("1000000001", "more than the 1,000,000,000 the study measures at most"),
+    ],
+)
+def test_scale_refuses_scales_that_are_not_whole_bounded_entry_counts(scales, named, folder, capsys):
+    """--scales inf was an OverflowError; 1e30 one inside numpy, after the study had started."""
+    err = refused(capsys, "scale", "--scales", scales, "--classes", "2", "--dim", "4", "--no-isolate", "--out", "s")
+    assert f"--scales '{scales}'" in err and named in err
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ([], "--backends hnsw has none, so it would time nothing. Add one, e.g. --backends ivf_pq"),
+        (["--backends", "ivf_pq", "--exact", "yes"], "but --exact yes holds them in memory at every scale"),
+        (["--backends", "ivf_pq"], "but --exact auto holds them in memory at every scale"),
+    ],
+)
+def test_scale_refuses_cold_queries_that_would_time_nothing(extra, named, folder, capsys):
+    err = refused(capsys, *TINY_SCALE, "--cold-queries", *extra, "--out", "scale")
+    assert named in err and "drop --cold-queries" in err
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--real", "--scales", "1000"], "so --scales (of the synthetic study) would be ignored. Drop it"),
+        (["--real", "--scales", "1000", "--classes", "4"], "so --scales, --classes (of the synthetic study)"),
+        (["--scales", "1000", "--data-dir", "data"], "--data-dir is where --real finds Banking77 and CLINC150"),
+    ],
+)
+def test_scale_refuses_options_the_chosen_study_ignores(extra, named, folder, capsys):
+    assert named in refused(capsys, "scale", *extra, "--out", "scale")
+    assert list(folder.iterdir()) == []
+
+
 def test_scale_exact_max_gb_names_the_way_to_never_hold_the_vectors(folder, capsys):
     assert "--exact no" in refused(capsys, *TINY_SCALE, "--exact-max-gb", "0", "--out", "scale")
 
