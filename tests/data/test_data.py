@@ -473,6 +473,9 @@ def test_table_missing_file(tmp_path):
         load_table(tmp_path / "nope.csv")
     with pytest.raises(OcrrError, match="is a folder; give the CSV or JSON-lines file"):
         load_table(tmp_path)
+    for dataset in ("jsonl:/dev/null", "csv:/dev/null"):  # said "File not found"
+        with pytest.raises(OcrrError, match=r"/dev/null is not a regular file \(a device, pipe or socket\); give"):
+            load_dataset(dataset)
 
 
 def test_table_unknown_extension(tmp_path):
