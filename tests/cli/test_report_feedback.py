@@ -75,6 +75,16 @@ def test_a_sweep_of_another_kind_is_refused_and_nothing_is_written(flag, robust_
     assert (out / "noise.png").read_bytes() == b"the documented figure"
 
 
+def test_a_sweep_without_the_robust_runs_is_named_in_plain_words(robust_sweep, tmp_path, capsys):
+    plain = robust_sweep.parent / "plain"
+    plain.mkdir()
+    df = pd.read_parquet(robust_sweep / "results.parquet")
+    df[df["system"] == "substrate"].to_parquet(plain / "results.parquet")
+    assert main(["report", "--robust", str(plain), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "this sweep holds no runs of the robust_substrate system under label noise;" in err  # was "no the"
+
+
 def test_the_old_module_command_names_the_new_one():
     old = subprocess.run(
         [sys.executable, "-m", "ocrr.report.feedback", "--robust", "x"], capture_output=True, text=True

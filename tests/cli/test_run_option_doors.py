@@ -64,6 +64,50 @@ def test_scale_refuses_a_value_out_of_range_before_any_work(bad, named, folder, 
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("scales", "named"),
+    [
+        ("inf", "write whole numbers"),
+        ("nan", "write whole numbers"),
+        ("1500.5", "write whole numbers"),  # was cut to 1500
+        ("1e30", "more than the 1,000,000,000 the study measures at most"),
+        ("1000000001", "more than the 1,000,000,000 the study measures at most"),
+    ],
+)
+def test_scale_refuses_scales_that_are_not_whole_bounded_entry_counts(scales, named, folder, capsys):
+    """--scales inf was an OverflowError; 1e30 one inside numpy, after the study had started."""
+    err = refused(capsys, "scale", "--scales", scales, "--classes", "2", "--dim", "4", "--no-isolate", "--out", "s")
+    assert f"--scales '{scales}'" in err and named in err
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ([], "--backends hnsw has none, so it would time nothing. Add one, e.g. --backends ivf_pq"),
+        (["--backends", "ivf_pq", "--exact", "yes"], "but --exact yes holds them in memory at every scale"),
+        (["--backends", "ivf_pq"], "but --exact auto holds them in memory at every scale"),
+    ],
+)
+def test_scale_refuses_cold_queries_that_would_time_nothing(extra, named, folder, capsys):
+    err = refused(capsys, *TINY_SCALE, "--cold-queries", *extra, "--out", "scale")
+    assert named in err and "drop --cold-queries" in err
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--real", "--scales", "1000"], "so --scales (of the synthetic study) would be ignored. Drop it"),
+        (["--real", "--scales", "1000", "--classes", "4"], "so --scales, --classes (of the synthetic study)"),
+        (["--scales", "1000", "--data-dir", "data"], "--data-dir is where --real finds Banking77 and CLINC150"),
+    ],
+)
+def test_scale_refuses_options_the_chosen_study_ignores(extra, named, folder, capsys):
+    assert named in refused(capsys, "scale", *extra, "--out", "scale")
+    assert list(folder.iterdir()) == []
+
+
 def test_scale_exact_max_gb_names_the_way_to_never_hold_the_vectors(folder, capsys):
     assert "--exact no" in refused(capsys, *TINY_SCALE, "--exact-max-gb", "0", "--out", "scale")
 
@@ -106,6 +150,38 @@ def test_run_names_its_own_seeds_option(folder, capsys):
     assert err.startswith("error: ocrr run --seeds must be whole numbers >= 0"), err
     assert "sweep:" not in err
     assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_seed_past_int64_is_refused_before_any_run(command, folder, capsys):
+    """A seed >= 2**63 ran every run, then failed writing the int64 seed column: all lost."""
+    data = TINY_RUN if command == "run" else [a.replace("--dataset", "--datasets") for a in TINY_RUN]
+    for seed in ("9223372036854775808", "18446744073709551616"):
+        err = refused(capsys, command, *data, "--seeds", "0", seed, "--out", "out")
+        assert "seeds must be whole numbers >= 0 and <= 9223372036854775807" in err and seed in err
+        assert list(folder.iterdir()) == []
+
+
+def test_a_sweep_config_seed_past_int64_is_refused_by_the_dry_run_too(folder, capsys):
+    (folder / "grid.toml").write_text(
+        'datasets = ["synthetic"]\nsystems = ["static_knn"]\nseeds = [0, 18446744073709551616]\n'
+    )
+    for dry in ([], ["--dry-run"]):
+        err = refused(capsys, "sweep", "--config", "grid.toml", "--out", "out", *dry)
+        assert "seeds must be whole numbers >= 0 and <= 9223372036854775807" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["grid.toml"]
+
+
+def test_the_largest_seed_runs(folder, capsys):
+    assert main(["run", *TINY_RUN, "--seeds", "9223372036854775807", "--out", "out"]) == 0
+    assert "9223372036854775807" in (folder / "out" / "per_checkpoint.csv").read_text()
+
+
+def test_run_names_its_own_flags_for_another_protocols_options(folder, capsys):
+    err = refused(capsys, "run", *TINY_RUN, "--seeds", "0", "--protocol", "ocl", "--heldout", "1", "--every", "5")
+    assert err.startswith("error: ocrr run --heldout --every: they set options of the heldout protocol, which ")
+    assert "--protocol ocl does not run" in err and "'ocrr protocols ocl' lists them" in err
+    assert "sweep" not in err and list(folder.iterdir()) == []
 
 
 def test_run_refuses_a_substrate_k_beyond_its_bound(folder, capsys):
@@ -153,6 +229,25 @@ def test_sweep_refuses_a_config_that_is_a_folder(folder, capsys):
     (folder / "x.toml").mkdir()
     err = refused(capsys, "sweep", "--config", "x.toml")
     assert "x.toml" in err and "is a folder" in err and ".toml or .json file" in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("out = 5", 'out must be text, e.g. out = "results/sweep1"; got 5'),
+        ("data_dir = 5", 'data_dir must be text, e.g. data_dir = "/data/ocrr"; got 5'),
+        ("address = 6379", "address must be text"),
+        ('out = ""', "out is empty"),  # the command line refuses --out '' too; this fell back to the default
+        ('out = "  "', "out is empty"),
+    ],
+)
+def test_sweep_refuses_a_config_setting_of_the_wrong_type_at_load(setting, named, folder, capsys):
+    """out = 5 and data_dir = 5 were TypeErrors deep in the run (data_dir only in the real run)."""
+    (folder / "grid.toml").write_text(f'datasets = ["banking77"]\nsystems = ["static_knn"]\nseeds = [0]\n{setting}\n')
+    for dry in ([], ["--dry-run"]):
+        err = refused(capsys, "sweep", "--config", "grid.toml", *dry)
+        assert "sweep config 'grid.toml': " + named in err
+    assert sorted(p.name for p in folder.iterdir()) == ["grid.toml"]
 
 
 def test_sweep_refuses_a_config_that_is_not_utf8(folder, capsys):

@@ -198,6 +198,35 @@ def test_missing_data_folder_is_an_error(tmp_path, monkeypatch, via_env):
             load_banking77(missing)
 
 
+@pytest.mark.parametrize("via_env", [False, True])
+def test_a_data_folder_that_is_a_file_is_called_one(tmp_path, monkeypatch, via_env):
+    """--data-dir /etc/passwd said "does not exist"."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    option = "OCRR_DATA_DIR" if via_env else "--data-dir"
+    if via_env:
+        monkeypatch.setenv("OCRR_DATA_DIR", str(afile))
+    for attempt in (
+        lambda: load_banking77(None if via_env else afile),
+        lambda: check_dataset("banking77", data_dir=None if via_env else afile),
+    ):
+        with pytest.raises(OcrrError, match=f"given by {option} is a file, not a folder: .*afile. Give the folder"):
+            attempt()
+
+
+def test_check_dataset_refuses_what_locating_the_files_would(tmp_path, monkeypatch):
+    """What a sweep's dry run checks: the data folder, and the files when downloads are off."""
+    with pytest.raises(OcrrError, match="given by --data-dir does not exist"):
+        check_dataset("clinc150", data_dir=tmp_path / "nowhere")
+    check_dataset("clinc150")  # not found anywhere, but a run could download them
+    monkeypatch.setenv("OCRR_OFFLINE", "1")
+    with pytest.raises(OcrrError, match="The clinc150 files were not found and could not be downloaded"):
+        check_dataset("clinc150", data_dir=tmp_path)
+    write_banking(tmp_path / "banking77")
+    check_dataset("banking77", data_dir=tmp_path)  # found: nothing to download
+    assert not cache_dir().exists()  # nothing read, nothing made
+
+
 def test_cache_dir_precedence(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "ocrr-cache" / "data"
     monkeypatch.delenv("OCRR_CACHE_DIR")
@@ -473,6 +502,9 @@ def test_table_missing_file(tmp_path):
         load_table(tmp_path / "nope.csv")
     with pytest.raises(OcrrError, match="is a folder; give the CSV or JSON-lines file"):
         load_table(tmp_path)
+    for dataset in ("jsonl:/dev/null", "csv:/dev/null"):  # said "File not found"
+        with pytest.raises(OcrrError, match=r"/dev/null is not a regular file \(a device, pipe or socket\); give"):
+            load_dataset(dataset)
 
 
 def test_table_unknown_extension(tmp_path):

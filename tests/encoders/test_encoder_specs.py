@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,23 @@ def test_precomputed_wrong_rows(tmp_path):
     np.save(tmp_path / "v.npy", np.ones((4, 2), np.float32))
     with pytest.raises(OcrrError, match=r"needs \(5, d\): 3 train rows then 2 test rows"):
         embed_dataset(_text_dataset(), f"precomputed:{tmp_path / 'v.npy'}")
+
+
+@pytest.mark.parametrize("dtype", ["<U3", "S3", "complex64", "datetime64[s]", "V4"])
+def test_precomputed_vectors_must_be_real_numbers(tmp_path, dtype):
+    """Strings ended in numpy's TypeError from isfinite; complex values and dates were cast to
+    float32 silently (the imaginary parts dropped)."""
+    np.save(tmp_path / "v.npy", np.zeros((5, 2), dtype))
+    with pytest.raises(
+        OcrrError, match=rf"'train' holds {re.escape(str(np.dtype(dtype)))} values, not real numbers\. Save"
+    ):
+        embed_dataset(_text_dataset(), f"precomputed:{tmp_path / 'v.npy'}")
+    np.savez(tmp_path / "v.npz", train=np.ones((3, 2)), test=np.zeros((2, 2), dtype))
+    with pytest.raises(OcrrError, match=rf"'test' holds {re.escape(str(np.dtype(dtype)))} values"):
+        embed_dataset(_text_dataset(), f"precomputed:{tmp_path / 'v.npz'}")
+
+
+@pytest.mark.parametrize("dtype", [bool, np.int64, np.uint8, np.float16, np.float64])
+def test_precomputed_vectors_of_any_real_type_are_read_as_before(tmp_path, dtype):
+    np.save(tmp_path / "v.npy", np.eye(5, 2, dtype=dtype) + np.eye(5, 2, -2, dtype=dtype))
+    assert embed_dataset(_text_dataset(), f"precomputed:{tmp_path / 'v.npy'}").train.dtype == np.float32

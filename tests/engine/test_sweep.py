@@ -13,6 +13,7 @@ import ocrr.engine.sweep.executors as executors
 from ocrr.cli.main import main
 from ocrr.engine.sweep import Grid, Task, load_config, read_log, resolve_grid, run_sweep
 from ocrr.errors import OcrrError
+from ocrr.report.load import load_results_any
 
 SMOKE = dict(preset="smoke")
 
@@ -317,6 +318,82 @@ def test_a_lost_task_file_is_the_only_run_redone(serial_run, tmp_path):
     assert (out / "results.csv").read_bytes() == (serial_run[0] / "results.csv").read_bytes()
 
 
+class Notices(sweep.Progress):
+    def __init__(self):
+        self.said: list[str] = []
+
+    def notice(self, text: str) -> None:
+        self.said.append(text)
+
+
+@pytest.mark.parametrize("folder", ["tasks", "predictions"])
+@pytest.mark.parametrize("damage", [b"", b"garbage bytes\n", "cut"])
+def test_a_damaged_task_file_is_run_again_saying_so(serial_run, tmp_path, folder, damage):
+    """A task file that cannot be read (empty, garbage, cut short) stopped the resume and the
+    report with an ArrowInvalid: its task is not finished, so it runs again, and it is said."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(serial_run[0], out)
+    victim = sorted((out / folder).glob("*.parquet"))[1]
+    whole = victim.read_bytes()
+    victim.write_bytes(whole[: len(whole) // 2] if damage == "cut" else damage)
+    with pytest.raises(OcrrError, match=rf"{victim} cannot be read .*Run the sweep that made {out} again"):
+        load_results_any(out) if folder == "tasks" else sweep.consolidate(out)
+    progress = Notices()
+    result = run_sweep(resolve_grid(**SMOKE), out, executor="serial", progress=progress)
+    assert [t.task_id for t in result.ran] == [victim.stem] and not result.failed
+    assert len(progress.said) == 1 and progress.said[0].startswith(f"{victim} cannot be read (")
+    assert progress.said[0].endswith("): its task's files are removed and it runs again.")
+    assert (out / "results.csv").read_bytes() == (serial_run[0] / "results.csv").read_bytes()
+    assert load_results_any(out).source == "sweep"
+
+
+def test_a_damaged_task_file_is_said_on_stderr_by_the_command(serial_run, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(serial_run[0], out)
+    victim = sorted((out / "tasks").glob("*.parquet"))[0]
+    victim.write_bytes(b"garbage")
+    args = ["sweep", "--preset", "smoke", "--executor", "serial", "--quiet", "--out", str(out)]
+    assert main([*args, "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"warning: {victim} cannot be read (")
+    assert "the run would remove its task's files and run it again" in captured.err
+    assert "7 already done" in captured.out and "1 to run" in captured.out
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"warning: {victim} cannot be read (") and "1 ran, 0 failed" in captured.out
+    assert (out / "results.csv").read_bytes() == (serial_run[0] / "results.csv").read_bytes()
+
+
+def test_a_damaged_task_file_of_a_run_outside_the_grid_is_refused_before_any_work(serial_run, tmp_path):
+    """It would never be run again, and the tables could not be made without it."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(serial_run[0], out)
+    seed_one = pd.read_parquet(out / "results.parquet").query("seed == 1")["task_id"].iloc[0]
+    victim = out / "tasks" / f"{seed_one}.parquet"
+    victim.write_bytes(b"garbage")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with pytest.raises(OcrrError, match=rf"{victim} cannot be read .*its run is not in this grid.*or delete"):
+        run_sweep(resolve_grid(**SMOKE, seeds=[0]), out, executor="serial")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_a_log_line_cut_short_is_left_out(serial_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(serial_run[0], out)
+    with open(out / "log.jsonl", "a", encoding="utf-8") as log:
+        log.write('{"event": "done", "task_i')  # a crash of the machine in the middle of a line
+    assert read_log(out)[-1]["event"] == "end"
+    assert len(run_sweep(resolve_grid(**SMOKE), out, executor="serial").skipped) == 8
+
+
 def test_a_failing_run_is_reported_kept_out_and_retried(tmp_path, monkeypatch):
     out = tmp_path / "sweep"
     real = executors.execute_task
@@ -360,6 +437,22 @@ def test_ray_gives_the_same_table(serial_run, tmp_path):
     assert (out / "results.csv").read_bytes() == (serial_run[0] / "results.csv").read_bytes()
 
 
+@pytest.mark.parametrize("address", ["foo:bar", "foo", "host:", ":6379", "host:70000", "http://host:8265", "::1:6379"])
+def test_a_ray_address_of_no_form_ray_takes_is_refused_naming_them(address, tmp_path, capsys):
+    """--address foo:bar ended in Ray's own ValueError, from inside the run."""
+    with pytest.raises(OcrrError, match="is not a Ray cluster address; give auto, local, HOST:PORT"):
+        sweep.make_executor("ray", address=address)
+    argv = ["sweep", "--datasets", "synthetic", "--systems", "substrate", "--seeds", "0", "--executor", "ray"]
+    assert main([*argv, "--address", address, "--out", str(tmp_path / "s"), "--quiet"]) == 2
+    assert f"--address {address!r} is not a Ray cluster address" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("address", ["auto", "local", "10.0.0.5:6379", "[::1]:6379", "ray://head:10001"])
+def test_the_ray_address_forms_pass_the_door(address):
+    executors.check_ray_address(address)
+
+
 def test_ray_missing_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(OcrrError, match=r"pip install 'ocrr\[ray\]'"):
@@ -400,6 +493,40 @@ def test_cli_sweep_errors(tmp_path, capsys):
     assert main(["sweep", "--preset", "smoke", "--systems", "substrate,sbustrate", "--out", str(tmp_path)]) == 2
     assert "unknown system 'sbustrate'" in capsys.readouterr().err
     assert not (tmp_path / "tasks").exists() or not list((tmp_path / "tasks").iterdir())
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--encoders", "nosuch"], "unknown encoder 'nosuch'"),
+        (["--encoders", "precomputed:missing.npy"], "precomputed embeddings file 'missing.npy' not found"),
+        (["--datasets", "banking77", "--data-dir", "nowhere"], "given by --data-dir does not exist: nowhere"),
+        (["--datasets", "banking77", "--data-dir", "afile"], "given by --data-dir is a file, not a folder: afile"),
+    ],
+)
+@pytest.mark.parametrize("dry", [True, False])
+def test_the_dry_run_refuses_what_the_run_refuses_and_neither_leaves_a_folder(
+    extra, message, dry, tmp_path, capsys, monkeypatch
+):
+    """The dry run passed these, and the refused run left sweep.json and tasks/ in --out."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a folder\n")
+    argv = ["sweep", "--datasets", "demo", "--systems", "substrate", "--seeds", "0", "--quiet", "--out", "s"]
+    assert main([*argv, *extra, *(["--dry-run"] if dry else [])]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_run_refused_while_its_data_loads_leaves_no_folder(tmp_path):
+    """What only the data can tell (vectors of the wrong shape) is found before the folder is made."""
+    import numpy as np
+
+    np.save(tmp_path / "v.npy", np.ones((3, 4), np.float32))
+    grid = Grid(datasets=["demo"], systems=["substrate"], seeds=[0], encoders=[f"precomputed:{tmp_path / 'v.npy'}"])
+    with pytest.raises(OcrrError, match="has shape"):
+        run_sweep(grid, tmp_path / "s", executor="serial")
+    assert not (tmp_path / "s").exists()
 
 
 def test_runs_start_longest_first_without_changing_results(tmp_path):

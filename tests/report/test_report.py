@@ -212,6 +212,56 @@ def test_report_errors_name_the_fix(tmp_path, capsys):
     assert "per_checkpoint.csv" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("results.parquet", b"", "cannot be read as a Parquet table (Parquet file size is 0 bytes)"),
+        ("results.parquet", b"abc", "cannot be read as a Parquet table (Parquet file size is 3 bytes"),
+        ("results.csv", b"", "is empty: it holds no table"),
+        ("results.csv", b"\xff\xfe", "cannot be read as a CSV table ('utf-8' codec can't decode"),
+    ],
+)
+def test_a_results_file_that_cannot_be_read_is_one_error_naming_it(name, content, message, tmp_path, capsys):
+    """Empty or garbage files ended in ArrowInvalid or pandas' EmptyDataError tracebacks."""
+    (tmp_path / name).write_bytes(content)
+    assert main(["report", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert f"'{tmp_path / name}' {message}" in err and len(err.splitlines()) == 1
+    assert "give a table ocrr wrote: a sweep's results.parquet or results.csv, or a run's per_checkpoint.csv" in err
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "run"
+    args = ["run", "--dataset", "synthetic", "--data-option", "dim=16", "--seeds", "0", "--systems", "static_knn"]
+    assert main([*args, "--quiet", "--out", str(run)]) == 0
+    return run
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("config.json", b"{bad", "cannot be read as JSON (Expecting property name"),
+        ("config.json", b"\xff", "cannot be read as JSON ('utf-8' codec can't decode"),
+        ("config.json", b"[1]", "does not name the run's protocol (protocol.name)"),
+        ("per_checkpoint.csv", b"", "is empty: it holds no table"),
+        ("footprints.csv", b"", "is empty: it holds no table"),
+    ],
+)
+def test_a_run_folder_with_a_damaged_file_is_one_error_naming_it(run_folder, name, content, message, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_folder, run)
+    (run / name).write_bytes(content)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"'{run / name}' {message}" in err and len(err.splitlines()) == 1
+    assert f"ocrr run wrote it: run the same command again with --out {run} to write the folder anew" in err
+    assert not (run / "report").exists()
+
+
 def test_figure_names_keep_dots_of_the_cell_name(tmp_path):
     from matplotlib.figure import Figure
 

@@ -57,3 +57,9 @@ def print_hint(text: str) -> None:
     """One hint line on stderr: a combination that runs but is known to be meaningless, or better
     done otherwise. Not an error: the command goes on."""
     Screen(stderr=True).print(f"[yellow]hint:[/] {escape(text)}", highlight=False)
+
+
+def print_warning(text: str) -> None:
+    """One warning line on stderr: something the user should know that stops nothing (a damaged
+    file whose run runs again). Not an error: the command goes on."""
+    Screen(stderr=True).print(f"[yellow]warning:[/] {escape(text)}", highlight=False)

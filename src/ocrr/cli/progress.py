@@ -12,6 +12,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ocrr.cli.common import print_warning
 from ocrr.engine import sweep
 from ocrr.engine.sweep import Task
 
@@ -112,3 +113,6 @@ class SweepProgress(sweep.Progress):
         if self.live:
             self.bar.stop()
             self.live = False
+
+    def notice(self, text: str) -> None:
+        print_warning(text)

@@ -16,8 +16,10 @@ from ocrr.cli.paths import output_folder, output_path
 from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
 from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import available_cores, start_fork_server
+from ocrr.engine.seeds import MAX_SEED, SEED_RANGE
 from ocrr.engine.tracking import open_tracker, parent_run
 from ocrr.errors import OcrrError
+from ocrr.specs import spec_name
 
 
 def add_parser(sub) -> None:
@@ -71,9 +73,10 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise OcrrError(f"--jobs must be at least 1 (1: every run in this process), got {args.jobs}")
-    if any(seed < 0 for seed in args.seeds):
+    if any(not 0 <= seed <= MAX_SEED for seed in args.seeds):
         raise OcrrError(
-            f"ocrr run --seeds must be whole numbers >= 0, e.g. --seeds 0 1 2; got {' '.join(map(str, args.seeds))}."
+            f"ocrr run --seeds must be whole numbers {SEED_RANGE}, e.g. --seeds 0 1 2; "
+            f"got {' '.join(map(str, args.seeds))}."
         )
     output_folder(args.out or Path("results"))  # results are written at the end: check now
     checked_cache_root()  # the embeddings are cached before any run: a cache folder that is a file stops here
@@ -86,6 +89,7 @@ def run(args) -> int:
     from ocrr.engine.experiment import plan_experiment, run_experiment, write_outputs
 
     screen = console()
+    _refuse_shortcuts_of_another_protocol(args)
     exp = experiment_from_args(
         args, policy=args.policy, seeds=args.seeds, protocol=args.protocol, **heldout_shortcuts(args)
     )
@@ -123,6 +127,23 @@ def run(args) -> int:
         f"wrote {', '.join(p.name for p in paths.values())} to {out}/"
     )
     return 0
+
+
+def _refuse_shortcuts_of_another_protocol(args) -> None:
+    """--heldout, --eval-cap and --every set the heldout protocol's options: with another
+    protocol they would change nothing (the grid refuses too, but in the words of a sweep)."""
+    from ocrr.protocols import PROTOCOLS  # loaded with the engine by now
+
+    shortcuts = {"--heldout": args.heldout, "--eval-cap": args.eval_cap, "--every": args.every}
+    given = [flag for flag, value in shortcuts.items() if value is not None]
+    name = spec_name(args.protocol)
+    if given and name in PROTOCOLS and name != "heldout":  # (an unknown name: the grid names the close ones)
+        one = len(given) == 1
+        raise OcrrError(
+            f"ocrr run {' '.join(given)}: {'it sets an option' if one else 'they set options'} of the heldout "
+            f"protocol, which --protocol {args.protocol} does not run. Drop {'it' if one else 'them'}, or give "
+            f"{name}'s own options as --protocol {name}:key=value ('ocrr protocols {name}' lists them)."
+        )
 
 
 def _hints(args, grid) -> list[str]:

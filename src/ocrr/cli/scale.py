@@ -14,11 +14,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ocrr.cli.common import add_command, console
+from ocrr.cli.common import add_command, console, print_hint
 from ocrr.cli.paths import output_folder, output_path
 from ocrr.errors import OcrrError
+from ocrr.index import IVF_KINDS
 from ocrr.index.ivf_tune import min_queries_for
-from ocrr.studies.scale.config import APPROXIMATE_BACKENDS, ScaleConfig
+from ocrr.studies.scale.config import APPROXIMATE_BACKENDS, MAX_SCALE, ScaleConfig
 from ocrr.studies.scale.real import run_real, write_real_outputs
 from ocrr.studies.scale.report import scale_label, study_notes, write_outputs
 from ocrr.studies.scale.study import run_study
@@ -123,7 +124,7 @@ def add_parser(sub) -> None:
         "--cold-queries",
         action="store_true",
         help="also time IVF single queries right after the vector file left the page cache (only "
-        "with the vectors on disk: --exact no)",
+        "with an IVF backend and the vectors on disk: --exact no)",
     )
     p.add_argument(
         "--also-time",
@@ -164,6 +165,36 @@ def add_parser(sub) -> None:
         help="run every scale in this process (default: a fresh process per scale, so the "
         "peak memory column is per scale)",
     )
+    # the synthetic study's options, as --real would ignore them: their defaults, to tell a given one
+    p.set_defaults(synthetic_defaults={flag: p.get_default(dest) for flag, dest in SYNTHETIC_ONLY.items()})
+
+
+# --flag -> its dest: the options of the synthetic study, which --real does not read
+SYNTHETIC_ONLY = {
+    f"--{dest.replace('_', '-')}": dest
+    for dest in (
+        "scales",
+        "family",
+        "intrinsic_dim",
+        "ambient",
+        "sigma",
+        "classes",
+        "dim",
+        "query_modes",
+        "exact",
+        "exact_max_gb",
+        "hnsw_m",
+        "ef_construction",
+        "ef_search",
+        "cold_queries",
+        "also_time",
+        "nprobe",
+        "rerank",
+        "vectors_dir",
+        "order",
+        "no_isolate",
+    )
+}
 
 
 def run(args) -> int:
@@ -175,6 +206,7 @@ def run(args) -> int:
             )
     if not 0 <= args.target_recall <= 1:
         raise OcrrError(f"--target-recall must be in [0, 1] (0: no tuning), got {args.target_recall}.")
+    _check_real(args)
     _check_tuning(args)
     _check_settings(args)
     output_folder(args.out)
@@ -187,6 +219,7 @@ def run(args) -> int:
     if args.real:
         return _run_real(args, backends, screen, started)
     cfg = _scale_config(args, backends)
+    _check_cold_queries(cfg)
     notes = study_notes(args.dim)
     rows = run_study(
         cfg,
@@ -206,10 +239,7 @@ def run(args) -> int:
 
 def _scale_config(args: argparse.Namespace, backends: tuple[str, ...]) -> ScaleConfig:
     """The study's settings: the options named as its fields, plus those parsed from text here."""
-    try:
-        scales = tuple(int(float(t)) for t in _csv_list(args.scales, "scales"))
-    except ValueError:
-        raise OcrrError(f"--scales {args.scales!r}: write whole numbers, e.g. 10000,100000,1000000.") from None
+    scales = tuple(_scale(t, args.scales) for t in _csv_list(args.scales, "scales"))
     if any(n < args.classes for n in scales):
         raise OcrrError(f"every scale must be at least --classes ({args.classes}).")
     modes = tuple(_csv_list(args.query_modes, "query-modes"))
@@ -231,6 +261,23 @@ def _scale_config(args: argparse.Namespace, backends: tuple[str, ...]) -> ScaleC
     )
     same_name = {f.name: getattr(args, f.name) for f in fields(ScaleConfig) if hasattr(args, f.name)}
     return ScaleConfig(**{**same_name, **parsed})
+
+
+def _scale(text: str, scales: str) -> int:
+    """One entry count of --scales: a whole number (10000, or 1e4) up to ``MAX_SCALE``."""
+    try:
+        value = int(text) if text.lstrip("+-").isdigit() else float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value)):  # inf and nan, 1e4.5, 1500.5: not an entry count
+        raise OcrrError(f"--scales {scales!r}: write whole numbers, e.g. 10000,100000,1000000.")
+    if value > MAX_SCALE:
+        raise OcrrError(
+            f"--scales {scales!r}: {text} entries is more than the {MAX_SCALE:,} the study measures at most "
+            "(100 times its 10M point, and within the 32-bit ids of FAISS's HNSW graph; the float32 vectors "
+            "alone take scale x --dim x 4 bytes: 1.5 TB at 1e9 x 384). Give smaller scales, e.g. --scales 10000000."
+        )
+    return int(value)
 
 
 def _print_rows(screen: Console, n: int, rows: list[dict], k: int) -> None:
@@ -264,6 +311,52 @@ def _settings(text: str) -> tuple[tuple[int, int], ...]:
             raise OcrrError(f"--also-time {item!r}: nprobe and rerank must be >= 1.")
         out.append((nprobe, rerank))
     return tuple(out)
+
+
+def _check_real(args) -> None:
+    """--real measures the real embeddings, so the synthetic study's options would change nothing
+    (and --data-dir is read by --real alone)."""
+    if args.real:
+        defaults = getattr(args, "synthetic_defaults", {})
+        given = [flag for flag, default in defaults.items() if getattr(args, SYNTHETIC_ONLY[flag]) != default]
+        if given:
+            raise OcrrError(
+                f"--real measures Banking77 + CLINC150's own embeddings, so {', '.join(given)} (of the synthetic "
+                f"study) would be ignored. Drop {'it' if len(given) == 1 else 'them'}, or run the synthetic study "
+                "without --real."
+            )
+    elif args.data_dir is not None:
+        raise OcrrError(
+            "--data-dir is where --real finds Banking77 and CLINC150; the synthetic study reads no dataset, so it "
+            "would be ignored. Drop it, or add --real."
+        )
+
+
+def _check_cold_queries(cfg: ScaleConfig) -> None:
+    """--cold-queries times the IVF kinds re-ranking from the vector file on disk: refused where
+    no scale would be timed, said where some are not."""
+    if not cfg.cold_queries:
+        return
+    if not any(b in IVF_KINDS for b in cfg.backends):
+        raise OcrrError(
+            f"--cold-queries times the IVF kinds ({', '.join(IVF_KINDS)}) after their vector file left the page "
+            f"cache; --backends {','.join(cfg.backends)} has none, so it would time nothing. Add one, e.g. "
+            "--backends ivf_pq, or drop --cold-queries."
+        )
+    in_memory = [n for n in cfg.scales if cfg.keep_exact(n)]
+    if cfg.exact == "yes" or len(in_memory) == len(cfg.scales):
+        why = "" if cfg.exact == "yes" else f" (they fit in --exact-max-gb {cfg.exact_max_gb:g})"
+        raise OcrrError(
+            f"--cold-queries needs the vectors on disk, but --exact {cfg.exact} holds them in memory at every "
+            f"scale{why}, so it would time nothing. Add --exact no (with --vectors-dir on a disk that holds them), "
+            "or drop --cold-queries."
+        )
+    if in_memory:
+        print_hint(
+            f"--cold-queries times nothing at {', '.join(scale_label(n) for n in in_memory)}: --exact auto holds "
+            f"those scales' vectors in memory (at most --exact-max-gb {cfg.exact_max_gb:g}); --exact no times "
+            "every scale."
+        )
 
 
 def _check_tuning(args) -> None:

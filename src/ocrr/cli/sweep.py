@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ocrr.cli.common import add_command, console, print_hint
+from ocrr.cli.common import add_command, console, print_hint, print_warning
 from ocrr.cli.hints import data_hints, executor_hints, grid_hints
 from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_heldout_options, heldout_shortcuts, parse_data_options
@@ -16,7 +16,7 @@ from ocrr.cli.track import add_track_option, log_sweep_folder, sweep_params
 from ocrr.data import check_dataset
 from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import start_fork_server
-from ocrr.engine.sweep import PRESETS, finished_ids, load_config, resolve_grid, run_sweep
+from ocrr.engine.sweep import PRESETS, finished_tasks, load_config, resolve_grid, run_sweep
 from ocrr.engine.sweep.executors import make_executor
 from ocrr.engine.tracking import open_tracker, parent_run
 from ocrr.errors import OcrrError
@@ -97,7 +97,11 @@ def add_parser(sub) -> None:
     p.add_argument("--no-oos", action="store_true", help="CLINC150: drop the out-of-scope class")
     p.add_argument("--executor", default=None, help="local (processes, default) | ray | serial")
     p.add_argument("--jobs", type=int, default=None, help="parallel workers (default: one per core)")
-    p.add_argument("--address", default=None, help="Ray cluster address ('auto' or host:port); default: start one")
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address (auto, local, host:port or ray://host:port); default: start one",
+    )
     p.add_argument("--out", type=output_path, default=None, help="sweep folder (default results/sweep-<preset>)")
     p.add_argument("--dry-run", action="store_true", help="list the grid and what is already done; run nothing")
     p.add_argument("--report", action="store_true", help="also write the report (as ocrr report OUT)")
@@ -145,12 +149,14 @@ def run(args) -> int:
     for hint in hints + executor_hints(executor, jobs, address, args.report, args.dry_run):
         print_hint(hint)
     licence_banners(screen, grid.datasets)
+    make_executor(executor, jobs, address)  # a bad executor, --jobs or --address stops here, as in the dry run
+    for dataset in grid.datasets:
+        check_dataset(dataset, data_dir=grid.data_dir, **grid.options_for(dataset))
     if args.dry_run:  # what the run would refuse first, it refuses too
-        make_executor(executor, jobs, address)
-        for dataset in grid.datasets:
-            check_dataset(dataset, **grid.options_for(dataset))
         tasks = grid.tasks()
-        done = finished_ids(Path(out)) if Path(out).exists() else set()
+        done, damaged = finished_tasks(Path(out), tasks)
+        for path, reason in damaged.items():
+            print_warning(f"{path} cannot be read ({reason}): the run would remove its task's files and run it again.")
         n_done = sum(t.task_id in done for t in tasks)
         screen.print(
             f"{len(tasks)} runs = {len(grid.datasets)} datasets x {len(grid.encoders)} encoders x "

@@ -18,6 +18,7 @@ from ocrr.data.banking77 import load_banking77
 from ocrr.data.clinc150 import load_clinc150
 from ocrr.data.leyzer import LANGUAGES, load_leyzer
 from ocrr.data.leyzer import LICENCE as LEYZER_LICENCE
+from ocrr.data.locate import REMOTE_FILES, check_located
 from ocrr.data.records import Dataset, Split
 from ocrr.data.synthetic import MAX_DIM as SYNTHETIC_MAX_DIM
 from ocrr.data.synthetic import check_synthetic, make_synthetic
@@ -159,11 +160,14 @@ def load_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **o
     return load_table(paths[0], paths[1] if len(paths) > 1 else None, fmt=fmt, **options)
 
 
-def check_dataset(name: str, /, **options: Any) -> None:
-    """What ``load_dataset`` checks before it reads anything (the name, the options), without
-    reading: one error naming the fix, or None."""
+def check_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **options: Any) -> None:
+    """What ``load_dataset`` checks before it reads anything (the name, the options; a public
+    dataset's data folder, and its files when downloads are off), without reading: one error
+    naming the fix, or None."""
     name, options = _spec_options(name, options)
-    _checked(name, options)
+    kind, _, _ = _checked(name, options)
+    if kind in REMOTE_FILES:  # the public datasets ocrr.data.locate finds
+        check_located(kind, data_dir)
 
 
 def _checked(name: str, options: dict) -> tuple[str, str | None, list[str]]:

@@ -155,13 +155,31 @@ def _data_folders(data_dir: str | os.PathLike | None) -> list[tuple[str, str]]:
     if os.environ.get("OCRR_DATA_DIR"):
         folders.append(("OCRR_DATA_DIR", os.environ["OCRR_DATA_DIR"]))
     for source, folder in folders:
-        if not Path(folder).expanduser().is_dir():
+        path = Path(folder).expanduser()
+        if not path.is_dir():
             option = "--data-dir" if source == "data_dir" else "OCRR_DATA_DIR"
+            what, fix = (
+                ("is a file, not a folder", "Give the folder that holds the dataset files")
+                if path.exists()
+                else ("does not exist", "Fix the path")
+            )
             raise OcrrError(
-                f"The data folder given by {option} does not exist: {folder}. "
-                f"Fix the path, or leave {option} unset to use the cache or a download."
+                f"The data folder given by {option} {what}: {folder}. "
+                f"{fix}, or leave {option} unset to use the cache or a download."
             )
     return folders
+
+
+def check_located(dataset: str, data_dir: str | os.PathLike | None = None) -> None:
+    """What ``locate`` would refuse before it reads or downloads anything: a data folder that is
+    not one, or files found nowhere when downloads are off (a dry run refuses what its run would)."""
+    remote = REMOTE_FILES[dataset]
+    names = list(remote)
+    cached = cache_dir() / dataset
+    places = [Path(folder).expanduser() for _, folder in _data_folders(data_dir)] + [cached]
+    if not any(_find_in(place, dataset, names) for place in places) and offline():
+        missing = {name: f for name, f in remote.items() if not (cached / name).is_file()}
+        raise _unavailable(dataset, missing, "downloads are disabled by OCRR_OFFLINE=1", data_dir)
 
 
 def _find_in(folder: Path, dataset: str, names: list[str]) -> dict[str, Path] | None:

@@ -96,6 +96,11 @@ def _read_rows(path: Path, text_col: str, label_col: str, fmt: str | None) -> li
     """(text, label) pairs in file order, after checking columns and cells."""
     if path.is_dir():
         raise OcrrError(f"{path} is a folder; give the CSV or JSON-lines file of labelled texts in it.")
+    if path.exists() and not path.is_file():  # a device, a pipe or a socket: "not found" would mislead
+        raise OcrrError(
+            f"{path} is not a regular file (a device, pipe or socket); give the CSV or JSON-lines file of "
+            "labelled texts."
+        )
     if not path.is_file():
         raise OcrrError(f"File not found: {path} (relative paths are taken from {Path.cwd()}). Check the path.")
     fmt = fmt or FORMATS.get(path.suffix.lower())

@@ -323,7 +323,7 @@ def _checked_sweep(name: str, folder: Path) -> pd.DataFrame:
         wanted = "runs under noisy, delayed or budgeted feedback"
     elif name == "robust":
         kind_ok = "robust_substrate" in set(df["system"]) and any(p.noise > 0 for p in policies)
-        wanted = "the robust_substrate system under label noise"
+        wanted = "runs of the robust_substrate system under label noise"
     else:
         kind_ok = "drift" in set(df["protocol"])
         wanted = "runs of the drift protocol"

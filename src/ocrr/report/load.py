@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from ocrr.engine.results import RUN_FOLDER_KEYS
 from ocrr.engine.sweep import load_results
@@ -43,28 +44,70 @@ def load_results_any(path: str | Path) -> Loaded:
         if (path / "tasks").is_dir():
             return Loaded(_normalise(load_results(path), path), "sweep", path)
         if (path / "results.parquet").exists():
-            return Loaded(_normalise(pd.read_parquet(path / "results.parquet"), path), "sweep", path)
+            fix = f"copy it again from where the sweep ran, or run that sweep again (ocrr sweep ... --out {path})"
+            return Loaded(_normalise(_read_parquet(path / "results.parquet", fix), path), "sweep", path)
         if (path / "per_checkpoint.csv").exists():
             return Loaded(_from_run(path), "run", path)
         raise OcrrError(
             f"{str(path)!r} holds no results: expected tasks/ or results.parquet (from ocrr sweep) "
             "or per_checkpoint.csv (from ocrr run). Point ocrr report at one of those folders."
         )
-    if path.suffix == ".parquet":
-        return Loaded(_normalise(pd.read_parquet(path), path), "file", path)
-    if path.suffix == ".csv":
-        return Loaded(_normalise(pd.read_csv(path), path), "file", path)
+    if path.suffix in (".parquet", ".csv"):
+        read = _read_parquet if path.suffix == ".parquet" else _read_csv
+        return Loaded(_normalise(read(path, RESULTS_FILE_FIX), path), "file", path)
     raise OcrrError(f"{str(path)!r}: ocrr report reads a folder, a .parquet or a .csv file.")
 
 
+# What to do about a results file given by itself that cannot be read
+RESULTS_FILE_FIX = "give a table ocrr wrote: a sweep's results.parquet or results.csv, or a run's per_checkpoint.csv"
+
+
+def _run_file_fix(folder: Path) -> str:
+    return f"ocrr run wrote it: run the same command again with --out {folder} to write the folder anew"
+
+
+def _read_parquet(path: Path, fix: str) -> pd.DataFrame:
+    """A Parquet table, or one error naming the file, why it cannot be read, and ``fix``."""
+    try:
+        return pd.read_parquet(path)
+    except (pa.ArrowException, OSError, ValueError) as err:  # empty, cut short, not Parquet at all
+        reason = str(err).removeprefix(f"Could not open Parquet input source '{path}': ").rstrip(".")
+        raise OcrrError(f"{str(path)!r} cannot be read as a Parquet table ({reason}); {fix}.") from None
+
+
+def _read_csv(path: Path, fix: str) -> pd.DataFrame:
+    """A CSV table, or one error naming the file, why it cannot be read, and ``fix``."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise OcrrError(f"{str(path)!r} is empty: it holds no table; {fix}.") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as err:
+        reason = str(err).strip().rstrip(".") or type(err).__name__
+        raise OcrrError(f"{str(path)!r} cannot be read as a CSV table ({reason}); {fix}.") from None
+
+
+def _run_protocol(config: Path) -> str:
+    """The protocol an ``ocrr run`` folder's config.json names (one per run folder)."""
+    fix = _run_file_fix(config.parent)
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise OcrrError(f"{str(config)!r} cannot be read as JSON ({err}); {fix}.") from None
+    protocol = data.get("protocol", {}) if isinstance(data, dict) else None
+    name = protocol.get("name", "heldout") if isinstance(protocol, dict) else None
+    if not isinstance(name, str):
+        raise OcrrError(f"{str(config)!r} does not name the run's protocol (protocol.name); {fix}.")
+    return name
+
+
 def _from_run(folder: Path) -> pd.DataFrame:
-    per = pd.read_csv(folder / "per_checkpoint.csv")
+    per = _read_csv(folder / "per_checkpoint.csv", _run_file_fix(folder))
     config = folder / "config.json"
     if config.exists():  # the run's protocol: one per run folder
-        per["protocol"] = json.loads(config.read_text(encoding="utf-8")).get("protocol", {}).get("name", "heldout")
+        per["protocol"] = _run_protocol(config)
     fp_path = folder / "footprints.csv"
     if fp_path.exists():
-        fp = pd.read_csv(fp_path)
+        fp = _read_csv(fp_path, _run_file_fix(folder))
         keys = RUN_FOLDER_KEYS
         per = per.merge(fp[keys + [c for c in FOOTPRINT_COLUMNS if c in fp.columns]], on=keys, how="left")
     return _normalise(per, folder)
@@ -135,7 +178,8 @@ def load_predictions(loaded: Loaded) -> pd.DataFrame | None:
     """The per-item stream log next to the results (a sweep's or a run's predictions.parquet), if any."""
     path = loaded.path if loaded.path.is_dir() else loaded.path.parent
     file = path / "predictions.parquet"
-    return pd.read_parquet(file) if file.exists() else None
+    fix = "delete it to draw the report without the pictures of the stream, or write it anew by running again"
+    return _read_parquet(file, fix) if file.exists() else None
 
 
 def first_run_predictions(predictions: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from ocrr.engine.sweep.presets import MAIN_SWEEP_SYSTEMS, PRESETS, SMOKE_DATA, S
 from ocrr.engine.sweep.store import (
     Log,
     consolidate,
+    discard_task,
     finished_ids,
     load_metrics,
     load_results,
@@ -47,6 +49,10 @@ class Progress:
     def task_done(self, task: Task, ok: bool) -> None: ...
 
     def end(self) -> None: ...
+
+    def notice(self, text: str) -> None:
+        """Something the user should know that stops nothing (a damaged task file run again)."""
+        print(text, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -76,17 +82,26 @@ def run_sweep(
     progress = progress or Progress()
     tasks = grid.tasks()
     runner = make_executor(executor, jobs, address)
-    (out / "tasks").mkdir(parents=True, exist_ok=True)
-    write_manifest(out, grid, tasks)
-    done = finished_ids(out)
+    done, damaged = finished_tasks(out, tasks)
+    for path, reason in damaged.items():
+        progress.notice(f"{path} cannot be read ({reason}): its task's files are removed and it runs again.")
     skipped = [t for t in tasks if t.task_id in done]
     todo = longest_first([t for t in tasks if t.task_id not in done], out)
     ran: list[Task] = []
     failed: list[tuple[Task, str]] = []
+    try:
+        # Before the folder is made: a dataset or an encoder the run cannot have leaves nothing.
+        data = prepare_data(todo, grid.data_dir, progress.embedding) if todo else {}
+    except BaseException:
+        progress.end()
+        raise
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    write_manifest(out, grid, tasks)
+    for task_id in dict.fromkeys(path.stem for path in damaged):
+        discard_task(out, task_id)  # so that the tables can be made even if its run fails now
     log = Log(out / "log.jsonl")
     try:
         if todo:
-            data = prepare_data(todo, grid.data_dir, progress.embedding)
             log.write(
                 event="start",
                 executor=runner.name,
@@ -116,6 +131,24 @@ def run_sweep(
     results = consolidate(out)
     log.write(event="end", ran=len(ran), failed=len(failed), seconds=round(time.perf_counter() - started, 3))
     return SweepResult(out, tasks, skipped, ran, failed, results, time.perf_counter() - started)
+
+
+def finished_tasks(out: Path, tasks: list[Task]) -> tuple[set[str], dict[Path, str]]:
+    """(ids of the finished tasks, {file that cannot be read: why}) of the sweep folder ``out``.
+    A damaged file's task is not finished: it runs again. A damaged file of a task outside
+    ``tasks`` would never be rewritten, and the tables could not be made: refused now."""
+    damaged: dict[Path, str] = {}
+    done = finished_ids(out, damaged)
+    ids = {t.task_id for t in tasks}
+    stray = [path for path in damaged if path.stem not in ids]
+    if stray:
+        raise OcrrError(
+            f"{stray[0]} cannot be read ({damaged[stray[0]]}), and its run is not in this grid, so this sweep "
+            f"would not run it again. Run the grid that made it (its sweep.json lists it), or delete "
+            f"{'the file' if len(stray) == 1 else f'the {len(stray)} files that cannot be read'} to leave "
+            f"{'its run' if len(stray) == 1 else 'their runs'} out."
+        )
+    return done, damaged
 
 
 def _record(out: Path, log: Log, task: Task, output, ran: list[Task], failed: list[tuple[Task, str]]) -> bool:
@@ -197,6 +230,7 @@ __all__ = [
     "available_cores",
     "consolidate",
     "finished_ids",
+    "finished_tasks",
     "load_config",
     "load_metrics",
     "load_results",

@@ -197,6 +197,8 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, jobs: int | None = None, address: str | None = None):
+        if address is not None:
+            check_ray_address(address)
         try:
             import ray  # noqa: F401
         except ImportError:
@@ -212,13 +214,21 @@ class RayExecutor:
         started = not ray.is_initialized()
         if started:
             kwargs = {"address": self.address} if self.address else {"num_cpus": self.workers}
-            ray.init(
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-                configure_logging=True,
-                **kwargs,
-            )
+            try:
+                ray.init(
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    configure_logging=True,
+                    **kwargs,
+                )
+            except (ValueError, ConnectionError) as err:  # an address Ray cannot parse or reach
+                if not self.address:
+                    raise
+                raise OcrrError(
+                    f"Ray could not connect to --address {self.address} ({err}). Start the cluster there "
+                    "(ray start --head) or give its address, e.g. --address auto or --address HOST:6379."
+                ) from None
         try:
             if self.address:
                 self.workers = int(ray.cluster_resources().get("CPU", self.workers))
@@ -244,6 +254,27 @@ class RayExecutor:
         finally:
             if started:
                 ray.shutdown()
+
+
+# The forms of a Ray address (ray.init's address): a running cluster found on this machine, a new
+# local one, a cluster's GCS (host:port), or Ray Client's server (ray://host:port).
+RAY_ADDRESS_FORMS = (
+    "auto, local, HOST:PORT (e.g. 10.0.0.5:6379) or ray://HOST:PORT (Ray Client, e.g. ray://10.0.0.5:10001)"
+)
+
+
+def check_ray_address(address: str) -> None:
+    """Refuse an address none of ``RAY_ADDRESS_FORMS`` (before any work: Ray's own error came
+    from inside the run, with its traceback)."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.removeprefix("ray://")
+    host, colon, port = hostport.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 host is bracketed: [::1]:6379
+        host = host[1:-1].replace(":", "")
+    valid_host = bool(host) and not any(c in host for c in ":/ ")
+    if not (colon and valid_host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise OcrrError(f"--address {address!r} is not a Ray cluster address; give {RAY_ADDRESS_FORMS}.")
 
 
 def make_executor(name: str, jobs: int | None = None, address: str | None = None):

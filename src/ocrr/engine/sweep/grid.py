@@ -19,6 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ocrr.encoders import parse_encoder_spec
+from ocrr.encoders.precomputed import precomputed_file
+from ocrr.engine.seeds import MAX_SEED, SEED_RANGE
 from ocrr.engine.sweep.presets import MAIN_SWEEP_SYSTEMS, PRESETS
 from ocrr.errors import OcrrError
 from ocrr.policies.basic import make_policy
@@ -204,13 +207,19 @@ def resolve_hyperparameters(spec: str) -> str:
 
 
 def _check_encoders(grid: Grid) -> None:
-    """An encoder asked for datasets that carry their own vectors would be silently ignored."""
+    """An encoder asked for datasets that carry their own vectors would be silently ignored; a
+    name, option or precomputed file that the run would refuse is refused now, before any work
+    (and by a dry run)."""
     if all(d in EMBEDDING_ONLY for d in grid.datasets) and grid.encoders != ["minilm"]:
         names = ", ".join(sorted(set(grid.datasets)))
         raise OcrrError(
             f"{names} carries its own vectors, so --encoder {' '.join(grid.encoders)} would be ignored. "
             "Drop the encoder option, or use a dataset with texts (e.g. csv:FILE)."
         )
+    for spec in grid.encoders:
+        entry, options = parse_encoder_spec(spec)
+        if entry.dataset_level:
+            precomputed_file(options["file"])
 
 
 def _check_grid_values(grid: Grid) -> None:
@@ -222,8 +231,8 @@ def _check_grid_values(grid: Grid) -> None:
                 f"Give at least one, e.g. --{name} ... or {name} = [...] in the config file."
             )
     for seed in grid.seeds:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise OcrrError(f"sweep: seeds must be whole numbers >= 0, got {seed!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+            raise OcrrError(f"sweep: seeds must be whole numbers {SEED_RANGE}, got {seed!r}.")
 
 
 GRID_KEYS = {f.name for f in dataclasses.fields(Grid)}
@@ -277,7 +286,35 @@ def load_config(path: str | os.PathLike) -> dict:
             f"sweep config {str(path)!r}: unknown setting(s) {', '.join(unknown)}. "
             f"Known: {', '.join(sorted(GRID_KEYS | RUN_SETTINGS | {'preset'}))}."
         )
+    _check_text_settings(data, path)
     return data
+
+
+# Settings a config file gives as text (a path, a name, an address), with an example each: any
+# other type failed deep in the run (out = 5: a TypeError), or after the dry run had passed it.
+TEXT_SETTINGS = {
+    "out": 'out = "results/sweep1"',
+    "data_dir": 'data_dir = "/data/ocrr"',
+    "executor": 'executor = "local"',
+    "address": 'address = "auto"',
+    "preset": 'preset = "smoke"',
+}
+
+
+def _check_text_settings(data: dict, path: Path) -> None:
+    for key, example in TEXT_SETTINGS.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if not isinstance(value, str):
+            raise OcrrError(
+                f"sweep config {str(path)!r}: {key} must be text, e.g. {example}; got {value!r}. "
+                "Quote it, or leave it out for its default."
+            )
+        if not value.strip():  # '' reads as '.': the current folder (the command line refuses --out '' too)
+            raise OcrrError(
+                f"sweep config {str(path)!r}: {key} is empty; give it, e.g. {example}, or leave it out for its default."
+            )
 
 
 def resolve_grid(preset: str | None = None, config: dict | None = None, **options) -> Grid:

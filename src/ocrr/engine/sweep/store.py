@@ -13,8 +13,10 @@ Layout of a sweep folder ``OUT``::
     OUT/log.jsonl                      execution log: one line per task started/finished/failed
 
 Task files are written atomically (ocrr.utils.files), so a task file exists only complete; a
-re-run skips every task whose file exists, and an interrupted sweep loses only the runs
-in flight.
+re-run skips every task whose files can be read, and an interrupted sweep loses only the runs
+in flight. A file damaged on disk since (a crash of the machine before the disk had it, a
+copy cut short) cannot be read: its task is not finished, so a re-run runs it again (the same
+result: a task is a function of its configuration), and the tables name the file until then.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ocrr import __version__
 from ocrr.engine.results import wide_table, write_csv
 from ocrr.engine.sweep.execute import METRIC_COLUMNS, PREDICTION_COLUMNS, TIMING_COLUMNS, task_frames
 from ocrr.engine.sweep.grid import CONFIG_COLUMNS, KEY_COLUMNS, TASK_SCHEMA, Grid, Task
+from ocrr.errors import OcrrError
 from ocrr.protocols import PROTOCOLS
 from ocrr.utils.files import atomic_write, atomic_write_text
 
@@ -42,8 +45,60 @@ def task_path(out: Path, task_id: str) -> Path:
     return Path(out) / "tasks" / f"{task_id}.parquet"
 
 
-def finished_ids(out: Path) -> set[str]:
-    return {p.stem for p in (Path(out) / "tasks").glob("*.parquet")}
+TASK_FOLDERS = ("tasks", "predictions", "timings")  # a finished task's files, one in each
+
+
+def finished_ids(out: Path, damaged: dict[Path, str] | None = None) -> set[str]:
+    """The ids of the finished tasks: those whose task file exists and whose files can all be
+    read. Each file that cannot be read goes into ``damaged``, with the reason."""
+    done = set()
+    for path in sorted((Path(out) / "tasks").glob("*.parquet")):
+        problems = {}
+        for folder in TASK_FOLDERS:
+            file = Path(out) / folder / path.name
+            reason = unreadable(file) if folder == "tasks" or file.exists() else None
+            if reason is not None:
+                problems[file] = reason
+        if problems and damaged is not None:
+            damaged.update(problems)
+        elif not problems:
+            done.add(path.stem)
+    return done
+
+
+def discard_task(out: Path, task_id: str) -> None:
+    """Remove a task's files (some damaged): it is not finished, and runs again."""
+    for folder in TASK_FOLDERS:
+        (Path(out) / folder / f"{task_id}.parquet").unlink(missing_ok=True)
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the Parquet file at ``path`` cannot be read whole, or None when it can."""
+    try:
+        pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as err:  # ArrowInvalid (a ValueError), an OSError of a bad page
+        return _reason(err, path)
+    return None
+
+
+def _reason(err: Exception, path: Path) -> str:
+    """Arrow's message without its "Could not open Parquet input source '<path>': " (the path is named anyway)."""
+    text = str(err).strip()
+    prefix = f"Could not open Parquet input source '{path}': "
+    return text.removeprefix(prefix).rstrip(".") or type(err).__name__
+
+
+def read_task_file(path: Path) -> pa.Table:
+    """A task's Parquet file, or the error naming it and the fix."""
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        sweep = path.parent.parent
+        raise OcrrError(
+            f"{path} cannot be read ({_reason(err, path)}): the file is damaged. Run the sweep that made "
+            f"{sweep} again (the same ocrr sweep command, --out {sweep}): it runs that task again; or delete "
+            "the file to leave its run out."
+        ) from None
 
 
 def save_task(out: Path, task: Task, output: dict) -> None:
@@ -57,7 +112,7 @@ def save_task(out: Path, task: Task, output: dict) -> None:
 def _read_all(folder: Path, columns: list[str]) -> pd.DataFrame:
     # One Arrow table, converted to pandas once: a sweep has hundreds of small task files, and
     # pandas' per-file conversion, not the reading, was most of the time.
-    tables = [t for t in (pq.read_table(p) for p in sorted(folder.glob("*.parquet"))) if t.num_rows]
+    tables = [t for t in (read_task_file(p) for p in sorted(folder.glob("*.parquet"))) if t.num_rows]
     if not tables:
         return pd.DataFrame(columns=columns)
     df = pa.concat_tables(tables, promote_options="permissive").to_pandas()
@@ -136,7 +191,17 @@ class Log:
 
 
 def read_log(out: str | os.PathLike) -> list[dict]:
+    """The log's records; a line that is not one (cut short by a crash of the machine) is left out:
+    the log only orders runs, it decides nothing about them."""
     path = Path(out) / "log.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
+# The largest scale: 100 times the study's largest point (10M), below the 2**31 entries FAISS's
+# HNSW graph numbers (32-bit ids); its float32 vectors alone, in memory or in the IVF re-rank's
+# scratch file, take N x dim x 4 bytes: 1.5 TB at 1e9 x 384.
+MAX_SCALE = 1_000_000_000
 APPROXIMATE_BACKENDS = ("hnsw", "hnsw_sq8", "exact_sq8", "ivf", "ivf_sq8", "ivf_pq")  # compared with exact search
 
 
