@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 pytest.importorskip("requests")
 
 from tests.client.client_helpers import TOKEN, Log, add_entries, free_port, unit_vectors  # noqa: E402

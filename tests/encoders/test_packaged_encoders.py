@@ -93,8 +93,8 @@ def test_missing_extra_is_one_line():
     with pytest.raises(OcrrError) as err:
         require("ocrr_no_such_module", "no-such-package", "glove")
     text = str(err.value)
-    assert "pip install 'ocrr[encoders]'" in text and "no-such-package" in text and "\n" not in text
-    with pytest.raises(OcrrError, match=r"encoder x needs the package no-such-dist.*pip install 'ocrr\[encoders\]'"):
+    assert "pip install -e '.[encoders]'" in text and "no-such-package" in text and "\n" not in text
+    with pytest.raises(OcrrError, match=r"encoder x needs the package no-such-dist.*pip install -e '\.\[encoders\]'"):
         distribution_file("no-such-dist", ".onnx", "x")
 
 
@@ -105,5 +105,5 @@ def test_missing_onnxruntime_names_the_extra(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
-    with pytest.raises(OcrrError, match=r"needs onnxruntime, which is not installed: pip install 'ocrr\[encoders\]'"):
+    with pytest.raises(OcrrError, match=r"needs onnxruntime, which is not installed: pip install -e '\.\[encoders\]'"):
         onnx_transformer.OnnxEncoder("x", onnx_transformer.minilm_int8_file, max_length=8)

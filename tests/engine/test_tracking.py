@@ -22,7 +22,7 @@ RUN_SYSTEMS = ["static_knn", "substrate"]
 def tracked(tmp_path_factory):
     """One store; the demo set encoded once; ``ocrr run`` with and without --track, and a tiny
     sweep on two worker processes, tracked."""
-    pytest.importorskip("mlflow", reason="pip install 'ocrr[tracking]'")
+    pytest.importorskip("mlflow", reason="pip install -e '.[tracking]'")
     root = tmp_path_factory.mktemp("tracking")
     store = root / "mlruns"
     run = ["run", "--dataset", "demo", "--seeds", "0", "--systems", *RUN_SYSTEMS, "--jobs", "1", "--quiet"]
@@ -131,7 +131,7 @@ def test_a_tracked_sweep_is_a_parent_with_one_child_per_run_logged_from_worker_p
 
 
 def test_a_failed_run_is_logged_failed_with_its_error(tmp_path, monkeypatch):
-    pytest.importorskip("mlflow", reason="pip install 'ocrr[tracking]'")
+    pytest.importorskip("mlflow", reason="pip install -e '.[tracking]'")
     from mlflow import MlflowClient
 
     from ocrr.engine.tracking import open_tracker, parent_run
@@ -162,7 +162,7 @@ def test_a_failed_run_is_logged_failed_with_its_error(tmp_path, monkeypatch):
 )
 def test_a_bad_track_option_fails_at_the_door_in_one_line(tmp_path, capsys, track, says):
     if track.startswith("mlflow"):
-        pytest.importorskip("mlflow", reason="pip install 'ocrr[tracking]'")
+        pytest.importorskip("mlflow", reason="pip install -e '.[tracking]'")
     (tmp_path / "file").write_text("")
     out = tmp_path / "out"
     argv = ["run", "--dataset", "demo", "--jobs", "1", "--quiet", "--out", str(out)]
@@ -184,6 +184,6 @@ def test_without_mlflow_track_fails_at_the_door_naming_the_install(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: --track mlflow needs MLflow, which is not installed: pip install 'ocrr[tracking]'"
+        "error: --track mlflow needs MLflow, which is not installed: pip install -e '.[tracking]'"
     ]
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlruns").exists()

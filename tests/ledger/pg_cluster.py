@@ -28,7 +28,7 @@ import pytest
 PG_BIN = Path(os.environ.get("OCRR_PG_BIN", "/usr/lib/postgresql/15/bin"))
 _FIX = (
     "install the PostgreSQL server (Debian: apt-get install postgresql-15; or set OCRR_PG_BIN to its bin folder) "
-    "and pip install 'ocrr[postgres]', or set OCRR_TEST_PG_DSN to a server's URL"
+    "and pip install -e '.[postgres]', or set OCRR_TEST_PG_DSN to a server's URL"
 )
 
 

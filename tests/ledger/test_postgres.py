@@ -9,7 +9,7 @@ import base64
 import numpy as np
 import pytest
 
-psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+psycopg = pytest.importorskip("psycopg", reason="pip install -e '.[postgres]' (psycopg 3)")
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 
 from ocrr.errors import OcrrError

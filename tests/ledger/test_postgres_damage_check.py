@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+pytest.importorskip("psycopg", reason="pip install -e '.[postgres]' (psycopg 3)")
 from tests.ledger.damage_appender import DIM, Appender, damage_by_another_fails_the_next_append
 from tests.ledger.pg_cluster import pg_cluster, pg_url  # noqa: F401
 

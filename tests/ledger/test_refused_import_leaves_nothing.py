@@ -57,7 +57,7 @@ def test_refused_imports_into_a_file_leave_no_file(tmp_path, capsys):
 
 
 def test_a_refused_import_into_a_database_leaves_no_tables_nor_dimension(pg_url, tmp_path):
-    psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+    psycopg = pytest.importorskip("psycopg", reason="pip install -e '.[postgres]' (psycopg 3)")
     bad = _edited(_export(tmp_path, 4), tmp_path)
     with pytest.raises(OcrrError, match="entry 2 does not hash"):
         import_into_database(bad, pg_url)

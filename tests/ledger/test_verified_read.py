@@ -34,7 +34,7 @@ def _sqlite(path):
 
 
 def _postgres(url):
-    psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+    psycopg = pytest.importorskip("psycopg", reason="pip install -e '.[postgres]' (psycopg 3)")
     from ocrr.ledger.postgres.store import PostgresLedger
 
     def tamper(sql: str) -> None:

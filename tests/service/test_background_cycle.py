@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 
 from service_helpers import cut_back, open_state, seed  # noqa: E402
 

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 
 from service_helpers import TOKEN, free_port, serve_workers, wait_for_workers  # noqa: E402
 

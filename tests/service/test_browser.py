@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 
 from service_helpers import TOKEN, open_state, running, seed  # noqa: E402

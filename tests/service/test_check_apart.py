@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 
 from service_helpers import cut_back, open_state, seed, signed_ledger  # noqa: E402
 

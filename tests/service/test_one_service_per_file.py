@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 
 from ocrr.errors import OcrrError  # noqa: E402
 from ocrr.ledger.sqlite.store import DurableLedger  # noqa: E402

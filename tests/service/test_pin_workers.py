@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 pytest.importorskip("requests")
 if not hasattr(os, "sched_getaffinity"):
     pytest.skip("CPU affinity is Linux's", allow_module_level=True)

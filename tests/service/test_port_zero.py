@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from service_helpers import TOKEN  # noqa: E402

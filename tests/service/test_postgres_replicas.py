@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-psycopg = pytest.importorskip("psycopg", reason="pip install 'ocrr[postgres]' (psycopg 3)")
+psycopg = pytest.importorskip("psycopg", reason="pip install -e '.[postgres]' (psycopg 3)")
 
 requests = pytest.importorskip("requests")
 

@@ -17,7 +17,7 @@ from ocrr.ledger.sqlite.store import DurableLedger
 from ocrr.service.config import ServiceConfig
 from ocrr.service.state import build_state
 
-pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("uvicorn", reason="the service extra is not installed (pip install -e '.[service]')")
 
 import ocrr.service.server  # noqa: E402
 from ocrr.service.server import serve  # noqa: E402

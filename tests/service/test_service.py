@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from service_helpers import DIM, TOKEN, HashingEncoder, open_state, running, seed  # noqa: E402

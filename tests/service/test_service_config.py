@@ -95,7 +95,7 @@ def test_without_the_service_extra_the_package_imports_and_serving_names_the_ins
         "    print(e)\n"
     )
     assert out.returncode == 0, out.stderr
-    assert "ocrr serve needs the service extra (fastapi is missing); pip install 'ocrr[service]'" in out.stdout
+    assert "ocrr serve needs the service extra (fastapi is missing); pip install -e '.[service]'" in out.stdout
 
 
 def test_create_app_opens_the_state_from_a_config_and_closes_it_at_shutdown(tmp_path):

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from service_helpers import DIM, TOKEN, open_state, running, seed  # noqa: E402

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 pytest.importorskip("cryptography.x509")
 
 from service_helpers import TOKEN, self_signed  # noqa: E402

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from hypothesis import HealthCheck, settings  # noqa: E402

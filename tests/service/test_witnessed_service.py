@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from tests.client.client_helpers import TOKEN, add_entries, free_port, unit_vectors  # noqa: E402

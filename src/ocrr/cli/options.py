@@ -21,7 +21,7 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
         default="banking77",
         help="(default banking77) banking77 | clinc150 | leyzer:lang=es-ES | leyzer:source=en-US:target=es-ES | "
         "demo | synthetic | csv:<train>[,<test>] | jsonl:<train>[,<test>] | hf:<folder> | hf:<name>[:<config>] "
-        "(Hugging Face, pip install 'ocrr[hf]')",
+        "(Hugging Face, pip install -e '.[hf]')",
     )
     p.add_argument(
         "--data-dir", default=None, help="folder holding the dataset files (else $OCRR_DATA_DIR, cache, download)"
@@ -52,7 +52,7 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
 ENCODER_HELP = (
     "minilm (default, offline) | "
     + " | ".join(n for n in encoder_names() if n not in ("minilm", "st", "precomputed"))
-    + " (offline, pip install 'ocrr[encoders]') | st:<sentence-transformers id> | precomputed:<file.npy|.npz>"
+    + " (offline, pip install -e '.[encoders]') | st:<sentence-transformers id> | precomputed:<file.npy|.npz>"
     + " (details: docs/encoders.md)"
 )
 

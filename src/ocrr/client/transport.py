@@ -21,7 +21,7 @@ def _requests():
     try:
         import requests
     except ImportError:
-        raise OcrrError("the verifying client needs requests: pip install 'ocrr[client]'") from None
+        raise OcrrError("the verifying client needs requests: pip install -e '.[client]'") from None
     return requests
 
 

@@ -85,7 +85,7 @@ def _datasets_library() -> Any:
         import datasets
     except ImportError as error:
         raise OcrrError(
-            "Reading hf: datasets needs the Hugging Face datasets library: pip install 'ocrr[hf]'."
+            "Reading hf: datasets needs the Hugging Face datasets library: pip install -e '.[hf]'."
         ) from error
     return datasets
 

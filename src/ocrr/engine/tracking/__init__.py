@@ -46,7 +46,7 @@ def track_option_help() -> str:
     return (
         "log every run to MLflow: mlflow (a local store in ./mlruns, or $MLFLOW_TRACKING_URI when set) | "
         "mlflow:FOLDER (a local store there) | mlflow:URI (sqlite:///x.db, http://host:5000, ...); "
-        "pip install 'ocrr[tracking]'"
+        "pip install -e '.[tracking]'"
     )
 
 

