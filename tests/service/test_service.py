@@ -289,11 +289,13 @@ def test_a_label_that_would_be_a_class_apart_is_refused_before_it_is_stored(serv
 def test_labels_stored_before_the_rule_are_served_as_they_are(tmp_path):
     """The rule is for new labels: a ledger holding padded ones (from an older version) opens,
     and answers them as stored."""
+    from ocrr.ledger import Ledger
+
     path = tmp_path / "old.db"
-    state = open_state(path)
-    seed(state)
-    state.substrate.correct(HashingEncoder().encode(["a padded one"]), ["balance "], ["a padded one"])
-    state.close()
+    texts = ["a padded one", "my card has not come", "what is my balance"]
+    older = Ledger(DIM)  # the in-memory chain checks no label rule: as an older version stored them
+    older.extend(HashingEncoder().encode(texts), ["balance ", "card", "balance"], texts)
+    older.save(path)
     state = open_state(path)
     with running(create_app(state)) as url:
         r = requests.post(f"{url}/predict", json={"texts": ["a padded one"]})
