@@ -158,15 +158,21 @@ def test_a_failed_run_is_logged_failed_with_its_error(tmp_path, monkeypatch):
         ("wandb", "unknown tracker 'wandb'. Use --track mlflow"),
         ("mlflow:{file}", "is a file, not a folder"),
         ("mlflow:", "names no store after the colon"),
+        ("mlflow:http://127.0.0.1:{closed}", "no tracking server answers at 127.0.0.1:"),
     ],
 )
 def test_a_bad_track_option_fails_at_the_door_in_one_line(tmp_path, capsys, track, says):
+    import socket
+
     if track.startswith("mlflow"):
         pytest.importorskip("mlflow", reason="pip install -e '.[tracking]'")
     (tmp_path / "file").write_text("")
     out = tmp_path / "out"
+    with socket.socket() as s:  # a port nothing listens on (MLflow would retry it for minutes)
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
     argv = ["run", "--dataset", "demo", "--jobs", "1", "--quiet", "--out", str(out)]
-    assert main([*argv, "--track", track.format(file=tmp_path / "file")]) == 2
+    assert main([*argv, "--track", track.format(file=tmp_path / "file", closed=closed)]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()  # nothing ran

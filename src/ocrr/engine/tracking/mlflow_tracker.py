@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -61,11 +62,37 @@ def store_location(location: str | None) -> tuple[str, str | None]:
     return f"sqlite:///{folder / 'mlflow.db'}", (folder / "artifacts").as_uri()
 
 
+# How long the door waits for a tracking server to take a connection. MLflow itself retries a
+# server that does not answer with growing back-off, for minutes, saying nothing meanwhile.
+CONNECT_TIMEOUT = 5.0
+
+
+def check_reachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """One OcrrError, at once, when the tracking server of an http(s) ``uri`` takes no
+    connection (nothing listening, a host that does not resolve); other stores are MLflow's
+    to open."""
+    parts = urlparse(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise OcrrError(f"--track mlflow:{uri}: the port is not a number in 1..65535") from None
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as e:
+        raise OcrrError(
+            f"--track mlflow:{uri}: no tracking server answers at {parts.hostname}:{port} ({e}); start it "
+            "(mlflow server --port ...), fix the URI, or track to a folder: --track mlflow:FOLDER"
+        ) from None
+
+
 class MlflowTracker:
     """Opens (creates) the store and the experiment now: a bad location fails at the door."""
 
     def __init__(self, location: str | None = None):
         self.uri, artifacts = store_location(location)
+        check_reachable(self.uri)
         experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
         # A new local store announces its tables at INFO, and SQLAlchemy 2.1 warns of MLflow's
         # own calls: neither is the user's business.
