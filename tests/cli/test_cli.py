@@ -209,6 +209,16 @@ def test_fallback_runs_the_demo_with_the_real_encoder_and_says_so(tmp_path, caps
     assert summary.loc["static_knn", "final_novel_mean"] == 0.0
 
 
+@pytest.mark.parametrize("spec", ["banking7", "leyzer:lang=xx-XX", "banking77:nosuch=1"])
+def test_fallback_is_no_way_around_a_misspelt_dataset(tmp_path, capsys, spec):
+    """--fallback-demo stands in for data that cannot be had, not for a name or option that is
+    wrong whatever files there are: those are refused as without it, and nothing runs."""
+    out = tmp_path / "r"
+    assert run_cli("run", "--dataset", spec, "--fallback-demo", "--seeds", "0", "--quiet", "--out", out) == 2
+    printed = capsys.readouterr()
+    assert "RUNNING ON DEMO DATA" not in printed.out + printed.err and not out.exists()
+
+
 def test_embed_fills_the_cache_then_reuses_it(capsys, monkeypatch, shared_cache):
     monkeypatch.setenv("OCRR_CACHE_DIR", str(shared_cache))
     assert run_cli("embed", "--dataset", "demo") == 0

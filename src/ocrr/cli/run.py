@@ -14,6 +14,7 @@ from ocrr.cli.licence import licence_banners
 from ocrr.cli.options import add_data_options, add_heldout_options, experiment_from_args, heldout_shortcuts
 from ocrr.cli.paths import output_folder, output_path
 from ocrr.cli.track import add_track_option, experiment_params, log_run_folder
+from ocrr.data import check_dataset_spec
 from ocrr.data.locate import checked_cache_root
 from ocrr.engine.fork_server import available_cores, start_fork_server
 from ocrr.engine.seeds import MAX_SEED, SEED_RANGE
@@ -97,6 +98,8 @@ def run(args) -> int:
     for hint in _hints(args, plan.grid):
         print_hint(hint)
     licence_banners(screen, [exp.dataset])
+    if args.fallback_demo:  # a misspelt name or option is an error, not data to fall back from
+        check_dataset_spec(exp.dataset, **plan.grid.options_for(exp.dataset))
     try:
         dataset = plan.load_dataset()
     except OcrrError as err:

@@ -170,6 +170,13 @@ def check_dataset(name: str, /, *, data_dir: str | os.PathLike | None = None, **
         check_located(kind, data_dir)
 
 
+def check_dataset_spec(name: str, /, **options: Any) -> None:
+    """The name and options ``check_dataset`` checks, not the data: what is wrong whatever
+    files there are (a misspelt name, an unknown option)."""
+    name, options = _spec_options(name, options)
+    _checked(name, options)
+
+
 def _checked(name: str, options: dict) -> tuple[str, str | None, list[str]]:
     """``_parse``'s (kind, table format, paths) of ``name``, its options validated for that kind."""
     kind, fmt, paths = _parse(name)
@@ -226,4 +233,4 @@ def _table_paths(spec: str, name: str) -> list[str]:
     return paths
 
 
-__all__ = ["DATASETS", "Dataset", "Split", "check_dataset", "licence_terms", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "Split", "check_dataset", "check_dataset_spec", "licence_terms", "load_dataset"]
