@@ -453,6 +453,23 @@ def test_the_ray_address_forms_pass_the_door(address):
     executors.check_ray_address(address)
 
 
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_ray_address_where_nothing_listens_is_refused_at_the_door(scheme, tmp_path, capsys):
+    """ray.init retries such an address for minutes, silently; the door asks it once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    address = f"{scheme}127.0.0.1:{closed}"
+    with pytest.raises(OcrrError, match=rf"no Ray cluster answers at --address {address} \("):
+        sweep.make_executor("ray", address=address)
+    argv = ["sweep", "--datasets", "demo", "--systems", "static_knn", "--seeds", "0", "--executor", "ray"]
+    assert main([*argv, "--address", address, "--out", str(tmp_path / "s"), "--quiet"]) == 2
+    assert "no Ray cluster answers" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 def test_ray_missing_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(OcrrError, match=r"pip install -e '\.\[ray\]'"):

@@ -32,6 +32,7 @@ from ocrr.errors import OcrrError
 from ocrr.protocols import PROTOCOLS
 from ocrr.specs import parse_spec, spec_name
 from ocrr.systems import REGISTRY
+from ocrr.utils.net import refused_connection
 from ocrr.utils.threads import CoreBudget, pin_threads, pinned_threads
 
 
@@ -199,6 +200,7 @@ class RayExecutor:
     def __init__(self, jobs: int | None = None, address: str | None = None):
         if address is not None:
             check_ray_address(address)
+            check_ray_listening(address)
         try:
             import ray  # noqa: F401
         except ImportError:
@@ -275,6 +277,20 @@ def check_ray_address(address: str) -> None:
     valid_host = bool(host) and not any(c in host for c in ":/ ")
     if not (colon and valid_host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise OcrrError(f"--address {address!r} is not a Ray cluster address; give {RAY_ADDRESS_FORMS}.")
+
+
+def check_ray_listening(address: str) -> None:
+    """Refuse a HOST:PORT address where nothing takes a connection, within seconds: ``ray.init``
+    retries one for minutes, saying nothing."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    e = refused_connection(host.strip("[]"), int(port))
+    if e is not None:
+        raise OcrrError(
+            f"no Ray cluster answers at --address {address} ({e}). Start it there (ray start --head), "
+            "or give its address, e.g. --address auto on one of its machines."
+        )
 
 
 def make_executor(name: str, jobs: int | None = None, address: str | None = None):

@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -25,6 +24,7 @@ from urllib.parse import urlparse
 
 from ocrr import __version__
 from ocrr.errors import OcrrError
+from ocrr.utils.net import refused_connection
 
 INSTALL = "pip install -e '.[tracking]'"
 
@@ -62,15 +62,10 @@ def store_location(location: str | None) -> tuple[str, str | None]:
     return f"sqlite:///{folder / 'mlflow.db'}", (folder / "artifacts").as_uri()
 
 
-# How long the door waits for a tracking server to take a connection. MLflow itself retries a
-# server that does not answer with growing back-off, for minutes, saying nothing meanwhile.
-CONNECT_TIMEOUT = 5.0
-
-
-def check_reachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """One OcrrError, at once, when the tracking server of an http(s) ``uri`` takes no
-    connection (nothing listening, a host that does not resolve); other stores are MLflow's
-    to open."""
+def check_reachable(uri: str) -> None:
+    """One OcrrError, within seconds, when the tracking server of an http(s) ``uri`` takes no
+    connection (MLflow retries one with growing back-off, for minutes, saying nothing); other
+    stores are MLflow's to open."""
     parts = urlparse(uri)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return
@@ -78,13 +73,12 @@ def check_reachable(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise OcrrError(f"--track mlflow:{uri}: the port is not a number in 1..65535") from None
-    try:
-        socket.create_connection((parts.hostname, port), timeout=timeout).close()
-    except OSError as e:
+    e = refused_connection(parts.hostname, port)
+    if e is not None:
         raise OcrrError(
             f"--track mlflow:{uri}: no tracking server answers at {parts.hostname}:{port} ({e}); start it "
             "(mlflow server --port ...), fix the URI, or track to a folder: --track mlflow:FOLDER"
-        ) from None
+        )
 
 
 class MlflowTracker:
