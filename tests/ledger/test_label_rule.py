@@ -61,3 +61,15 @@ def test_the_library_refuses_them_and_serves_what_an_older_ledger_holds(tmp_path
         with pytest.raises(OcrrError, match="starts or ends with whitespace"):
             sub.correct(ROWS[2:3], ["refund "], None)
         assert len(sub) == 2
+
+
+def test_a_file_backed_ledger_refuses_one_at_its_append_not_at_the_flush(tmp_path):
+    with Ledger.open(tmp_path / "l.db", dim=4) as led:
+        led.append(ROWS[0], "before", None)
+        with pytest.raises(OcrrError, match="starts or ends with whitespace"):
+            led.append(ROWS[1], "refund ", None)
+        with pytest.raises(OcrrError, match="is blank"):
+            led.extend(ROWS[1:3], ["ok", " "], None)
+        led.append(ROWS[1], "after", None)
+    with Ledger.open(tmp_path / "l.db") as led:
+        assert led.labels == ("before", "after")

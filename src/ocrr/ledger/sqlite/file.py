@@ -28,6 +28,7 @@ from ocrr.errors import OcrrError
 from ocrr.ledger.chain import F4LE, INITIAL_CAPACITY, Chain
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
 from ocrr.ledger.merkle import MerkleTree
+from ocrr.ledger.labels import check_new_label
 from ocrr.ledger.rows import check_appended
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.sqlite.scan import KnownPrefix, rows_to_read
@@ -83,18 +84,21 @@ class Ledger(Chain):
             path = None if self._store is None else self._store.path
             raise OcrrError(f"ledger {path} is closed; reopen it with Ledger.open(path) to append")
 
-    # A file's rows follow the durable ledger's rule (finite unit rows, ``ocrr.ledger.rows``):
-    # checked at the append, so a bad row is refused alone, not at the next flush with every
-    # entry appended after it.
+    # A file's rows and labels follow the durable ledger's rules (finite unit rows,
+    # ``ocrr.ledger.rows``; labels, ``ocrr.ledger.labels``): checked at the append, so a bad
+    # one is refused alone, not at the next flush with every entry appended after it.
     def append_checked(self, vec: np.ndarray, label: str, text: str | None) -> int:
         self._check_open()  # (a closed ledger says so first)
         if self._store is not None:
             check_appended(vec[None, :])
+            check_new_label(0, label)
         return super().append_checked(vec, label, text)
 
     def _extend(self, mat: np.ndarray, labels: Sequence[str], texts: Sequence[str | None], hashes) -> range:
         if self._store is not None and hashes is None:  # (given hashes: the store's own, checked commit)
             check_appended(mat)
+            for i, label in enumerate(labels):
+                check_new_label(i, label)
         return super()._extend(mat, labels, texts, hashes)
 
     # ------------------------------------------------------------ the file
