@@ -27,8 +27,8 @@ import numpy as np
 from ocrr.errors import OcrrError
 from ocrr.ledger.chain import F4LE, INITIAL_CAPACITY, Chain
 from ocrr.ledger.columns import HashColumn, LabelColumn, TextColumn
-from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.labels import check_new_label
+from ocrr.ledger.merkle import MerkleTree
 from ocrr.ledger.rows import check_appended
 from ocrr.ledger.scan import LedgerReport
 from ocrr.ledger.sqlite.scan import KnownPrefix, rows_to_read
