@@ -34,3 +34,10 @@ class LedgerIntegrityError(OcrrError):
 class LedgerStorageError(OcrrError):
     """Storage could not be read or written (disk full, permissions, a database out of reach):
     nothing was lost or half-written, and the server answers 5xx, never 4xx."""
+
+
+class SettingsError(OcrrError):
+    """Settings that cannot work together, found only once a process has loaded what they
+    name (an encoder whose vectors are not as wide as the ledger's): the same settings give the
+    same error on every try, so a service's supervisor stops at once instead of restarting the
+    worker that found it."""

@@ -186,6 +186,22 @@ def test_worker_deaths_are_restarted_with_backoff_then_given_up_with_the_cause()
     assert took >= 0.2 + 0.4 + 0.8  # it waited between starts
 
 
+def _refuses_its_settings(config, slot, workers, table):
+    from ocrr.errors import SettingsError
+
+    raise SettingsError("--encoder minilm makes vectors of dimension 384, but the ledger holds 64")
+
+
+def test_a_worker_refusing_its_settings_stops_the_service_at_once():
+    """The same settings would fail every restart: one try, then the service stops, saying why."""
+    said = []
+    sock = bind("127.0.0.1", 0, listen=False)
+    status = supervise(2, sock, _refuses_its_settings, {}, said.append, Backoff(first=5.0, give_up=5))
+    assert status == 1
+    assert said[0].startswith("worker ") and "cannot start with these settings: --encoder minilm" in said[0]
+    assert said[0].endswith("; stopping the service") and not any("starting it again" in s for s in said)
+
+
 def test_a_worker_that_stays_up_starts_the_count_afresh():
     said = []
     sock = bind("127.0.0.1", 0, listen=False)

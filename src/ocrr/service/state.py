@@ -23,7 +23,7 @@ from ocrr.data import load_dataset
 from ocrr.data.records import Dataset
 from ocrr.encoders.base import l2_normalise
 from ocrr.encoders.cache import cache_path, load_cached, save_cached, texts_sha256
-from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError
+from ocrr.errors import LedgerIntegrityError, LedgerStorageError, OcrrError, SettingsError
 from ocrr.ledger.heads import Signer
 from ocrr.ledger.location import default_origin_of, display
 from ocrr.ledger.proofs import b64
@@ -571,12 +571,12 @@ def _check_encoder_fits(config: ServiceConfig, encoder, dim: int | None, held: s
         return
     named = f"--encoder {config.encoder}" if config.encoder is not None else "the encoder"
     if held is not None:
-        raise OcrrError(
+        raise SettingsError(
             f"{named} makes vectors of dimension {width}, but {held} carries vectors of dimension {dim}, so "
             "no text request could be answered from it; drop the encoder (the service then takes vectors), "
             "or seed with a dataset of texts"
         )
-    raise OcrrError(
+    raise SettingsError(
         f"{named} makes vectors of dimension {width}, but ledger {display(config.ledger)} holds vectors of "
         f"dimension {dim}, so every text request would be refused; serve it with the encoder its vectors "
         "were made with (or without --encoder, taking vectors), or serve another ledger with this encoder"

@@ -46,13 +46,14 @@ from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
-from ocrr.errors import OcrrError
+from ocrr.errors import OcrrError, SettingsError
 from ocrr.ledger.location import FileHold, claim_service, is_database_url
 from ocrr.service.balance import Mesh
 from ocrr.service.metrics import MAX_ROUTES, Counters
 from ocrr.service.orphans import die_with_parent
 
 ORPHAN_GRACE = 5.0  # seconds a worker whose supervisor died has to stop gracefully, then it exits
+SETTINGS_REFUSED = 78  # a worker's exit status for a SettingsError (sysexits' EX_CONFIG): restarting cannot help
 
 
 def bind(host: str, port: int, listen: bool) -> socket.socket:
@@ -336,6 +337,10 @@ def supervise(
                     failures[slot] = 0
                 failures[slot] += 1
                 cause = last_error.pop(slot, None) or f"exit status {proc.exitcode}"
+                if proc.exitcode == SETTINGS_REFUSED:
+                    log(f"worker {slot} cannot start with these settings: {cause}; stopping the service")
+                    stopping.append(0)
+                    break
                 if failures[slot] >= backoff.give_up:
                     log(
                         f"worker {slot} failed {failures[slot]} times in a row, last: {cause}; stopping the "
@@ -376,6 +381,9 @@ def _worker_main(
     _die_with(supervisor, watch)
     try:
         target(config, slot, *args, **kwargs)
+    except SettingsError as e:  # every try would end so: the supervisor stops at once
+        _fail(errors, slot, str(e))
+        sys.exit(SETTINGS_REFUSED)
     except OcrrError as e:
         _fail(errors, slot, str(e))
         sys.exit(2)
