@@ -73,3 +73,15 @@ def test_a_file_backed_ledger_refuses_one_at_its_append_not_at_the_flush(tmp_pat
         led.append(ROWS[1], "after", None)
     with Ledger.open(tmp_path / "l.db") as led:
         assert led.labels == ("before", "after")
+
+
+def test_a_single_string_is_not_taken_for_a_list_of_labels_or_texts(tmp_path):
+    """ "ab" for two vectors was two labels, "a" and "b"."""
+    with open_substrate(tmp_path / "l.db", dim=4) as sub:
+        with pytest.raises(
+            OcrrError, match=r"labels must be a list with one per vector, got a single string; pass \['ab'\]"
+        ):
+            sub.correct(ROWS[:2], "ab", None)
+        with pytest.raises(OcrrError, match="texts must be a list with one per vector"):
+            sub.correct(ROWS[:2], ["a", "b"], "xy")
+        assert len(sub) == 0

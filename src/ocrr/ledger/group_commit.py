@@ -284,6 +284,9 @@ def check_batch(vectors, labels, texts, dim: int | None) -> np.ndarray:
     if vecs.shape[1] < 1:
         raise OcrrError("vectors must have at least one component")
     check_appended(vecs)  # finite, unit rows only: serve and import refuse others when reading them back
+    for name, given in (("labels", labels), ("texts", texts)):
+        if isinstance(given, str | bytes):  # its characters would be taken for one item each
+            raise OcrrError(f"{name} must be a list with one per vector, got a single string; pass [{given!r:.40}]")
     if len(labels) != len(vecs) or (texts is not None and len(texts) != len(vecs)):
         raise OcrrError(
             f"got {len(vecs)} vectors but {len(labels)} labels"
